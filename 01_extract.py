@@ -1,0 +1,93 @@
+"""Step 1: raw corpora → documents in the contract format.
+
+  python 01_extract.py wiki --dump fiwiki-latest-pages-articles.xml.bz2 --out work/fi
+      Wikipedia dump → articles.jsonl (cleaned lead, links resolved through redirects to page ids, categories,
+      topic labels). Defaults follow the WikiSpecter thesis.
+
+  python 01_extract.py sentences --input articles.jsonl --out work/keysent
+      Articles with annotated key sentences → sentences.jsonl (key-sentence extraction thesis).
+"""
+
+import collections
+import os
+import sys
+
+from common import cli, io, topics
+from common.articles import DISAMBIGUATION_MARKERS, DISAMBIGUATION_TEMPLATES, extract_wiki
+
+
+def parse_args(argv=None):
+    parser = cli.parser(__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    wiki = sub.add_parser("wiki", formatter_class=cli.HelpFormatter,
+                          help="Wikipedia XML dump → articles.jsonl",
+                          description="Wikipedia XML dump (.xml, .xml.bz2, multistream too) → articles.jsonl.")
+    wiki.add_argument("--dump", required=True, help="pages-articles dump (.xml, .xml.bz2 or .xml.gz)")
+    wiki.add_argument("--out", required=True, help="output directory (articles.jsonl, manifest.json)")
+    wiki.add_argument("--lead", choices=("first-paragraph", "section"), default="first-paragraph",
+                      help="document text: the first paragraph (WikiSpecter thesis) or all prose before the "
+                           "first heading")
+    wiki.add_argument("--links", choices=("lead", "all"), default="lead",
+                      help="cross-references: links in the lead text (thesis) or in the whole article")
+    wiki.add_argument("--min-chars", type=int, default=90,
+                      help="drop articles whose cleaned lead is shorter (thesis code)")
+    wiki.add_argument("--topic-root", default=topics.FINNISH_ROOT,
+                      help="category whose sub-categories are the 'top' labels and theirs the 'second' labels "
+                           "(default: the Finnish general classification the thesis used)")
+    wiki.add_argument("--topic-map", default=None,
+                      help="TSV 'category<TAB>top<TAB>second' to label articles instead of --topic-root "
+                           "(for dumps without category pages)")
+    wiki.add_argument("--disambiguation-markers", default=",".join(DISAMBIGUATION_MARKERS),
+                      help="comma-separated title endings that mark disambiguation pages")
+    wiki.add_argument("--disambiguation-templates", default=",".join(DISAMBIGUATION_TEMPLATES),
+                      help="comma-separated template names that mark disambiguation pages")
+    wiki.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1),
+                      help="parser processes (0 = parse in the reading process)")
+
+    sentences = sub.add_parser("sentences", formatter_class=cli.HelpFormatter,
+                               help="articles with key sentences → sentences.jsonl",
+                               description="Articles {id, text, key_sentences} → sentences.jsonl, split and "
+                                           "labelled as the key-sentence thesis did.")
+    sentences.add_argument("--input", required=True, help="JSONL of {id, text, key_sentences: [str]}")
+    sentences.add_argument("--out", required=True, help="output directory (sentences.jsonl, manifest.json)")
+    sentences.add_argument("--splitter", choices=("punkt", "punkt-english"), default="punkt",
+                           help="untrained Punkt (the thesis) or NLTK's pretrained English Punkt (needs punkt_tab "
+                                "data installed)")
+    return parser.parse_args(argv)
+
+
+def run_wiki(args):
+    started = io.now()
+    counts = collections.Counter()
+    with io.Outputs(args.out) as outputs:
+        reader = extract_wiki(args, outputs, counts)
+        with outputs.open("manifest.json") as f:
+            f.write(io.dumps_line(io.manifest(__file__, args, started, inputs=[args.dump], counts=dict(counts),
+                                              language=reader.language)))
+    print(f"{counts['articles']} articles ({counts['pages']} pages, {counts['redirects']} redirects, "
+          f"{counts['disambiguation']} disambiguation, {counts['too_short']} too short); "
+          f"{counts['links_resolved']} links kept ({counts['links_via_redirect']} through redirects), "
+          f"{counts['links_missing']} to missing pages → {os.path.join(args.out, 'articles.jsonl')}")
+
+
+def run_sentences(args):
+    from common.sentences import extract_sentences
+    started = io.now()
+    counts = collections.Counter()
+    with io.Outputs(args.out) as outputs:
+        with outputs.open("sentences.jsonl") as out:
+            extract_sentences(args.input, out, args.splitter, counts)
+        with outputs.open("manifest.json") as f:
+            f.write(io.dumps_line(io.manifest(__file__, args, started, inputs=[args.input], counts=dict(counts))))
+    print(f"{counts['articles']} articles, {counts['sentences']} sentences ({counts['key_sentences']} key); "
+          f"{counts['dropped_articles']} articles dropped → {os.path.join(args.out, 'sentences.jsonl')}")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    {"wiki": run_wiki, "sentences": run_sentences}[args.command](args)
+
+
+if __name__ == "__main__":
+    cli.run(lambda: main(sys.argv[1:]))

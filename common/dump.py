@@ -1,0 +1,120 @@
+"""Streaming reader for MediaWiki XML dumps (``.xml``, ``.xml.bz2`` including multistream, ``.xml.gz``).
+
+Memory stays flat: each ``<page>`` is cleared once read. Any defect (truncated compression, malformed XML,
+non-UTF-8 bytes) becomes an ``InputError`` naming the file, the XML position and the last good page.
+"""
+
+import bz2
+import gzip
+import re
+import xml.etree.ElementTree as ET
+from typing import NamedTuple
+
+from common.io import InputError
+from common.wikitext import Namespaces
+
+_REDIRECT_TEXT = re.compile(r"^\s*#(?:REDIRECT|OHJAUS|UUDELLEENOHJAUS)\s*:?\s*\[\[([^\]|]+)", re.I)
+
+
+class Page(NamedTuple):
+    id: int
+    ns: int
+    title: str
+    redirect: str  # target title, or "" for a content page
+    text: str
+
+
+def _local(tag):
+    return tag.rsplit("}", 1)[-1]
+
+
+class DumpReader:
+    """Iterate the pages of a dump; ``namespaces`` and ``language`` are known once the first page is yielded."""
+
+    def __init__(self, path):
+        self.path = path
+        self.namespaces = None
+        self.language = None
+        self.raw = None
+
+    def _fail(self, what, last):
+        where = f" after page {last.id} ({last.title!r})" if last else " before the first page"
+        raise InputError(f"{self.path}: {what}{where}") from None
+
+    def __iter__(self):
+        self._last = None
+        try:
+            f = open(self.path, "rb")
+        except OSError as e:
+            raise InputError(f"{self.path}: {e.strerror}") from None
+        with f:
+            inner = bz2.BZ2File(f) if self.path.endswith(".bz2") else gzip.GzipFile(fileobj=f) \
+                if self.path.endswith(".gz") else f
+            self.raw = f
+            try:
+                yield from self._pages(inner)
+            except ET.ParseError as e:
+                line, col = e.position
+                msg = str(e).split(":")[0]
+                self._fail(f"malformed XML at line {line}, column {col} ({msg})", self._last)
+            except EOFError:
+                self._fail("compressed stream ends early (truncated file)", self._last)
+            except (OSError, gzip.BadGzipFile) as e:
+                self._fail(f"corrupt compressed data ({e})", self._last)
+
+    def _pages(self, stream):
+        names, first_letter = {}, True
+        context = ET.iterparse(stream, events=("start", "end"))
+        root = None
+        depth = 0
+        for event, elem in context:
+            if event == "start":
+                depth += 1
+                if root is None:
+                    root = elem
+                    self.language = elem.attrib.get("{http://www.w3.org/XML/1998/namespace}lang")
+                continue
+            depth -= 1
+            tag = _local(elem.tag)
+            if tag == "namespace":
+                names[int(elem.attrib["key"])] = elem.text or ""
+            elif tag == "case" and depth == 2:
+                first_letter = (elem.text or "").strip() != "case-sensitive"
+            elif tag == "siteinfo":
+                self.namespaces = Namespaces(names, first_letter)
+                root.clear()
+            elif tag == "page" and depth == 1:
+                if self.namespaces is None:
+                    self.namespaces = Namespaces(names, first_letter)
+                page = self._page(elem)
+                root.clear()
+                self._last = page
+                yield page
+
+    def _page(self, elem):
+        title, ns, page_id, redirect, text = "", 0, None, "", ""
+        for child in elem:
+            tag = _local(child.tag)
+            if tag == "title":
+                title = child.text or ""
+            elif tag == "ns":
+                ns = int(child.text)
+            elif tag == "id":
+                page_id = int(child.text)
+            elif tag == "redirect":
+                redirect = child.attrib.get("title", "")
+            elif tag == "revision":
+                for sub in child:
+                    if _local(sub.tag) == "text":
+                        text = sub.text or ""
+        if page_id is None:
+            raise InputError(f"{self.path}: page {title!r} has no <id>")
+        if not redirect:
+            m = _REDIRECT_TEXT.match(text)
+            if m:
+                redirect = m.group(1)
+        return Page(page_id, ns, title, redirect, text)
+
+    def tell(self):
+        """Compressed bytes consumed so far."""
+        return self.raw.tell() if self.raw is not None and not self.raw.closed else 0

@@ -1,0 +1,156 @@
+"""Files between the numbered scripts: JSONL/NPY reading with line-exact errors, atomic writes, manifests."""
+
+import datetime
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from importlib import metadata
+
+
+class InputError(Exception):
+    """Bad input a user can fix; the scripts print it as one line and exit non-zero."""
+
+
+def read_jsonl(path, required=()):
+    """Yield ``(line_number, object)`` for each non-empty line; any defect names ``path:line``."""
+    if not os.path.exists(path):
+        raise InputError(f"{path}: no such file")
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            try:
+                obj = json.loads(raw)
+            except UnicodeDecodeError as e:
+                raise InputError(f"{path}:{lineno}: not UTF-8 ({e.reason} at byte {e.start})") from None
+            except json.JSONDecodeError as e:
+                raise InputError(f"{path}:{lineno}: invalid JSON: {e.msg} (column {e.colno})") from None
+            if not isinstance(obj, dict):
+                raise InputError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+            for field in required:
+                if field not in obj:
+                    raise InputError(f"{path}:{lineno}: missing field {field!r}")
+            yield lineno, obj
+
+
+def dumps_line(obj):
+    return json.dumps(obj, ensure_ascii=False, separators=(", ", ": ")) + "\n"
+
+
+class Outputs:
+    """All files of one output directory, committed together.
+
+    Each ``open`` writes to ``name.tmp``; leaving the ``with`` block normally renames every file to its final
+    name (the manifest last), while an exception removes the temporaries, so a crash never leaves a partial
+    file under a final name.
+    """
+
+    def __init__(self, directory):
+        self.directory = directory
+        self._files = {}
+
+    def __enter__(self):
+        os.makedirs(self.directory, exist_ok=True)
+        return self
+
+    def path(self, name):
+        return os.path.join(self.directory, name)
+
+    def open(self, name, mode="w"):
+        tmp = self.path(name) + ".tmp"
+        os.makedirs(os.path.dirname(tmp), exist_ok=True)
+        f = open(tmp, mode, encoding=None if "b" in mode else "utf-8")
+        self._files[name] = f
+        return f
+
+    def tmp_path(self, name):
+        """A temporary path for writers that want a file name (numpy, matplotlib); committed like the others."""
+        self._files[name] = None
+        return self.path(name) + ".tmp"
+
+    def __exit__(self, exc_type, exc, tb):
+        for f in self._files.values():
+            if f is not None and not f.closed:
+                f.close()
+        names = sorted(self._files, key=lambda n: n == "manifest.json")
+        if exc_type is None:
+            for name in names:
+                os.replace(self.path(name) + ".tmp", self.path(name))
+        else:
+            for name in names:
+                try:
+                    os.remove(self.path(name) + ".tmp")
+                except FileNotFoundError:
+                    pass
+        return False
+
+
+def write_json(path, obj):
+    """Atomically write one JSON file."""
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _git_commit():
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+_PACKAGES = ("torch", "transformers", "accelerate", "sentence-transformers", "numpy", "scipy", "scikit-learn",
+             "gensim", "nltk", "tokenizers")
+
+
+def _versions():
+    found = {"python": sys.version.split()[0]}
+    for name in _PACKAGES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return found
+
+
+def now():
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def manifest(script, args, started, inputs=(), counts=None, seed=None, **extra):
+    """The manifest every output directory gets (CONTRACT.md)."""
+    return {
+        "script": os.path.basename(script),
+        "argv": sys.argv,
+        "args": {k: v for k, v in vars(args).items() if not callable(v)},
+        "started": started,
+        "finished": now(),
+        "git_commit": _git_commit(),
+        "versions": _versions(),
+        "seed": seed,
+        "inputs": {p: sha256(p) for p in inputs if os.path.isfile(p)},
+        "counts": counts or {},
+        **extra,
+    }
+
+
+def read_manifest(directory):
+    path = os.path.join(directory, "manifest.json")
+    if not os.path.exists(path):
+        return {}
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)

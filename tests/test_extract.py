@@ -1,0 +1,160 @@
+"""01_extract.py wiki: articles.jsonl from small dumps, as a user runs it."""
+
+import bz2
+import json
+import os
+
+import pytest
+
+from conftest import ENGLISH_NAMESPACES, one_error_line, read_jsonl, run_script
+
+LONG = " Tämä lause on täytettä, jotta johdanto on tarpeeksi pitkä mukaan otettavaksi aineistoon."
+
+FINNISH_PAGES = [
+    (1, "Amsterdam", 0, "{{Kaupunki|nimi=Amsterdam}}\n'''Amsterdam''' on [[Alankomaat|Alankomaiden]] "
+                        "[[pääkaupunki]] ja [[Hollanti|Hollannin]] suurin kaupunki.<ref>Lähde</ref>" + LONG +
+     "\n\nToinen kappale: [[Rotterdam]].\n== Historia ==\n[[Haarlem]]\n[[Luokka:Alankomaiden kaupungit]]"),
+    (2, "Alankomaat", 0, "'''Alankomaat''' on maa, jonka pääkaupunki on [[Amsterdam]] ([[amsterdam|Amsterdam]]), "
+                         "ei [[Alankomaat|itse]] eikä [[Eioleolemassa]], vaan [[:Luokka:Kaupungit|kaupungit]]."
+     + LONG + "\n[[Luokka:Maantiede]]"),
+    (3, "Pääkaupunki", 0, "'''Pääkaupunki''' on valtion hallinnollinen keskus, kuten [[Kehä A]] tai [[Hollanti|Hollannissa]]." + LONG +
+     "\n[[Luokka:Fysiikka]] [[Luokka:Alankomaiden kaupungit]]"),
+    (4, "Hollanti", 0, "#OHJAUS [[Alankomaat maa]]", "Alankomaat maa"),
+    (5, "Alankomaat maa", 0, "#OHJAUS [[Alankomaat]]", "Alankomaat"),
+    (6, "Kehä A", 0, "#OHJAUS [[Kehä B]]", "Kehä B"),
+    (7, "Kehä B", 0, "#OHJAUS [[Kehä A]]", "Kehä A"),
+    (8, "Merkurius (täsmennyssivu)", 0, "'''Merkurius''' voi tarkoittaa: [[Merkurius (planeetta)]]." + LONG),
+    (9, "Mars", 0, "'''Mars''' voi tarkoittaa planeettaa tai jumalaa." + LONG + "\n{{täsmennyssivu}}"),
+    (10, "Lyhyt", 0, "'''Lyhyt''' on lyhyt [[Amsterdam|artikkeli]]."),
+    (11, "Luokka:Alankomaiden kaupungit", 14, "[[Luokka:Kaupungit]]"),
+    (12, "Luokka:Kaupungit", 14, "[[Luokka:Maantiede]]"),
+    (13, "Luokka:Maantiede", 14, "[[Luokka:Yleinen wikiluokitusjärjestelmä]]"),
+    (14, "Luokka:Tiede", 14, "[[Luokka:Yleinen wikiluokitusjärjestelmä]]"),
+    (15, "Luokka:Fysiikka", 14, "[[Luokka:Tiede]]"),
+    (16, "Luokka:Sykli A", 14, "[[Luokka:Sykli B]] [[Luokka:Kaupungit]]"),
+    (17, "Luokka:Sykli B", 14, "[[Luokka:Sykli A]]"),
+    (18, "Tiedosto:Kartta.png", 6, "Kartta"),
+    (20, "Punainen planeetta", 0, "#OHJAUS [[Mars]]", "Mars"),
+    (19, "Rotterdam", 0, "'''Rotterdam''' on satamakaupunki, lähellä [[Amsterdam]]ia ([[Lyhyt]], "
+                         "[[Punainen planeetta]])." + LONG +
+     "\n[[Luokka:Sykli B]]"),
+]
+
+
+def extract(tmp_path, dump, *flags):
+    out = tmp_path / "out"
+    proc = run_script("01_extract.py", "wiki", "--dump", dump, "--out", out, *flags)
+    return read_jsonl(out / "articles.jsonl"), json.loads((out / "manifest.json").read_text()), proc
+
+
+def test_finnish_dump_gives_contract_articles(tmp_path, write_dump):
+    articles, manifest, _ = extract(tmp_path, write_dump(FINNISH_PAGES, name="fi.xml.bz2"), "--workers", "0")
+    by_title = {a["title"]: a for a in articles}
+    assert list(by_title) == ["Amsterdam", "Alankomaat", "Pääkaupunki", "Rotterdam"]
+    assert by_title["Amsterdam"] == {
+        "id": "1", "title": "Amsterdam",
+        "text": "Amsterdam on Alankomaiden pääkaupunki ja Hollannin suurin kaupunki." + LONG,
+        "links": ["2", "3"],  # Hollanti → Alankomaat maa → Alankomaat: a redirect chain, deduplicated
+        "categories": ["Alankomaiden kaupungit"],
+        "labels": {"top": "Maantiede", "second": "Kaupungit"}}
+    # duplicate, self, missing and other-namespace links are dropped
+    assert by_title["Alankomaat"]["links"] == ["1"]
+    assert by_title["Alankomaat"]["labels"] == {"top": "Maantiede"}
+    # a redirect cycle resolves to nothing, a chain to its end; the nearest labelled category wins
+    assert by_title["Pääkaupunki"]["links"] == ["2"]
+    assert by_title["Pääkaupunki"]["labels"] == {"top": "Tiede", "second": "Fysiikka"}
+    # a category cycle is walked safely
+    assert by_title["Rotterdam"]["labels"] == {"top": "Maantiede", "second": "Kaupungit"}
+    counts = manifest["counts"]
+    assert counts["pages"] == 20 and counts["redirects"] == 5 and counts["other_namespace"] == 8
+    assert counts["disambiguation"] == 2 and counts["too_short"] == 1 and counts["articles"] == 4
+    assert counts["links_via_redirect"] == 1 and counts["links_missing"] == 1 and counts["links_self"] == 1
+    assert counts["links_duplicate"] == 2 and counts["links_broken_redirect"] == 1 and counts["links_dropped"] == 2
+    assert counts["links_other_namespace"] == 1
+    assert manifest["language"] == "fi" and manifest["script"] == "01_extract.py"
+    assert set(manifest["inputs"]) == {str(tmp_path / "fi.xml.bz2")}
+
+
+def test_links_all_and_section_lead(tmp_path, write_dump):
+    articles, _, _ = extract(tmp_path, write_dump(FINNISH_PAGES), "--links", "all", "--lead", "section",
+                             "--workers", "0")
+    amsterdam = articles[0]
+    assert amsterdam["text"].endswith(LONG.strip() + " Toinen kappale: Rotterdam.")
+    assert amsterdam["links"] == ["2", "3", "19"]  # Haarlem does not exist
+
+
+def test_parallel_workers_write_the_same_file(tmp_path, write_dump):
+    dump = write_dump(FINNISH_PAGES * 1)
+    serial, _, _ = extract(tmp_path / "a", dump, "--workers", "0")
+    parallel, _, _ = extract(tmp_path / "b", dump, "--workers", "2")
+    assert serial == parallel
+
+
+def test_topic_map_replaces_the_category_tree(tmp_path, write_dump):
+    tsv = tmp_path / "map.tsv"
+    tsv.write_text("# comment\nMaantiede\tPaikat\t\nAlankomaiden kaupungit\tPaikat\tKaupungit\n", encoding="utf-8")
+    articles, _, _ = extract(tmp_path, write_dump(FINNISH_PAGES), "--topic-map", tsv, "--workers", "0")
+    labels = {a["title"]: a.get("labels") for a in articles}
+    assert labels == {"Amsterdam": {"top": "Paikat", "second": "Kaupungit"}, "Alankomaat": {"top": "Paikat"},
+                      "Pääkaupunki": {"top": "Paikat", "second": "Kaupungit"}, "Rotterdam": None}
+
+
+def test_english_namespaces_and_disambiguation_template(tmp_path, write_dump):
+    pages = [
+        (1, "Paris", 0, "[[File:Paris.jpg|thumb|The [[Seine]].]]'''Paris''' is the capital of [[France]], on the "
+                        "[[Seine_River#Course|Seine]]." + " It is a large city with a long history and much art." +
+         "\n[[Category:Capitals]] [[fr:Paris]]"),
+        (2, "France", 0, "'''France''' is a country in Western Europe whose capital and largest city is [[Paris]], "
+                         "a city on a river."),
+        (3, "Seine River", 0, "'''Seine River''' is a river in France that flows through [[Paris]] to the sea at "
+                              "Le Havre, in Normandy."),
+        (4, "Seine", 0, "#REDIRECT [[Seine River]]", "Seine River"),
+        (5, "Mercury", 0, "'''Mercury''' may refer to a planet, an element or a god, among many other things in "
+                          "this world.\n{{disambiguation|geo}}"),
+        (6, "Category:Capitals", 14, "[[Category:Cities]]"),
+    ]
+    articles, manifest, _ = extract(tmp_path, write_dump(pages, namespaces=ENGLISH_NAMESPACES, lang="en"),
+                                    "--workers", "0", "--topic-root", "Cities")
+    assert [(a["title"], a["links"]) for a in articles] == [("Paris", ["2", "3"]), ("France", ["1"]),
+                                                          ("Seine River", ["1"])]
+    assert articles[0]["text"] == "Paris is the capital of France, on the Seine. It is a large city with a long " \
+                                  "history and much art."
+    assert articles[0]["categories"] == ["Capitals"] and articles[0]["labels"] == {"top": "Capitals"}
+    assert manifest["counts"]["disambiguation"] == 1 and manifest["language"] == "en"
+
+
+def _no_outputs(out):
+    return not out.exists() or sorted(os.listdir(out)) == []
+
+
+@pytest.mark.parametrize("case", ["truncated", "malformed", "not-utf8"])
+def test_corrupt_dumps_fail_with_one_line_and_write_nothing(tmp_path, case):
+    from conftest import make_dump
+    data = make_dump(FINNISH_PAGES).encode("utf-8")
+    if case == "truncated":
+        path = tmp_path / "dump.xml.bz2"
+        path.write_bytes(bz2.compress(data)[:-200])
+        expected = "compressed stream ends early"
+    elif case == "malformed":
+        path = tmp_path / "dump.xml"
+        path.write_bytes(data.replace(b"<title>Rotterdam</title>", b"<title>Rotterdam</titel>"))
+        expected = "malformed XML at line"
+    else:
+        path = tmp_path / "dump.xml"
+        path.write_bytes(data.replace("Hollannin".encode(), b"Hollan\xffnin"))
+        expected = "malformed XML at line"
+    out = tmp_path / "out"
+    proc = run_script("01_extract.py", "wiki", "--dump", path, "--out", out, check=False)
+    assert proc.returncode != 0
+    error = one_error_line(proc.stderr)
+    assert error.startswith(f"error: {path}: ") and expected in error
+    if case == "malformed":
+        assert "after page 20 ('Punainen planeetta')" in error
+    assert _no_outputs(out)
+
+
+def test_missing_dump_is_a_one_line_error(tmp_path):
+    proc = run_script("01_extract.py", "wiki", "--dump", tmp_path / "none.xml.bz2", "--out", tmp_path / "o",
+                      check=False)
+    assert proc.returncode == 2
+    assert one_error_line(proc.stderr) == f"error: {tmp_path / 'none.xml.bz2'}: No such file or directory"

@@ -1,0 +1,188 @@
+"""02_build_graph.py: the data directory from articles.jsonl, as a user runs it."""
+
+import collections
+import json
+import math
+import os
+import random
+
+import pytest
+
+from conftest import one_error_line, read_jsonl, run_script
+
+DATA_FILES = ["crossref.qrels", "docs.jsonl", "graph.json", "manifest.json", "splits.json", "topics.top.test.jsonl",
+              "topics.top.train.jsonl", "triplets.train.jsonl", "triplets.val.jsonl"]
+
+
+def write_articles(path, articles):
+    with open(path, "w", encoding="utf-8") as f:
+        for a in articles:
+            f.write(json.dumps(a, ensure_ascii=False) + "\n")
+    return path
+
+
+def article(i, links, **extra):
+    return {"id": i, "title": f"Title {i}", "text": f"Text of {i}.", "links": links, **extra}
+
+
+def build(tmp_path, articles, *flags, name="data"):
+    src = write_articles(tmp_path / "articles.jsonl", articles)
+    out = tmp_path / name
+    run_script("02_build_graph.py", "--articles", src, "--out", out, *flags)
+    return out
+
+
+def test_graph_json_has_direct_links_and_two_hop_hard_negatives(tmp_path):
+    articles = [article("a", ["b", "c", "a"]), article("b", ["c", "d"]), article("c", ["e", "zz"]),
+                article("d", []), article("e", ["a", "a"])]
+    out = build(tmp_path, articles)
+    graph = json.loads((out / "graph.json").read_text())
+    # a → b, c; two hops: b → d, c → e (c is direct, a itself is never a candidate)
+    assert graph == {"a": {"b": {"count": 5}, "c": {"count": 5}, "d": {"count": 1}, "e": {"count": 1}},
+                     "b": {"c": {"count": 5}, "d": {"count": 5}, "e": {"count": 1}},
+                     "c": {"e": {"count": 5}, "a": {"count": 1}},
+                     "e": {"a": {"count": 5}, "b": {"count": 1}, "c": {"count": 1}}}
+    counts = json.loads((out / "manifest.json").read_text())["counts"]
+    assert (counts["links_self"], counts["links_unknown_id"], counts["links_duplicate"]) == (1, 1, 1)
+    assert read_jsonl(out / "docs.jsonl")[0] == {"id": "a", "title": "Title a", "text": "Text of a."}
+
+
+def random_corpus(n=300, seed=0, labelled=True):
+    rng = random.Random(seed)
+    ids = [f"doc{i}" for i in range(n)]
+    articles = []
+    for i, doc_id in enumerate(ids):
+        degree = rng.choice([0, 0, 1, 2, 3, 5, 6, 8, 12])
+        links = rng.sample(ids, degree)
+        extra = {"labels": {"top": f"T{i % 4}", "second": f"S{i % 9}"}} if labelled else {}
+        if i % 50 == 7:
+            extra["labels"] = {"top": "rare"}
+        articles.append(article(doc_id, links, **extra))
+    return articles
+
+
+@pytest.fixture(scope="module")
+def random_data(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("graph")
+    articles = random_corpus()
+    return build(tmp, articles, "--seed", "7"), articles
+
+
+def _links(articles):
+    return {a["id"]: set(a["links"]) - {a["id"]} for a in articles}
+
+
+def test_splits_are_disjoint_and_cover_all_queries(random_data):
+    out, articles = random_data
+    splits = json.loads((out / "splits.json").read_text())
+    links = _links(articles)
+    queries = {q for q, ls in links.items() if ls}
+    train, val, hold = (set(splits[k]) for k in ("train", "val", "holdout"))
+    assert not (train & val) and not (train & hold) and not (val & hold)
+    assert train | val | hold == queries
+    assert len(hold) == round(0.2 * len(queries)) and len(val) == round(0.1 * (len(queries) - len(hold)))
+
+
+def test_triplets_follow_the_specter_definition(random_data):
+    out, articles = random_data
+    links = _links(articles)
+    graph = json.loads((out / "graph.json").read_text())
+    splits = json.loads((out / "splits.json").read_text())
+    for part in ("train", "val"):
+        triplets = read_jsonl(out / f"triplets.{part}.jsonl")
+        per_query = collections.defaultdict(list)
+        for t in triplets:
+            per_query[t["query"]].append(t)
+        assert sorted(per_query) == sorted(splits[part])
+        for q, ts in per_query.items():
+            hop = {d for d, v in graph[q].items() if v["count"] == 1}
+            assert len(ts) == 5
+            assert sum(t["hard"] for t in ts) == min(2, len(hop))
+            for t in ts:
+                assert t["pos"] in links[q]
+                assert t["neg"] != q and t["neg"] not in links[q]
+                assert (t["neg"] in hop) == t["hard"]  # easy negatives are not two hops away either
+            negs = [t["neg"] for t in ts]
+            assert len(set(negs)) == len(negs)
+
+
+def test_query_without_two_hop_documents_gets_easy_negatives_only(tmp_path):
+    articles = [article("q", ["p"]), article("p", [])] + [article(f"x{i}", []) for i in range(10)]
+    out = build(tmp_path, articles, "--holdout", "0", "--val", "0")
+    triplets = read_jsonl(out / "triplets.train.jsonl")
+    assert len(triplets) == 5 and not any(t["hard"] for t in triplets)
+    assert {t["pos"] for t in triplets} == {"p"} and len({t["neg"] for t in triplets}) == 5
+
+
+def test_crossref_qrels_invariants(random_data):
+    out, articles = random_data
+    links = _links(articles)
+    holdout = set(json.loads((out / "splits.json").read_text())["holdout"])
+    rows = collections.defaultdict(list)
+    for line in (out / "crossref.qrels").read_text().splitlines():
+        qid, zero, doc, rel = line.split()
+        assert zero == "0"
+        rows[qid].append((doc, int(rel)))
+    assert rows and set(rows) == {q for q in holdout if len(links[q]) >= 5}
+    for q, cands in rows.items():
+        pos = [d for d, r in cands if r == 1]
+        neg = [d for d, r in cands if r == 0]
+        assert len(pos) == 5 and set(pos) <= links[q] and len(set(pos)) == 5
+        assert len(neg) == 25 and len(set(neg)) == 25 and not (set(neg) & links[q]) and q not in neg
+
+
+def test_topics_drop_rare_labels_and_split_stratified(random_data):
+    out, articles = random_data
+    train = read_jsonl(out / "topics.top.train.jsonl")
+    test = read_jsonl(out / "topics.top.test.jsonl")
+    labels = {a["id"]: a["labels"]["top"] for a in articles}
+    assert all(labels[r["id"]] == r["label"] for r in train + test)
+    assert "rare" not in {r["label"] for r in train + test}  # 6 documents < 10
+    assert len(test) == math.ceil(0.3 * (len(train) + len(test)))  # scikit-learn rounds the test share up
+    by_label = collections.Counter(r["label"] for r in test)
+    assert set(by_label) == {"T0", "T1", "T2", "T3"} and max(by_label.values()) - min(by_label.values()) <= 2
+    assert not ({r["id"] for r in train} & {r["id"] for r in test})
+    assert len(read_jsonl(out / "topics.second.train.jsonl")) + len(read_jsonl(out / "topics.second.test.jsonl")) \
+        == sum(1 for a in articles if "second" in a["labels"])
+
+
+def test_topic_cap_limits_documents_per_label(tmp_path):
+    articles = random_corpus(n=120, seed=3)
+    out = build(tmp_path, articles, "--topic-cap", "top=12,second=5")
+    rows = read_jsonl(out / "topics.top.train.jsonl") + read_jsonl(out / "topics.top.test.jsonl")
+    assert collections.Counter(r["label"] for r in rows) == {"T0": 12, "T1": 12, "T2": 12, "T3": 12}
+    rows = read_jsonl(out / "topics.second.train.jsonl") + read_jsonl(out / "topics.second.test.jsonl")
+    assert set(collections.Counter(r["label"] for r in rows).values()) == {5}  # the cap applies after --topic-min
+
+
+def test_same_seed_gives_byte_identical_outputs(tmp_path):
+    articles = random_corpus(n=150, seed=5)
+    a = build(tmp_path, articles, "--seed", "3", name="a")
+    b = build(tmp_path, articles, "--seed", "3", name="b")
+    c = build(tmp_path, articles, "--seed", "4", name="c")
+    assert sorted(os.listdir(a)) == sorted(os.listdir(b)) == sorted(DATA_FILES + ["topics.second.test.jsonl",
+                                                                                 "topics.second.train.jsonl"])
+    for name in os.listdir(a):
+        if name != "manifest.json":
+            assert (a / name).read_bytes() == (b / name).read_bytes(), name
+    assert (a / "triplets.train.jsonl").read_bytes() != (c / "triplets.train.jsonl").read_bytes()
+
+
+@pytest.mark.parametrize("lines,expected", [
+    (['{"id": "a", "title": "A", "text": "x", "links": []}', '{"id": "b", "title": "B", "text": "y", "links": [}'],
+     ":2: invalid JSON"),
+    (['{"id": "a", "title": "A", "text": "x", "links": []}', '{"id": "b", "title": "B", "links": []}'],
+     ":2: missing field 'text'"),
+    (['{"id": "a", "title": "A", "text": "x", "links": []}', '{"id": "b", "title": "B", "text": "y", "links": []}',
+      '{"id": "a", "title": "C", "text": "z", "links": []}'], ":3: duplicate id 'a'"),
+    (['{"id": 1, "title": "A", "text": "x", "links": []}'], ":1: field 'id' must be a string"),
+    (['{"id": "a", "title": "A", "text": "x", "links": "b"}'], ":1: field 'links' must be a list of strings"),
+])
+def test_bad_articles_fail_with_file_and_line(tmp_path, lines, expected):
+    src = tmp_path / "articles.jsonl"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "data"
+    proc = run_script("02_build_graph.py", "--articles", src, "--out", out, check=False)
+    assert proc.returncode == 2
+    assert one_error_line(proc.stderr).startswith(f"error: {src}{expected}")
+    assert not out.exists() or os.listdir(out) == []
