@@ -9,13 +9,14 @@
 """
 
 import collections
-import json
 import os
 import sys
 
 import numpy as np
+from tqdm import tqdm
 
 from common import cli, graph, io
+from common.pool import Background
 
 
 def parse_args(argv):
@@ -51,10 +52,78 @@ def _caps(text):
     return caps
 
 
-def _graph_row(ids, q, direct, hop):
-    entries = [f"{json.dumps(ids[d])}: {{\"count\": 5}}" for d in direct.tolist()]
-    entries += [f"{json.dumps(ids[d])}: {{\"count\": 1}}" for d in hop.tolist()]
-    return f"{json.dumps(ids[q])}: {{{', '.join(entries)}}}"
+class _GraphText:
+    """graph.json's pieces for every document: a row opens with ``, "q": {``, its first entry has no leading comma,
+    direct links say count 5 and two-hop documents count 1."""
+
+    def __init__(self, ids):
+        enc = [io.json_string(i).encode("utf-8") for i in ids]
+        self.n = n = len(enc)
+        self.tokens = io.TokenTable([b', %s: {' % e for e in enc] + [b'%s: {"count": 5}' % e for e in enc]
+                                    + [b', %s: {"count": 5}' % e for e in enc] + [b', %s: {"count": 1}' % e for e in enc]
+                                    + [b"}"])
+        self.head, self.first, self.direct, self.hop, self.end = 0, n, 2 * n, 3 * n, 4 * n
+
+    def rows(self, links, chunk, hop_indptr, hop_indices):
+        """The rows of a chunk of queries: head, direct links, two-hop documents, closing brace."""
+        start = links.indptr[chunk]
+        n_direct = links.indptr[chunk + 1] - start
+        n_hop = np.diff(hop_indptr)
+        row_start = np.concatenate([[0], np.cumsum(n_direct + n_hop + 2)])
+        idx = np.empty(row_start[-1], dtype=np.int64)
+        rows = np.arange(len(chunk))
+        idx[row_start[:-1]] = self.head + chunk
+        idx[row_start[1:] - 1] = self.end
+        d_row = np.repeat(rows, n_direct)
+        d_rank = np.arange(len(d_row)) - np.concatenate([[0], np.cumsum(n_direct)[:-1]])[d_row]
+        idx[row_start[d_row] + 1 + d_rank] = np.where(d_rank == 0, self.first, self.direct) \
+            + links.indices[start[d_row] + d_rank]
+        h_row = np.repeat(rows, n_hop)
+        idx[row_start[h_row] + 1 + n_direct[h_row] + (np.arange(len(h_row)) - hop_indptr[h_row])] = \
+            self.hop + hop_indices
+        return self.tokens.render(idx)
+
+
+class _TripletText:
+    def __init__(self, ids):
+        enc = [io.json_string(i).encode("utf-8") for i in ids]
+        self.n = n = len(enc)
+        self.tokens = io.TokenTable([b'{"query": %s' % e for e in enc] + [b', "pos": %s' % e for e in enc]
+                                    + [b', "neg": %s' % e for e in enc]
+                                    + [b', "hard": false}\n', b', "hard": true}\n'])
+
+    def lines(self, q, p, n, hard):
+        return self.tokens.render(np.stack([q, self.n + p, 2 * self.n + n, 3 * self.n + hard], axis=1).ravel())
+
+
+def write_graph_json(path, ids, links, queries):
+    """graph.json, a chunk of queries at a time; returns the number of two-hop pairs."""
+    text = _GraphText(ids)
+    pairs = 0
+    with open(path, "wb") as g:
+        g.write(b"{")
+        for start in tqdm(range(0, len(queries), graph.CHUNK_ROWS), desc="graph.json", unit=" chunks",
+                          mininterval=1.0):
+            chunk = queries[start:start + graph.CHUNK_ROWS]
+            hop_indptr, hop_indices = graph.two_hop(links, chunk)
+            pairs += len(hop_indices)
+            rows = text.rows(links, chunk, hop_indptr, hop_indices)
+            g.write(rows[2:] if start == 0 else rows)  # the first row has no separating comma
+        g.write(b"}\n")
+    return pairs
+
+
+def write_triplets(out, corpus, text, queries, args, rng, counts):
+    """Triplets of one split, a chunk of queries at a time (the chunking is part of the seed's meaning)."""
+    total = 0
+    for start in range(0, len(queries), graph.CHUNK_ROWS):
+        chunk = queries[start:start + graph.CHUNK_ROWS]
+        hop_indptr, hop_indices = graph.two_hop(corpus.links, chunk)
+        q, p, n, h = graph.sample_triplets(corpus, chunk, hop_indptr, hop_indices, args.per_query, args.hard, rng,
+                                           counts)
+        total += len(q)
+        out.write(text.lines(q, p, n, h.astype(np.int64)))
+    return total
 
 
 def build_graph(args, corpus, outputs, counts):
@@ -64,41 +133,19 @@ def build_graph(args, corpus, outputs, counts):
     for name, members in splits.items():
         counts[f"queries_{name}"] = int(len(members))
     with outputs.open("splits.json") as f:
-        json.dump({name: [corpus.ids[i] for i in members.tolist()] for name, members in splits.items()}, f)
-        f.write("\n")
+        f.write(io.dumps_line({name: [corpus.ids[i] for i in members.tolist()] for name, members in splits.items()}))
 
-    role = np.zeros(corpus.n, dtype=np.int8)  # 1 = train query, 2 = val query
-    role[splits["train"]] = 1
-    role[splits["val"]] = 2
+    # graph.json (the largest output) is written by a second process while this one samples triplets
     queries = np.flatnonzero(np.diff(corpus.links.indptr) > 0)
-    from tqdm import tqdm
-    with outputs.open("graph.json") as g, outputs.open("triplets.train.jsonl") as t_train, \
-            outputs.open("triplets.val.jsonl") as t_val:
-        g.write("{")
-        first = True
-        for start in tqdm(range(0, len(queries), graph.CHUNK_ROWS), desc="graph", unit=" chunks",
-                          mininterval=1.0):
-            chunk = queries[start:start + graph.CHUNK_ROWS]
-            hop_indptr, hop_indices = graph.two_hop(corpus.links, chunk)
-            counts["two_hop_pairs"] += int(len(hop_indices))
-            rows = []
-            for i, q in enumerate(chunk.tolist()):
-                rows.append(_graph_row(corpus.ids, q, corpus.neighbours(q),
-                                       hop_indices[hop_indptr[i]:hop_indptr[i + 1]]))
-            g.write(("" if first else ", ") + ", ".join(rows))
-            first = False
-            for code, out, rng, name in ((1, t_train, rng_train, "train"), (2, t_val, rng_val, "val")):
-                sel = np.flatnonzero(role[chunk] == code)
-                if not len(sel):
-                    continue
-                sub_indptr = np.concatenate([[0], np.cumsum(np.diff(hop_indptr)[sel])])
-                sub_indices = np.concatenate([hop_indices[hop_indptr[i]:hop_indptr[i + 1]] for i in sel])
-                triplets = graph.sample_triplets(corpus, chunk[sel], sub_indptr, sub_indices, args.per_query,
-                                                 args.hard, rng, counts)
-                counts[f"triplets_{name}"] += len(triplets)
-                out.writelines(io.dumps_line({"query": corpus.ids[q], "pos": corpus.ids[p],
-                                              "neg": corpus.ids[n], "hard": h}) for q, p, n, h in triplets)
-        g.write("}\n")
+    writer = Background(write_graph_json, outputs.tmp_path("graph.json"), corpus.ids, corpus.links, queries)
+    try:
+        text = _TripletText(corpus.ids)
+        for name, rng in (("train", rng_train), ("val", rng_val)):
+            with outputs.open(f"triplets.{name}.jsonl", "wb") as out:
+                counts[f"triplets_{name}"] = write_triplets(out, corpus, text, splits[name], args, rng, counts)
+        counts["two_hop_pairs"] = writer.result()
+    finally:
+        writer.cancel()
 
     with outputs.open("crossref.qrels") as f:
         f.writelines(graph.crossref_qrels(corpus, splits["holdout"], args.crossref_queries, args.crossref_min_links,
@@ -127,7 +174,7 @@ def run_graph(args):
     started = io.now()
     counts = collections.Counter()
     with io.Outputs(args.out) as outputs:
-        with outputs.open("docs.jsonl") as docs:
+        with outputs.open("docs.jsonl", "wb") as docs:
             corpus = graph.read_articles(args.articles, docs, counts)
         build_graph(args, corpus, outputs, counts)
         source = io.read_manifest(os.path.dirname(os.path.abspath(args.articles)))

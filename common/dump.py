@@ -5,9 +5,11 @@ non-UTF-8 bytes) becomes an ``InputError`` naming the file, the XML position and
 """
 
 import bz2
-import gzip
+import queue
 import re
+import threading
 import xml.etree.ElementTree as ET
+import zlib
 from typing import NamedTuple
 
 from common.io import InputError
@@ -22,6 +24,81 @@ class Page(NamedTuple):
     title: str
     redirect: str  # target title, or "" for a content page
     text: str
+
+
+def _decompressed_blocks(f, new_decompressor, block=1 << 20):
+    """Decompress a file block by block; one C call per block releases the GIL for its whole duration.
+    Concatenated streams (bz2 multistream, multi-member gzip) are followed; a stream cut short raises EOFError."""
+    dec, fed = new_decompressor(), False
+    while True:
+        data = f.read(block)
+        if not data:
+            if fed and not dec.eof:
+                raise EOFError("compressed stream ends early")
+            return
+        while data:
+            fed = True
+            out = dec.decompress(data)
+            if out:
+                yield out
+            if dec.eof:
+                data = dec.unused_data
+                dec, fed = new_decompressor(), False
+            else:
+                data = b""
+
+
+class PrefetchReader:
+    """A file-like ``read`` over blocks produced by a thread, so decompression overlaps XML parsing.
+
+    At most ``depth`` blocks wait in memory; an error in the thread is raised by the next ``read``.
+    """
+
+    def __init__(self, blocks, depth=8):
+        self._queue = queue.Queue(maxsize=depth)
+        self._block, self._pos = b"", 0
+        self._done = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._fill, args=(blocks,), daemon=True)
+        self._thread.start()
+
+    def _fill(self, blocks):
+        try:
+            for block in blocks:
+                if self._stop.is_set():
+                    return
+                self._queue.put(block)
+            self._queue.put(b"")
+        except BaseException as e:  # handed to the reader, which raises it
+            self._queue.put(e)
+
+    def read(self, n=-1):
+        parts, wanted = [], n
+        while n < 0 or wanted > 0:
+            if self._pos >= len(self._block):
+                if self._done:
+                    break
+                item = self._queue.get()
+                if isinstance(item, BaseException):
+                    self._done = True
+                    raise item
+                if not item:
+                    self._done = True
+                self._block, self._pos = item, 0
+                continue
+            end = len(self._block) if n < 0 else min(len(self._block), self._pos + wanted)
+            parts.append(self._block[self._pos:end])
+            wanted -= end - self._pos
+            self._pos = end
+        return b"".join(parts)
+
+    def close(self):
+        self._stop.set()
+        while self._thread.is_alive():
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                self._thread.join(0.01)
 
 
 def _local(tag):
@@ -48,8 +125,12 @@ class DumpReader:
         except OSError as e:
             raise InputError(f"{self.path}: {e.strerror}") from None
         with f:
-            inner = bz2.BZ2File(f) if self.path.endswith(".bz2") else gzip.GzipFile(fileobj=f) \
-                if self.path.endswith(".gz") else f
+            if self.path.endswith(".bz2"):
+                inner = PrefetchReader(_decompressed_blocks(f, bz2.BZ2Decompressor))
+            elif self.path.endswith(".gz"):
+                inner = PrefetchReader(_decompressed_blocks(f, lambda: zlib.decompressobj(wbits=31)))
+            else:
+                inner = f
             self.raw = f
             try:
                 yield from self._pages(inner)
@@ -59,8 +140,11 @@ class DumpReader:
                 self._fail(f"malformed XML at line {line}, column {col} ({msg})", self._last)
             except EOFError:
                 self._fail("compressed stream ends early (truncated file)", self._last)
-            except (OSError, gzip.BadGzipFile) as e:
+            except (OSError, zlib.error) as e:
                 self._fail(f"corrupt compressed data ({e})", self._last)
+            finally:
+                if inner is not f:
+                    inner.close()
 
     def _pages(self, stream):
         names, first_letter = {}, True

@@ -6,11 +6,12 @@ million-article graph is never held. All sampling draws from numpy generators sp
 order, so the same seed gives byte-identical files.
 """
 
-import json
 from array import array
 
 import numpy as np
 import scipy.sparse as sp
+
+import orjson
 
 from common.io import InputError, read_jsonl
 
@@ -35,84 +36,106 @@ class Corpus:
         return self.links.indices[self.links.indptr[i]:self.links.indptr[i + 1]]
 
 
-def _check_str_list(value, field, path, lineno):
-    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
-        raise InputError(f"{path}:{lineno}: field {field!r} must be a list of strings")
+class _Interner(dict):
+    """id string → node number, numbering ids in order of first sight; a lookup of a new id assigns one, so
+    ``map(interner.__getitem__, links)`` numbers a whole link list in C and only new ids reach Python."""
+
+    def __init__(self, path):
+        super().__init__()
+        self.path = path
+        self.lineno = 0
+
+    def __missing__(self, key):
+        if not isinstance(key, str):
+            raise InputError(f"{self.path}:{self.lineno}: field 'links' must be a list of strings")
+        value = self[key] = len(self)
+        return value
 
 
 def read_articles(path, docs_out, counts):
-    """Read articles.jsonl once: validate every line, write docs.jsonl, build the link matrix."""
-    node_of = {}  # id string → node number (documents and link targets, in order of first sight)
-    doc_of_node = array("q")
+    """Read articles.jsonl once: validate every line, write docs.jsonl (``docs_out``, binary), build the link
+    matrix."""
+    interner = _Interner(path)
+    doc_nodes, degrees, dst = array("q"), array("q"), array("q")
     ids = []
-    src, dst = array("i"), array("q")
-    level_codes, label_names, label_code = {}, {}, {}
+    label_docs, label_names = {}, {}  # level → document numbers, label strings
+    batch = []
     for lineno, obj in read_jsonl(path, required=("id", "title", "text", "links")):
-        doc_id = obj["id"]
-        for field in ("id", "title", "text"):
-            if not isinstance(obj[field], str):
-                raise InputError(f"{path}:{lineno}: field {field!r} must be a string")
-        _check_str_list(obj["links"], "links", path, lineno)
-        node = node_of.setdefault(doc_id, len(node_of))
-        if node == len(doc_of_node):
-            doc_of_node.append(-1)
-        if doc_of_node[node] != -1:
-            raise InputError(f"{path}:{lineno}: duplicate id {doc_id!r}")
+        interner.lineno = lineno
+        doc_id, title, text, links = obj["id"], obj["title"], obj["text"], obj["links"]
+        if not (type(doc_id) is str and type(title) is str and type(text) is str):
+            for field in ("id", "title", "text"):
+                if not isinstance(obj[field], str):
+                    raise InputError(f"{path}:{lineno}: field {field!r} must be a string")
+        if type(links) is not list:
+            raise InputError(f"{path}:{lineno}: field 'links' must be a list of strings")
         index = len(ids)
-        doc_of_node[node] = index
         ids.append(doc_id)
-        docs_out.write(json.dumps({"id": doc_id, "title": obj["title"], "text": obj["text"]},
-                                  ensure_ascii=False) + "\n")
-        for target in obj["links"]:
-            t = node_of.setdefault(target, len(node_of))
-            if t == len(doc_of_node):
-                doc_of_node.append(-1)
-            src.append(index)
-            dst.append(t)
-        labels = obj.get("labels") or {}
-        if not isinstance(labels, dict):
-            raise InputError(f"{path}:{lineno}: field 'labels' must be an object")
-        for level, name in labels.items():
-            if name is None:
-                continue
-            if not isinstance(name, str):
-                raise InputError(f"{path}:{lineno}: label {level!r} must be a string")
-            codes = level_codes.setdefault(level, array("i"))
-            names = label_code.setdefault(level, {})
-            code = names.setdefault(name, len(names))
-            if code == len(label_names.setdefault(level, [])):
-                label_names[level].append(name)
-            codes.extend([-1] * (index + 1 - len(codes)))
-            codes[index] = code
+        doc_nodes.append(interner[doc_id])
+        dst.extend(map(interner.__getitem__, links))
+        degrees.append(len(links))
+        batch.append(orjson.dumps({"id": doc_id, "title": title, "text": text}, option=orjson.OPT_APPEND_NEWLINE))
+        if len(batch) >= 4096:
+            docs_out.writelines(batch)
+            batch.clear()
+        labels = obj.get("labels")
+        if labels:
+            if type(labels) is not dict:
+                raise InputError(f"{path}:{lineno}: field 'labels' must be an object")
+            for level, name in labels.items():
+                if name is None:
+                    continue
+                if type(name) is not str:
+                    raise InputError(f"{path}:{lineno}: label {level!r} must be a string")
+                label_docs.setdefault(level, array("q")).append(index)
+                label_names.setdefault(level, []).append(name)
+    docs_out.writelines(batch)
     n = len(ids)
+    doc_nodes = np.frombuffer(doc_nodes, dtype=np.int64)
+    _check_unique(path, doc_nodes, ids)
+    doc_of_node = np.full(len(interner), -1, dtype=np.int64)
+    doc_of_node[doc_nodes] = np.arange(n)
+    del interner
     counts["documents"] = n
-    counts["links_read"] = len(src)
-    del node_of
-    links = _link_matrix(np.frombuffer(src, dtype=np.int32), np.frombuffer(doc_of_node, dtype=np.int64),
-                         np.frombuffer(dst, dtype=np.int64), n, counts)
-    labels = {}
-    for level, codes in level_codes.items():
+    counts["links_read"] = len(dst)
+    src = np.repeat(np.arange(n, dtype=np.int64), np.frombuffer(degrees, dtype=np.int64))
+    links = _link_matrix(src, doc_of_node, np.frombuffer(dst, dtype=np.int64), n, counts)
+    labels, names_by_code = {}, {}
+    for level, docs in label_docs.items():
+        names = sorted(set(label_names[level]))
+        code_of = {name: code for code, name in enumerate(names)}
         arr = np.full(n, -1, dtype=np.int32)
-        arr[:len(codes)] = np.frombuffer(codes, dtype=np.int32)
-        labels[level] = arr
-    return Corpus(ids, links, labels, label_names, counts)
+        arr[np.frombuffer(docs, dtype=np.int64)] = [code_of[name] for name in label_names[level]]
+        labels[level], names_by_code[level] = arr, names
+    return Corpus(ids, links, labels, names_by_code, counts)
+
+
+def _check_unique(path, doc_nodes, ids):
+    """A repeated id is an error at the line of its second occurrence (found by re-reading, the rare path)."""
+    if len(np.unique(doc_nodes)) == len(doc_nodes):
+        return
+    seen = set()
+    for record, (lineno, obj) in enumerate(read_jsonl(path)):
+        if obj["id"] in seen:
+            raise InputError(f"{path}:{lineno}: duplicate id {obj['id']!r}")
+        seen.add(obj["id"])
 
 
 def _link_matrix(src, doc_of_node, dst_nodes, n, counts):
     dst = doc_of_node[dst_nodes] if len(dst_nodes) else np.zeros(0, dtype=np.int64)
     known = dst >= 0
     counts["links_unknown_id"] = int((~known).sum())
-    src, dst = src[known].astype(np.int64), dst[known]
+    src, dst = src[known], dst[known]
     self_loop = src == dst
     counts["links_self"] = int(self_loop.sum())
     src, dst = src[~self_loop], dst[~self_loop]
-    keys = np.unique(src * n + dst)  # sorted: rows in order, columns sorted within rows
+    keys = np.sort(src * n + dst)  # rows in order, columns sorted within rows
+    if len(keys):
+        keys = keys[np.concatenate([[True], keys[1:] != keys[:-1]])]
     counts["links_duplicate"] = int(len(src) - len(keys))
     counts["edges"] = int(len(keys))
     rows, cols = keys // n if n else keys, keys % n if n else keys
-    indptr = np.zeros(n + 1, dtype=np.int64)
-    np.add.at(indptr, rows + 1, 1)
-    indptr = np.cumsum(indptr)
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=n))]).astype(np.int64)
     data = np.ones(len(cols), dtype=np.int32)
     return sp.csr_matrix((data, cols.astype(np.int32), indptr), shape=(n, n))
 
@@ -126,8 +149,8 @@ def two_hop(links, rows):
     r_rows = np.repeat(np.arange(len(rows), dtype=np.int64), np.diff(reach.indptr))
     keys = r_rows * n + reach.indices
     d_rows = np.repeat(np.arange(len(rows), dtype=np.int64), np.diff(sub.indptr))
-    exclude = np.concatenate([d_rows * n + sub.indices, np.arange(len(rows), dtype=np.int64) * n + rows])
-    keep = ~np.isin(keys, exclude)
+    direct_keys = d_rows * n + sub.indices  # sorted, as both keys are row-major with sorted columns
+    keep = ~(_in_sorted(direct_keys, keys) | (reach.indices == rows[r_rows]))
     counts = np.bincount(r_rows[keep], minlength=len(rows))
     indptr = np.concatenate([[0], np.cumsum(counts)])
     return indptr, reach.indices[keep].astype(np.int64)
@@ -144,80 +167,92 @@ def split_queries(corpus, holdout, val, rng):
     return {"train": np.sort(rest[n_val:]), "val": np.sort(rest[:n_val]), "holdout": np.sort(perm[:n_hold])}
 
 
+def _in_sorted(sorted_keys, keys):
+    if not len(sorted_keys):
+        return np.zeros(len(keys), dtype=bool)
+    pos = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
+    return sorted_keys[pos] == keys
+
+
 def _easy_negatives(queries, need, links, n, rng, counts, also_exclude=None):
     """``need[i]`` distinct documents per query that are neither the query nor one of its links (nor, with
-    ``also_exclude = (indptr, indices)`` per query, one of those)."""
-    degree = np.diff(links.indptr)[queries]
+    ``also_exclude = (indptr, indices)`` per query, one of those). Returns them flat, query by query, and the
+    number per query (fewer than asked where a query has not enough candidates; counted)."""
+    local = np.arange(len(queries), dtype=np.int64)
+    ptr = links.indptr
+    degree = ptr[queries + 1] - ptr[queries]
+    link_rows = np.repeat(local, degree)
+    link_cols = links.indices[np.repeat(ptr[queries] - np.concatenate([[0], np.cumsum(degree)[:-1]]), degree)
+                              + np.arange(int(degree.sum()))]
+    forbidden = [link_rows * n + link_cols]  # each sorted (row-major, sorted columns)
     available = n - 1 - degree
-    extra_keys = np.zeros(0, dtype=np.int64)
     if also_exclude is not None:
         ex_indptr, ex_indices = also_exclude
         available = available - np.diff(ex_indptr)
-        extra_keys = np.repeat(np.arange(len(queries), dtype=np.int64), np.diff(ex_indptr)) * n + ex_indices
+        forbidden.append(np.repeat(local, np.diff(ex_indptr)) * n + ex_indices)
     short = need > available
     counts["easy_negatives_short"] = counts.get("easy_negatives_short", 0) + int((need - available)[short].sum())
     need = np.minimum(need, np.maximum(available, 0))
-    slot_query = np.repeat(np.arange(len(queries)), need)
+    slot_query = np.repeat(local, need)
     out = np.full(len(slot_query), -1, dtype=np.int64)
-    edge_keys = None
+    taken = np.zeros(0, dtype=np.int64)  # sorted keys of accepted negatives
     open_ = np.arange(len(slot_query))
     while len(open_):
-        q_local = slot_query[open_]
-        q = queries[q_local]
         cand = rng.integers(0, n, size=len(open_))
-        ok = cand != q
-        if edge_keys is None:
-            edge_keys = _edge_keys(links)
-        key = q * n + cand
-        pos = np.searchsorted(edge_keys, key)
-        pos = np.minimum(pos, max(len(edge_keys) - 1, 0))
-        if len(edge_keys):
-            ok &= edge_keys[pos] != key
-        # distinct within a query: a candidate already taken (or taken earlier in this round) is drawn again
-        taken = out >= 0
-        prior = np.concatenate([extra_keys, slot_query[taken] * n + out[taken]])
-        all_keys = np.concatenate([prior, q_local * n + cand])
-        _, first = np.unique(all_keys, return_index=True)
-        is_first = np.zeros(len(all_keys), dtype=bool)
+        key = slot_query[open_] * n + cand
+        ok = (cand != queries[slot_query[open_]]) & ~_in_sorted(taken, key)
+        for keys in forbidden:
+            ok &= ~_in_sorted(keys, key)
+        _, first = np.unique(key, return_index=True)  # one of several equal draws in this round
+        is_first = np.zeros(len(key), dtype=bool)
         is_first[first] = True
-        ok &= is_first[len(prior):]
+        ok &= is_first
         out[open_[ok]] = cand[ok]
+        taken = np.sort(np.concatenate([taken, key[ok]]))
         open_ = open_[~ok]
-    return np.split(out, np.cumsum(need)[:-1]) if len(need) else []
+    return out, need
 
 
-def _edge_keys(links):
-    n = links.shape[0]
-    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(links.indptr))
-    return rows * n + links.indices
+def _distinct_ranks(sizes, k, rng):
+    """Per row, ``k`` distinct uniform ranks in ``range(size)`` (columns past ``size`` are meaningless): the j-th
+    draw is uniform over the ranks not yet taken, mapped by stepping over the taken ones in increasing order."""
+    ranks = np.zeros((len(sizes), k), dtype=np.int64)
+    for j in range(k):
+        r = (rng.random(len(sizes)) * np.maximum(sizes - j, 1)).astype(np.int64)
+        taken = np.sort(ranks[:, :j], axis=1)
+        for c in range(j):
+            r += r >= taken[:, c]
+        ranks[:, j] = r
+    return ranks
 
 
 def sample_triplets(corpus, queries, hop_indptr, hop_indices, per_query, hard, rng, counts):
     """SPECTER triplets for a chunk of queries: ``per_query`` each, up to ``hard`` of them with a two-hop
     negative and the rest (all, when a query has no two-hop documents) with easy ones: random documents that
     are neither the query, nor linked, nor two hops away. A query's negatives are distinct. Every triplet draws
-    its own positive from the query's links."""
+    its own positive from the query's links.
+
+    Returns arrays ``(query, pos, neg, hard)``, query by query, hard triplets first.
+    """
     links = corpus.links
     degree = np.diff(links.indptr)[queries]
     positives = links.indices[links.indptr[queries][:, None]
                               + rng.integers(0, degree[:, None], size=(len(queries), per_query))]
     n_hop = np.diff(hop_indptr)
     n_hard = np.minimum(n_hop, hard)
-    # hard negatives: a random distinct subset of each query's two-hop documents
-    entry_row = np.repeat(np.arange(len(queries)), n_hop)
-    order = np.lexsort((rng.random(len(hop_indices)), entry_row))
-    rank = np.arange(len(order)) - hop_indptr[entry_row[order]]
-    chosen = order[rank < n_hard[entry_row[order]]]
-    hard_negs = np.split(hop_indices[chosen], np.cumsum(n_hard)[:-1])
-    easy_negs = _easy_negatives(queries, per_query - n_hard, links, corpus.n, rng, counts,
-                                (hop_indptr, hop_indices))
-    out = []
-    for i, q in enumerate(queries.tolist()):
-        negs = [(int(x), True) for x in hard_negs[i]] + [(int(x), False) for x in easy_negs[i]]
-        for (neg, is_hard), pos in zip(negs, positives[i].tolist()):
-            out.append((q, pos, neg, is_hard))
+    ranks = _distinct_ranks(n_hop, hard, rng)  # hard negatives: a random distinct subset of the two-hop docs
+    take = np.arange(hard)[None, :] < n_hard[:, None]
+    hard_negs = hop_indices[(hop_indptr[:-1, None] + ranks)[take]]
+    easy_flat, n_easy = _easy_negatives(queries, per_query - n_hard, links, corpus.n, rng, counts,
+                                        (hop_indptr, hop_indices))
+    row = np.concatenate([np.repeat(np.arange(len(queries)), n_hard), np.repeat(np.arange(len(queries)), n_easy)])
+    is_hard = np.concatenate([np.ones(len(hard_negs), dtype=bool), np.zeros(len(easy_flat), dtype=bool)])
+    neg = np.concatenate([hard_negs, easy_flat])
+    order = np.argsort(row, kind="stable")  # per query: its hard negatives, then its easy ones
+    row, is_hard, neg = row[order], is_hard[order], neg[order]
+    slot = np.arange(len(row)) - np.concatenate([[0], np.cumsum(n_hard + n_easy)])[row]
     counts["triplets_hard"] = counts.get("triplets_hard", 0) + int(n_hard.sum())
-    return out
+    return queries[row], positives[row, slot], neg, is_hard
 
 
 def crossref_qrels(corpus, holdout, max_queries, min_links, positives, negatives, rng, counts):
@@ -228,7 +263,9 @@ def crossref_qrels(corpus, holdout, max_queries, min_links, positives, negatives
         eligible = np.sort(rng.choice(eligible, max_queries, replace=False))
     counts["crossref_queries"] = int(len(eligible))
     pos = [rng.choice(corpus.neighbours(q), min(positives, degree[q]), replace=False) for q in eligible.tolist()]
-    neg = _easy_negatives(eligible, np.full(len(eligible), negatives), corpus.links, corpus.n, rng, counts)
+    flat, n_neg = _easy_negatives(eligible, np.full(len(eligible), negatives), corpus.links, corpus.n, rng,
+                                  counts)
+    neg = np.split(flat, np.cumsum(n_neg)[:-1]) if len(eligible) else []
     lines = []
     for q, p, ng in zip(eligible.tolist(), pos, neg):
         qid = corpus.ids[q]

@@ -32,3 +32,47 @@ def ordered_map(fn, tasks, workers, initializer=None, initargs=(), in_flight_per
         finally:
             for future in pending:
                 future.cancel()
+
+
+class Background:
+    """``fn(*args)`` in a forked process (sharing the parent's memory copy-on-write), or inline where fork is not
+    available. ``result()`` waits and returns its value, re-raising a failure; ``cancel()`` stops it."""
+
+    def __init__(self, fn, *args):
+        self._process = None
+        if "fork" not in multiprocessing.get_all_start_methods():
+            self._value = fn(*args)
+            return
+        context = multiprocessing.get_context("fork")
+        self._receive, send = context.Pipe(duplex=False)
+        self._process = context.Process(target=_run_and_send, args=(send, fn, args), daemon=True)
+        self._process.start()
+        send.close()
+
+    def result(self):
+        if self._process is None:
+            return self._value
+        try:
+            status, value = self._receive.recv()
+        except EOFError:
+            status, value = "error", f"background process died (exit status {self._process.exitcode})"
+        self._process.join()
+        self._process = None
+        if status == "error":
+            raise RuntimeError(value)
+        self._value = value
+        return value
+
+    def cancel(self):
+        if self._process is not None:
+            self._process.terminate()
+            self._process.join()
+            self._process = None
+
+
+def _run_and_send(send, fn, args):
+    import traceback
+    try:
+        send.send(("ok", fn(*args)))
+    except BaseException:
+        send.send(("error", traceback.format_exc()))

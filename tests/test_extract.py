@@ -158,3 +158,24 @@ def test_missing_dump_is_a_one_line_error(tmp_path):
                       check=False)
     assert proc.returncode == 2
     assert one_error_line(proc.stderr) == f"error: {tmp_path / 'none.xml.bz2'}: No such file or directory"
+
+
+def test_gzip_and_plain_xml_give_the_same_articles(tmp_path):
+    import gzip
+    from conftest import make_dump
+    data = make_dump(FINNISH_PAGES).encode("utf-8")
+    (tmp_path / "d.xml").write_bytes(data)
+    half = len(data) // 2
+    (tmp_path / "d.xml.gz").write_bytes(gzip.compress(data[:half]) + gzip.compress(data[half:]))  # two members
+    plain, _, _ = extract(tmp_path / "a", tmp_path / "d.xml", "--workers", "0")
+    gz, _, _ = extract(tmp_path / "b", tmp_path / "d.xml.gz", "--workers", "0")
+    assert plain == gz and len(plain) == 4
+
+
+def test_multistream_bz2_is_read_to_the_end(tmp_path):
+    from conftest import make_dump
+    data = make_dump(FINNISH_PAGES).encode("utf-8")
+    cut = data.index(b"  <page>", len(data) // 2)
+    (tmp_path / "d.xml.bz2").write_bytes(bz2.compress(data[:cut]) + bz2.compress(data[cut:]))
+    articles, _, _ = extract(tmp_path, tmp_path / "d.xml.bz2", "--workers", "0")
+    assert [a["title"] for a in articles] == ["Amsterdam", "Alankomaat", "Pääkaupunki", "Rotterdam"]

@@ -186,3 +186,24 @@ def test_bad_articles_fail_with_file_and_line(tmp_path, lines, expected):
     assert proc.returncode == 2
     assert one_error_line(proc.stderr).startswith(f"error: {src}{expected}")
     assert not out.exists() or os.listdir(out) == []
+
+
+def test_ids_with_tabs_quotes_and_non_ascii_round_trip_through_every_file(tmp_path):
+    odd = ["tab\there", 'quote"d', "back\\slash", "ä ö", "x"]
+    articles = [article(odd[i], [odd[(i + 1) % 5], odd[(i + 2) % 5]]) for i in range(5)]
+    out = build(tmp_path, articles, "--holdout", "0", "--val", "0")
+    graph = json.loads((out / "graph.json").read_text(encoding="utf-8"))
+    assert graph[odd[0]] == {odd[1]: {"count": 5}, odd[2]: {"count": 5}, odd[3]: {"count": 1}, odd[4]: {"count": 1}}
+    assert set(graph) == set(odd)
+    triplets = read_jsonl(out / "triplets.train.jsonl")
+    assert {t["query"] for t in triplets} == set(odd)
+    assert all(t["pos"] in {odd[(odd.index(t["query"]) + k) % 5] for k in (1, 2)} for t in triplets)
+
+
+def test_distinct_ranks_are_uniform_over_ordered_pairs():
+    import numpy as np
+    from common.graph import _distinct_ranks
+    ranks = _distinct_ranks(np.full(60000, 4), 2, np.random.default_rng(0))
+    assert (ranks[:, 0] != ranks[:, 1]).all() and ranks.min() == 0 and ranks.max() == 3
+    pairs = collections.Counter(map(tuple, ranks.tolist()))
+    assert len(pairs) == 12 and all(abs(c - 5000) < 400 for c in pairs.values())

@@ -1,0 +1,87 @@
+"""02_build_graph.py on a synthetic corpus: wall time and peak memory.
+
+    python bench/graph.py                       # 1M articles, 10M links (goal: < 60 s, < 4 GB)
+    python bench/graph.py --articles 100000     # a quicker look
+
+Links point to targets drawn from a Zipf-like popularity, as Wikipedia links do (a few hubs, a long tail);
+every article has 0-20 links (mean --links-per-article). Peak RSS is the sum over 02's process tree (it
+forks one helper), polled every 0.1 s.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import psutil
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def make_corpus(path, n, mean_links, seed=0):
+    rng = np.random.default_rng(seed)
+    degree = rng.poisson(mean_links, size=n).clip(0, 20)
+    weights = 1.0 / np.arange(1, n + 1) ** 0.8
+    weights /= weights.sum()
+    popularity = rng.permutation(n)
+    targets = popularity[rng.choice(n, size=int(degree.sum()), p=weights)]
+    labels = rng.integers(0, 30, size=n)
+    with open(path, "w", encoding="utf-8") as f:
+        pos = 0
+        for i in range(n):
+            links = targets[pos:pos + degree[i]].tolist()
+            pos += degree[i]
+            f.write(json.dumps({"id": str(i), "title": f"Article {i}",
+                                "text": f"Article {i} is a synthetic document about topic {labels[i]}.",
+                                "links": [str(t) for t in links],
+                                "labels": {"top": f"T{labels[i] % 10}", "second": f"S{labels[i]}"}}) + "\n")
+    return int(degree.sum())
+
+
+def run_measured(cmd):
+    """Wall seconds, peak RSS of the whole process tree (bytes) and exit status of a command."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    root = psutil.Process(proc.pid)
+    peak = 0
+    while proc.poll() is None:
+        try:
+            tree = [root] + root.children(recursive=True)
+            peak = max(peak, sum(p.memory_info().rss for p in tree if p.is_running()))
+        except psutil.Error:
+            pass
+        time.sleep(0.1)
+    return time.perf_counter() - start, peak, proc.returncode
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--articles", type=int, default=1_000_000)
+    parser.add_argument("--links-per-article", type=float, default=10.0)
+    parser.add_argument("--work", default=os.path.join(ROOT, "bench", "out", "graph"))
+    args = parser.parse_args()
+    os.makedirs(args.work, exist_ok=True)
+    src = os.path.join(args.work, f"articles.{args.articles}.jsonl")
+    if not os.path.exists(src):
+        print(f"writing {args.articles} synthetic articles ...", flush=True)
+        make_corpus(src + ".tmp", args.articles, args.links_per_article)
+        os.replace(src + ".tmp", src)
+    out = os.path.join(args.work, "data")
+    seconds, peak, rc = run_measured([sys.executable, os.path.join(ROOT, "02_build_graph.py"), "--articles", src,
+                                      "--out", out])
+    if rc:
+        sys.exit(f"02_build_graph.py failed ({rc})")
+    peak_gb = peak / 1e9
+    counts = json.load(open(os.path.join(out, "manifest.json")))["counts"]
+    graph_gb = os.path.getsize(os.path.join(out, "graph.json")) / 1e9
+    print(f"02_build_graph: {counts['documents']} articles, {counts['edges']} links, "
+          f"{counts['two_hop_pairs']} two-hop pairs, {counts['triplets_train']} train triplets")
+    print(f"  wall {seconds:.1f} s (goal < 60 s), peak RSS {peak_gb:.2f} GB (goal < 4 GB), "
+          f"graph.json {graph_gb:.2f} GB")
+
+
+if __name__ == "__main__":
+    main()
