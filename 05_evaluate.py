@@ -1,0 +1,163 @@
+"""Step 5: embed a data directory's documents with one or more models and evaluate them.
+
+  python 05_evaluate.py --data work/fi/data --model base=TurkuNLP/bert-base-finnish-cased-v1 \\
+      --model trained=runs/wikispecter/model --out work/fi/eval
+      crossref (MAP, nDCG as trec_eval), topics (LinearSVC, SciDocs protocol) and the lexical baseline, for every
+      task the data supports. Writes EVAL/<model>.npy + .ids.txt, metrics.json, report.md, tsne_<level>.png.
+
+  python 05_evaluate.py --data work/keysent/data --model trained=runs/keysent/model --out work/keysent/eval
+      Key-sentence extraction: Average R-precision on the test articles (see --task keysent, --runs).
+
+  python 05_evaluate.py extract --model runs/keysent/model --input new.jsonl --top 1 --out keys.jsonl
+      Key sentences of new articles.
+"""
+
+import os
+import sys
+
+import numpy as np
+from tqdm import tqdm
+
+from common import cli, io, report, tasks
+from common.io import InputError
+
+TASKS = ("crossref", "topics", "lexical", "keysent")
+
+
+def _named(values, flag, what):
+    out = {}
+    for value in values or []:
+        name, sep, rest = value.partition("=")
+        if not sep or not name or not rest:
+            raise InputError(f"{flag} {value!r}: expected NAME={what}")
+        out[name] = rest
+    return out
+
+
+def parse_args(argv):
+    p = cli.parser(__doc__)
+    p.add_argument("--data", required=True, help="data directory from 02_build_graph.py")
+    p.add_argument("--model", action="append", default=[], metavar="NAME=MODEL",
+                   help="a model to evaluate, as name=hub-name-or-folder (repeatable)")
+    p.add_argument("--runs", nargs="+", default=None, metavar="RUN",
+                   help="keysent: run folders of several seeds of one setting, reported as mean ± 2σ")
+    p.add_argument("--out", required=True, help="evaluation directory to write")
+    p.add_argument("--task", nargs="+", choices=TASKS, default=None,
+                   help="tasks to run (default: every task the data directory supports)")
+    p.add_argument("--pooling", action="append", default=[], metavar="NAME=cls|mean",
+                   help="pooling for a model (default: its sentence-transformers config, else cls)")
+    p.add_argument("--max-length", type=int, default=None,
+                   help="tokens per document for every model (default: each model's own setting, else 128)")
+    p.add_argument("--batch-size", type=int, default=64, help="documents per forward pass")
+    p.add_argument("--language", default=None,
+                   help="Snowball stemmer language for the lexical baseline (default: the dump's language)")
+    p.add_argument("--seed", type=int, default=42, help="seed of the classifier and t-SNE")
+    args = p.parse_args(argv)
+    args.model = _named(args.model, "--model", "MODEL")
+    args.pooling = _named(args.pooling, "--pooling", "cls|mean")
+    unknown = set(args.pooling) - set(args.model)
+    if unknown:
+        raise InputError(f"--pooling names {sorted(unknown)} but no such --model")
+    return args
+
+
+def supported(data_dir):
+    found = set()
+    if os.path.exists(os.path.join(data_dir, "crossref.qrels")) and os.path.getsize(
+            os.path.join(data_dir, "crossref.qrels")):
+        found.update(("crossref", "lexical"))
+    if tasks.topic_levels(data_dir):
+        found.add("topics")
+    if os.path.exists(os.path.join(data_dir, "keysent.test.jsonl")):
+        found.add("keysent")
+    return found
+
+
+def embed_documents(args, name, path, docs, device):
+    import torch
+    from common.models import TokenStore, embed, load_encoder
+    encoder, tokenizer, settings = load_encoder(path, pooling=args.pooling.get(name), max_length=args.max_length,
+                                                default_max_length=128)
+    encoder.to(device)
+    store = TokenStore(tokenizer, docs.inputs(tokenizer.sep_token or ""), settings["max_length"])
+    with tqdm(total=len(store), desc=f"embed {name}", unit=" docs", mininterval=1.0) as bar, \
+            torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+        emb = embed(encoder, store, args.batch_size, device, bar)
+    print(f"{name}: {emb.shape[0]} documents, {emb.shape[1]} dimensions ({settings['pooling']} pooling"
+          f"{', normalised' if settings['normalize'] else ''}, {settings['max_length']} tokens)")
+    return emb
+
+
+def evaluate_documents(args, outputs, wanted, metrics, counts):
+    import torch
+    from common.objectives import Documents
+    docs = Documents(args.data)
+    index = docs.index
+    qrels_path = os.path.join(args.data, "crossref.qrels")
+    qrels = tasks.read_qrels(qrels_path) if {"crossref", "lexical"} & wanted else {}
+    tasks._check_ids(qrels_path, qrels, index)
+    levels = tasks.topic_levels(args.data) if "topics" in wanted else []
+    topic_rows = {level: tasks.read_topics(args.data, level) for level in levels}
+    counts.update({"documents": len(docs.ids), "crossref_queries": len(qrels)})
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    embeddings = {}
+    for name, path in args.model.items():
+        emb = embed_documents(args, name, path, docs, device)
+        with outputs.open(f"{name}.npy", "wb") as f:
+            np.save(f, emb)
+        with outputs.open(f"{name}.ids.txt") as f:
+            f.writelines(f"{i}\n" for i in docs.ids)
+        embeddings[name] = (emb, index)
+        result = metrics.setdefault(name, {})
+        if "crossref" in wanted and qrels:
+            result["crossref"], _ = tasks.crossref(emb, index, qrels)
+        for level in levels:
+            result[f"topics.{level}"] = tasks.topics(emb, index, topic_rows[level], args.seed)
+    if "lexical" in wanted and qrels:
+        language = args.language or tasks.SNOWBALL.get(io.read_manifest(args.data).get("language") or "", "english")
+        metrics["lexical"] = {"crossref": tasks.lexical(docs.titles, docs.texts, index, qrels, language)[0]}
+    for level in levels:
+        if embeddings:
+            tasks.tsne_plot(outputs.tmp_path(f"tsne_{level}.png"), embeddings, topic_rows[level], level, args.seed)
+
+
+def run_evaluate(args):
+    if not os.path.isdir(args.data):
+        raise InputError(f"{args.data}: no such data directory")
+    available = supported(args.data)
+    wanted = set(args.task) if args.task else available
+    missing = wanted - available
+    if missing:
+        raise InputError(f"{args.data}: has no data for task(s) {', '.join(sorted(missing))}")
+    if not wanted:
+        raise InputError(f"{args.data}: no evaluation data (crossref.qrels, topics.*.jsonl or keysent.*.jsonl)")
+    if not args.model and not args.runs and wanted - {"lexical"}:
+        raise InputError("give at least one --model NAME=MODEL (or --runs)")
+    started = io.now()
+    metrics, counts = {}, {}
+    with io.Outputs(args.out) as outputs:
+        if wanted & {"crossref", "topics", "lexical"}:
+            evaluate_documents(args, outputs, wanted, metrics, counts)
+        if "keysent" in wanted:
+            from common.keysent import evaluate_keysent
+            evaluate_keysent(args, outputs, metrics, counts)
+        with outputs.open("metrics.json") as f:
+            f.write(io.dumps_line(metrics))
+        table = report.markdown(metrics)
+        with outputs.open("report.md") as f:
+            f.write(table)
+        with outputs.open("manifest.json") as f:
+            inputs = [os.path.join(args.data, n) for n in sorted(os.listdir(args.data)) if not n.endswith(".json")]
+            f.write(io.dumps_line(io.manifest(__file__, args, started, inputs=inputs, counts=counts, seed=args.seed)))
+    print(table, end="")
+
+
+def main(argv):
+    if argv and argv[0] == "extract":
+        from common.keysent import extract_main
+        return extract_main(argv[1:])
+    return run_evaluate(parse_args(argv))
+
+
+if __name__ == "__main__":
+    cli.run(lambda: main(sys.argv[1:]))

@@ -1,0 +1,283 @@
+"""The one training loop, on Hugging Face Accelerate, that every objective uses.
+
+Mixed precision and the number of processes come from ``accelerate config`` / ``accelerate launch``. Data order
+is a permutation drawn from (seed, epoch) and dropout noise is reseeded from (seed, micro-step, process) before
+each forward, so a run resumed from a checkpoint computes exactly what the uninterrupted run would have.
+"""
+
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Sampler
+from tqdm import tqdm
+
+from common.io import InputError
+from common.models import save_model
+
+STATE = "trainer_state.json"
+
+
+@dataclass
+class TrainConfig:
+    lr: float
+    weight_decay: float
+    warmup: float  # < 1: share of all optimizer steps; >= 1: a number of steps
+    epochs: int
+    batch_size: int
+    grad_accum: int
+    clip: float
+    seed: int
+    eval_every: int
+    checkpoint_every: int
+    keep: int
+    log_every: int
+
+
+class EpochSampler(Sampler):
+    """A permutation of the training rows drawn from (seed, epoch): the same in every process and on resume."""
+
+    def __init__(self, n, seed):
+        self.n, self.seed, self.epoch = n, seed, 0
+
+    def __iter__(self):
+        return iter(np.random.default_rng([self.seed, self.epoch]).permutation(self.n).tolist())
+
+    def __len__(self):
+        return self.n
+
+
+def parameter_groups(model, weight_decay):
+    """AdamW groups: no weight decay on biases and LayerNorm weights (BERT's recipe, as SPECTER used)."""
+    no_decay = set()
+    for module in model.modules():
+        if isinstance(module, torch.nn.LayerNorm) or "LayerNorm" in type(module).__name__:
+            no_decay.update(id(p) for p in module.parameters(recurse=False))
+    decay, rest = [], []
+    for name, param in model.named_parameters():
+        if not param.requires_grad:
+            continue
+        (rest if name.endswith("bias") or id(param) in no_decay else decay).append(param)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
+
+
+def warmup_steps(warmup, total):
+    return int(round(warmup * total)) if warmup < 1 else int(warmup)
+
+
+def checkpoints(run_dir):
+    """Complete checkpoints (their state file is written last), oldest first."""
+    root = os.path.join(run_dir, "checkpoints")
+    found = []
+    if os.path.isdir(root):
+        for name in os.listdir(root):
+            m = re.fullmatch(r"step_(\d+)", name)
+            if m and os.path.exists(os.path.join(root, name, STATE)):
+                found.append((int(m.group(1)), os.path.join(root, name)))
+    return [path for _, path in sorted(found)]
+
+
+class _Stop:
+    """SIGTERM (what Slurm sends before preemption) asks the loop to checkpoint and exit at the next step."""
+
+    def __init__(self):
+        self.requested = False
+        self._previous = signal.signal(signal.SIGTERM, self._handle)
+
+    def _handle(self, signum, frame):
+        self.requested = True
+
+    def restore(self):
+        signal.signal(signal.SIGTERM, self._previous)
+
+
+class Trainer:
+    def __init__(self, cfg, objective, encoder, tokenizer, run_dir, max_length, identity, info=None):
+        from accelerate import Accelerator
+        from accelerate.utils import set_seed
+        self.cfg, self.objective, self.tokenizer = cfg, objective, tokenizer
+        self.run_dir, self.max_length, self.identity, self.info = run_dir, max_length, identity, info or {}
+        self.accelerator = Accelerator(gradient_accumulation_steps=cfg.grad_accum)
+        set_seed(cfg.seed)
+        self.sampler = EpochSampler(len(objective.train_rows), cfg.seed)
+        train_dl = DataLoader(objective.train_rows, batch_size=cfg.batch_size, sampler=self.sampler,
+                              collate_fn=objective.collate)
+        val_dl = DataLoader(objective.val_rows, batch_size=cfg.batch_size, shuffle=False,
+                            collate_fn=objective.collate)
+        optimizer = torch.optim.AdamW(parameter_groups(encoder, cfg.weight_decay), lr=cfg.lr)
+        acc = self.accelerator
+        self.model, self.optimizer, self.train_dl, self.val_dl = acc.prepare(encoder, optimizer, train_dl, val_dl)
+        # step counts after prepare: on several processes each dataloader yields fewer batches
+        self.steps_per_epoch = math.ceil(len(self.train_dl) / cfg.grad_accum)
+        self.total_steps = cfg.epochs * self.steps_per_epoch
+        self.warmup = warmup_steps(cfg.warmup, self.total_steps)
+        from transformers import get_linear_schedule_with_warmup
+        # the prepared scheduler steps once per process per optimizer step
+        scheduler = get_linear_schedule_with_warmup(self.optimizer, self.warmup * acc.num_processes,
+                                                    self.total_steps * acc.num_processes)
+        self.scheduler = acc.prepare(scheduler)
+        self.step, self.epoch, self.batch_in_epoch, self.best, self.log_lines = 0, 0, 0, None, 0
+
+    # -- state ------------------------------------------------------------------------------------------------
+
+    def _resume(self):
+        found = checkpoints(self.run_dir)
+        if not found:
+            return
+        path = found[-1]
+        with open(os.path.join(path, STATE), encoding="utf-8") as f:
+            state = json.load(f)
+        if state["identity"] != self.identity:
+            changed = sorted(k for k in set(state["identity"]) | set(self.identity)
+                             if state["identity"].get(k) != self.identity.get(k))
+            raise InputError(f"{self.run_dir}: its checkpoints come from a run with other settings "
+                             f"({', '.join(changed)}); use another --out or remove {path}")
+        self.accelerator.load_state(path)
+        self.step, self.epoch, self.batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
+        self.best = state.get("best")
+        self.log_lines = state["log_lines"]
+        self._trim_log()
+        self.accelerator.print(f"resuming from {path} (step {self.step} of {self.total_steps})")
+
+    def _save_checkpoint(self):
+        acc = self.accelerator
+        root = os.path.join(self.run_dir, "checkpoints")
+        final = os.path.join(root, f"step_{self.step}")
+        tmp = final + ".tmp"
+        if acc.is_main_process:
+            shutil.rmtree(tmp, ignore_errors=True)
+        acc.wait_for_everyone()
+        acc.save_state(tmp)
+        acc.wait_for_everyone()
+        if acc.is_main_process:
+            with open(os.path.join(tmp, STATE), "w", encoding="utf-8") as f:
+                json.dump({"step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
+                           "best": self.best, "log_lines": self.log_lines, "identity": self.identity}, f, indent=1)
+            shutil.rmtree(final, ignore_errors=True)
+            os.replace(tmp, final)
+            for old in checkpoints(self.run_dir)[:-self.cfg.keep] if self.cfg.keep > 0 else []:
+                shutil.rmtree(old, ignore_errors=True)
+        acc.wait_for_everyone()
+
+    def _log(self, record):
+        self.log_lines += 1
+        if self.accelerator.is_main_process:
+            with open(os.path.join(self.run_dir, "log.jsonl"), "a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+
+    def _trim_log(self):
+        """Drop log lines written after the checkpoint a run resumes from (they will be written again)."""
+        path = os.path.join(self.run_dir, "log.jsonl")
+        if not self.accelerator.is_main_process or not os.path.exists(path):
+            return
+        with open(path, encoding="utf-8") as f:
+            kept = [line for line in f if line.strip()][:self.log_lines]
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            f.writelines(kept)
+        os.replace(path + ".tmp", path)
+
+    def _save_model(self):
+        acc = self.accelerator
+        acc.wait_for_everyone()
+        if acc.is_main_process:
+            save_model(acc.unwrap_model(self.model), self.tokenizer, os.path.join(self.run_dir, "model"),
+                       self.max_length, self.info)
+        acc.wait_for_everyone()
+
+    # -- loop -------------------------------------------------------------------------------------------------
+
+    def _validate(self):
+        if not len(self.objective.val_rows):
+            return
+        self.model.eval()
+        metrics = self.objective.validate(self.model, self.val_dl, self.accelerator)
+        self.model.train()
+        record = {"step": self.step, "epoch": round(self.step / self.steps_per_epoch, 4), **metrics}
+        self._log(record)
+        self.accelerator.print(" ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                                        for k, v in record.items()))
+        key = self.objective.selection
+        if key and key in metrics and (self.best is None or metrics[key] > self.best):
+            self.best = metrics[key]
+            self._save_model()
+
+    def _stop_requested(self, stop):
+        if self.accelerator.num_processes == 1:
+            return stop.requested
+        flag = torch.tensor(float(stop.requested), device=self.accelerator.device)  # every process stops together
+        return self.accelerator.reduce(flag, reduction="sum").item() > 0
+
+    def train(self):
+        cfg, acc = self.cfg, self.accelerator
+        if acc.is_main_process:
+            os.makedirs(self.run_dir, exist_ok=True)
+        acc.wait_for_everyone()
+        self._resume()
+        stop = _Stop()
+        bar = tqdm(total=self.total_steps, initial=self.step, desc="train", unit=" steps",
+                   disable=not acc.is_main_process, mininterval=1.0)
+        self.model.train()
+        window, started = [], time.perf_counter()
+        micro = self.step * cfg.grad_accum
+        try:
+            while self.epoch < cfg.epochs:
+                self.sampler.epoch = self.epoch
+                loader = acc.skip_first_batches(self.train_dl, self.batch_in_epoch) if self.batch_in_epoch \
+                    else self.train_dl
+                for batch in loader:
+                    torch.manual_seed((cfg.seed * 1_000_003 + micro) * acc.num_processes + acc.process_index)
+                    micro += 1
+                    self.batch_in_epoch += 1
+                    with acc.accumulate(self.model):
+                        loss = self.objective.losses(self.model, batch).mean()
+                        acc.backward(loss)
+                        if acc.sync_gradients and cfg.clip > 0:
+                            acc.clip_grad_norm_(self.model.parameters(), cfg.clip)
+                        self.optimizer.step()
+                        self.scheduler.step()
+                        self.optimizer.zero_grad()
+                    window.append(loss.detach())
+                    if not acc.sync_gradients:
+                        continue
+                    self.step += 1
+                    bar.update(1)
+                    if self.step % cfg.log_every == 0 or self.step == self.total_steps:
+                        mean = acc.reduce(torch.stack(window).mean(), reduction="mean").item()
+                        rate = len(window) / cfg.grad_accum / (time.perf_counter() - started)
+                        self._log({"step": self.step, "epoch": round(self.step / self.steps_per_epoch, 4),
+                                   "loss": mean, "lr": self.scheduler.get_last_lr()[0], "steps_per_s": rate})
+                        bar.set_postfix(loss=f"{mean:.4f}")
+                        window, started = [], time.perf_counter()
+                    if cfg.eval_every and self.step % cfg.eval_every == 0:
+                        self._validate()
+                    if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
+                        self._save_checkpoint()
+                    if self._stop_requested(stop):
+                        self._save_checkpoint()
+                        bar.close()
+                        acc.print(f"stopped by SIGTERM at step {self.step}; checkpoint saved in "
+                                  f"{os.path.join(self.run_dir, 'checkpoints')}; run the same command to resume")
+                        acc.end_training()
+                        sys.exit(143)
+                self.epoch += 1
+                self.batch_in_epoch = 0
+                self._validate()
+        finally:
+            stop.restore()
+            bar.close()
+        if cfg.checkpoint_every and not os.path.isdir(os.path.join(self.run_dir, "checkpoints",
+                                                                   f"step_{self.step}")):
+            self._save_checkpoint()
+        if not self.objective.selection or self.best is None:
+            self._save_model()
+        acc.end_training()
+        return self.best
+

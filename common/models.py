@@ -1,0 +1,209 @@
+"""Encoders: loading (with a sentence-transformers config where a model has one), pooling, document input,
+tokenising once, embedding, and saving in Hugging Face + sentence-transformers form.
+"""
+
+import itertools
+import json
+import os
+import shutil
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+POOLINGS = ("cls", "mean")
+
+
+def st_config(path):
+    """What a sentence-transformers folder says about pooling, normalisation and length (empty if none)."""
+    modules_path = os.path.join(path, "modules.json")
+    if not os.path.isdir(path) or not os.path.exists(modules_path):
+        return {}
+    with open(modules_path, encoding="utf-8") as f:
+        modules = json.load(f)
+    found = {"normalize": any(m["type"].rsplit(".", 1)[-1] == "Normalize" for m in modules)}
+    for module in modules:
+        kind = module["type"].rsplit(".", 1)[-1]
+        if kind == "Pooling":
+            with open(os.path.join(path, module["path"], "config.json"), encoding="utf-8") as f:
+                cfg = json.load(f)
+            mode = cfg.get("pooling_mode")
+            if mode is None:  # the older key layout
+                mode = "cls" if cfg.get("pooling_mode_cls_token") else "mean" if cfg.get(
+                    "pooling_mode_mean_tokens") else None
+            if mode in POOLINGS:
+                found["pooling"] = mode
+    sbert = os.path.join(path, "sentence_bert_config.json")
+    if os.path.exists(sbert):
+        with open(sbert, encoding="utf-8") as f:
+            length = json.load(f).get("max_seq_length")
+        if length:
+            found["max_length"] = int(length)
+    return found
+
+
+def read_run_info(path):
+    """What this project recorded about a trained model (``docembed.json``), or {} for other models."""
+    info = os.path.join(path, "docembed.json")
+    if not os.path.exists(info):
+        return {}
+    with open(info, encoding="utf-8") as f:
+        return json.load(f)
+
+
+class Encoder(nn.Module):
+    """A transformer with pooling (and optional L2 normalisation) on top: token ids → one vector per text.
+
+    ``forward`` takes one or several padded groups of sequences (length-sorted sub-batches pad less) and returns
+    their embeddings concatenated, in one call, so that a DDP wrapper sees a single forward per step.
+    """
+
+    def __init__(self, transformer, pooling="cls", normalize=False):
+        super().__init__()
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}")
+        self.transformer = transformer
+        self.pooling = pooling
+        self.normalize = normalize
+
+    def embed(self, input_ids, attention_mask):
+        hidden = self.transformer(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        if self.pooling == "cls":
+            out = hidden[:, 0]
+        else:
+            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+            out = (hidden * mask).sum(dim=1, dtype=torch.float32) / torch.clamp(
+                mask.sum(dim=1, dtype=torch.float32), min=1e-9)
+            out = out.to(hidden.dtype) if hidden.dtype.is_floating_point else out
+        return F.normalize(out, p=2, dim=1) if self.normalize else out
+
+    def forward(self, groups):
+        return torch.cat([self.embed(ids, mask) for ids, mask in groups])
+
+
+def load_encoder(name_or_path, pooling=None, normalize=None, max_length=None, default_pooling="cls",
+                 default_max_length=512):
+    """Model, tokenizer and the settings used: explicit arguments win, then the model's sentence-transformers
+    config, then the defaults given."""
+    from transformers import AutoModel, AutoTokenizer
+    st = st_config(name_or_path) if os.path.isdir(str(name_or_path)) else {}
+    settings = {
+        "pooling": pooling or st.get("pooling") or default_pooling,
+        "normalize": st.get("normalize", False) if normalize is None else normalize,
+        "max_length": max_length or st.get("max_length") or default_max_length,
+        "st_config": st,
+    }
+    tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+    transformer = AutoModel.from_pretrained(name_or_path)
+    return Encoder(transformer, settings["pooling"], settings["normalize"]), tokenizer, settings
+
+
+def document_text(title, text, sep_token):
+    """SPECTER's input: ``title + sep_token + text`` (for BERT: ``[CLS] title [SEP] text [SEP]``)."""
+    return f"{title}{sep_token}{text}"
+
+
+class TokenStore:
+    """Token ids of many texts in one flat int32 array plus offsets (no Python list per token)."""
+
+    def __init__(self, tokenizer, texts, max_length, batch=4096):
+        lengths, chunks = [], []
+        for start in range(0, len(texts), batch):
+            enc = tokenizer(texts[start:start + batch], truncation="longest_first", max_length=max_length,
+                            add_special_tokens=True)["input_ids"]
+            sizes = list(map(len, enc))
+            lengths.extend(sizes)
+            chunks.append(np.fromiter(itertools.chain.from_iterable(enc), dtype=np.int32, count=sum(sizes)))
+        self.ids = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int32)
+        self.offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        self.pad_id = tokenizer.pad_token_id or 0
+
+    def __len__(self):
+        return len(self.offsets) - 1
+
+    def length(self, i):
+        return int(self.offsets[i + 1] - self.offsets[i])
+
+    def lengths(self):
+        return np.diff(self.offsets)
+
+    def get(self, i):
+        return self.ids[self.offsets[i]:self.offsets[i + 1]]
+
+    def pad(self, indices):
+        """A padded ``(input_ids, attention_mask)`` pair for these texts (dynamic padding)."""
+        seqs = [self.get(i) for i in indices]
+        width = max(len(s) for s in seqs)
+        ids = np.full((len(seqs), width), self.pad_id, dtype=np.int64)
+        mask = np.zeros((len(seqs), width), dtype=np.int64)
+        for row, seq in enumerate(seqs):
+            ids[row, :len(seq)] = seq
+            mask[row, :len(seq)] = 1
+        return torch.from_numpy(ids), torch.from_numpy(mask)
+
+    def groups(self, indices, n_groups):
+        """Pad ``indices`` as up to ``n_groups`` length-sorted groups; returns the groups and, for each position
+        of the concatenated output, which input position it holds (to undo the sort)."""
+        indices = np.asarray(indices)
+        order = np.argsort(self.lengths()[indices], kind="stable")
+        parts = [p for p in np.array_split(order, min(n_groups, len(order))) if len(p)]
+        return [self.pad(indices[p]) for p in parts], torch.from_numpy(np.concatenate(parts))
+
+
+@torch.no_grad()
+def embed(encoder, store, batch_size=64, device=None, progress=None):
+    """Embeddings of every text in ``store``, float32 ``[N, d]``; batches sorted by length."""
+    device = device or next(encoder.parameters()).device
+    encoder.eval()
+    order = np.argsort(-store.lengths(), kind="stable")
+    out = None
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        ids, mask = store.pad(idx)
+        vecs = encoder.embed(ids.to(device), mask.to(device)).float().cpu().numpy()
+        if out is None:
+            out = np.empty((len(store), vecs.shape[1]), dtype=np.float32)
+        out[idx] = vecs
+        if progress is not None:
+            progress.update(len(idx))
+    return out if out is not None else np.zeros((0, 0), dtype=np.float32)
+
+
+def save_model(encoder, tokenizer, path, max_length, info=None):
+    """Hugging Face ``save_pretrained`` + tokenizer + sentence-transformers files, so that both
+    ``AutoModel.from_pretrained(path)`` and ``SentenceTransformer(path)`` load it with the pooling, normalisation
+    and length it was trained with. Written to ``path.tmp`` and moved into place."""
+    tmp = path + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    encoder.transformer.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    if encoder.normalize:
+        modules.append({"idx": 2, "name": "2", "path": "2_Normalize",
+                        "type": "sentence_transformers.models.Normalize"})
+        os.makedirs(os.path.join(tmp, "2_Normalize"), exist_ok=True)
+    _dump(os.path.join(tmp, "modules.json"), modules)
+    os.makedirs(os.path.join(tmp, "1_Pooling"), exist_ok=True)
+    _dump(os.path.join(tmp, "1_Pooling", "config.json"), {
+        "word_embedding_dimension": encoder.transformer.config.hidden_size,
+        "pooling_mode_cls_token": encoder.pooling == "cls",
+        "pooling_mode_mean_tokens": encoder.pooling == "mean",
+        "pooling_mode_max_tokens": False,
+        "pooling_mode_mean_sqrt_len_tokens": False})
+    _dump(os.path.join(tmp, "sentence_bert_config.json"), {"max_seq_length": int(max_length), "do_lower_case": False})
+    _dump(os.path.join(tmp, "docembed.json"), {"pooling": encoder.pooling, "normalize": encoder.normalize,
+                                               "max_length": int(max_length), **(info or {})})
+    old = path + ".old"
+    if os.path.exists(path):
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(path, old)
+    os.replace(tmp, path)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _dump(path, obj):
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2)
+        f.write("\n")

@@ -1,0 +1,87 @@
+"""Training objectives: what a batch is and what its loss is. The loop in ``common/loop.py`` is shared.
+
+An objective provides ``train_rows`` and ``val_rows`` (arrays the loop samples), ``collate(rows)`` → batch,
+``losses(model, batch)`` → per-example losses, and ``validate(model, loader, accelerator)`` → metrics. If
+``selection`` names a validation metric, the loop keeps the model with its best (highest) value as RUN/model;
+otherwise RUN/model is the final model.
+"""
+
+import os
+
+import numpy as np
+import torch
+
+from common import losses
+from common.io import InputError, read_jsonl
+from common.models import TokenStore, document_text
+
+
+class Documents:
+    """docs.jsonl: ids, their positions, titles and texts."""
+
+    def __init__(self, data_dir):
+        path = os.path.join(data_dir, "docs.jsonl")
+        self.ids, self.titles, self.texts, self.index = [], [], [], {}
+        for lineno, obj in read_jsonl(path, required=("id", "title", "text")):
+            if obj["id"] in self.index:
+                raise InputError(f"{path}:{lineno}: duplicate id {obj['id']!r}")
+            self.index[obj["id"]] = len(self.ids)
+            self.ids.append(obj["id"])
+            self.titles.append(obj["title"])
+            self.texts.append(obj["text"])
+
+    def inputs(self, sep_token, which=None):
+        """Model input strings (title + sep + text) of all documents, or of the positions in ``which``."""
+        which = range(len(self.ids)) if which is None else which
+        return [document_text(self.titles[i], self.texts[i], sep_token) for i in which]
+
+
+def read_triplets(path, index):
+    rows = []
+    for lineno, obj in read_jsonl(path, required=("query", "pos", "neg")):
+        try:
+            rows.append((index[obj["query"]], index[obj["pos"]], index[obj["neg"]]))
+        except KeyError as e:
+            raise InputError(f"{path}:{lineno}: id {e.args[0]!r} is not in docs.jsonl") from None
+    return np.array(rows, dtype=np.int64).reshape(-1, 3)
+
+
+class TripletObjective:
+    """SPECTER: a query document closer to a linked document than to a negative, by an L2 margin."""
+
+    name = "triplet"
+    selection = None
+
+    def __init__(self, data_dir, tokenizer, max_length, margin=1.0, length_groups=3):
+        docs = Documents(data_dir)
+        train = read_triplets(os.path.join(data_dir, "triplets.train.jsonl"), docs.index)
+        val_path = os.path.join(data_dir, "triplets.val.jsonl")
+        val = read_triplets(val_path, docs.index) if os.path.exists(val_path) else np.zeros((0, 3), dtype=np.int64)
+        if not len(train):
+            raise InputError(f"{os.path.join(data_dir, 'triplets.train.jsonl')}: no triplets to train on")
+        # tokenise each needed document once; rows refer to positions in the store
+        needed = np.unique(np.concatenate([train.ravel(), val.ravel()]))
+        position = np.full(len(docs.ids), -1, dtype=np.int64)
+        position[needed] = np.arange(len(needed))
+        self.store = TokenStore(tokenizer, docs.inputs(tokenizer.sep_token or "", needed.tolist()), max_length)
+        self.train_rows, self.val_rows = position[train], position[val]
+        self.margin = margin
+        self.length_groups = length_groups
+
+    def collate(self, rows):
+        rows = np.asarray(rows).reshape(-1, 3)
+        unique, inverse = np.unique(rows.T.ravel(), return_inverse=True)  # [queries, positives, negatives]
+        groups, order = self.store.groups(unique, self.length_groups)
+        where = torch.empty_like(order)
+        where[order] = torch.arange(len(order))
+        return {"groups": groups, "index": where[torch.from_numpy(inverse)]}
+
+    def losses(self, model, batch):
+        emb = model(batch["groups"])[batch["index"]]
+        query, positive, negative = emb.chunk(3)
+        return losses.triplet_margin(query, positive, negative, self.margin)
+
+    @torch.no_grad()
+    def validate(self, model, loader, accelerator):
+        values = [accelerator.gather_for_metrics(self.losses(model, batch)) for batch in loader]
+        return {"val_loss": torch.cat(values).mean().item()} if values else {}

@@ -1,0 +1,134 @@
+"""The WikiSpecter evaluation tasks over document embeddings: cross-reference ranking, topic classification
+(the SciDocs protocol) and the thesis's lexical baseline."""
+
+import os
+import re
+
+import numpy as np
+
+from common.io import InputError, read_jsonl
+from common.metrics import ranking_metrics
+
+SNOWBALL = {"fi": "finnish", "en": "english", "sv": "swedish", "de": "german", "fr": "french", "es": "spanish",
+            "it": "italian", "nl": "dutch", "da": "danish", "no": "norwegian", "nb": "norwegian", "pt": "portuguese",
+            "ru": "russian", "hu": "hungarian", "ro": "romanian"}
+
+
+def read_qrels(path):
+    """TREC qrels ``qid 0 docid rel`` → {qid: {docid: rel}}."""
+    qrels = {}
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            parts = line.split()
+            if not parts:
+                continue
+            if len(parts) != 4 or not parts[3].lstrip("-").isdigit():
+                raise InputError(f"{path}:{lineno}: expected 'qid 0 docid rel'")
+            qrels.setdefault(parts[0], {})[parts[2]] = int(parts[3])
+    return qrels
+
+
+def _check_ids(path, qrels, index):
+    for qid, judged in qrels.items():
+        for doc in (qid, *judged):
+            if doc not in index:
+                raise InputError(f"{path}: id {doc!r} is not in docs.jsonl")
+
+
+def crossref(emb, index, qrels):
+    """Candidates ranked by L2 distance to the query (closest first); MAP and nDCG as trec_eval computes them."""
+    run = {}
+    for qid, judged in qrels.items():
+        docs = list(judged)
+        dist = np.linalg.norm(emb[[index[d] for d in docs]] - emb[index[qid]], axis=1)
+        run[qid] = {d: -float(x) for d, x in zip(docs, dist)}
+    return ranking_metrics(qrels, run)[0], run
+
+
+class Stemmer:
+    """Snowball stems of letter-only words, cached (NLTK's Snowball needs no downloaded data)."""
+
+    def __init__(self, language):
+        from nltk.stem.snowball import SnowballStemmer
+        self.stem = SnowballStemmer(language).stem
+        self.cache = {}
+
+    def words(self, text):
+        out = set()
+        for word in re.findall(r"[^\W\d_]+", text.lower()):
+            stem = self.cache.get(word)
+            if stem is None:
+                stem = self.cache[word] = self.stem(word)
+            out.add(stem)
+        return out
+
+
+def lexical(titles, texts, index, qrels, language):
+    """The thesis's rule-based baseline: a candidate scores the share of the query's distinct word stems (title and
+    text) that occur in the candidate's title."""
+    stemmer = Stemmer(language)
+    run = {}
+    for qid, judged in qrels.items():
+        i = index[qid]
+        query = stemmer.words(f"{titles[i]} {texts[i]}")
+        run[qid] = {d: len(query & stemmer.words(titles[index[d]])) / max(len(query), 1) for d in judged}
+    return ranking_metrics(qrels, run)[0], run
+
+
+def read_topics(data_dir, level):
+    rows = {}
+    for part in ("train", "test"):
+        path = os.path.join(data_dir, f"topics.{level}.{part}.jsonl")
+        rows[part] = [(obj["id"], obj["label"]) for _, obj in read_jsonl(path, required=("id", "label"))]
+    return rows
+
+
+def topic_levels(data_dir):
+    levels = set()
+    for name in os.listdir(data_dir):
+        m = re.fullmatch(r"topics\.(.+)\.train\.jsonl", name)
+        if m and os.path.exists(os.path.join(data_dir, f"topics.{m.group(1)}.test.jsonl")):
+            levels.add(m.group(1))
+    return sorted(levels)
+
+
+def topics(emb, index, rows, seed=42):
+    """SciDocs' classification protocol: LinearSVC (squared hinge) with C chosen by 3-fold grid search over
+    logspace(-4, 2, 7) on the training documents; macro F1 and accuracy on the test documents."""
+    from sklearn.metrics import accuracy_score, f1_score
+    from sklearn.model_selection import GridSearchCV
+    from sklearn.svm import LinearSVC
+    x_train = emb[[index[i] for i, _ in rows["train"]]]
+    y_train = [label for _, label in rows["train"]]
+    x_test = emb[[index[i] for i, _ in rows["test"]]]
+    y_test = [label for _, label in rows["test"]]
+    search = GridSearchCV(LinearSVC(loss="squared_hinge", random_state=seed), {"C": np.logspace(-4, 2, 7)}, cv=3)
+    search.fit(x_train, y_train)
+    pred = search.predict(x_test)
+    return {"f1": float(f1_score(y_test, pred, average="macro")), "accuracy": float(accuracy_score(y_test, pred)),
+            "C": float(search.best_params_["C"])}
+
+
+def tsne_plot(path, embeddings, rows, level, seed=42):
+    """One panel per model: t-SNE of the topic documents, coloured by label."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from sklearn.manifold import TSNE
+    docs = rows["train"] + rows["test"]
+    labels = sorted({label for _, label in docs})
+    colour = np.array([labels.index(label) for _, label in docs])
+    fig, axes = plt.subplots(1, len(embeddings), figsize=(5 * len(embeddings), 5), squeeze=False)
+    for ax, (name, (emb, index)) in zip(axes[0], embeddings.items()):
+        x = emb[[index[i] for i, _ in docs]]
+        xy = TSNE(n_components=2, init="pca", random_state=seed,
+                  perplexity=min(30.0, max(2.0, (len(x) - 1) / 3))).fit_transform(x)
+        for k, label in enumerate(labels):
+            ax.scatter(xy[colour == k, 0], xy[colour == k, 1], s=8, label=label)
+        ax.set_title(f"{name}: topics.{level}")
+        ax.set_xticks([])
+        ax.set_yticks([])
+    axes[0][-1].legend(fontsize=7, markerscale=2, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, format="png", dpi=110)
+    plt.close(fig)
