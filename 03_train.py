@@ -54,6 +54,8 @@ def parse_args(argv):
                    help="linear warm-up then linear decay: < 1 is a share of all steps, >= 1 a number of steps "
                         "[triplet: 0.1, SPECTER; pairs: 100 steps]")
     p.add_argument("--epochs", type=int, default=None, help="epochs [triplet: 2, SPECTER; pairs: 1]")
+    p.add_argument("--max-steps", type=int, default=0,
+                   help="stop after this many optimizer steps, the schedule spanning them (0: run all epochs)")
     p.add_argument("--batch-size", type=int, default=None,
                    help="examples per process and step [triplet: 16, SPECTER; pairs: 32]")
     p.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step")
@@ -103,13 +105,13 @@ def main(argv):
     max_length = settings["max_length"]
     objective = build_objective(args, encoder, tokenizer, max_length)
     cfg = TrainConfig(lr=args.lr, weight_decay=args.weight_decay, warmup=args.warmup, epochs=args.epochs,
-                      batch_size=args.batch_size, grad_accum=args.grad_accum, clip=args.clip, seed=args.seed,
+                      max_steps=args.max_steps, batch_size=args.batch_size, grad_accum=args.grad_accum, clip=args.clip, seed=args.seed,
                       eval_every=args.eval_every, checkpoint_every=args.checkpoint_every, keep=args.keep,
                       log_every=args.log_every)
     identity = {"objective": args.objective, "data": os.path.abspath(args.data), "model": args.model,
                 "max_length": max_length, "pooling": encoder.pooling, "normalize": encoder.normalize,
                 "margin": args.margin, "lr": args.lr, "weight_decay": args.weight_decay, "warmup": args.warmup,
-                "epochs": args.epochs, "batch_size": args.batch_size, "grad_accum": args.grad_accum,
+                "epochs": args.epochs, "max_steps": args.max_steps, "batch_size": args.batch_size, "grad_accum": args.grad_accum,
                 "seed": args.seed, "query": args.query, "query_token": args.query_token}
     info = {"objective": args.objective, **getattr(objective, "info", {})}
     trainer = Trainer(cfg, objective, encoder, tokenizer, args.out, max_length, identity, info)

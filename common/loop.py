@@ -32,6 +32,7 @@ class TrainConfig:
     weight_decay: float
     warmup: float  # < 1: share of all optimizer steps; >= 1: a number of steps
     epochs: int
+    max_steps: int  # > 0: stop after this many optimizer steps (the schedule spans them)
     batch_size: int
     grad_accum: int
     clip: float
@@ -118,6 +119,8 @@ class Trainer:
         # step counts after prepare: on several processes each dataloader yields fewer batches
         self.steps_per_epoch = math.ceil(len(self.train_dl) / cfg.grad_accum)
         self.total_steps = cfg.epochs * self.steps_per_epoch
+        if cfg.max_steps > 0:
+            self.total_steps = min(self.total_steps, cfg.max_steps)
         self.warmup = warmup_steps(cfg.warmup, self.total_steps)
         from transformers import get_linear_schedule_with_warmup
         # the prepared scheduler steps once per process per optimizer step
@@ -228,7 +231,7 @@ class Trainer:
         window, started = [], time.perf_counter()
         micro = self.step * cfg.grad_accum
         try:
-            while self.epoch < cfg.epochs:
+            while self.epoch < cfg.epochs and self.step < self.total_steps:
                 self.sampler.epoch = self.epoch
                 loader = acc.skip_first_batches(self.train_dl, self.batch_in_epoch) if self.batch_in_epoch \
                     else self.train_dl
@@ -260,6 +263,8 @@ class Trainer:
                         self._validate()
                     if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
                         self._save_checkpoint()
+                    if self.step >= self.total_steps:
+                        break
                     if self._stop_requested(stop):
                         self._save_checkpoint()
                         bar.close()
@@ -267,6 +272,9 @@ class Trainer:
                                   f"{os.path.join(self.run_dir, 'checkpoints')}; run the same command to resume")
                         acc.end_training()
                         sys.exit(143)
+                if self.step >= self.total_steps and self.batch_in_epoch < len(self.train_dl):
+                    self._validate()  # stopped by --max-steps inside an epoch
+                    break
                 self.epoch += 1
                 self.batch_in_epoch = 0
                 self._validate()

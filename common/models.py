@@ -96,6 +96,11 @@ def load_encoder(name_or_path, pooling=None, normalize=None, max_length=None, de
     }
     tokenizer = AutoTokenizer.from_pretrained(name_or_path)
     transformer = AutoModel.from_pretrained(name_or_path)
+    limit = tokenizer.model_max_length if tokenizer.model_max_length < 100_000 else getattr(
+        transformer.config, "max_position_embeddings", settings["max_length"])
+    if settings["max_length"] > limit:
+        print(f"note: {name_or_path} takes at most {limit} tokens; using {limit} instead of {settings['max_length']}")
+        settings["max_length"] = limit
     return Encoder(transformer, settings["pooling"], settings["normalize"]), tokenizer, settings
 
 

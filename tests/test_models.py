@@ -1,0 +1,85 @@
+"""Encoders: input encoding, pooling, saving in sentence-transformers form, and the triplet loss."""
+
+import numpy as np
+import pytest
+import torch
+
+from common.losses import triplet_margin
+from common.models import Encoder, TokenStore, document_text, embed, load_encoder, save_model, st_config
+
+
+def test_document_input_is_cls_title_sep_text_sep(tiny_model):
+    _, tokenizer, _ = load_encoder(str(tiny_model))
+    text = document_text("Kaupunki", "joki meri", tokenizer.sep_token)
+    assert text == "Kaupunki[SEP]joki meri"
+    store = TokenStore(tokenizer, [text, "joki " * 50], max_length=8)
+    assert tokenizer.convert_ids_to_tokens(store.get(0).tolist()) == \
+        ["[CLS]", "K", "##aupunki", "[SEP]", "joki", "meri", "[SEP]"]
+    truncated = tokenizer.convert_ids_to_tokens(store.get(1).tolist())
+    assert len(truncated) == 8 and truncated[0] == "[CLS]" and truncated[-1] == "[SEP]"
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_pooling_reads_the_first_token_or_the_unpadded_mean(tiny_model, pooling):
+    encoder, tokenizer, _ = load_encoder(str(tiny_model), pooling=pooling)
+    encoder.eval()
+    store = TokenStore(tokenizer, ["kaupunki", "joki meri vuori metsä järvi saari"], 16)
+    ids, mask = store.pad([0, 1])
+    with torch.no_grad():
+        batch = encoder.embed(ids, mask)
+        hidden = encoder.transformer(input_ids=ids[:1, :3], attention_mask=mask[:1, :3]).last_hidden_state[0]
+    expected = hidden[0] if pooling == "cls" else hidden.mean(0)
+    torch.testing.assert_close(batch[0], expected, rtol=1e-5, atol=1e-6)  # padding does not change the vector
+
+
+@pytest.mark.parametrize("pooling,normalize", [("cls", False), ("mean", False), ("mean", True)])
+def test_saved_model_gives_the_same_embeddings_in_sentence_transformers(tiny_model, tmp_path, pooling, normalize):
+    from sentence_transformers import SentenceTransformer
+    from conftest import corpus_text
+    encoder, tokenizer, _ = load_encoder(str(tiny_model), pooling=pooling, normalize=normalize)
+    save_model(encoder, tokenizer, str(tmp_path / "model"), max_length=12)
+    assert st_config(str(tmp_path / "model")) == {"pooling": pooling, "normalize": normalize, "max_length": 12}
+    titles, texts = corpus_text(3, 20), corpus_text(4, 20)
+    inputs = [document_text(a, b, tokenizer.sep_token) for a, b in zip(titles, texts)]
+    reloaded, tok, settings = load_encoder(str(tmp_path / "model"))
+    assert (settings["pooling"], settings["normalize"], settings["max_length"]) == (pooling, normalize, 12)
+    ours = embed(reloaded, TokenStore(tok, inputs, settings["max_length"]), batch_size=7)
+    st = SentenceTransformer(str(tmp_path / "model"), device="cpu")
+    assert st.max_seq_length == 12
+    theirs = st.encode(inputs, batch_size=5, convert_to_numpy=True)
+    np.testing.assert_allclose(ours, theirs, atol=1e-5, rtol=0)
+
+
+def test_triplet_loss_equals_torch_and_sentence_transformers():
+    from conftest import st_losses
+    TripletDistanceMetric, TripletLoss = st_losses().TripletDistanceMetric, st_losses().TripletLoss
+    g = torch.Generator().manual_seed(0)
+    q, p, n = (torch.randn(32, 24, generator=g) for _ in range(3))
+    ours = triplet_margin(q, p, n, margin=1.0).mean()
+    torch_loss = torch.nn.TripletMarginLoss(margin=1.0, p=2)(q, p, n)
+    st = TripletLoss(model=None, distance_metric=TripletDistanceMetric.EUCLIDEAN, triplet_margin=1.0)
+    st_loss = st.compute_loss_from_embeddings([q, p, n], labels=None)
+    torch.testing.assert_close(ours, torch_loss, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(ours, st_loss, rtol=1e-6, atol=1e-7)
+    assert 0 < ours.item()
+
+
+def test_triplet_batch_embeds_each_document_once_in_query_positive_negative_order(tiny_model, tiny_data):
+    from common.objectives import TripletObjective
+    encoder, tokenizer, _ = load_encoder(str(tiny_model), pooling="mean")
+    encoder.eval()
+    objective = TripletObjective(str(tiny_data), tokenizer, 32)
+    rows = objective.train_rows[:6].copy()
+    rows[1, 0] = rows[0, 0]  # a repeated query
+    batch = objective.collate(rows)
+    assert sum(len(ids) for ids, _ in batch["groups"]) == len(np.unique(rows))
+    with torch.no_grad():
+        emb = encoder(batch["groups"])[batch["index"]]
+        single = torch.stack([encoder.embed(*objective.store.pad([i])) [0] for i in rows.T.ravel()])
+    torch.testing.assert_close(emb, single, rtol=1e-4, atol=1e-5)
+
+
+def test_encoder_rejects_unknown_pooling(tiny_model):
+    encoder, _, _ = load_encoder(str(tiny_model))
+    with pytest.raises(ValueError):
+        Encoder(encoder.transformer, pooling="max")

@@ -1,0 +1,72 @@
+"""The whole WikiSpecter pipeline on a small Finnish dump with a tiny model: 01 → 02 → 03 → 05."""
+
+import json
+import random
+
+import numpy as np
+
+from conftest import WORDS, corpus_text, read_jsonl, run_script
+
+TOPICS = {"Tiede": "Fysiikka", "Taide": "Maalaustaide", "Maantiede": "Kaupungit"}
+
+
+def finnish_wiki(n=45, seed=0):
+    rng = random.Random(seed)
+    names = [f"{WORDS[i % len(WORDS)].capitalize()} {i}" for i in range(n)]
+    texts = corpus_text(seed, n)
+    pages, page_id = [], 1
+    tops = list(TOPICS)
+    for i, name in enumerate(names):
+        top = tops[i % 3]
+        same = [j for j in range(n) if j % 3 == i % 3 and j != i]
+        links = " ".join(f"[[{names[j]}]]" for j in rng.sample(same, rng.randint(3, 6)))
+        text = (f"{{{{Tietolaatikko|nimi={name}}}}}\n'''{name}''' on {top.lower()}n aihe: {texts[i]} "
+                f"Katso myös {links}.<ref>Lähde</ref>\n== Historia ==\nLisää.\n[[Luokka:{TOPICS[top]}]]")
+        pages.append((page_id, name, 0, text))
+        page_id += 1
+    for top, second in TOPICS.items():
+        pages.append((page_id, f"Luokka:{top}", 14, "[[Luokka:Yleinen wikiluokitusjärjestelmä]]"))
+        pages.append((page_id + 1, f"Luokka:{second}", 14, f"[[Luokka:{top}]]"))
+        page_id += 2
+    pages.append((page_id, "Ohjaus", 0, f"#OHJAUS [[{names[0]}]]", names[0]))
+    return pages
+
+
+def test_dump_to_report_with_a_tiny_model(tmp_path, write_dump, tiny_model):
+    dump = write_dump(finnish_wiki(), name="fiwiki.xml.bz2")
+    run_script("01_extract.py", "wiki", "--dump", dump, "--out", tmp_path / "wiki", "--workers", "0",
+               "--min-chars", "40")
+    articles = read_jsonl(tmp_path / "wiki" / "articles.jsonl")
+    assert len(articles) == 45 and all(3 <= len(a["links"]) <= 6 for a in articles)
+    assert {a["labels"]["top"] for a in articles} == set(TOPICS)
+
+    data = tmp_path / "data"
+    run_script("02_build_graph.py", "--articles", tmp_path / "wiki" / "articles.jsonl", "--out", data,
+               "--crossref-min-links", "3", "--crossref-positives", "3", "--crossref-negatives", "10",
+               "--topic-min", "5")
+    run = tmp_path / "run"
+    run_script("03_train.py", "--data", data, "--model", tiny_model, "--out", run, "--pooling", "mean",
+               "--max-length", "32", "--batch-size", "8", "--epochs", "1")
+    evaluation = tmp_path / "eval"
+    proc = run_script("05_evaluate.py", "--data", data, "--model", f"base={tiny_model}", "--model",
+                      f"trained={run / 'model'}", "--out", evaluation)
+
+    ids = (evaluation / "trained.ids.txt").read_text().split()
+    assert ids == [d["id"] for d in read_jsonl(data / "docs.jsonl")]
+    emb = np.load(evaluation / "trained.npy")
+    assert emb.shape == (45, 32) and emb.dtype == np.float32
+    metrics = json.loads((evaluation / "metrics.json").read_text())
+    assert set(metrics) == {"base", "trained", "lexical"}
+    for model in ("base", "trained"):
+        assert set(metrics[model]) == {"crossref", "topics.top", "topics.second"}
+        assert all(0 <= metrics[model]["crossref"][m] <= 1 for m in ("map", "ndcg"))
+        assert all(0 <= metrics[model]["topics.top"][m] <= 1 for m in ("f1", "accuracy"))
+    table = (evaluation / "report.md").read_text()
+    assert table.splitlines()[0] == ("| model | crossref map | crossref ndcg | topics.second f1 | "
+                                     "topics.second accuracy | topics.top f1 | topics.top accuracy |")
+    assert [line.split("|")[1].strip() for line in table.splitlines()[2:]] == ["base", "trained", "lexical"]
+    assert f"{100 * metrics['trained']['crossref']['map']:.2f}" in table and table in proc.stdout
+    assert (evaluation / "tsne_top.png").read_bytes()[:4] == b"\x89PNG"
+    manifest = json.loads((evaluation / "manifest.json").read_text())
+    assert manifest["counts"]["crossref_queries"] == len({line.split()[0] for line in
+                                                          (data / "crossref.qrels").read_text().splitlines()})

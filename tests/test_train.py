@@ -1,0 +1,144 @@
+"""03_train.py as a user runs it: schedule, preemption safety and input errors."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from safetensors.torch import load_file
+
+from conftest import ENV, ROOT, one_error_line, read_jsonl, run_script
+
+TRAIN = ["--objective", "triplet", "--pooling", "mean", "--max-length", "32", "--batch-size", "4", "--epochs", "2",
+         "--log-every", "1", "--eval-every", "20", "--checkpoint-every", "5", "--keep", "2", "--length-groups", "2"]
+
+
+def train_args(data, model, out, *extra):
+    return ["--data", data, "--model", model, "--out", out, *TRAIN, *extra]
+
+
+def start(args):
+    return subprocess.Popen([sys.executable, os.path.join(ROOT, "03_train.py"), *map(str, args)], cwd=ROOT, env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(predicate, proc, timeout=120):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"run ended before the condition:\n{proc.stderr.read()}")
+        time.sleep(0.005)
+    raise AssertionError("timed out")
+
+
+def weights(run):
+    return load_file(str(run / "model" / "model.safetensors"))
+
+
+def losses(run):
+    return [(r["step"], r.get("loss"), r.get("val_loss"), r.get("lr")) for r in read_jsonl(run / "log.jsonl")]
+
+
+@pytest.fixture(scope="module")
+def reference_run(tiny_model, tiny_data, tmp_path_factory):
+    out = tmp_path_factory.mktemp("ref") / "run"
+    run_script("03_train.py", *train_args(tiny_data, tiny_model, out))
+    return out
+
+
+def test_run_writes_model_log_checkpoints_and_manifest(reference_run):
+    log = read_jsonl(reference_run / "log.jsonl")
+    steps = max(r["step"] for r in log)
+    assert [r["step"] for r in log if "loss" in r] == list(range(1, steps + 1))
+    assert any("val_loss" in r for r in log)
+    kept = sorted(os.listdir(reference_run / "checkpoints"))
+    assert len(kept) == 2 and f"step_{steps}" in kept  # --keep 2, the final step included
+    info = json.loads((reference_run / "model" / "docembed.json").read_text())
+    assert info == {"pooling": "mean", "normalize": False, "max_length": 32, "objective": "triplet"}
+    manifest = json.loads((reference_run / "manifest.json").read_text())
+    assert manifest["counts"]["steps"] == steps and manifest["script"] == "03_train.py"
+
+
+def test_learning_rate_warms_up_for_a_tenth_then_decays_linearly_to_zero(reference_run):
+    log = [r for r in read_jsonl(reference_run / "log.jsonl") if "lr" in r]
+    total = len(log)
+    warmup = round(0.1 * total)
+    for r in log:
+        s = r["step"]
+        expected = 3e-5 * (s / warmup if s < warmup else (total - s) / (total - warmup))
+        assert r["lr"] == pytest.approx(expected, rel=1e-9, abs=1e-15)
+    assert log[-1]["lr"] == 0
+
+
+def test_killed_run_resumes_to_bit_identical_weights(tiny_model, tiny_data, reference_run, tmp_path):
+    out = tmp_path / "run"
+    proc = start(train_args(tiny_data, tiny_model, out))
+    wait_for(lambda: (out / "checkpoints" / "step_10" / "trainer_state.json").exists(), proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (out / "model").exists()
+    resumed = run_script("03_train.py", *train_args(tiny_data, tiny_model, out))
+    assert "resuming from" in resumed.stdout
+    ref, ours = weights(reference_run), weights(out)
+    assert ref.keys() == ours.keys()
+    assert all((ref[k] == ours[k]).all() for k in ref)
+    assert losses(out) == losses(reference_run)
+
+
+def test_sigterm_saves_a_checkpoint_and_exits_143(tiny_model, tiny_data, reference_run, tmp_path):
+    out = tmp_path / "run"
+    proc = start(train_args(tiny_data, tiny_model, out))
+    wait_for(lambda: (out / "log.jsonl").exists() and len(read_jsonl(out / "log.jsonl")) >= 3, proc)
+    proc.send_signal(signal.SIGTERM)
+    stdout, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 143
+    step = int(stdout.split("stopped by SIGTERM at step ")[1].split(";")[0])
+    state = json.loads((out / "checkpoints" / f"step_{step}" / "trainer_state.json").read_text())
+    assert state["step"] == step and not (out / "model").exists()
+    run_script("03_train.py", *train_args(tiny_data, tiny_model, out))
+    ref, ours = weights(reference_run), weights(out)
+    assert all((ref[k] == ours[k]).all() for k in ref)
+
+
+def test_resuming_with_other_settings_is_refused(tiny_model, tiny_data, reference_run, tmp_path):
+    out = tmp_path / "run"
+    shutil.copytree(reference_run, out)
+    proc = run_script("03_train.py", *train_args(tiny_data, tiny_model, out, "--lr", "1e-4"), check=False)
+    assert proc.returncode == 2
+    assert "its checkpoints come from a run with other settings (lr)" in one_error_line(proc.stderr)
+
+
+def _copy_data(tiny_data, tmp_path):
+    data = tmp_path / "data"
+    shutil.copytree(tiny_data, data)
+    return data
+
+
+@pytest.mark.parametrize("case", ["no-dir", "no-docs", "unknown-id", "missing-field"])
+def test_bad_data_is_a_one_line_error(tiny_model, tiny_data, tmp_path, case):
+    data = _copy_data(tiny_data, tmp_path)
+    if case == "no-dir":
+        data = tmp_path / "nowhere"
+        expected = f"error: {data}: no such data directory"
+    elif case == "no-docs":
+        os.remove(data / "docs.jsonl")
+        expected = f"error: {data / 'docs.jsonl'}: no such file"
+    elif case == "unknown-id":
+        lines = (data / "triplets.train.jsonl").read_text().splitlines()
+        lines[3] = json.dumps({"query": "nope", "pos": "d1", "neg": "d2", "hard": False})
+        (data / "triplets.train.jsonl").write_text("\n".join(lines) + "\n")
+        expected = f"error: {data / 'triplets.train.jsonl'}:4: id 'nope' is not in docs.jsonl"
+    else:
+        lines = (data / "docs.jsonl").read_text().splitlines()
+        lines[1] = json.dumps({"id": "d1", "text": "no title"})
+        (data / "docs.jsonl").write_text("\n".join(lines) + "\n")
+        expected = f"error: {data / 'docs.jsonl'}:2: missing field 'title'"
+    proc = run_script("03_train.py", *train_args(data, tiny_model, tmp_path / "run"), check=False)
+    assert proc.returncode == 2
+    assert one_error_line(proc.stderr) == expected
