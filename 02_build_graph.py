@@ -5,7 +5,7 @@
       and topic classification splits. Defaults are the WikiSpecter thesis / SPECTER settings.
 
   python 02_build_graph.py sentences --sentences work/keysent/sentences.jsonl --out work/keysent/data
-      Article-level train/validation/test splits for key-sentence extraction.
+      Article-level train/validation/test splits for key-sentence extraction (keysent.{train,val,test}.jsonl).
 """
 
 import collections
@@ -187,10 +187,34 @@ def run_graph(args):
           f"{counts['crossref_queries']} crossref queries → {args.out}")
 
 
+def parse_sentences_args(argv):
+    p = cli.parser("Key-sentence articles → article-level train/validation/test splits (keysent.*.jsonl).")
+    p.add_argument("--sentences", required=True, help="sentences.jsonl from 01_extract.py sentences")
+    p.add_argument("--out", required=True, help="data directory to write")
+    p.add_argument("--test", type=float, default=0.2, help="share of articles held out for testing (thesis)")
+    p.add_argument("--val", type=float, default=0.25,
+                   help="share of the remaining articles for validation (thesis: 75/25, but by article)")
+    p.add_argument("--seed", type=int, default=42, help="seed of the split")
+    return p.parse_args(argv)
+
+
+def run_sentences(args):
+    from common import keysent
+    started = io.now()
+    counts = collections.Counter()
+    articles = keysent.read_sentences(args.sentences)
+    with io.Outputs(args.out) as outputs:
+        keysent.write_splits(keysent.split_articles(articles, args.test, args.val, args.seed), outputs, counts)
+        with outputs.open("manifest.json") as f:
+            f.write(io.dumps_line(io.manifest(__file__, args, started, inputs=[args.sentences], counts=dict(counts),
+                                              seed=args.seed)))
+    print(f"articles train/val/test {counts['articles_train']}/{counts['articles_val']}/{counts['articles_test']}, "
+          f"sentences {counts['sentences_train']}/{counts['sentences_val']}/{counts['sentences_test']} → {args.out}")
+
+
 def main(argv):
     if argv and argv[0] == "sentences":
-        from common.keysent_data import main as sentences_main
-        return sentences_main(argv[1:])
+        return run_sentences(parse_sentences_args(argv[1:]))
     return run_graph(parse_args(argv))
 
 

@@ -87,7 +87,7 @@ def build_objective(args, encoder, tokenizer, max_length):
         return TripletObjective(args.data, tokenizer, max_length, args.margin, args.length_groups)
     from common.keysent import PairObjective
     return PairObjective(args.data, tokenizer, encoder, max_length, args.objective, args.margin, args.query,
-                         args.query_token, args.query_init, args.length_groups)
+                         args.query_token, args.query_init, args.length_groups, args.seed)
 
 
 def main(argv):

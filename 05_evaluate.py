@@ -139,7 +139,7 @@ def run_evaluate(args):
         if wanted & {"crossref", "topics", "lexical"}:
             evaluate_documents(args, outputs, wanted, metrics, counts)
         if "keysent" in wanted:
-            from common.keysent import evaluate_keysent
+            from common.keysent_eval import evaluate_keysent
             evaluate_keysent(args, outputs, metrics, counts)
         with outputs.open("metrics.json") as f:
             f.write(io.dumps_line(metrics))
@@ -154,7 +154,7 @@ def run_evaluate(args):
 
 def main(argv):
     if argv and argv[0] == "extract":
-        from common.keysent import extract_main
+        from common.keysent_eval import extract_main
         return extract_main(argv[1:])
     return run_evaluate(parse_args(argv))
 
