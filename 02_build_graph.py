@@ -60,8 +60,8 @@ class _GraphText:
         enc = [io.json_string(i).encode("utf-8") for i in ids]
         self.n = n = len(enc)
         self.tokens = io.TokenTable([b', %s: {' % e for e in enc] + [b'%s: {"count": 5}' % e for e in enc]
-                                    + [b', %s: {"count": 5}' % e for e in enc] + [b', %s: {"count": 1}' % e for e in enc]
-                                    + [b"}"])
+                                    + [b', %s: {"count": 5}' % e for e in enc]
+                                    + [b', %s: {"count": 1}' % e for e in enc] + [b"}"])
         self.head, self.first, self.direct, self.hop, self.end = 0, n, 2 * n, 3 * n, 4 * n
 
     def rows(self, links, chunk, hop_indptr, hop_indices):
@@ -87,7 +87,7 @@ class _GraphText:
 class _TripletText:
     def __init__(self, ids):
         enc = [io.json_string(i).encode("utf-8") for i in ids]
-        self.n = n = len(enc)
+        self.n = len(enc)
         self.tokens = io.TokenTable([b'{"query": %s' % e for e in enc] + [b', "pos": %s' % e for e in enc]
                                     + [b', "neg": %s' % e for e in enc]
                                     + [b', "hard": false}\n', b', "hard": true}\n'])

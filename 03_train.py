@@ -105,14 +105,14 @@ def main(argv):
     max_length = settings["max_length"]
     objective = build_objective(args, encoder, tokenizer, max_length)
     cfg = TrainConfig(lr=args.lr, weight_decay=args.weight_decay, warmup=args.warmup, epochs=args.epochs,
-                      max_steps=args.max_steps, batch_size=args.batch_size, grad_accum=args.grad_accum, clip=args.clip, seed=args.seed,
-                      eval_every=args.eval_every, checkpoint_every=args.checkpoint_every, keep=args.keep,
-                      log_every=args.log_every)
+                      max_steps=args.max_steps, batch_size=args.batch_size, grad_accum=args.grad_accum,
+                      clip=args.clip, seed=args.seed, eval_every=args.eval_every,
+                      checkpoint_every=args.checkpoint_every, keep=args.keep, log_every=args.log_every)
     identity = {"objective": args.objective, "data": os.path.abspath(args.data), "model": args.model,
                 "max_length": max_length, "pooling": encoder.pooling, "normalize": encoder.normalize,
                 "margin": args.margin, "lr": args.lr, "weight_decay": args.weight_decay, "warmup": args.warmup,
-                "epochs": args.epochs, "max_steps": args.max_steps, "batch_size": args.batch_size, "grad_accum": args.grad_accum,
-                "seed": args.seed, "query": args.query, "query_token": args.query_token}
+                "epochs": args.epochs, "max_steps": args.max_steps, "batch_size": args.batch_size,
+                "grad_accum": args.grad_accum, "seed": args.seed, "query": args.query, "query_token": args.query_token}
     info = {"objective": args.objective, **getattr(objective, "info", {})}
     trainer = Trainer(cfg, objective, encoder, tokenizer, args.out, max_length, identity, info)
     identity["processes"] = trainer.accelerator.num_processes

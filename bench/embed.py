@@ -76,7 +76,7 @@ def main():
             if device == "cuda":
                 torch.cuda.synchronize()
             start = time.perf_counter()
-            out = fn()
+            fn()
             if device == "cuda":
                 torch.cuda.synchronize()
             times[name].append(time.perf_counter() - start)

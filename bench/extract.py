@@ -43,9 +43,9 @@ def build_dump(path, copies):
             if k == 0:
                 out.write(body)
                 continue
-            page = re.sub(r"<title>(.*?)</title>", lambda m: f"<title>{m.group(1)} ({k})</title>", body)
+            page = re.sub(r"<title>(.*?)</title>", lambda m, k=k: f"<title>{m.group(1)} ({k})</title>", body)
             page = re.sub(r"(<page>\s*<title>.*?</title>\s*<ns>\d+</ns>\s*<id>)(\d+)",
-                          lambda m: f"{m.group(1)}{int(m.group(2)) + k * 1_000_000}", page)
+                          lambda m, k=k: f"{m.group(1)}{int(m.group(2)) + k * 1_000_000}", page)
             out.write(page)
         out.write(tail)
     return os.path.getsize(path)

@@ -115,7 +115,7 @@ def _check_unique(path, doc_nodes, ids):
     if len(np.unique(doc_nodes)) == len(doc_nodes):
         return
     seen = set()
-    for record, (lineno, obj) in enumerate(read_jsonl(path)):
+    for lineno, obj in read_jsonl(path):
         if obj["id"] in seen:
             raise InputError(f"{path}:{lineno}: duplicate id {obj['id']!r}")
         seen.add(obj["id"])

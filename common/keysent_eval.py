@@ -180,7 +180,7 @@ def extract_main(argv):
                         if args.threshold is None or s[i] >= args.threshold]
                 counts["selected"] += len(best)
                 f.write(io.dumps_line({"id": article_id, "key_sentences": [
-                    {"text": sents[i][0], "score": round(float(s[i]), 6), "start": sents[i][1], "end": sents[i][2]}
+                    {"text": sents[i][0], "score": float(s[i]), "start": sents[i][1], "end": sents[i][2]}
                     for i in best]}))
         with outputs.open(os.path.splitext(name)[0] + ".manifest.json") as f:
             f.write(io.dumps_line(io.manifest("05_evaluate.py", args, started, inputs=[args.input], counts=counts)))

@@ -72,5 +72,5 @@ def r_precision(scores, labels):
 
 def average_r_precision(articles):
     """Average R-precision over articles (``[(scores, labels), ...]``); articles without key sentences skip."""
-    values = [v for v in (r_precision(s, l) for s, l in articles) if v is not None]
+    values = [v for v in (r_precision(s, y) for s, y in articles) if v is not None]
     return float(np.mean(values)) if values else float("nan")

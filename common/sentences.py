@@ -36,7 +36,7 @@ def clean(text):
         while previous != text:  # nested commands, innermost first
             previous, text = text, _LATEX_ARG.sub(r"\1", text)
         text = _GREEK.sub(r"\1", text)
-        text = text.replace("\\%", "%").replace("\\&", "&").replace("\\_", "_").replace("~", " ")
+        text = text.replace("\\%", "%").replace("\\&", "&").replace("\\_", "_").replace("\\ ", " ").replace("~", " ")
         text = _LATEX_COMMAND.sub("", text).replace("$", "")
     return _SPACES.sub(" ", text).strip()
 

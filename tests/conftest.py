@@ -87,7 +87,8 @@ WORDS = ("kaupunki maa joki meri vuori metsä järvi saari tie silta kirkko linn
          "tiede fysiikka kemia biologia historia sota rauha kuningas presidentti valtio kunta kylä satama rautatie "
          "city country river sea mountain forest lake island road bridge church castle school book song poem art "
          "science physics chemistry biology history war peace king president state town village harbour railway "
-         "gene cell knockout crispr protein mutation silence edit remove lack expression tumour line mouse human").split()
+         "gene cell knockout crispr protein mutation silence edit remove lack expression tumour line mouse "
+         "human").split()
 
 
 def corpus_text(seed=0, n=400):

@@ -17,7 +17,8 @@ FINNISH_PAGES = [
     (2, "Alankomaat", 0, "'''Alankomaat''' on maa, jonka pääkaupunki on [[Amsterdam]] ([[amsterdam|Amsterdam]]), "
                          "ei [[Alankomaat|itse]] eikä [[Eioleolemassa]], vaan [[:Luokka:Kaupungit|kaupungit]]."
      + LONG + "\n[[Luokka:Maantiede]]"),
-    (3, "Pääkaupunki", 0, "'''Pääkaupunki''' on valtion hallinnollinen keskus, kuten [[Kehä A]] tai [[Hollanti|Hollannissa]]." + LONG +
+    (3, "Pääkaupunki", 0, "'''Pääkaupunki''' on valtion hallinnollinen keskus, kuten [[Kehä A]] tai "
+                          "[[Hollanti|Hollannissa]]." + LONG +
      "\n[[Luokka:Fysiikka]] [[Luokka:Alankomaiden kaupungit]]"),
     (4, "Hollanti", 0, "#OHJAUS [[Alankomaat maa]]", "Alankomaat maa"),
     (5, "Alankomaat maa", 0, "#OHJAUS [[Alankomaat]]", "Alankomaat"),

@@ -1,0 +1,201 @@
+"""Key-sentence extraction: sentences, splits, pair losses, the base-model query, runs, extraction."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from common.losses import contrastive_cosine, cosine_mse
+from common.sentences import clean, label, split, splitter
+from conftest import ROOT, one_error_line, read_jsonl, run_script, st_losses
+
+DEMO = os.path.join(ROOT, "data", "keysent-demo.jsonl")
+
+
+def test_split_cuts_at_span_ends_with_offsets_into_the_text():
+    text = "We knocked out TP53 in HeLa cells.  The cells (e.g. clone 3) grew.\nFig. 2 shows it."
+    sentences = split(text, splitter())
+    assert sentences == [("We knocked out TP53 in HeLa cells.", 0, 34), ("The cells (e.g.", 36, 51),
+                         ("clone 3) grew.", 52, 66), ("Fig.", 67, 71), ("2 shows it.", 72, 83)]
+    assert all(text[s:e] == sentence for sentence, s, e in sentences)
+
+
+def test_clean_removes_html_and_latex():
+    text = ("<p>We knocked out <i>TP53</i> in HeLa cells<sup>1</sup> using CRISPR&ndash;Cas9.</p>"
+            "<p>TNF-$\\alpha$ rose \\cite{ref1} in \\textit{vitro}~(\\textbf{Fig.\\ 2}).</p><script>x()</script>")
+    assert clean(text) == "We knocked out TP53 in HeLa cells1 using CRISPR–Cas9. TNF-alpha rose in vitro (Fig. 2)."
+
+
+def test_labels_match_key_sentences_with_whitespace_removed():
+    sentences = ["We knocked out TP53.", "It grew.", "Another one."]
+    labels, missing = label(sentences, ["We  knocked\nout <i>TP53</i>.", "Not in the text."])
+    assert labels == [1, 0, 0] and missing == ["Not in the text."]
+
+
+def write(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def test_sentences_cli_labels_and_drops_articles_with_a_missing_key_sentence(tmp_path):
+    src = write(tmp_path / "in.jsonl", [
+        {"id": "x1", "text": "<p>Intro here.</p><p>We deleted <b>MLKL</b> in L929 cells with CRISPR.</p> End.",
+         "key_sentences": ["We deleted MLKL in L929 cells  with CRISPR."]},
+        {"id": "x2", "text": "One. Two.", "key_sentences": ["Three."]}])
+    proc = run_script("01_extract.py", "sentences", "--input", src, "--out", tmp_path / "out")
+    assert read_jsonl(tmp_path / "out" / "sentences.jsonl") == [
+        {"id": "x1", "sentences": ["Intro here.", "We deleted MLKL in L929 cells with CRISPR.", "End."],
+         "labels": [0, 1, 0]}]
+    assert "dropped article x2: key sentence not found: 'Three.'" in proc.stderr
+    counts = json.loads((tmp_path / "out" / "manifest.json").read_text())["counts"]
+    assert counts == {"articles": 1, "sentences": 3, "key_sentences": 1, "dropped_articles": 1}
+
+
+def test_bad_sentence_input_is_a_one_line_error(tmp_path):
+    src = write(tmp_path / "in.jsonl", [{"id": "x1", "text": "A."}])
+    proc = run_script("01_extract.py", "sentences", "--input", src, "--out", tmp_path / "out", check=False)
+    assert proc.returncode == 2
+    assert one_error_line(proc.stderr) == f"error: {src}:1: missing field 'key_sentences'"
+
+
+def test_pretrained_english_punkt_without_its_data_is_a_clear_error(tmp_path):
+    try:
+        splitter("punkt-english")
+        pytest.skip("NLTK's punkt_tab data is installed here")
+    except Exception:
+        pass
+    src = write(tmp_path / "in.jsonl", [{"id": "x1", "text": "A.", "key_sentences": []}])
+    proc = run_script("01_extract.py", "sentences", "--input", src, "--out", tmp_path / "out", "--splitter",
+                      "punkt-english", check=False)
+    assert proc.returncode == 2 and "punkt_tab" in one_error_line(proc.stderr)
+
+
+@pytest.fixture(scope="module")
+def keysent_data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("keysent")
+    run_script("01_extract.py", "sentences", "--input", DEMO, "--out", root)
+    run_script("02_build_graph.py", "sentences", "--sentences", root / "sentences.jsonl", "--out", root / "data")
+    return root
+
+
+def test_splits_are_by_article_and_seeded(keysent_data, tmp_path):
+    data = keysent_data / "data"
+    parts = {p: read_jsonl(data / f"keysent.{p}.jsonl") for p in ("train", "val", "test")}
+    ids = {p: {a["id"] for a in rows} for p, rows in parts.items()}
+    assert not (ids["train"] & ids["val"]) and not (ids["train"] & ids["test"]) and not (ids["val"] & ids["test"])
+    assert len(ids["test"]) == round(0.2 * 24) and len(ids["val"]) == round(0.25 * (24 - len(ids["test"])))
+    everything = {a["id"]: a for a in read_jsonl(keysent_data / "sentences.jsonl")}
+    assert all(a == everything[a["id"]] for rows in parts.values() for a in rows)
+    run_script("02_build_graph.py", "sentences", "--sentences", keysent_data / "sentences.jsonl", "--out",
+               tmp_path / "again")
+    assert (tmp_path / "again" / "keysent.test.jsonl").read_bytes() == (data / "keysent.test.jsonl").read_bytes()
+
+
+def test_pair_losses_equal_sentence_transformers():
+    losses = st_losses()
+    g = torch.Generator().manual_seed(1)
+    u, v = torch.randn(40, 16, generator=g), torch.randn(40, 16, generator=g)
+    v[:5] = u[:5] + 0.1 * v[:5]  # some close pairs, so both branches of the contrastive loss are used
+    labels = torch.randint(0, 2, (40,), generator=g)
+    contrastive = losses.ContrastiveLoss(model=None, distance_metric=losses.SiameseDistanceMetric.COSINE_DISTANCE,
+                                         margin=0.5)
+    torch.testing.assert_close(contrastive_cosine(u, v, labels, 0.5).mean(),
+                               contrastive.compute_loss_from_embeddings([u, v], labels), rtol=1e-6, atol=1e-7)
+    cosine = losses.CosineSimilarityLoss(model=None)
+    torch.testing.assert_close(cosine_mse(u, v, labels).mean(), cosine.compute_loss_from_embeddings([u, v], labels),
+                               rtol=1e-6, atol=1e-7)
+
+
+def test_base_model_query_is_the_mean_training_key_sentence_embedding(tiny_model, keysent_data):
+    from common.keysent import read_sentences
+    from common.keysent_eval import KeySentenceModel
+    from common.models import TokenStore, embed, load_encoder
+    train = read_sentences(keysent_data / "data" / "keysent.train.jsonl")
+    model = KeySentenceModel(str(tiny_model), train_articles=train)
+    encoder, tokenizer, settings = load_encoder(str(tiny_model), default_pooling="mean")
+    keys = [s for a in train for s, y in zip(a["sentences"], a["labels"]) if y]
+    expected = embed(encoder, TokenStore(tokenizer, keys, settings["max_length"])).mean(0)
+    np.testing.assert_allclose(model.query, expected, rtol=1e-5, atol=1e-6)
+    assert model.query_from == f"the mean of {len(keys)} training key sentences"
+
+
+@pytest.mark.parametrize("init", ["zero", "random"])
+def test_query_token_is_added_with_its_initial_embedding(tiny_model, init):
+    from common.keysent import add_query_token
+    from common.models import load_encoder
+    encoder, tokenizer, _ = load_encoder(str(tiny_model))
+    before = encoder.transformer.get_input_embeddings().weight.shape[0]
+    add_query_token(encoder, tokenizer, "[QUERY]", init, seed=3)
+    weights = encoder.transformer.get_input_embeddings().weight
+    assert weights.shape[0] == before + 1 and tokenizer.convert_tokens_to_ids("[QUERY]") == before
+    assert tokenizer("[QUERY]")["input_ids"] == [tokenizer.cls_token_id, before, tokenizer.sep_token_id]
+    if init == "zero":
+        assert torch.count_nonzero(weights[-1]) == 0
+    else:
+        assert 0.01 < weights[-1].std().item() < 0.04  # BERT's initializer_range 0.02
+
+
+@pytest.fixture(scope="module")
+def keysent_runs(tiny_model, keysent_data, tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    common = ["--data", keysent_data / "data", "--model", tiny_model, "--epochs", "2", "--batch-size", "16",
+              "--eval-every", "3", "--max-length", "32"]
+    run_script("03_train.py", "--objective", "contrastive", "--out", root / "a", "--seed", "1", *common)
+    run_script("03_train.py", "--objective", "cosine", "--out", root / "b", "--seed", "2",
+               "--query-token", "[QUERY]", "--query-init", "random", *common)
+    return root
+
+
+def test_pair_runs_validate_with_four_scores_and_keep_the_best(keysent_runs):
+    log = read_jsonl(keysent_runs / "a" / "log.jsonl")
+    validations = [r for r in log if "val_ap_max" in r]
+    assert validations and all(r["val_ap_max"] == max(r[f"val_ap_{k}"] for k in
+                                                      ("cosine", "manhattan", "euclidean", "dot")) for r in validations)
+    best = json.loads((keysent_runs / "a" / "manifest.json").read_text())["counts"]["best_val_ap_max"]
+    assert best == max(r["val_ap_max"] for r in validations)
+    info = json.loads((keysent_runs / "b" / "model" / "docembed.json").read_text())
+    assert info["objective"] == "cosine" and info["query_token"] == "[QUERY]" and info["query_init"] == "random"
+
+
+def test_evaluation_reports_runs_as_mean_and_two_sigma(keysent_runs, keysent_data, tmp_path):
+    out = tmp_path / "eval"
+    run_script("05_evaluate.py", "--data", keysent_data / "data", "--model", f"a={keysent_runs / 'a' / 'model'}",
+               "--model", f"b={keysent_runs / 'b' / 'model'}", "--runs", keysent_runs / "a", keysent_runs / "b",
+               "--out", out)
+    metrics = json.loads((out / "metrics.json").read_text())
+    a, b, runs = metrics["a"]["keysent"], metrics["b"]["keysent"], metrics["runs (n=2)"]["keysent"]
+    for key in ("arp", "mse", "pearson"):
+        assert runs[key] == pytest.approx((a[key] + b[key]) / 2)
+        assert runs[f"{key}_2sd"] == pytest.approx(2 * np.std([a[key], b[key]], ddof=1))
+    assert 0 <= a["arp"] <= 1 and (out / "keysent_threshold.png").read_bytes()[:4] == b"\x89PNG"
+    assert "keysent arp_2sd" in (out / "report.md").read_text()
+
+
+def test_extract_writes_top_sentences_with_offsets_and_scores(keysent_runs, tmp_path):
+    src = write(tmp_path / "new.jsonl", [
+        {"id": "n1", "text": "<p>Genes matter.</p><p>We knocked out <i>BRCA1</i> in MCF10A cells using CRISPR-Cas9."
+                             "</p> The cells were sensitive. They grew."},
+        {"id": "n2", "text": "Only one sentence here."}])
+    run_script("05_evaluate.py", "extract", "--model", keysent_runs / "b" / "model", "--input", src, "--top", "2",
+               "--out", tmp_path / "keys.jsonl")
+    rows = read_jsonl(tmp_path / "keys.jsonl")
+    assert [r["id"] for r in rows] == ["n1", "n2"] and [len(r["key_sentences"]) for r in rows] == [2, 1]
+    cleaned = clean(json.loads(src.read_text().splitlines()[0])["text"])
+    for k in rows[0]["key_sentences"]:
+        assert cleaned[k["start"]:k["end"]] == k["text"] and -1 <= k["score"] <= 1
+    assert rows[0]["key_sentences"][0]["score"] >= rows[0]["key_sentences"][1]["score"]
+    threshold = rows[0]["key_sentences"][0]["score"] - 1e-9
+    run_script("05_evaluate.py", "extract", "--model", keysent_runs / "b" / "model", "--input", src, "--top", "2",
+               "--threshold", threshold, "--out", tmp_path / "strict.jsonl")
+    strict = read_jsonl(tmp_path / "strict.jsonl")
+    assert strict[0]["key_sentences"] == rows[0]["key_sentences"][:1]
+
+
+def test_extract_with_a_model_not_trained_for_key_sentences_needs_a_query(tiny_model, tmp_path):
+    src = write(tmp_path / "new.jsonl", [{"id": "n1", "text": "A sentence."}])
+    proc = run_script("05_evaluate.py", "extract", "--model", tiny_model, "--input", src, "--out",
+                      tmp_path / "k.jsonl", check=False)
+    assert proc.returncode == 2 and one_error_line(proc.stderr).endswith("give --query TEXT")
+    assert not (tmp_path / "k.jsonl").exists()
