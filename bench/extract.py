@@ -17,11 +17,9 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
-import time
 
-import psutil
+import measure
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLE = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
@@ -52,20 +50,10 @@ def build_dump(path, copies):
 
 
 def run_measured(cmd):
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT)
-    root = psutil.Process(proc.pid)
-    peak = 0
-    while proc.poll() is None:
-        try:
-            tree = [root] + root.children(recursive=True)
-            peak = max(peak, sum(p.memory_info().rss for p in tree if p.is_running()))
-        except psutil.Error:
-            pass
-        time.sleep(0.05)
-    if proc.returncode:
-        sys.exit(f"{cmd[:3]} failed:\n{proc.stderr.read().decode()[-2000:]}")
-    return time.perf_counter() - start, peak
+    seconds, peak, rc, stderr = measure.run_measured(cmd, cwd=ROOT)
+    if rc:
+        sys.exit(f"{cmd[:3]} failed:\n{stderr[-2000:]}")
+    return seconds, peak
 
 
 def xml_megabytes(path):

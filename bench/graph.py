@@ -11,12 +11,10 @@ forks one helper), polled every 0.1 s.
 import argparse
 import json
 import os
-import subprocess
 import sys
-import time
 
 import numpy as np
-import psutil
+from measure import run_measured
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -41,22 +39,6 @@ def make_corpus(path, n, mean_links, seed=0):
     return int(degree.sum())
 
 
-def run_measured(cmd):
-    """Wall seconds, peak RSS of the whole process tree (bytes) and exit status of a command."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    root = psutil.Process(proc.pid)
-    peak = 0
-    while proc.poll() is None:
-        try:
-            tree = [root] + root.children(recursive=True)
-            peak = max(peak, sum(p.memory_info().rss for p in tree if p.is_running()))
-        except psutil.Error:
-            pass
-        time.sleep(0.1)
-    return time.perf_counter() - start, peak, proc.returncode
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--articles", type=int, default=1_000_000)
@@ -70,8 +52,8 @@ def main():
         make_corpus(src + ".tmp", args.articles, args.links_per_article)
         os.replace(src + ".tmp", src)
     out = os.path.join(args.work, "data")
-    seconds, peak, rc = run_measured([sys.executable, os.path.join(ROOT, "02_build_graph.py"), "--articles", src,
-                                      "--out", out])
+    seconds, peak, rc, _ = run_measured([sys.executable, os.path.join(ROOT, "02_build_graph.py"), "--articles", src,
+                                         "--out", out], poll=0.1)
     if rc:
         sys.exit(f"02_build_graph.py failed ({rc})")
     peak_gb = peak / 1e9

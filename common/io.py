@@ -154,12 +154,15 @@ def manifest(script, args, started, inputs=(), counts=None, seed=None, **extra):
     }
 
 
-def read_manifest(directory):
-    path = os.path.join(directory, "manifest.json")
+def read_json_or_empty(path):
     if not os.path.exists(path):
         return {}
     with open(path, encoding="utf-8") as f:
         return json.load(f)
+
+
+def read_manifest(directory):
+    return read_json_or_empty(os.path.join(directory, "manifest.json"))
 
 
 class TokenTable:

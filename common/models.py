@@ -45,11 +45,8 @@ def st_config(path):
 
 def read_run_info(path):
     """What this project recorded about a trained model (``docembed.json``), or {} for other models."""
-    info = os.path.join(path, "docembed.json")
-    if not os.path.exists(info):
-        return {}
-    with open(info, encoding="utf-8") as f:
-        return json.load(f)
+    from common.io import read_json_or_empty
+    return read_json_or_empty(os.path.join(path, "docembed.json"))
 
 
 class Encoder(nn.Module):
