@@ -33,8 +33,8 @@ def parse_args(argv=None):
     wiki.add_argument("--min-chars", type=int, default=90,
                       help="drop articles whose cleaned lead is shorter (thesis code)")
     wiki.add_argument("--topic-root", default=topics.FINNISH_ROOT,
-                      help="category whose sub-categories are the 'top' labels and theirs the 'second' labels "
-                           "(default: the Finnish general classification the thesis used)")
+                      help="category whose sub-categories are the 'top' labels and theirs the 'second' labels; "
+                           "the default is the Finnish general classification the thesis used")
     wiki.add_argument("--topic-map", default=None,
                       help="TSV 'category<TAB>top<TAB>second' to label articles instead of --topic-root "
                            "(for dumps without category pages)")
@@ -43,7 +43,8 @@ def parse_args(argv=None):
     wiki.add_argument("--disambiguation-templates", default=",".join(DISAMBIGUATION_TEMPLATES),
                       help="comma-separated template names that mark disambiguation pages")
     wiki.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1),
-                      help="parser processes (0 = parse in the reading process)")
+                      help="parser processes besides the reading one (0: parse in the reading process); "
+                           "the default is the number of CPUs less one")
 
     sentences = sub.add_parser("sentences", formatter_class=cli.HelpFormatter,
                                help="articles with key sentences → sentences.jsonl",

@@ -7,7 +7,13 @@ from common.io import InputError
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    pass
+    """Shows each flag's default, except where there is none (required flags, or defaults that depend on the
+    objective and are given in the help text itself)."""
+
+    def _get_help_string(self, action):
+        if action.default is None or action.required:
+            return action.help
+        return super()._get_help_string(action)
 
 
 def parser(description):

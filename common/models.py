@@ -63,6 +63,11 @@ class Encoder(nn.Module):
         self.transformer = transformer
         self.pooling = pooling
         self.normalize = normalize
+        # A model's own pooler (BERT's dense + tanh over [CLS]) is not our pooling: it gets no gradient, which
+        # DDP would reject, so it is frozen and saved as it was loaded.
+        for name, param in transformer.named_parameters():
+            if name.startswith("pooler."):
+                param.requires_grad_(False)
 
     def embed(self, input_ids, attention_mask):
         hidden = self.transformer(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state

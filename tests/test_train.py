@@ -142,3 +142,44 @@ def test_bad_data_is_a_one_line_error(tiny_model, tiny_data, tmp_path, case):
     proc = run_script("03_train.py", *train_args(data, tiny_model, tmp_path / "run"), check=False)
     assert proc.returncode == 2
     assert one_error_line(proc.stderr) == expected
+
+
+def _free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_two_processes(args):
+    """Two training processes (DDP over gloo on the CPU), started as `accelerate launch` would on a node."""
+    env = dict(ENV, ACCELERATE_USE_CPU="1", OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+           str(_free_port()), os.path.join(ROOT, "03_train.py"), *map(str, args)]
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def test_two_processes_stop_together_on_sigterm_and_resume_bit_identically(tiny_model, tiny_data, tmp_path):
+    reference = tmp_path / "ref"
+    proc = start_two_processes(train_args(tiny_data, tiny_model, reference))
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    steps = json.loads((reference / "manifest.json").read_text())["counts"]["steps"]
+    assert steps == 54  # 2 epochs of 27 batches: each process sees half of the 54 batches an epoch
+    assert (reference / "checkpoints" / f"step_{steps}" / "random_states_1.pkl").exists()
+
+    run = tmp_path / "run"
+    proc = start_two_processes(train_args(tiny_data, tiny_model, run))
+    wait_for(lambda: (run / "log.jsonl").exists() and len(read_jsonl(run / "log.jsonl")) >= 3, proc)
+    os.killpg(proc.pid, signal.SIGTERM)
+    out, err = proc.communicate(timeout=300)
+    stopped = [line for line in out.splitlines() if "stopped by SIGTERM at step" in line]
+    assert len(stopped) == 1  # only the main process prints; both saved the same step
+    step = int(stopped[0].split("at step ")[1].split(";")[0])
+    assert (run / "checkpoints" / f"step_{step}" / "random_states_1.pkl").exists()
+    proc = start_two_processes(train_args(tiny_data, tiny_model, run))
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    ref, ours = weights(reference), weights(run)
+    assert all((ref[k] == ours[k]).all() for k in ref)
