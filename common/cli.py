@@ -11,7 +11,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
     objective and are given in the help text itself)."""
 
     def _get_help_string(self, action):
-        if action.default is None or action.required:
+        if action.default in (None, []) or action.required:
             return action.help
         return super()._get_help_string(action)
 
