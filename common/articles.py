@@ -89,7 +89,7 @@ def _read_pages(reader, index, tree, counts, bar):
         if page.redirect:
             counts["redirects"] += 1
             target = wikitext.normalize_title(page.redirect, ns)
-            target_hash = title_hash(wikitext.title_key(*target)) if target and target[0] is not None else 0
+            target_hash = title_hash(wikitext.title_key(*target)) if target else 0
             index.add(title_hash(key), page.id, REDIRECT, target_hash)
             continue
         if page.ns != 0:
