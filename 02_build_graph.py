@@ -56,8 +56,7 @@ class _GraphText:
     """graph.json's pieces for every document: a row opens with ``, "q": {``, its first entry has no leading comma,
     direct links say count 5 and two-hop documents count 1."""
 
-    def __init__(self, ids):
-        enc = [io.json_string(i).encode("utf-8") for i in ids]
+    def __init__(self, enc):
         self.n = n = len(enc)
         self.tokens = io.TokenTable([b', %s: {' % e for e in enc] + [b'%s: {"count": 5}' % e for e in enc]
                                     + [b', %s: {"count": 5}' % e for e in enc]
@@ -85,8 +84,7 @@ class _GraphText:
 
 
 class _TripletText:
-    def __init__(self, ids):
-        enc = [io.json_string(i).encode("utf-8") for i in ids]
+    def __init__(self, enc):
         self.n = len(enc)
         self.tokens = io.TokenTable([b'{"query": %s' % e for e in enc] + [b', "pos": %s' % e for e in enc]
                                     + [b', "neg": %s' % e for e in enc]
@@ -96,9 +94,9 @@ class _TripletText:
         return self.tokens.render(np.stack([q, self.n + p, 2 * self.n + n, 3 * self.n + hard], axis=1).ravel())
 
 
-def write_graph_json(path, ids, links, queries):
+def write_graph_json(path, encoded_ids, links, queries):
     """graph.json, a chunk of queries at a time; returns the number of two-hop pairs."""
-    text = _GraphText(ids)
+    text = _GraphText(encoded_ids)
     pairs = 0
     with open(path, "wb") as g:
         g.write(b"{")
@@ -137,9 +135,10 @@ def build_graph(args, corpus, outputs, counts):
 
     # graph.json (the largest output) is written by a second process while this one samples triplets
     queries = np.flatnonzero(np.diff(corpus.links.indptr) > 0)
-    writer = Background(write_graph_json, outputs.tmp_path("graph.json"), corpus.ids, corpus.links, queries)
+    encoded_ids = [io.json_bytes(i) for i in corpus.ids]  # once, before the fork, for both writers
+    writer = Background(write_graph_json, outputs.tmp_path("graph.json"), encoded_ids, corpus.links, queries)
     try:
-        text = _TripletText(corpus.ids)
+        text = _TripletText(encoded_ids)
         for name, rng in (("train", rng_train), ("val", rng_val)):
             with outputs.open(f"triplets.{name}.jsonl", "wb") as out:
                 counts[f"triplets_{name}"] = write_triplets(out, corpus, text, splits[name], args, rng, counts)

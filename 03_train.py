@@ -115,11 +115,11 @@ def main(argv):
                 "grad_accum": args.grad_accum, "seed": args.seed, "query": args.query, "query_token": args.query_token}
     info = {"objective": args.objective, **getattr(objective, "info", {})}
     trainer = Trainer(cfg, objective, encoder, tokenizer, args.out, max_length, identity, info)
-    identity["processes"] = trainer.accelerator.num_processes
     best = trainer.train()
     if trainer.accelerator.is_main_process:
         counts = {"train_examples": len(objective.train_rows), "val_examples": len(objective.val_rows),
-                  "steps": trainer.total_steps, "warmup_steps": trainer.warmup, "processes": identity["processes"]}
+                  "steps": trainer.total_steps, "warmup_steps": trainer.warmup,
+                  "processes": trainer.accelerator.num_processes}
         if best is not None:
             counts[f"best_{objective.selection}"] = best
         inputs = [os.path.join(args.data, name) for name in sorted(os.listdir(args.data)) if name.endswith(".jsonl")]

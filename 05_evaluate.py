@@ -73,36 +73,31 @@ def supported(data_dir):
     return found
 
 
-def embed_documents(args, name, path, docs, device):
-    import torch
-    from common.models import TokenStore, embed, load_encoder
+def embed_documents(args, name, path, docs):
+    from common.models import TokenStore, default_device, embed, load_encoder
     encoder, tokenizer, settings = load_encoder(path, pooling=args.pooling.get(name), max_length=args.max_length,
                                                 default_max_length=128)
-    encoder.to(device)
+    encoder.to(default_device())
     store = TokenStore(tokenizer, docs.inputs(tokenizer.sep_token or ""), settings["max_length"])
-    with tqdm(total=len(store), desc=f"embed {name}", unit=" docs", mininterval=1.0) as bar, \
-            torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-        emb = embed(encoder, store, args.batch_size, device, bar)
+    with tqdm(total=len(store), desc=f"embed {name}", unit=" docs", mininterval=1.0) as bar:
+        emb = embed(encoder, store, args.batch_size, bar)
     print(f"{name}: {emb.shape[0]} documents, {emb.shape[1]} dimensions ({settings['pooling']} pooling"
           f"{', normalised' if settings['normalize'] else ''}, {settings['max_length']} tokens)")
     return emb
 
 
 def evaluate_documents(args, outputs, wanted, metrics, counts):
-    import torch
     from common.objectives import Documents
     docs = Documents(args.data)
     index = docs.index
-    qrels_path = os.path.join(args.data, "crossref.qrels")
-    qrels = tasks.read_qrels(qrels_path) if {"crossref", "lexical"} & wanted else {}
-    tasks._check_ids(qrels_path, qrels, index)
+    qrels = tasks.read_qrels(os.path.join(args.data, "crossref.qrels"), index) if {"crossref", "lexical"} & wanted \
+        else {}
     levels = tasks.topic_levels(args.data) if "topics" in wanted else []
     topic_rows = {level: tasks.read_topics(args.data, level) for level in levels}
     counts.update({"documents": len(docs.ids), "crossref_queries": len(qrels)})
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     embeddings = {}
     for name, path in args.model.items():
-        emb = embed_documents(args, name, path, docs, device)
+        emb = embed_documents(args, name, path, docs)
         with outputs.open(f"{name}.npy", "wb") as f:
             np.save(f, emb)
         with outputs.open(f"{name}.ids.txt") as f:
@@ -110,12 +105,12 @@ def evaluate_documents(args, outputs, wanted, metrics, counts):
         embeddings[name] = (emb, index)
         result = metrics.setdefault(name, {})
         if "crossref" in wanted and qrels:
-            result["crossref"], _ = tasks.crossref(emb, index, qrels)
+            result["crossref"] = tasks.crossref(emb, index, qrels)
         for level in levels:
             result[f"topics.{level}"] = tasks.topics(emb, index, topic_rows[level], args.seed)
     if "lexical" in wanted and qrels:
         language = args.language or tasks.SNOWBALL.get(io.read_manifest(args.data).get("language") or "", "english")
-        metrics["lexical"] = {"crossref": tasks.lexical(docs.titles, docs.texts, index, qrels, language)[0]}
+        metrics["lexical"] = {"crossref": tasks.lexical(docs.titles, docs.texts, index, qrels, language)}
     for level in levels:
         if embeddings:
             tasks.tsne_plot(outputs.tmp_path(f"tsne_{level}.png"), embeddings, topic_rows[level], level, args.seed)

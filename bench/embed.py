@@ -64,7 +64,7 @@ def main():
 
     def ours():
         store = TokenStore(tokenizer, texts, settings["max_length"])
-        return embed(encoder, store, args.batch, torch.device(device))
+        return embed(encoder, store, args.batch)
 
     def theirs():
         return st.encode(texts, batch_size=args.batch, convert_to_numpy=True)

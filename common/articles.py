@@ -6,6 +6,7 @@ streams that file, resolves links through redirects to page ids, adds topic labe
 Memory holds the title index and, with ``--topic-root``, the category graph, never article text.
 """
 
+import itertools
 import json
 import os
 import re
@@ -110,31 +111,23 @@ def _read_pages(reader, index, tree, counts, bar):
 def pass_one(dump, tmp_path, index, tree, counts, workers, make_config):
     """Read the dump; write kept articles (links as hashes) to ``tmp_path``. Returns the reader (siteinfo)."""
     reader = DumpReader(dump)
-    with tqdm(desc="pages", unit=" pages", smoothing=0.05, mininterval=1.0) as bar:
-        _pass_one(reader, tmp_path, index, tree, counts, workers, make_config, bar)
-    return reader
-
-
-def _pass_one(reader, tmp_path, index, tree, counts, workers, make_config, bar):
-    pages = _read_pages(reader, index, tree, counts, bar)
-    first = next(pages, None)  # the siteinfo is known once the first page is read
-    config = make_config(reader.namespaces or wikitext.Namespaces.english())
-
-    def batches():
-        if first is not None:
-            yield first
-            yield from pages
-
-    with open(tmp_path, "w", encoding="utf-8") as out:
-        for results in ordered_map(_process_batch, batches(), workers, _init_worker, (config,)):
+    with tqdm(desc="pages", unit=" pages", smoothing=0.05, mininterval=1.0) as bar, \
+            open(tmp_path, "w", encoding="utf-8") as out:
+        pages = _read_pages(reader, index, tree, counts, bar)
+        first = next(pages, None)  # the siteinfo is known once the first page is read
+        config = make_config(reader.namespaces or wikitext.Namespaces.english())
+        batches = itertools.chain([first], pages) if first is not None else iter(())
+        for results in ordered_map(_process_batch, batches, workers, _init_worker, (config,)):
             for page_id, title, result in results:
                 if result[0] != "ok":
                     counts[result[0]] += 1
                     index.drop(page_id)
                     continue
                 _, text, hashes, other, cats = result
+                counts["articles"] += 1
                 counts["links_other_namespace"] += other
                 out.write(json.dumps([page_id, title, text, hashes, cats], ensure_ascii=False) + "\n")
+    return reader
 
 
 def pass_two(tmp_path, out, resolver, label_of, counts):
@@ -182,8 +175,6 @@ def extract_wiki(args, outputs, counts):
 
     try:
         reader = pass_one(args.dump, tmp_path, index, tree, counts, args.workers, make_config)
-        counts["articles"] = counts["pages"] - counts["redirects"] - counts["other_namespace"] \
-            - counts["disambiguation"] - counts["too_short"]
         resolver = index.resolver()
         del index
         counts["duplicate_titles"] = resolver.duplicate_titles

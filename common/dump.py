@@ -112,7 +112,6 @@ class DumpReader:
         self.path = path
         self.namespaces = None
         self.language = None
-        self.raw = None
 
     def _fail(self, what, last):
         where = f" after page {last.id} ({last.title!r})" if last else " before the first page"
@@ -131,7 +130,6 @@ class DumpReader:
                 inner = PrefetchReader(_decompressed_blocks(f, lambda: zlib.decompressobj(wbits=31)))
             else:
                 inner = f
-            self.raw = f
             try:
                 yield from self._pages(inner)
             except ET.ParseError as e:
@@ -198,7 +196,3 @@ class DumpReader:
             if m:
                 redirect = m.group(1)
         return Page(page_id, ns, title, redirect, text)
-
-    def tell(self):
-        """Compressed bytes consumed so far."""
-        return self.raw.tell() if self.raw is not None and not self.raw.closed else 0

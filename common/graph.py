@@ -21,12 +21,11 @@ CHUNK_ROWS = 4096  # fixed: the random streams are consumed chunk by chunk, so i
 class Corpus:
     """What 02 keeps in memory: ids, the link matrix and label codes, no text."""
 
-    def __init__(self, ids, links, labels, label_names, counts):
+    def __init__(self, ids, links, labels, label_names):
         self.ids = ids
         self.links = links  # scipy CSR, N×N, int32 ones
         self.labels = labels  # {level: int32 array, -1 = none}
         self.label_names = label_names  # {level: [name by code]}
-        self.counts = counts
 
     @property
     def n(self):
@@ -107,7 +106,7 @@ def read_articles(path, docs_out, counts):
         arr = np.full(n, -1, dtype=np.int32)
         arr[np.frombuffer(docs, dtype=np.int64)] = [code_of[name] for name in label_names[level]]
         labels[level], names_by_code[level] = arr, names
-    return Corpus(ids, links, labels, names_by_code, counts)
+    return Corpus(ids, links, labels, names_by_code)
 
 
 def _check_unique(path, doc_nodes, ids):

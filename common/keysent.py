@@ -82,7 +82,7 @@ class PairObjective:
 
     def __init__(self, data_dir, tokenizer, encoder, max_length, kind, margin, query, query_token, query_init,
                  length_groups=3, seed=42):
-        self.name, self.kind, self.margin = kind, kind, margin
+        self.kind, self.margin = kind, margin
         if query_token:
             add_query_token(encoder, tokenizer, query_token, query_init, seed)
             query = query_token
@@ -109,10 +109,8 @@ class PairObjective:
 
     def collate(self, rows):
         rows = np.asarray(rows).reshape(-1, 2)
-        groups, order = self.store.groups(np.concatenate([[0], rows[:, 0]]), self.length_groups)
-        where = torch.empty_like(order)
-        where[order] = torch.arange(len(order))
-        return {"groups": groups, "index": where, "labels": torch.from_numpy(rows[:, 1])}
+        groups, row = self.store.groups(np.concatenate([[0], rows[:, 0]]), self.length_groups)
+        return {"groups": groups, "index": row, "labels": torch.from_numpy(rows[:, 1])}
 
     def _pairs(self, model, batch):
         emb = model(batch["groups"])[batch["index"]]

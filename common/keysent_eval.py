@@ -3,20 +3,15 @@
 import os
 
 import numpy as np
-import torch
 
 from common import cli, io
 from common.io import InputError
 from common.keysent import read_sentences
 from common.metrics import average_r_precision
-from common.models import TokenStore, embed, load_encoder, read_run_info
+from common.models import TokenStore, default_device, embed, load_encoder, read_run_info
 from common.sentences import clean, split, splitter
 
 TRAINED = ("contrastive", "cosine")
-
-
-def _device():
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 class KeySentenceModel:
@@ -26,8 +21,7 @@ class KeySentenceModel:
     def __init__(self, path, pooling=None, max_length=None, batch_size=64, train_articles=None, query=None):
         self.encoder, self.tokenizer, self.settings = load_encoder(path, pooling=pooling, max_length=max_length,
                                                                    default_pooling="mean")
-        self.device = _device()
-        self.encoder.to(self.device)
+        self.encoder.to(default_device())
         self.batch_size = batch_size
         info = read_run_info(path)
         if query is not None:
@@ -46,8 +40,7 @@ class KeySentenceModel:
 
     def vectors(self, texts):
         store = TokenStore(self.tokenizer, texts, self.settings["max_length"])
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.device.type == "cuda"):
-            return embed(self.encoder, store, self.batch_size, self.device)
+        return embed(self.encoder, store, self.batch_size)
 
     def scores(self, sentences):
         """Cosine similarity of each sentence to the query."""

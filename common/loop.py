@@ -105,8 +105,10 @@ class Trainer:
         from accelerate import Accelerator
         from accelerate.utils import set_seed
         self.cfg, self.objective, self.tokenizer = cfg, objective, tokenizer
-        self.run_dir, self.max_length, self.identity, self.info = run_dir, max_length, identity, info or {}
+        self.run_dir, self.max_length, self.info = run_dir, max_length, info or {}
         self.accelerator = Accelerator(gradient_accumulation_steps=cfg.grad_accum)
+        # the data each process sees depends on their number: a checkpoint resumes only with the same count
+        self.identity = {**identity, "processes": self.accelerator.num_processes}
         set_seed(cfg.seed)
         self.sampler = EpochSampler(len(objective.train_rows), cfg.seed)
         train_dl = DataLoader(objective.train_rows, batch_size=cfg.batch_size, sampler=self.sampler,

@@ -7,20 +7,7 @@ import numpy as np
 
 def trec_order(scores, docnos):
     """Indices in trec_eval's ranking order: score descending, ties by document number descending."""
-    return sorted(range(len(scores)), key=lambda i: (-scores[i], _Desc(docnos[i])))
-
-
-class _Desc:
-    __slots__ = ("s",)
-
-    def __init__(self, s):
-        self.s = s
-
-    def __lt__(self, other):
-        return self.s > other.s
-
-    def __eq__(self, other):
-        return self.s == other.s
+    return sorted(range(len(scores)), key=lambda i: (scores[i], docnos[i]), reverse=True)
 
 
 def average_precision(ranked_relevance, n_relevant):

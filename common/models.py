@@ -77,7 +77,7 @@ class Encoder(nn.Module):
             mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
             out = (hidden * mask).sum(dim=1, dtype=torch.float32) / torch.clamp(
                 mask.sum(dim=1, dtype=torch.float32), min=1e-9)
-            out = out.to(hidden.dtype) if hidden.dtype.is_floating_point else out
+            out = out.to(hidden.dtype)
         return F.normalize(out, p=2, dim=1) if self.normalize else out
 
     def forward(self, groups):
@@ -150,25 +150,33 @@ class TokenStore:
         return torch.from_numpy(ids), torch.from_numpy(mask)
 
     def groups(self, indices, n_groups):
-        """Pad ``indices`` as up to ``n_groups`` length-sorted groups; returns the groups and, for each position
-        of the concatenated output, which input position it holds (to undo the sort)."""
+        """Pad ``indices`` as up to ``n_groups`` length-sorted groups; returns the groups and, for each input
+        position, its row in the groups' concatenated output (to undo the sort)."""
         indices = np.asarray(indices)
         order = np.argsort(self.lengths()[indices], kind="stable")
         parts = [p for p in np.array_split(order, min(n_groups, len(order))) if len(p)]
-        return [self.pad(indices[p]) for p in parts], torch.from_numpy(np.concatenate(parts))
+        row = np.empty(len(order), dtype=np.int64)
+        row[order] = np.arange(len(order))
+        return [self.pad(indices[p]) for p in parts], torch.from_numpy(row)
+
+
+def default_device():
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 @torch.no_grad()
-def embed(encoder, store, batch_size=64, device=None, progress=None):
-    """Embeddings of every text in ``store``, float32 ``[N, d]``; batches sorted by length."""
-    device = device or next(encoder.parameters()).device
+def embed(encoder, store, batch_size=64, progress=None):
+    """Embeddings of every text in ``store``, float32 ``[N, d]``, on the encoder's device (in bfloat16 autocast
+    on a GPU); batches sorted by length."""
+    device = next(encoder.parameters()).device
     encoder.eval()
     order = np.argsort(-store.lengths(), kind="stable")
     out = None
     for start in range(0, len(order), batch_size):
         idx = order[start:start + batch_size]
         ids, mask = store.pad(idx)
-        vecs = encoder.embed(ids.to(device), mask.to(device)).float().cpu().numpy()
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+            vecs = encoder.embed(ids.to(device), mask.to(device)).float().cpu().numpy()
         if out is None:
             out = np.empty((len(store), vecs.shape[1]), dtype=np.float32)
         out[idx] = vecs

@@ -49,7 +49,6 @@ def read_triplets(path, index):
 class TripletObjective:
     """SPECTER: a query document closer to a linked document than to a negative, by an L2 margin."""
 
-    name = "triplet"
     selection = None
 
     def __init__(self, data_dir, tokenizer, max_length, margin=1.0, length_groups=3):
@@ -71,10 +70,8 @@ class TripletObjective:
     def collate(self, rows):
         rows = np.asarray(rows).reshape(-1, 3)
         unique, inverse = np.unique(rows.T.ravel(), return_inverse=True)  # [queries, positives, negatives]
-        groups, order = self.store.groups(unique, self.length_groups)
-        where = torch.empty_like(order)
-        where[order] = torch.arange(len(order))
-        return {"groups": groups, "index": where[torch.from_numpy(inverse)]}
+        groups, row = self.store.groups(unique, self.length_groups)
+        return {"groups": groups, "index": row[torch.from_numpy(inverse)]}
 
     def losses(self, model, batch):
         emb = model(batch["groups"])[batch["index"]]

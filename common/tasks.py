@@ -14,8 +14,8 @@ SNOWBALL = {"fi": "finnish", "en": "english", "sv": "swedish", "de": "german", "
             "ru": "russian", "hu": "hungarian", "ro": "romanian"}
 
 
-def read_qrels(path):
-    """TREC qrels ``qid 0 docid rel`` → {qid: {docid: rel}}."""
+def read_qrels(path, index):
+    """TREC qrels ``qid 0 docid rel`` → {qid: {docid: rel}}; every id must be a document of ``index``."""
     qrels = {}
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
@@ -25,14 +25,11 @@ def read_qrels(path):
             if len(parts) != 4 or not parts[3].lstrip("-").isdigit():
                 raise InputError(f"{path}:{lineno}: expected 'qid 0 docid rel'")
             qrels.setdefault(parts[0], {})[parts[2]] = int(parts[3])
-    return qrels
-
-
-def _check_ids(path, qrels, index):
     for qid, judged in qrels.items():
         for doc in (qid, *judged):
             if doc not in index:
                 raise InputError(f"{path}: id {doc!r} is not in docs.jsonl")
+    return qrels
 
 
 def crossref(emb, index, qrels):
@@ -42,7 +39,7 @@ def crossref(emb, index, qrels):
         docs = list(judged)
         dist = np.linalg.norm(emb[[index[d] for d in docs]] - emb[index[qid]], axis=1)
         run[qid] = {d: -float(x) for d, x in zip(docs, dist)}
-    return ranking_metrics(qrels, run)[0], run
+    return ranking_metrics(qrels, run)[0]
 
 
 class Stemmer:
@@ -72,7 +69,7 @@ def lexical(titles, texts, index, qrels, language):
         i = index[qid]
         query = stemmer.words(f"{titles[i]} {texts[i]}")
         run[qid] = {d: len(query & stemmer.words(titles[index[d]])) / max(len(query), 1) for d in judged}
-    return ranking_metrics(qrels, run)[0], run
+    return ranking_metrics(qrels, run)[0]
 
 
 def read_topics(data_dir, level):

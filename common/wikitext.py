@@ -19,7 +19,7 @@ INTERWIKI_PREFIXES = {"wikt", "wiktionary", "w", "wikipedia", "s", "wikisource",
                       "wikidata", "species", "wikispecies", "mw", "mediawikiwiki", "phab", "simple"}
 _LANGUAGE_CODE = re.compile(r"^[a-z]{2,3}(?:-[a-z0-9]{2,8}){0,2}$")
 
-FILE_NS, TEMPLATE_NS, CATEGORY_NS = 6, 10, 14
+FILE_NS, CATEGORY_NS = 6, 14
 # Pseudo-namespaces for targets on other wikis: [[fi:Title]] (interlanguage) and [[wikt:word]] (interwiki).
 LANGUAGE_LINK, INTERWIKI_LINK = -100, -101
 
@@ -46,9 +46,6 @@ class Namespaces:
 
     def category_prefixes(self):
         return sorted(n for n, k in self.key_of.items() if k == CATEGORY_NS)
-
-    def file_prefixes(self):
-        return sorted(n for n, k in self.key_of.items() if k == FILE_NS)
 
 
 def _upper_first(s):

@@ -85,10 +85,13 @@ def test_links_all_and_section_lead(tmp_path, write_dump):
 
 
 def test_parallel_workers_write_the_same_file(tmp_path, write_dump):
-    dump = write_dump(FINNISH_PAGES * 1)
+    # enough articles for several worker batches (64 pages each), so results must be put back in order
+    extra = [(100 + i, f"Sivu {i}", 0, f"'''Sivu {i}''' viittaa sivuun [[Sivu {(i * 7) % 150}]]." + LONG)
+             for i in range(150)]
+    dump = write_dump(FINNISH_PAGES + extra)
     serial, _, _ = extract(tmp_path / "a", dump, "--workers", "0")
     parallel, _, _ = extract(tmp_path / "b", dump, "--workers", "2")
-    assert serial == parallel
+    assert serial == parallel and len(serial) == 154
 
 
 def test_topic_map_replaces_the_category_tree(tmp_path, write_dump):
