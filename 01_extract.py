@@ -12,8 +12,9 @@ import collections
 import os
 import sys
 
-from common import cli, io, topics
-from common.articles import DISAMBIGUATION_MARKERS, DISAMBIGUATION_TEMPLATES, extract_wiki
+from common import cli, io
+from common.data import topic_labels
+from common.data.wiki import DISAMBIGUATION_MARKERS, DISAMBIGUATION_TEMPLATES, extract_wiki
 
 
 def parse_args(argv=None):
@@ -32,7 +33,7 @@ def parse_args(argv=None):
                       help="cross-references: links in the lead text (thesis) or in the whole article")
     wiki.add_argument("--min-chars", type=int, default=90,
                       help="drop articles whose cleaned lead is shorter (thesis code)")
-    wiki.add_argument("--topic-root", default=topics.FINNISH_ROOT,
+    wiki.add_argument("--topic-root", default=topic_labels.FINNISH_ROOT,
                       help="category whose sub-categories are the 'top' labels and theirs the 'second' labels; "
                            "the default is the Finnish general classification the thesis used")
     wiki.add_argument("--topic-map", default=None,
@@ -73,7 +74,7 @@ def run_wiki(args):
 
 
 def run_sentences(args):
-    from common.sentences import extract_sentences
+    from common.data.sentences import extract_sentences
     started = io.now()
     counts = collections.Counter()
     with io.Outputs(args.out) as outputs:

@@ -1,6 +1,6 @@
 """Step 2: documents → a data directory for training (03) and evaluation (05).
 
-  python 02_build_graph.py --articles work/fi/articles.jsonl --out work/fi/data
+  python 02_build_graph.py [links] --articles work/fi/articles.jsonl --out work/fi/data
       The cross-reference graph (SPECTER's graph.json), query splits, training triplets, cross-reference qrels
       and topic classification splits. Defaults are the WikiSpecter thesis / SPECTER settings.
 
@@ -15,12 +15,12 @@ import sys
 import numpy as np
 from tqdm import tqdm
 
-from common import cli, graph, io
+from common import cli, io
+from common.data import graph
 from common.pool import Background
 
 
-def parse_args(argv):
-    parser = cli.parser(__doc__)
+def add_links_arguments(parser):
     parser.add_argument("--articles", required=True, help="articles.jsonl from 01_extract.py (CONTRACT.md)")
     parser.add_argument("--out", required=True, help="data directory to write")
     parser.add_argument("--seed", type=int, default=42, help="seed for splits and sampling")
@@ -41,7 +41,6 @@ def parse_args(argv):
     parser.add_argument("--topic-cap", default="top=300,second=200",
                         help="most documents per label, per level (thesis)")
     parser.add_argument("--topic-test", type=float, default=0.3, help="stratified test share of topic documents")
-    return parser.parse_args(argv)
 
 
 def _caps(text):
@@ -186,24 +185,23 @@ def run_graph(args):
           f"{counts['crossref_queries']} crossref queries → {args.out}")
 
 
-def parse_sentences_args(argv):
-    p = cli.parser("Key-sentence articles → article-level train/validation/test splits (keysent.*.jsonl).")
+def add_sentences_arguments(p):
     p.add_argument("--sentences", required=True, help="sentences.jsonl from 01_extract.py sentences")
     p.add_argument("--out", required=True, help="data directory to write")
     p.add_argument("--test", type=float, default=0.2, help="share of articles held out for testing (thesis)")
     p.add_argument("--val", type=float, default=0.25,
                    help="share of the remaining articles for validation (thesis: 75/25, but by article)")
     p.add_argument("--seed", type=int, default=42, help="seed of the split")
-    return p.parse_args(argv)
 
 
 def run_sentences(args):
-    from common import keysent
+    from common.data import keysent_splits
     started = io.now()
     counts = collections.Counter()
-    articles = keysent.read_sentences(args.sentences)
+    articles = keysent_splits.read_sentences(args.sentences)
     with io.Outputs(args.out) as outputs:
-        keysent.write_splits(keysent.split_articles(articles, args.test, args.val, args.seed), outputs, counts)
+        splits = keysent_splits.split_articles(articles, args.test, args.val, args.seed)
+        keysent_splits.write_splits(splits, outputs, counts)
         with outputs.open("manifest.json") as f:
             f.write(io.dumps_line(io.manifest(__file__, args, started, inputs=[args.sentences], counts=dict(counts),
                                               seed=args.seed)))
@@ -211,10 +209,16 @@ def run_sentences(args):
           f"sentences {counts['sentences_train']}/{counts['sentences_val']}/{counts['sentences_test']} → {args.out}")
 
 
+COMMANDS = {
+    "links": ("articles.jsonl → the cross-reference graph, triplets, crossref qrels and topic splits "
+              "(the default command)", add_links_arguments, run_graph),
+    "sentences": ("key-sentence articles → article-level train/validation/test splits (keysent.*.jsonl)",
+                  add_sentences_arguments, run_sentences),
+}
+
+
 def main(argv):
-    if argv and argv[0] == "sentences":
-        return run_sentences(parse_sentences_args(argv[1:]))
-    return run_graph(parse_args(argv))
+    return cli.dispatch(__doc__, COMMANDS, argv, default="links")
 
 
 if __name__ == "__main__":

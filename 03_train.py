@@ -83,9 +83,9 @@ def parse_args(argv):
 
 def build_objective(args, encoder, tokenizer, max_length):
     if args.objective == "triplet":
-        from common.objectives import TripletObjective
+        from common.train.objectives.triplet import TripletObjective
         return TripletObjective(args.data, tokenizer, max_length, args.margin, args.length_groups)
-    from common.keysent import PairObjective
+    from common.train.objectives.pairs import PairObjective
     return PairObjective(args.data, tokenizer, encoder, max_length, args.objective, args.margin, args.query,
                          args.query_token, args.query_init, args.length_groups, args.seed)
 
@@ -94,8 +94,8 @@ def main(argv):
     args = parse_args(argv)
     if not os.path.isdir(args.data):
         raise InputError(f"{args.data}: no such data directory")
-    from common.loop import TrainConfig, Trainer
-    from common.models import load_encoder
+    from common.train.loop import TrainConfig, Trainer
+    from common.models.encoder import load_encoder
     started = io.now()
     encoder, tokenizer, settings = load_encoder(args.model, pooling=args.pooling, normalize=args.normalize,
                                                 max_length=args.max_length, default_max_length=128)

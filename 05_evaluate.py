@@ -18,7 +18,8 @@ import sys
 import numpy as np
 from tqdm import tqdm
 
-from common import cli, io, report, tasks
+from common import cli, io
+from common.eval import report, wikispecter
 from common.io import InputError
 
 TASKS = ("crossref", "topics", "lexical", "keysent")
@@ -34,8 +35,7 @@ def _named(values, flag, what):
     return out
 
 
-def parse_args(argv):
-    p = cli.parser(__doc__)
+def add_evaluate_arguments(p):
     p.add_argument("--data", required=True, help="data directory from 02_build_graph.py")
     p.add_argument("--model", action="append", default=[], metavar="NAME=MODEL",
                    help="a model to evaluate, as name=hub-name-or-folder (repeatable)")
@@ -52,13 +52,14 @@ def parse_args(argv):
     p.add_argument("--language", default=None,
                    help="Snowball stemmer language for the lexical baseline (default: the dump's language)")
     p.add_argument("--seed", type=int, default=42, help="seed of the classifier and t-SNE")
-    args = p.parse_args(argv)
+
+
+def _check_names(args):
     args.model = _named(args.model, "--model", "MODEL")
     args.pooling = _named(args.pooling, "--pooling", "cls|mean")
     unknown = set(args.pooling) - set(args.model)
     if unknown:
         raise InputError(f"--pooling names {sorted(unknown)} but no such --model")
-    return args
 
 
 def supported(data_dir):
@@ -66,7 +67,7 @@ def supported(data_dir):
     if os.path.exists(os.path.join(data_dir, "crossref.qrels")) and os.path.getsize(
             os.path.join(data_dir, "crossref.qrels")):
         found.update(("crossref", "lexical"))
-    if tasks.topic_levels(data_dir):
+    if wikispecter.topic_levels(data_dir):
         found.add("topics")
     if os.path.exists(os.path.join(data_dir, "keysent.test.jsonl")):
         found.add("keysent")
@@ -74,7 +75,8 @@ def supported(data_dir):
 
 
 def embed_documents(args, name, path, docs):
-    from common.models import TokenStore, default_device, embed, load_encoder
+    from common.models.encoder import default_device, embed, load_encoder
+    from common.models.tokens import TokenStore
     encoder, tokenizer, settings = load_encoder(path, pooling=args.pooling.get(name), max_length=args.max_length,
                                                 default_max_length=128)
     encoder.to(default_device())
@@ -87,13 +89,14 @@ def embed_documents(args, name, path, docs):
 
 
 def evaluate_documents(args, outputs, wanted, metrics, counts):
-    from common.objectives import Documents
+    from common.data.documents import Documents
     docs = Documents(args.data)
     index = docs.index
-    qrels = tasks.read_qrels(os.path.join(args.data, "crossref.qrels"), index) if {"crossref", "lexical"} & wanted \
-        else {}
-    levels = tasks.topic_levels(args.data) if "topics" in wanted else []
-    topic_rows = {level: tasks.read_topics(args.data, level) for level in levels}
+    qrels = {}
+    if {"crossref", "lexical"} & wanted:
+        qrels = wikispecter.read_qrels(os.path.join(args.data, "crossref.qrels"), index)
+    levels = wikispecter.topic_levels(args.data) if "topics" in wanted else []
+    topic_rows = {level: wikispecter.read_topics(args.data, level) for level in levels}
     counts.update({"documents": len(docs.ids), "crossref_queries": len(qrels)})
     embeddings = {}
     for name, path in args.model.items():
@@ -105,18 +108,21 @@ def evaluate_documents(args, outputs, wanted, metrics, counts):
         embeddings[name] = (emb, index)
         result = metrics.setdefault(name, {})
         if "crossref" in wanted and qrels:
-            result["crossref"] = tasks.crossref(emb, index, qrels)
+            result["crossref"] = wikispecter.crossref(emb, index, qrels)
         for level in levels:
-            result[f"topics.{level}"] = tasks.topics(emb, index, topic_rows[level], args.seed)
+            result[f"topics.{level}"] = wikispecter.topics(emb, index, topic_rows[level], args.seed)
     if "lexical" in wanted and qrels:
-        language = args.language or tasks.SNOWBALL.get(io.read_manifest(args.data).get("language") or "", "english")
-        metrics["lexical"] = {"crossref": tasks.lexical(docs.titles, docs.texts, index, qrels, language)}
+        language = args.language or wikispecter.SNOWBALL.get(io.read_manifest(args.data).get("language") or "",
+                                                              "english")
+        metrics["lexical"] = {"crossref": wikispecter.lexical(docs.titles, docs.texts, index, qrels, language)}
     for level in levels:
         if embeddings:
-            tasks.tsne_plot(outputs.tmp_path(f"tsne_{level}.png"), embeddings, topic_rows[level], level, args.seed)
+            wikispecter.tsne_plot(outputs.tmp_path(f"tsne_{level}.png"), embeddings, topic_rows[level], level,
+                                  args.seed)
 
 
 def run_evaluate(args):
+    _check_names(args)
     if not os.path.isdir(args.data):
         raise InputError(f"{args.data}: no such data directory")
     available = supported(args.data)
@@ -134,7 +140,7 @@ def run_evaluate(args):
         if wanted & {"crossref", "topics", "lexical"}:
             evaluate_documents(args, outputs, wanted, metrics, counts)
         if "keysent" in wanted:
-            from common.keysent_eval import evaluate_keysent
+            from common.eval.keysent import evaluate_keysent
             evaluate_keysent(args, outputs, metrics, counts)
         with outputs.open("metrics.json") as f:
             f.write(io.dumps_line(metrics))
@@ -147,11 +153,33 @@ def run_evaluate(args):
     print(table, end="")
 
 
+def add_extract_arguments(p):
+    p.add_argument("--model", required=True, help="a model trained with --objective contrastive or cosine")
+    p.add_argument("--input", required=True, help="JSONL of {id, text} (HTML and LaTeX are cleaned)")
+    p.add_argument("--out", required=True, help="JSONL to write: {id, key_sentences: [{text, score, start, end}]}")
+    p.add_argument("--top", type=int, default=1, help="sentences per article, best first")
+    p.add_argument("--threshold", type=float, default=None, help="keep only sentences scoring at least this")
+    p.add_argument("--query", default=None, help="query text, for a model that was not fine-tuned here")
+    p.add_argument("--splitter", choices=("punkt", "punkt-english"), default="punkt",
+                   help="sentence splitter (untrained Punkt, as in training)")
+    p.add_argument("--batch-size", type=int, default=64, help="sentences per forward pass")
+
+
+def run_extract(args):
+    from common.eval.keysent import extract
+    return extract(args)
+
+
+COMMANDS = {
+    "evaluate": ("embed a data directory's documents with each --model and score every task the data supports "
+                 "(the default command)", add_evaluate_arguments, run_evaluate),
+    "extract": ("key sentences of new articles, each sentence scored by its cosine similarity to the model's "
+                "query (the thesis's confidence)", add_extract_arguments, run_extract),
+}
+
+
 def main(argv):
-    if argv and argv[0] == "extract":
-        from common.keysent_eval import extract_main
-        return extract_main(argv[1:])
-    return run_evaluate(parse_args(argv))
+    return cli.dispatch(__doc__, COMMANDS, argv, default="evaluate")
 
 
 if __name__ == "__main__":

@@ -61,7 +61,7 @@ def run_theirs(data, steps, batch):
     from sentence_transformers import SentenceTransformerTrainingArguments as Args
     from sentence_transformers.models import Pooling, Transformer
     from transformers import TrainerCallback
-    from common.objectives import Documents
+    from common.data.documents import Documents
     docs = Documents(data)
     transformer = Transformer(minilm(), max_seq_length=128)
     sep = transformer.tokenizer.sep_token

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from common.losses import contrastive_cosine, cosine_mse
-from common.sentences import clean, label, split, splitter
+from common.train.losses import contrastive_cosine, cosine_mse
+from common.data.sentences import clean, label, split, splitter
 from conftest import ROOT, one_error_line, read_jsonl, run_script, st_losses
 
 DEMO = os.path.join(ROOT, "data", "keysent-demo.jsonl")
@@ -109,9 +109,10 @@ def test_pair_losses_equal_sentence_transformers():
 
 
 def test_base_model_query_is_the_mean_training_key_sentence_embedding(tiny_model, keysent_data):
-    from common.keysent import read_sentences
-    from common.keysent_eval import KeySentenceModel
-    from common.models import TokenStore, embed, load_encoder
+    from common.data.keysent_splits import read_sentences
+    from common.eval.keysent import KeySentenceModel
+    from common.models.encoder import embed, load_encoder
+    from common.models.tokens import TokenStore
     train = read_sentences(keysent_data / "data" / "keysent.train.jsonl")
     model = KeySentenceModel(str(tiny_model), train_articles=train)
     encoder, tokenizer, settings = load_encoder(str(tiny_model), default_pooling="mean")
@@ -123,8 +124,8 @@ def test_base_model_query_is_the_mean_training_key_sentence_embedding(tiny_model
 
 @pytest.mark.parametrize("init", ["zero", "random"])
 def test_query_token_is_added_with_its_initial_embedding(tiny_model, init):
-    from common.keysent import add_query_token
-    from common.models import load_encoder
+    from common.train.objectives.pairs import add_query_token
+    from common.models.encoder import load_encoder
     encoder, tokenizer, _ = load_encoder(str(tiny_model))
     before = encoder.transformer.get_input_embeddings().weight.shape[0]
     add_query_token(encoder, tokenizer, "[QUERY]", init, seed=3)

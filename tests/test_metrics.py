@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from common.metrics import average_precision, average_r_precision, ndcg, r_precision, ranking_metrics
+from common.eval.metrics import average_precision, average_r_precision, ndcg, r_precision, ranking_metrics
 
 
 def test_average_precision_and_ndcg_by_hand():

@@ -4,8 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-from common.losses import triplet_margin
-from common.models import Encoder, TokenStore, document_text, embed, load_encoder, save_model, st_config
+from common.train.losses import triplet_margin
+from common.models.encoder import Encoder, document_text, embed, load_encoder, st_config
+from common.models.saving import save_model
+from common.models.tokens import TokenStore
 
 
 def test_document_input_is_cls_title_sep_text_sep(tiny_model):
@@ -65,7 +67,7 @@ def test_triplet_loss_equals_torch_and_sentence_transformers():
 
 
 def test_triplet_batch_embeds_each_document_once_in_query_positive_negative_order(tiny_model, tiny_data):
-    from common.objectives import TripletObjective
+    from common.train.objectives.triplet import TripletObjective
     encoder, tokenizer, _ = load_encoder(str(tiny_model), pooling="mean")
     encoder.eval()
     objective = TripletObjective(str(tiny_data), tokenizer, 32)

@@ -3,7 +3,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.wikitext import (LANGUAGE_LINK, Namespaces, all_links, categories, clean, lead, normalize_title,
+from common.data.wikitext import (LANGUAGE_LINK, Namespaces, all_links, categories, clean, lead, normalize_title,
                              strip_templates)
 
 FI = Namespaces({6: "Tiedosto", 10: "Malline", 14: "Luokka"})

@@ -13,7 +13,7 @@ import zlib
 from typing import NamedTuple
 
 from common.io import InputError
-from common.wikitext import Namespaces
+from common.data.wikitext import Namespaces
 
 _REDIRECT_TEXT = re.compile(r"^\s*#(?:REDIRECT|OHJAUS|UUDELLEENOHJAUS)\s*:?\s*\[\[([^\]|]+)", re.I)
 

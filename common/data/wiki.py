@@ -14,11 +14,11 @@ import re
 import numpy as np
 from tqdm import tqdm
 
-from common import topics, wikitext
-from common.dump import DumpReader
+from common.data import topic_labels, wikitext
+from common.data.dump import DumpReader
 from common.io import dumps_line
 from common.pool import ordered_map
-from common.titles import ARTICLE, OTHER, REDIRECT, TitleIndex, title_hash
+from common.data.titles import ARTICLE, OTHER, REDIRECT, TitleIndex, title_hash
 
 DISAMBIGUATION_MARKERS = ("(täsmennyssivu)", "(disambiguation)")
 DISAMBIGUATION_TEMPLATES = ("täsmennyssivu", "disambiguation", "disambig", "dab", "disamb", "hndis", "geodis",
@@ -164,8 +164,8 @@ def pass_two(tmp_path, out, resolver, label_of, counts):
 def extract_wiki(args, outputs, counts):
     """The whole of ``01_extract.py wiki``; writes ``articles.jsonl`` through ``outputs``."""
     index = TitleIndex()
-    tree = topics.CategoryTree() if (args.topic_root and not args.topic_map) else None
-    topic_map = topics.read_topic_map(args.topic_map) if args.topic_map else None
+    tree = topic_labels.CategoryTree() if (args.topic_root and not args.topic_map) else None
+    topic_map = topic_labels.read_topic_map(args.topic_map) if args.topic_map else None
     tmp_path = outputs.path("articles.pass1.jsonl.tmp")
 
     def make_config(namespaces):
@@ -181,7 +181,7 @@ def extract_wiki(args, outputs, counts):
         counts["redirects_unresolved"] = resolver.redirects - resolver.redirects_resolved
         if topic_map is not None:
             def label_of(cats):
-                return topics.mapped_label(cats, topic_map)
+                return topic_labels.mapped_label(cats, topic_map)
         elif tree is not None:
             root = wikitext.normalize_name(args.topic_root, reader.namespaces or wikitext.Namespaces.english())
             table = tree.labels(root)
@@ -190,7 +190,7 @@ def extract_wiki(args, outputs, counts):
                 tqdm.write(f"note: category {root!r} has no sub-categories in this dump; no topic labels")
 
             def label_of(cats):
-                return topics.article_label(cats, table)
+                return topic_labels.article_label(cats, table)
         else:
             def label_of(cats):
                 return {}

@@ -4,12 +4,14 @@ import os
 
 import numpy as np
 
-from common import cli, io
+from common import io
 from common.io import InputError
-from common.keysent import read_sentences
-from common.metrics import average_r_precision
-from common.models import TokenStore, default_device, embed, load_encoder, read_run_info
-from common.sentences import clean, split, splitter
+from common.data.keysent_splits import read_sentences
+from common.eval.metrics import average_r_precision
+from common.models.encoder import default_device, embed, load_encoder
+from common.models.saving import read_run_info
+from common.models.tokens import TokenStore
+from common.data.sentences import clean, split, splitter
 
 TRAINED = ("contrastive", "cosine")
 
@@ -134,23 +136,7 @@ def evaluate_keysent(args, outputs, metrics, counts):
     threshold_plot(outputs.tmp_path("keysent_threshold.png"), {k: v for k, v in list(curves.items())[:6]})
 
 
-def parse_extract_args(argv):
-    p = cli.parser("Key sentences of new articles: each sentence scored by its cosine similarity to the model's "
-                   "query (the thesis's confidence).")
-    p.add_argument("--model", required=True, help="a model trained with --objective contrastive or cosine")
-    p.add_argument("--input", required=True, help="JSONL of {id, text} (HTML and LaTeX are cleaned)")
-    p.add_argument("--out", required=True, help="JSONL to write: {id, key_sentences: [{text, score, start, end}]}")
-    p.add_argument("--top", type=int, default=1, help="sentences per article, best first")
-    p.add_argument("--threshold", type=float, default=None, help="keep only sentences scoring at least this")
-    p.add_argument("--query", default=None, help="query text, for a model that was not fine-tuned here")
-    p.add_argument("--splitter", choices=("punkt", "punkt-english"), default="punkt",
-                   help="sentence splitter (untrained Punkt, as in training)")
-    p.add_argument("--batch-size", type=int, default=64, help="sentences per forward pass")
-    return p.parse_args(argv)
-
-
-def extract_main(argv):
-    args = parse_extract_args(argv)
+def extract(args):
     started = io.now()
     model = KeySentenceModel(args.model, batch_size=args.batch_size, query=args.query)
     tokenizer = splitter(args.splitter)

@@ -2,10 +2,8 @@
 tokenising once, embedding, and saving in Hugging Face + sentence-transformers form.
 """
 
-import itertools
 import json
 import os
-import shutil
 
 import numpy as np
 import torch
@@ -41,12 +39,6 @@ def st_config(path):
         if length:
             found["max_length"] = int(length)
     return found
-
-
-def read_run_info(path):
-    """What this project recorded about a trained model (``docembed.json``), or {} for other models."""
-    from common.io import read_json_or_empty
-    return read_json_or_empty(os.path.join(path, "docembed.json"))
 
 
 class Encoder(nn.Module):
@@ -111,55 +103,6 @@ def document_text(title, text, sep_token):
     return f"{title}{sep_token}{text}"
 
 
-class TokenStore:
-    """Token ids of many texts in one flat int32 array plus offsets (no Python list per token)."""
-
-    def __init__(self, tokenizer, texts, max_length, batch=4096):
-        lengths, chunks = [], []
-        for start in range(0, len(texts), batch):
-            enc = tokenizer(texts[start:start + batch], truncation="longest_first", max_length=max_length,
-                            add_special_tokens=True)["input_ids"]
-            sizes = list(map(len, enc))
-            lengths.extend(sizes)
-            chunks.append(np.fromiter(itertools.chain.from_iterable(enc), dtype=np.int32, count=sum(sizes)))
-        self.ids = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int32)
-        self.offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-        self.pad_id = tokenizer.pad_token_id or 0
-
-    def __len__(self):
-        return len(self.offsets) - 1
-
-    def length(self, i):
-        return int(self.offsets[i + 1] - self.offsets[i])
-
-    def lengths(self):
-        return np.diff(self.offsets)
-
-    def get(self, i):
-        return self.ids[self.offsets[i]:self.offsets[i + 1]]
-
-    def pad(self, indices):
-        """A padded ``(input_ids, attention_mask)`` pair for these texts (dynamic padding)."""
-        seqs = [self.get(i) for i in indices]
-        width = max(len(s) for s in seqs)
-        ids = np.full((len(seqs), width), self.pad_id, dtype=np.int64)
-        mask = np.zeros((len(seqs), width), dtype=np.int64)
-        for row, seq in enumerate(seqs):
-            ids[row, :len(seq)] = seq
-            mask[row, :len(seq)] = 1
-        return torch.from_numpy(ids), torch.from_numpy(mask)
-
-    def groups(self, indices, n_groups):
-        """Pad ``indices`` as up to ``n_groups`` length-sorted groups; returns the groups and, for each input
-        position, its row in the groups' concatenated output (to undo the sort)."""
-        indices = np.asarray(indices)
-        order = np.argsort(self.lengths()[indices], kind="stable")
-        parts = [p for p in np.array_split(order, min(n_groups, len(order))) if len(p)]
-        row = np.empty(len(order), dtype=np.int64)
-        row[order] = np.arange(len(order))
-        return [self.pad(indices[p]) for p in parts], torch.from_numpy(row)
-
-
 def default_device():
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
@@ -185,40 +128,3 @@ def embed(encoder, store, batch_size=64, progress=None):
     return out if out is not None else np.zeros((0, 0), dtype=np.float32)
 
 
-def save_model(encoder, tokenizer, path, max_length, info=None):
-    """Hugging Face ``save_pretrained`` + tokenizer + sentence-transformers files, so that both
-    ``AutoModel.from_pretrained(path)`` and ``SentenceTransformer(path)`` load it with the pooling, normalisation
-    and length it was trained with. Written to ``path.tmp`` and moved into place."""
-    tmp = path + ".tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    encoder.transformer.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
-    if encoder.normalize:
-        modules.append({"idx": 2, "name": "2", "path": "2_Normalize",
-                        "type": "sentence_transformers.models.Normalize"})
-        os.makedirs(os.path.join(tmp, "2_Normalize"), exist_ok=True)
-    _dump(os.path.join(tmp, "modules.json"), modules)
-    os.makedirs(os.path.join(tmp, "1_Pooling"), exist_ok=True)
-    _dump(os.path.join(tmp, "1_Pooling", "config.json"), {
-        "word_embedding_dimension": encoder.transformer.config.hidden_size,
-        "pooling_mode_cls_token": encoder.pooling == "cls",
-        "pooling_mode_mean_tokens": encoder.pooling == "mean",
-        "pooling_mode_max_tokens": False,
-        "pooling_mode_mean_sqrt_len_tokens": False})
-    _dump(os.path.join(tmp, "sentence_bert_config.json"), {"max_seq_length": int(max_length), "do_lower_case": False})
-    _dump(os.path.join(tmp, "docembed.json"), {"pooling": encoder.pooling, "normalize": encoder.normalize,
-                                               "max_length": int(max_length), **(info or {})})
-    old = path + ".old"
-    if os.path.exists(path):
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(path, old)
-    os.replace(tmp, path)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def _dump(path, obj):
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2)
-        f.write("\n")

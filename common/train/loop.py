@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader, Sampler
 from tqdm import tqdm
 
 from common.io import InputError
-from common.models import save_model
+from common.models.saving import save_model
 
 STATE = "trainer_state.json"
 

@@ -11,39 +11,10 @@ import os
 import numpy as np
 import torch
 
-from common import losses
-from common.io import InputError, read_jsonl
-from common.models import TokenStore, document_text
-
-
-class Documents:
-    """docs.jsonl: ids, their positions, titles and texts."""
-
-    def __init__(self, data_dir):
-        path = os.path.join(data_dir, "docs.jsonl")
-        self.ids, self.titles, self.texts, self.index = [], [], [], {}
-        for lineno, obj in read_jsonl(path, required=("id", "title", "text")):
-            if obj["id"] in self.index:
-                raise InputError(f"{path}:{lineno}: duplicate id {obj['id']!r}")
-            self.index[obj["id"]] = len(self.ids)
-            self.ids.append(obj["id"])
-            self.titles.append(obj["title"])
-            self.texts.append(obj["text"])
-
-    def inputs(self, sep_token, which=None):
-        """Model input strings (title + sep + text) of all documents, or of the positions in ``which``."""
-        which = range(len(self.ids)) if which is None else which
-        return [document_text(self.titles[i], self.texts[i], sep_token) for i in which]
-
-
-def read_triplets(path, index):
-    rows = []
-    for lineno, obj in read_jsonl(path, required=("query", "pos", "neg")):
-        try:
-            rows.append((index[obj["query"]], index[obj["pos"]], index[obj["neg"]]))
-        except KeyError as e:
-            raise InputError(f"{path}:{lineno}: id {e.args[0]!r} is not in docs.jsonl") from None
-    return np.array(rows, dtype=np.int64).reshape(-1, 3)
+from common.train import losses
+from common.data.documents import Documents, read_triplets
+from common.io import InputError
+from common.models.tokens import TokenStore
 
 
 class TripletObjective:

@@ -7,7 +7,7 @@ import re
 import numpy as np
 
 from common.io import InputError, read_jsonl
-from common.metrics import ranking_metrics
+from common.eval.metrics import ranking_metrics
 
 SNOWBALL = {"fi": "finnish", "en": "english", "sv": "swedish", "de": "german", "fr": "french", "es": "spanish",
             "it": "italian", "nl": "dutch", "da": "danish", "no": "norwegian", "nb": "norwegian", "pt": "portuguese",

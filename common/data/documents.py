@@ -1,0 +1,38 @@
+"""A data directory's documents (``docs.jsonl``) and the triplet files that refer to them by id."""
+
+import os
+
+import numpy as np
+
+from common.io import InputError, read_jsonl
+from common.models.encoder import document_text
+
+class Documents:
+    """docs.jsonl: ids, their positions, titles and texts."""
+
+    def __init__(self, data_dir):
+        path = os.path.join(data_dir, "docs.jsonl")
+        self.ids, self.titles, self.texts, self.index = [], [], [], {}
+        for lineno, obj in read_jsonl(path, required=("id", "title", "text")):
+            if obj["id"] in self.index:
+                raise InputError(f"{path}:{lineno}: duplicate id {obj['id']!r}")
+            self.index[obj["id"]] = len(self.ids)
+            self.ids.append(obj["id"])
+            self.titles.append(obj["title"])
+            self.texts.append(obj["text"])
+
+    def inputs(self, sep_token, which=None):
+        """Model input strings (title + sep + text) of all documents, or of the positions in ``which``."""
+        which = range(len(self.ids)) if which is None else which
+        return [document_text(self.titles[i], self.texts[i], sep_token) for i in which]
+
+
+def read_triplets(path, index):
+    rows = []
+    for lineno, obj in read_jsonl(path, required=("query", "pos", "neg")):
+        try:
+            rows.append((index[obj["query"]], index[obj["pos"]], index[obj["neg"]]))
+        except KeyError as e:
+            raise InputError(f"{path}:{lineno}: id {e.args[0]!r} is not in docs.jsonl") from None
+    return np.array(rows, dtype=np.int64).reshape(-1, 3)
+

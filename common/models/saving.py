@@ -1,0 +1,50 @@
+"""Saving a trained encoder in Hugging Face + sentence-transformers form, and reading what a run recorded."""
+
+import json
+import os
+import shutil
+
+def read_run_info(path):
+    """What this project recorded about a trained model (``docembed.json``), or {} for other models."""
+    from common.io import read_json_or_empty
+    return read_json_or_empty(os.path.join(path, "docembed.json"))
+
+
+def save_model(encoder, tokenizer, path, max_length, info=None):
+    """Hugging Face ``save_pretrained`` + tokenizer + sentence-transformers files, so that both
+    ``AutoModel.from_pretrained(path)`` and ``SentenceTransformer(path)`` load it with the pooling, normalisation
+    and length it was trained with. Written to ``path.tmp`` and moved into place."""
+    tmp = path + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    encoder.transformer.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    if encoder.normalize:
+        modules.append({"idx": 2, "name": "2", "path": "2_Normalize",
+                        "type": "sentence_transformers.models.Normalize"})
+        os.makedirs(os.path.join(tmp, "2_Normalize"), exist_ok=True)
+    _dump(os.path.join(tmp, "modules.json"), modules)
+    os.makedirs(os.path.join(tmp, "1_Pooling"), exist_ok=True)
+    _dump(os.path.join(tmp, "1_Pooling", "config.json"), {
+        "word_embedding_dimension": encoder.transformer.config.hidden_size,
+        "pooling_mode_cls_token": encoder.pooling == "cls",
+        "pooling_mode_mean_tokens": encoder.pooling == "mean",
+        "pooling_mode_max_tokens": False,
+        "pooling_mode_mean_sqrt_len_tokens": False})
+    _dump(os.path.join(tmp, "sentence_bert_config.json"), {"max_seq_length": int(max_length), "do_lower_case": False})
+    _dump(os.path.join(tmp, "docembed.json"), {"pooling": encoder.pooling, "normalize": encoder.normalize,
+                                               "max_length": int(max_length), **(info or {})})
+    old = path + ".old"
+    if os.path.exists(path):
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(path, old)
+    os.replace(tmp, path)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _dump(path, obj):
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2)
+        f.write("\n")
+
