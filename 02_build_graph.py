@@ -6,6 +6,10 @@
 
   python 02_build_graph.py sentences --sentences work/keysent/sentences.jsonl --out work/keysent/data
       Article-level train/validation/test splits for key-sentence extraction (keysent.{train,val,test}.jsonl).
+
+  python 02_build_graph.py retrieval --articles work/arxiv/articles.jsonl --out work/arxiv/data [--pairs FILE]
+      Paper search: a seeded split by paper, training pairs (title → paper), validation and test queries with
+      qrels over the whole corpus, and topic splits.
 """
 
 import collections
@@ -37,6 +41,10 @@ def add_links_arguments(parser):
     parser.add_argument("--crossref-positives", type=int, default=5, help="linked candidates per query (SciDocs)")
     parser.add_argument("--crossref-negatives", type=int, default=25,
                         help="random unlinked candidates per query (SciDocs)")
+    add_topic_arguments(parser)
+
+
+def add_topic_arguments(parser):
     parser.add_argument("--topic-min", type=int, default=10, help="drop topic labels with fewer documents (thesis)")
     parser.add_argument("--topic-cap", default="top=300,second=200",
                         help="most documents per label, per level (thesis)")
@@ -149,6 +157,11 @@ def build_graph(args, corpus, outputs, counts):
         f.writelines(graph.crossref_qrels(corpus, splits["holdout"], args.crossref_queries, args.crossref_min_links,
                                           args.crossref_positives, args.crossref_negatives, rng_qrels, counts))
 
+    write_topics(args, corpus, outputs, rng_topics, counts)
+
+
+def write_topics(args, corpus, outputs, rng_topics, counts):
+    """topics.<level>.{train,test}.jsonl for every label level with at least two labels left."""
     caps = _caps(args.topic_cap)
     for level in sorted(corpus.labels):
         result = graph.topic_splits(corpus, level, args.topic_min, caps.get(level, caps.get("second", 200)),
@@ -209,11 +222,54 @@ def run_sentences(args):
           f"sentences {counts['sentences_train']}/{counts['sentences_val']}/{counts['sentences_test']} → {args.out}")
 
 
+def add_retrieval_arguments(p):
+    p.add_argument("--articles", required=True, help="articles.jsonl from 01_extract.py (e.g. 01_extract.py arxiv)")
+    p.add_argument("--out", required=True, help="data directory to write")
+    p.add_argument("--test", type=float, default=0.1, help="share of papers whose title is a test query")
+    p.add_argument("--val", type=float, default=0.1,
+                   help="share of papers whose title is a validation query (model selection)")
+    p.add_argument("--pairs", default=None,
+                   help='JSONL of {"query": text, "doc": id} to use instead of titles (each pair goes to its '
+                        "document's split)")
+    p.add_argument("--seed", type=int, default=42, help="seed of the split and the topic sampling")
+    add_topic_arguments(p)
+
+
+def run_retrieval(args):
+    from common.data import retrieval
+    started = io.now()
+    counts = collections.Counter()
+    with io.Outputs(args.out) as outputs:
+        with outputs.open("docs.jsonl", "wb") as docs:
+            corpus = graph.read_articles(args.articles, docs, counts)
+        rng_split, rng_topics = (np.random.default_rng(s) for s in np.random.SeedSequence(args.seed).spawn(2))
+        index = {doc: i for i, doc in enumerate(corpus.ids)}
+        split = retrieval.split_papers(corpus.n, args.test, args.val, rng_split)
+        with outputs.open("splits.json") as f:
+            f.write(io.dumps_line({name: [corpus.ids[i] for i in np.flatnonzero(split == code).tolist()]
+                                   for code, name in enumerate(retrieval.SPLITS)}))
+        queries = retrieval.file_queries(args.pairs, index, split) if args.pairs else \
+            retrieval.title_queries(args.articles, index, split)
+        retrieval.write_retrieval(queries, index, outputs, counts)
+        if not args.pairs:
+            retrieval.count_repeated_titles(args.articles, split, index, counts)
+        write_topics(args, corpus, outputs, rng_topics, counts)
+        source = io.read_manifest(os.path.dirname(os.path.abspath(args.articles)))
+        inputs = [args.articles] + ([args.pairs] if args.pairs else [])
+        with outputs.open("manifest.json") as f:
+            f.write(io.dumps_line(io.manifest(__file__, args, started, inputs=inputs, counts=dict(counts),
+                                              seed=args.seed, language=source.get("language"))))
+    print(f"{counts['documents']} documents; {counts['pairs_train']} training pairs, queries val/test "
+          f"{counts['queries_val']}/{counts['queries_test']} → {args.out}")
+
+
 COMMANDS = {
     "links": ("articles.jsonl → the cross-reference graph, triplets, crossref qrels and topic splits "
               "(the default command)", add_links_arguments, run_graph),
     "sentences": ("key-sentence articles → article-level train/validation/test splits (keysent.*.jsonl)",
                   add_sentences_arguments, run_sentences),
+    "retrieval": ("articles → paper-search data: split by paper, training pairs (title → paper), validation and "
+                  "test queries with qrels, topic splits", add_retrieval_arguments, run_retrieval),
 }
 
 
