@@ -23,6 +23,8 @@ REGISTRY = {
     "triplet": Entry(f"{__name__}.triplet.TripletObjective", ("docs.jsonl", "triplets.train.jsonl")),
     "contrastive": Entry(f"{__name__}.pairs.ContrastiveObjective", ("keysent.train.jsonl",)),
     "cosine": Entry(f"{__name__}.pairs.CosineObjective", ("keysent.train.jsonl",)),
+    "mlm": Entry(f"{__name__}.mlm.MLMObjective", ("docs.jsonl",)),
+    "mnrl": Entry(f"{__name__}.mnrl.MNRLObjective", ("docs.jsonl", "pairs.train.jsonl")),
 }
 
 
