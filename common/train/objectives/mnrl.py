@@ -206,7 +206,8 @@ class MNRLObjective(Objective):
             size = len(chunk["q_index"])
             state.restore()
             last = n == len(chunks) - 1
-            with no_sync() if no_sync is not None and not last else contextlib.nullcontext():
+            # the engine runs hooks with gradients off
+            with torch.enable_grad(), no_sync() if no_sync is not None and not last else contextlib.nullcontext():
                 emb = model(chunk["groups"])
                 surrogate = (emb[chunk["q_index"]].float() * q_grad[start:start + size]).sum() \
                     + (emb[chunk["d_index"]].float() * d_grad[start:start + size]).sum()
