@@ -51,8 +51,8 @@ def test_arxiv_extraction_normalises_whitespace_keeps_latex_and_drops_withdrawn_
                                   "--categories", "cs.,stat.ML"])
     articles = read_jsonl(tmp_path / "out" / "articles.jsonl")
     assert articles[0] == {"id": "0704.0001", "title": "Title 1 of paper",
-                           "text": "Abstract 1 with $x^2$ wrapped text.", "links": [], "categories": ["cs.CL", "stat.ML"],
-                           "labels": {"top": "cs", "second": "cs.CL"},
+                           "text": "Abstract 1 with $x^2$ wrapped text.", "links": [],
+                           "categories": ["cs.CL", "stat.ML"], "labels": {"top": "cs", "second": "cs.CL"},
                            "authors": "A. Author and B. Author", "update_date": "2008-11-26"}
     assert [a["id"] for a in articles] == ["0704.0001", "0704.0006"]
     assert articles[1]["labels"] == {"top": "math", "second": "math.CO"}
