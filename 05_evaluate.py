@@ -38,7 +38,8 @@ def _named(values, flag, what):
 def add_evaluate_arguments(p):
     p.add_argument("--data", required=True, help="data directory from 02_build_graph.py")
     p.add_argument("--model", action="append", default=[], metavar="NAME=MODEL",
-                   help="a model to evaluate, as name=hub-name-or-folder (repeatable)")
+                   help="a model to evaluate, as name=hub-name-or-folder (repeatable); a hub name is read from the "
+                        "local Hugging Face cache as SentenceTransformer(name) reads it, with its pooling and length")
     p.add_argument("--runs", nargs="+", default=None, metavar="RUN",
                    help="keysent: run folders of several seeds of one setting, reported as mean ± 2σ")
     p.add_argument("--out", required=True, help="evaluation directory to write")

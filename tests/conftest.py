@@ -163,11 +163,12 @@ def linked_articles(n=60, seed=1, labels=("tiede", "taide", "maa")):
 
 @pytest.fixture(scope="session")
 def tiny_data(tmp_path_factory):
-    """A data directory from 02 over ``linked_articles``."""
+    """A data directory from 02 over ``linked_articles``; evaluation documents shared with training (in 60
+    articles the held-out ones would leave nothing to train on)."""
     root = tmp_path_factory.mktemp("data")
     with open(root / "articles.jsonl", "w", encoding="utf-8") as f:
         for a in linked_articles():
             f.write(json.dumps(a) + "\n")
     run_script("02_build_graph.py", "--articles", root / "articles.jsonl", "--out", root / "data",
-               "--crossref-min-links", "2", "--topic-min", "5")
+               "--crossref-min-links", "2", "--topic-min", "5", "--eval-docs", "shared")
     return root / "data"
