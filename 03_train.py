@@ -57,10 +57,16 @@ def parse_args(argv):
     p.add_argument("--max-steps", type=int, default=0,
                    help="stop after this many optimizer steps, the schedule spanning them (0: run all epochs)")
     p.add_argument("--batch-size", type=int, default=None,
-                   help="examples per process and step [triplet: 16, SPECTER; pairs: 32]")
+                   help="examples per process and micro-batch [triplet: 16, SPECTER; pairs: 32]. The effective batch "
+                        "is this × processes × --grad-accum (printed at start): the WikiSpecter thesis's batch of "
+                        "16 on 4 GPUs is --batch-size 4 under 4 processes, or 16 on one")
     p.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step")
     p.add_argument("--clip", type=float, default=1.0, help="gradient norm clipping (SPECTER), 0 = off")
     p.add_argument("--seed", type=int, default=42, help="seed for initialisation, data order and dropout")
+    p.add_argument("--seeds", type=int, nargs="*", default=None, metavar="SEED",
+                   help="train one run per seed, one after another, into OUT/seed_SEED (the key-sentence thesis "
+                        "averages 5 seeds: --seeds 1 2 3 4 5; report them with 05_evaluate.py --runs OUT/seed_*); "
+                        "one process only")
     p.add_argument("--eval-every", type=int, default=1000,
                    help="validate every N optimizer steps, besides each epoch's end (0: epoch ends only)")
     p.add_argument("--checkpoint-every", type=int, default=1000, help="save a checkpoint every N steps (0: never)")
@@ -90,8 +96,19 @@ def build_objective(args, encoder, tokenizer, max_length):
                          args.query_token, args.query_init, args.length_groups, args.seed)
 
 
+def train_seeds(argv, args):
+    """One run per --seeds value in OUT/seed_K: the same command with --seed K and that --out (a trailing bare
+    --seeds turns the loop off for each run)."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise InputError("--seeds runs one process; under several processes launch once per --seed")
+    for seed in args.seeds:
+        main([*argv, "--seed", str(seed), "--out", os.path.join(args.out, f"seed_{seed}"), "--seeds"])
+
+
 def main(argv):
     args = parse_args(argv)
+    if args.seeds:
+        return train_seeds(argv, args)
     if not os.path.isdir(args.data):
         raise InputError(f"{args.data}: no such data directory")
     from common.train.loop import TrainConfig, Trainer
