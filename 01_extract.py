@@ -57,11 +57,11 @@ def parse_args(argv=None):
     sentences = sub.add_parser("sentences", formatter_class=cli.HelpFormatter,
                                help="articles with key sentences → sentences.jsonl",
                                description="Articles {id, text, key_sentences} → sentences.jsonl, split and "
-                                           "labelled as the key-sentence thesis did.")
+                                           "labelled for key-sentence extraction.")
     sentences.add_argument("--input", required=True, help="JSONL of {id, text, key_sentences: [str]}")
     sentences.add_argument("--out", required=True, help="output directory (sentences.jsonl, manifest.json)")
     sentences.add_argument("--splitter", choices=("punkt", "punkt-english"), default="punkt",
-                           help="untrained Punkt (the thesis) or NLTK's pretrained English Punkt (needs punkt_tab "
+                           help="untrained Punkt (needs no data) or NLTK's pretrained English Punkt (needs punkt_tab "
                                 "data installed)")
     return parser.parse_args(argv)
 
