@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from conftest import one_error_line, run_script
+from conftest import script_error
 
 
 @pytest.mark.parametrize("case", ["unknown-id", "bad-qrels-line", "task", "no-dir", "model-syntax"])
@@ -29,9 +29,7 @@ def test_bad_evaluation_input_is_a_one_line_error(tiny_model, tiny_data, tmp_pat
     else:
         args[3] = str(tiny_model)
         expected = f"error: --model {str(tiny_model)!r}: expected NAME=MODEL"
-    proc = run_script("05_evaluate.py", *args, check=False)
-    assert proc.returncode == 2
-    assert one_error_line(proc.stderr) == expected
+    assert script_error("05_evaluate.py", *args) == expected
     assert not (tmp_path / "eval").exists() or os.listdir(tmp_path / "eval") == []
 
 

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from conftest import ENGLISH_NAMESPACES, one_error_line, read_jsonl, run_script
+from conftest import ENGLISH_NAMESPACES, one_error_line, read_jsonl, run_script, script_error
 
 LONG = " Tämä lause on täytettä, jotta johdanto on tarpeeksi pitkä mukaan otettavaksi aineistoon."
 
@@ -165,9 +165,7 @@ def test_corrupt_dumps_fail_with_one_line_and_write_nothing(tmp_path, case):
         path.write_bytes(data.replace("Hollannin".encode(), b"Hollan\xffnin"))
         expected = "malformed XML at line"
     out = tmp_path / "out"
-    proc = run_script("01_extract.py", "wiki", "--dump", path, "--out", out, check=False)
-    assert proc.returncode != 0
-    error = one_error_line(proc.stderr)
+    error = script_error("01_extract.py", "wiki", "--dump", path, "--out", out)
     assert error.startswith(f"error: {path}: ") and expected in error
     if case == "malformed":
         assert "after page 20 ('Punainen planeetta')" in error

@@ -97,9 +97,9 @@ class Encoder(nn.Module):
 
 
 def load_encoder(name_or_path, pooling=None, normalize=None, max_length=None, default_pooling="cls",
-                 default_max_length=512):
+                 default_max_length=512, say=print):
     """Model, tokenizer and the settings used: explicit arguments win, then the model's sentence-transformers
-    config, then the defaults given."""
+    config, then the defaults given. ``say`` prints notes (``accelerator.print`` prints them once)."""
     from transformers import AutoModel, AutoTokenizer
     st = st_config(name_or_path)
     settings = {
@@ -113,7 +113,7 @@ def load_encoder(name_or_path, pooling=None, normalize=None, max_length=None, de
     limit = tokenizer.model_max_length if tokenizer.model_max_length < 100_000 else getattr(
         transformer.config, "max_position_embeddings", settings["max_length"])
     if settings["max_length"] > limit:
-        print(f"note: {name_or_path} takes at most {limit} tokens; using {limit} instead of {settings['max_length']}")
+        say(f"note: {name_or_path} takes at most {limit} tokens; using {limit} instead of {settings['max_length']}")
         settings["max_length"] = limit
     return Encoder(transformer, settings["pooling"], settings["normalize"]), tokenizer, settings
 
