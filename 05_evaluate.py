@@ -8,6 +8,12 @@
   python 05_evaluate.py --data work/keysent/data --model trained=runs/keysent/model --out work/keysent/eval
       Key-sentence extraction: Average R-precision on the test articles (see --task keysent, --runs).
 
+  python 05_evaluate.py --data work/testsets/lee --model student=runs/distill/model --model pv=work/teach/pv \
+      --task similarity --out work/eval-lee
+      Burian 2023's evaluation: classify (MLP head on 1k/10k/all training documents, topics.* and classify.*
+      splits) and similarity (MAP/MRR of each source's targets, Spearman with human ratings). A --model may be a
+      Paragraph-Vector folder from 04_distill.py teachers.
+
   python 05_evaluate.py extract --model runs/keysent/model --input new.jsonl --top 1 --out keys.jsonl
       Key sentences of new articles.
 """
@@ -22,7 +28,8 @@ from common import cli, io
 from common.eval import report, wikispecter
 from common.io import InputError
 
-TASKS = ("crossref", "topics", "lexical", "keysent")
+TASKS = ("crossref", "topics", "lexical", "keysent", "classify", "similarity")
+EMBEDDING_TASKS = {"crossref", "topics", "lexical", "classify", "similarity"}
 
 
 def _named(values, flag, what):
@@ -71,12 +78,24 @@ def supported(data_dir):
         found.add("topics")
     if os.path.exists(os.path.join(data_dir, "keysent.test.jsonl")):
         found.add("keysent")
+    from common.eval import classify, similarity
+    if classify.splits(data_dir):
+        found.add("classify")
+    if similarity.available(data_dir):
+        found.add("similarity")
     return found
 
 
 def embed_documents(args, name, path, docs):
-    from common.models.encoder import default_device, embed, load_encoder
+    from common.distill.paragraph_vector import ParagraphVector, is_paragraph_vector
+    from common.models.encoder import default_device, embed, document_text, load_encoder
     from common.models.tokens import TokenStore
+    if is_paragraph_vector(path):
+        with tqdm(total=len(docs.ids), desc=f"embed {name}", unit=" docs", mininterval=1.0) as bar:
+            emb = ParagraphVector.load(path).embed([document_text(t, x, " ") for t, x in zip(docs.titles, docs.texts)],
+                                                   bar)
+        print(f"{name}: {emb.shape[0]} documents, {emb.shape[1]} dimensions (Paragraph Vector, inferred)")
+        return emb
     encoder, tokenizer, settings = load_encoder(path, pooling=args.pooling.get(name), max_length=args.max_length,
                                                 default_max_length=128)
     encoder.to(default_device())
@@ -90,6 +109,7 @@ def embed_documents(args, name, path, docs):
 
 def evaluate_documents(args, outputs, wanted, metrics, counts):
     from common.data.documents import Documents
+    from common.eval import classify, similarity
     docs = Documents(args.data)
     index = docs.index
     qrels = {}
@@ -97,6 +117,9 @@ def evaluate_documents(args, outputs, wanted, metrics, counts):
         qrels = wikispecter.read_qrels(os.path.join(args.data, "crossref.qrels"), index)
     levels = wikispecter.topic_levels(args.data) if "topics" in wanted else []
     topic_rows = {level: wikispecter.read_topics(args.data, level) for level in levels}
+    classify_splits = {task: [classify.read_split(p, index) for p in paths]
+                       for task, paths in classify.splits(args.data).items()} if "classify" in wanted else {}
+    similar = similarity.read(args.data, index) if "similarity" in wanted else (None, None)
     counts.update({"documents": len(docs.ids), "crossref_queries": len(qrels)})
     embeddings = {}
     for name, path in args.model.items():
@@ -111,6 +134,10 @@ def evaluate_documents(args, outputs, wanted, metrics, counts):
             result["crossref"] = wikispecter.crossref(emb, index, qrels)
         for level in levels:
             result[f"topics.{level}"] = wikispecter.topics(emb, index, topic_rows[level], args.seed)
+        for task, (train, test) in classify_splits.items():
+            result[task] = classify.classify(emb, train, test, args.seed)
+        if "similarity" in wanted:
+            result["similarity"] = similarity.evaluate(emb, index, *similar)
     if "lexical" in wanted and qrels:
         language = args.language or wikispecter.SNOWBALL.get(io.read_manifest(args.data).get("language") or "",
                                                               "english")
@@ -131,13 +158,14 @@ def run_evaluate(args):
     if missing:
         raise InputError(f"{args.data}: has no data for task(s) {', '.join(sorted(missing))}")
     if not wanted:
-        raise InputError(f"{args.data}: no evaluation data (crossref.qrels, topics.*.jsonl or keysent.*.jsonl)")
+        raise InputError(f"{args.data}: no evaluation data (crossref.qrels, topics.*.jsonl, classify.*.jsonl, "
+                         f"similarity.* or keysent.*.jsonl)")
     if not args.model and not args.runs and wanted - {"lexical"}:
         raise InputError("give at least one --model NAME=MODEL (or --runs)")
     started = io.now()
     metrics, counts = {}, {}
     with io.Outputs(args.out) as outputs:
-        if wanted & {"crossref", "topics", "lexical"}:
+        if wanted & EMBEDDING_TASKS:
             evaluate_documents(args, outputs, wanted, metrics, counts)
         if "keysent" in wanted:
             from common.eval.keysent import evaluate_keysent
