@@ -59,6 +59,8 @@ def add_evaluate_arguments(p):
     p.add_argument("--language", default=None,
                    help="Snowball stemmer language for the lexical baseline (default: the dump's language)")
     p.add_argument("--seed", type=int, default=42, help="seed of the classifier and t-SNE")
+    p.add_argument("--head-epochs", type=int, default=10,
+                   help="classify: epochs of the MLP head (Burian 2023; small splits need more)")
 
 
 def _check_names(args):
@@ -135,7 +137,7 @@ def evaluate_documents(args, outputs, wanted, metrics, counts):
         for level in levels:
             result[f"topics.{level}"] = wikispecter.topics(emb, index, topic_rows[level], args.seed)
         for task, (train, test) in classify_splits.items():
-            result[task] = classify.classify(emb, train, test, args.seed)
+            result[task] = classify.classify(emb, train, test, args.seed, args.head_epochs)
         if "similarity" in wanted:
             result["similarity"] = similarity.evaluate(emb, index, *similar)
     if "lexical" in wanted and qrels:

@@ -100,7 +100,7 @@ def features(emb, rows):
     return emb[rows].reshape(len(rows), -1).astype(np.float32)
 
 
-def classify(emb, train, test, seed=42):
+def classify(emb, train, test, seed=42, epochs=10):
     """{"acc_1k", "acc_10k", "acc_all"}: test accuracy of heads trained on that many training documents (all of
     them where the split is smaller)."""
     (train_rows, train_labels), (test_rows, test_labels) = train, test
@@ -112,7 +112,7 @@ def classify(emb, train, test, seed=42):
     out = {}
     for name, limit in SIZES:
         keep = shorten(train_labels, limit)
-        model = train_head(features(emb, train_rows[keep]), y_train[keep], len(names), seed)
+        model = train_head(features(emb, train_rows[keep]), y_train[keep], len(names), seed, epochs)
         with torch.no_grad():
             predicted = model(x_test).argmax(1).numpy()
         out[f"acc_{name}"] = float((predicted == y_test).mean())
