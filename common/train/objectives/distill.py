@@ -40,6 +40,18 @@ PRESETS = {
 }
 
 
+def combine(structural, contextual, mask, lam, no_weighting=False):
+    """Per document ``λ_i·L_S + (1 − λ_i)·L_C`` with ``λ_i = λ·mask_i`` (the thesis, Eq. 3.1 and Listing 4.1), or
+    ``mask_i·L_S + L_C`` (``no_weighting``); L_S alone where there is no contextual loss."""
+    mask = mask.to(structural.dtype)
+    if contextual is None:
+        return structural
+    if no_weighting:
+        return mask * structural + contextual
+    lam = lam * mask
+    return lam * structural + (1 - lam) * contextual
+
+
 class DistillModule(nn.Module):
     """The student encoder, both projection heads and SoftCCA's state; the heads compute in float32."""
 
@@ -152,14 +164,8 @@ class DistillObjective(Objective):
     def losses(self, model, batch):
         args = self.args
         y, contextual = model(batch["groups"], batch["index"], batch.get("contextual"))
-        mask = batch["mask"]
-        structural = structural_loss(y, batch["structural"], mask, args.structural_loss, args.gamma)
-        if contextual is None:
-            return structural
-        if args.no_weighting:
-            return mask * structural + contextual
-        lam = args.lam * mask.to(structural.dtype)
-        return lam * structural + (1 - lam) * contextual
+        structural = structural_loss(y, batch["structural"], batch["mask"], args.structural_loss, args.gamma)
+        return combine(structural, contextual, batch["mask"], args.lam, args.no_weighting)
 
     def save_extra(self, model, directory):
         from safetensors.torch import save_file
