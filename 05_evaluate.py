@@ -88,6 +88,15 @@ def supported(data_dir):
     return found
 
 
+def default_tasks(data_dir, available):
+    """Every available task, except that topic splits alone are classified by --task classify only (the
+    WikiSpecter tables score them with the topics task)."""
+    from common.eval import classify
+    if "classify" in available and not classify.own_splits(data_dir):
+        return available - {"classify"}
+    return available
+
+
 def embed_documents(args, name, path, docs):
     from common.distill.paragraph_vector import ParagraphVector, is_paragraph_vector
     from common.models.encoder import default_device, embed, document_text, load_encoder
@@ -155,7 +164,7 @@ def run_evaluate(args):
     if not os.path.isdir(args.data):
         raise InputError(f"{args.data}: no such data directory")
     available = supported(args.data)
-    wanted = set(args.task) if args.task else available
+    wanted = set(args.task) if args.task else default_tasks(args.data, available)
     missing = wanted - available
     if missing:
         raise InputError(f"{args.data}: has no data for task(s) {', '.join(sorted(missing))}")

@@ -27,8 +27,14 @@ def splits(data_dir):
         m = re.fullmatch(r"(topics|classify)\.(.+)\.train\.jsonl", name)
         test = os.path.join(data_dir, f"{m.group(1)}.{m.group(2)}.test.jsonl") if m else None
         if m and os.path.exists(test):
-            found[f"classify.{m.group(2)}"] = (os.path.join(data_dir, name), test)
+            task = f"classify.topics.{m.group(2)}" if m.group(1) == "topics" else f"classify.{m.group(2)}"
+            found[task] = (os.path.join(data_dir, name), test)
     return found
+
+
+def own_splits(data_dir):
+    """Whether ``data_dir`` has classification splits of its own (``classify.*``), not only topic splits."""
+    return any(not task.startswith("classify.topics.") for task in splits(data_dir))
 
 
 def read_split(path, index):
