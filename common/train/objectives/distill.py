@@ -148,6 +148,10 @@ class DistillObjective(Objective):
         self.mask = self.lengths <= limit if limit > 0 else np.ones(len(self.lengths), dtype=bool)
         if not self.uses_contextual() and not self.mask.any():
             raise InputError("no document is short enough for the structural loss and there is no contextual one")
+        if limit > 0:
+            self.say(f"structural loss on {int(self.mask.sum())} of {len(self.mask)} documents (at most {limit} "
+                     f"structural-teacher tokens); the others learn from the contextual teacher alone")
+        self.info["structural_documents"] = int(self.mask.sum())
 
     def train_lengths(self):
         return self.store.lengths()
