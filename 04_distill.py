@@ -107,7 +107,10 @@ def add_train_arguments(p):
 
 def run_train(argv):
     from common.train import run
-    return run.train(run.parse(argv, __doc__, ["distill"], fixed="distill"), __file__)
+    args = run.parse(argv, __doc__, ["distill"], fixed="distill")
+    if args.seeds:
+        return run.train_seeds(args, __file__)
+    return run.train(args, __file__)
 
 
 def add_convert_arguments(p):

@@ -3,7 +3,8 @@
   python 05_evaluate.py --data work/fi/data --model base=TurkuNLP/bert-base-finnish-cased-v1 \\
       --model trained=runs/wikispecter/model --out work/fi/eval
       crossref (MAP, nDCG as trec_eval), topics (LinearSVC, SciDocs protocol) and the lexical baseline, for every
-      task the data supports. Writes EVAL/<model>.npy + .ids.txt, metrics.json, report.md, tsne_<level>.png.
+      task the data supports. Writes EVAL/<model>.npy + .ids.txt, metrics.json, report.md and the thesis's
+      figures next to it (token lengths, confusion matrix, label distribution, t-SNE), linked from report.md.
 
   python 05_evaluate.py --data work/keysent/data --model trained=runs/keysent/model --out work/keysent/eval
       Key-sentence extraction: Average R-precision on the test articles (see --task keysent, --runs).
@@ -45,7 +46,8 @@ def _named(values, flag, what):
 def add_evaluate_arguments(p):
     p.add_argument("--data", required=True, help="data directory from 02_build_graph.py")
     p.add_argument("--model", action="append", default=[], metavar="NAME=MODEL",
-                   help="a model to evaluate, as name=hub-name-or-folder (repeatable)")
+                   help="a model to evaluate, as name=hub-name-or-folder (repeatable); a hub name is read from the "
+                        "local Hugging Face cache as SentenceTransformer(name) reads it, with its pooling and length")
     p.add_argument("--runs", nargs="+", default=None, metavar="RUN",
                    help="keysent: run folders of several seeds of one setting, reported as mean ± 2σ")
     p.add_argument("--out", required=True, help="evaluation directory to write")
@@ -106,7 +108,7 @@ def embed_documents(args, name, path, docs):
             emb = ParagraphVector.load(path).embed([document_text(t, x, " ") for t, x in zip(docs.titles, docs.texts)],
                                                    bar)
         print(f"{name}: {emb.shape[0]} documents, {emb.shape[1]} dimensions (Paragraph Vector, inferred)")
-        return emb
+        return emb, None, None
     encoder, tokenizer, settings = load_encoder(path, pooling=args.pooling.get(name), max_length=args.max_length,
                                                 default_max_length=128)
     encoder.to(default_device())
@@ -115,12 +117,14 @@ def embed_documents(args, name, path, docs):
         emb = embed(encoder, store, args.batch_size, bar)
     print(f"{name}: {emb.shape[0]} documents, {emb.shape[1]} dimensions ({settings['pooling']} pooling"
           f"{', normalised' if settings['normalize'] else ''}, {settings['max_length']} tokens)")
-    return emb
+    return emb, tokenizer, settings["max_length"]
 
 
 def evaluate_documents(args, outputs, wanted, metrics, counts):
+    """Embed the documents with every model and score the WikiSpecter tasks into ``metrics``; returns the figures
+    written, as ``(caption, file name)``."""
     from common.data.documents import Documents
-    from common.eval import classify, similarity
+    from common.eval import classify, figures, similarity
     docs = Documents(args.data)
     index = docs.index
     qrels = {}
@@ -132,19 +136,26 @@ def evaluate_documents(args, outputs, wanted, metrics, counts):
                        for task, paths in classify.splits(args.data).items()} if "classify" in wanted else {}
     similar = similarity.read(args.data, index) if "similarity" in wanted else (None, None)
     counts.update({"documents": len(docs.ids), "crossref_queries": len(qrels)})
-    embeddings = {}
+    embeddings, predictions, written = {}, {}, []
     for name, path in args.model.items():
-        emb = embed_documents(args, name, path, docs)
+        emb, tokenizer, max_length = embed_documents(args, name, path, docs)
         with outputs.open(f"{name}.npy", "wb") as f:
             np.save(f, emb)
         with outputs.open(f"{name}.ids.txt") as f:
             f.writelines(f"{i}\n" for i in docs.ids)
+        if tokenizer is not None and not written:  # the thesis's Fig. 4.1, under the first model's tokenizer
+            lengths = wikispecter.token_lengths(tokenizer, docs.inputs(tokenizer.sep_token or ""))
+            figures.token_lengths(outputs.tmp_path("token_lengths.png"), lengths, max_length, name)
+            written.append((f"Token counts of the documents under {name}'s tokenizer, the cut at {max_length} "
+                            "marked", "token_lengths.png"))
         embeddings[name] = (emb, index)
         result = metrics.setdefault(name, {})
         if "crossref" in wanted and qrels:
             result["crossref"] = wikispecter.crossref(emb, index, qrels)
         for level in levels:
-            result[f"topics.{level}"] = wikispecter.topics(emb, index, topic_rows[level], args.seed)
+            result[f"topics.{level}"], predicted = wikispecter.topics(emb, index, topic_rows[level], args.seed)
+            if level == "top":
+                predictions[name] = predicted
         for task, (train, test) in classify_splits.items():
             result[task] = classify.classify(emb, train, test, args.seed, args.head_epochs)
         if "similarity" in wanted:
@@ -153,10 +164,18 @@ def evaluate_documents(args, outputs, wanted, metrics, counts):
         language = args.language or wikispecter.SNOWBALL.get(io.read_manifest(args.data).get("language") or "",
                                                               "english")
         metrics["lexical"] = {"crossref": wikispecter.lexical(docs.titles, docs.texts, index, qrels, language)}
+    if predictions:
+        figures.confusion(outputs.tmp_path("confusion_top.png"), predictions, "top")
+        written.append(("Confusion matrix of the top-level topic classification (test documents)",
+                        "confusion_top.png"))
+    if topic_rows:
+        figures.label_distribution(outputs.tmp_path("labels.png"), topic_rows)
+        written.append(("Topic documents per label, training and test", "labels.png"))
     for level in levels:
         if embeddings:
-            wikispecter.tsne_plot(outputs.tmp_path(f"tsne_{level}.png"), embeddings, topic_rows[level], level,
-                                  args.seed)
+            figures.topic_tsne(outputs.tmp_path(f"tsne_{level}.png"), embeddings, topic_rows[level], level, args.seed)
+            written.append((f"t-SNE of the topic documents (topics.{level})", f"tsne_{level}.png"))
+    return written
 
 
 def run_evaluate(args):
@@ -174,22 +193,24 @@ def run_evaluate(args):
     if not args.model and not args.runs and wanted - {"lexical"}:
         raise InputError("give at least one --model NAME=MODEL (or --runs)")
     started = io.now()
-    metrics, counts = {}, {}
+    metrics, counts, written = {}, {}, []
     with io.Outputs(args.out) as outputs:
         if wanted & EMBEDDING_TASKS:
-            evaluate_documents(args, outputs, wanted, metrics, counts)
+            written += evaluate_documents(args, outputs, wanted, metrics, counts)
         if "keysent" in wanted:
             from common.eval.keysent import evaluate_keysent
-            evaluate_keysent(args, outputs, metrics, counts)
+            written += evaluate_keysent(args, outputs, metrics, counts)
         with outputs.open("metrics.json") as f:
             f.write(io.dumps_line(metrics))
         table = report.markdown(metrics)
         with outputs.open("report.md") as f:
-            f.write(table)
+            f.write(report.document(table, written))
         with outputs.open("manifest.json") as f:
             inputs = [os.path.join(args.data, n) for n in sorted(os.listdir(args.data)) if not n.endswith(".json")]
             f.write(io.dumps_line(io.manifest(__file__, args, started, inputs=inputs, counts=counts, seed=args.seed)))
     print(table, end="")
+    if written:
+        print(f"figures (linked from report.md): {', '.join(name for _, name in written)}")
 
 
 def add_extract_arguments(p):

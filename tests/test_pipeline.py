@@ -43,7 +43,7 @@ def test_dump_to_report_with_a_tiny_model(tmp_path, write_dump, tiny_model):
     data = tmp_path / "data"
     run_script("02_build_graph.py", "--articles", tmp_path / "wiki" / "articles.jsonl", "--out", data,
                "--crossref-min-links", "3", "--crossref-positives", "3", "--crossref-negatives", "10",
-               "--topic-min", "5")
+               "--topic-min", "5", "--eval-docs", "shared")  # 45 articles: held-out ones would leave no training
     run = tmp_path / "run"
     run_script("03_train.py", "--data", data, "--model", tiny_model, "--out", run, "--pooling", "mean",
                "--max-length", "32", "--batch-size", "8", "--epochs", "1")
