@@ -2,7 +2,7 @@
 
   python 01_extract.py wiki --dump fiwiki-latest-pages-articles.xml.bz2 --out work/fi
       Wikipedia dump → articles.jsonl (cleaned lead, links resolved through redirects to page ids, categories,
-      topic labels). Defaults follow the WikiSpecter thesis.
+      topic labels). Defaults follow the WikiSpecter thesis; --text full keeps whole articles.
 
   python 01_extract.py sentences --input articles.jsonl --out work/keysent
       Articles with annotated key sentences → sentences.jsonl (key-sentence extraction thesis).
@@ -29,10 +29,13 @@ def parse_args(argv=None):
     wiki.add_argument("--lead", choices=("first-paragraph", "section"), default="first-paragraph",
                       help="document text: the first paragraph (WikiSpecter thesis) or all prose before the "
                            "first heading")
+    wiki.add_argument("--text", choices=("lead", "full"), default="lead",
+                      help="document text: the lead as --lead says (WikiSpecter thesis), or the whole cleaned "
+                           "article, the prose of every section (for long-document students, Burian 2023)")
     wiki.add_argument("--links", choices=("lead", "all"), default="lead",
                       help="cross-references: links in the lead text (thesis) or in the whole article")
     wiki.add_argument("--min-chars", type=int, default=90,
-                      help="drop articles whose cleaned lead is shorter (thesis code)")
+                      help="drop articles whose cleaned text is shorter (thesis code)")
     wiki.add_argument("--topic-root", default=topic_labels.FINNISH_ROOT,
                       help="category whose sub-categories are the 'top' labels and theirs the 'second' labels; "
                            "the default is the Finnish general classification the thesis used")

@@ -7,6 +7,9 @@
 
   python 02_build_graph.py sentences --sentences work/keysent/sentences.jsonl --out work/keysent/data
       Article-level train/validation/test splits for key-sentence extraction (keysent.{train,val,test}.jsonl).
+
+  python 02_build_graph.py testsets --out work/testsets
+      gensim's Lee corpus (human similarity ratings) and 20 Newsgroups sample (labels) as data directories.
 """
 
 import collections
@@ -263,11 +266,33 @@ def run_sentences(args):
           f"sentences {counts['sentences_train']}/{counts['sentences_val']}/{counts['sentences_test']} → {args.out}")
 
 
+def add_testsets_arguments(p):
+    p.add_argument("--out", required=True, help="folder for the data directories lee/ and newsgroups/")
+    p.add_argument("--lee-threshold", type=float, default=0.5,
+                   help="a Lee pair rated at least this (ratings in [0, 1]) is a similarity target for MAP/MRR")
+    p.add_argument("--seed", type=int, default=42, help="seed of the newsgroups train/test split")
+
+
+def run_testsets(args):
+    from common.data import testsets
+    started = io.now()
+    for name, build in (("lee", lambda out: testsets.lee(out, args.lee_threshold)),
+                        ("newsgroups", lambda out: testsets.newsgroups(out, args.seed))):
+        directory = os.path.join(args.out, name)
+        with io.Outputs(directory) as outputs:
+            counts = build(outputs)
+            with outputs.open("manifest.json") as f:
+                f.write(io.dumps_line(io.manifest(__file__, args, started, counts=counts, seed=args.seed)))
+        print(f"{name}: {', '.join(f'{k} {v}' for k, v in counts.items())} → {directory}")
+
+
 COMMANDS = {
     "links": ("articles.jsonl → the cross-reference graph, triplets, crossref qrels and topic splits "
               "(the default command)", add_links_arguments, run_graph),
     "sentences": ("key-sentence articles → article-level train/validation/test splits (keysent.*.jsonl)",
                   add_sentences_arguments, run_sentences),
+    "testsets": ("gensim's installed test corpora as data directories: Lee (similarity ratings) and a 20 Newsgroups "
+                 "sample (classification)", add_testsets_arguments, run_testsets),
 }
 
 

@@ -9,6 +9,12 @@
   python 05_evaluate.py --data work/keysent/data --model trained=runs/keysent/model --out work/keysent/eval
       Key-sentence extraction: Average R-precision on the test articles (see --task keysent, --runs).
 
+  python 05_evaluate.py --data work/testsets/lee --model student=runs/distill/model --model pv=work/teach/pv \
+      --task similarity --out work/eval-lee
+      Burian 2023's evaluation: classify (MLP head on 1k/10k/all training documents, topics.* and classify.*
+      splits) and similarity (MAP/MRR of each source's targets, Spearman with human ratings). A --model may be a
+      Paragraph-Vector folder from 04_distill.py teachers.
+
   python 05_evaluate.py extract --model runs/keysent/model --input new.jsonl --top 1 --out keys.jsonl
       Key sentences of new articles.
 """
@@ -23,7 +29,8 @@ from common import cli, io
 from common.eval import report, wikispecter
 from common.io import InputError
 
-TASKS = ("crossref", "topics", "lexical", "keysent")
+TASKS = ("crossref", "topics", "lexical", "keysent", "classify", "similarity")
+EMBEDDING_TASKS = {"crossref", "topics", "lexical", "classify", "similarity"}
 
 
 def _named(values, flag, what):
@@ -54,6 +61,8 @@ def add_evaluate_arguments(p):
     p.add_argument("--language", default=None,
                    help="Snowball stemmer language for the lexical baseline (default: the dump's language)")
     p.add_argument("--seed", type=int, default=42, help="seed of the classifier and t-SNE")
+    p.add_argument("--head-epochs", type=int, default=10,
+                   help="classify: epochs of the MLP head (Burian 2023; small splits need more)")
 
 
 def _check_names(args):
@@ -73,12 +82,33 @@ def supported(data_dir):
         found.add("topics")
     if os.path.exists(os.path.join(data_dir, "keysent.test.jsonl")):
         found.add("keysent")
+    from common.eval import classify, similarity
+    if classify.splits(data_dir):
+        found.add("classify")
+    if similarity.available(data_dir):
+        found.add("similarity")
     return found
 
 
+def default_tasks(data_dir, available):
+    """Every available task, except that topic splits alone are classified by --task classify only (the
+    WikiSpecter tables score them with the topics task)."""
+    from common.eval import classify
+    if "classify" in available and not classify.own_splits(data_dir):
+        return available - {"classify"}
+    return available
+
+
 def embed_documents(args, name, path, docs):
-    from common.models.encoder import default_device, embed, load_encoder
+    from common.distill.paragraph_vector import ParagraphVector, is_paragraph_vector
+    from common.models.encoder import default_device, embed, document_text, load_encoder
     from common.models.tokens import TokenStore
+    if is_paragraph_vector(path):
+        with tqdm(total=len(docs.ids), desc=f"embed {name}", unit=" docs", mininterval=1.0) as bar:
+            emb = ParagraphVector.load(path).embed([document_text(t, x, " ") for t, x in zip(docs.titles, docs.texts)],
+                                                   bar)
+        print(f"{name}: {emb.shape[0]} documents, {emb.shape[1]} dimensions (Paragraph Vector, inferred)")
+        return emb, None, None
     encoder, tokenizer, settings = load_encoder(path, pooling=args.pooling.get(name), max_length=args.max_length,
                                                 default_max_length=128)
     encoder.to(default_device())
@@ -94,7 +124,7 @@ def evaluate_documents(args, outputs, wanted, metrics, counts):
     """Embed the documents with every model and score the WikiSpecter tasks into ``metrics``; returns the figures
     written, as ``(caption, file name)``."""
     from common.data.documents import Documents
-    from common.eval import figures
+    from common.eval import classify, figures, similarity
     docs = Documents(args.data)
     index = docs.index
     qrels = {}
@@ -102,6 +132,9 @@ def evaluate_documents(args, outputs, wanted, metrics, counts):
         qrels = wikispecter.read_qrels(os.path.join(args.data, "crossref.qrels"), index)
     levels = wikispecter.topic_levels(args.data) if "topics" in wanted else []
     topic_rows = {level: wikispecter.read_topics(args.data, level) for level in levels}
+    classify_splits = {task: [classify.read_split(p, index) for p in paths]
+                       for task, paths in classify.splits(args.data).items()} if "classify" in wanted else {}
+    similar = similarity.read(args.data, index) if "similarity" in wanted else (None, None)
     counts.update({"documents": len(docs.ids), "crossref_queries": len(qrels)})
     embeddings, predictions, written = {}, {}, []
     for name, path in args.model.items():
@@ -110,7 +143,7 @@ def evaluate_documents(args, outputs, wanted, metrics, counts):
             np.save(f, emb)
         with outputs.open(f"{name}.ids.txt") as f:
             f.writelines(f"{i}\n" for i in docs.ids)
-        if not written:  # the thesis's Fig. 4.1, under the first model's tokenizer
+        if tokenizer is not None and not written:  # the thesis's Fig. 4.1, under the first model's tokenizer
             lengths = wikispecter.token_lengths(tokenizer, docs.inputs(tokenizer.sep_token or ""))
             figures.token_lengths(outputs.tmp_path("token_lengths.png"), lengths, max_length, name)
             written.append((f"Token counts of the documents under {name}'s tokenizer, the cut at {max_length} "
@@ -123,6 +156,10 @@ def evaluate_documents(args, outputs, wanted, metrics, counts):
             result[f"topics.{level}"], predicted = wikispecter.topics(emb, index, topic_rows[level], args.seed)
             if level == "top":
                 predictions[name] = predicted
+        for task, (train, test) in classify_splits.items():
+            result[task] = classify.classify(emb, train, test, args.seed, args.head_epochs)
+        if "similarity" in wanted:
+            result["similarity"] = similarity.evaluate(emb, index, *similar)
     if "lexical" in wanted and qrels:
         language = args.language or wikispecter.SNOWBALL.get(io.read_manifest(args.data).get("language") or "",
                                                               "english")
@@ -146,18 +183,19 @@ def run_evaluate(args):
     if not os.path.isdir(args.data):
         raise InputError(f"{args.data}: no such data directory")
     available = supported(args.data)
-    wanted = set(args.task) if args.task else available
+    wanted = set(args.task) if args.task else default_tasks(args.data, available)
     missing = wanted - available
     if missing:
         raise InputError(f"{args.data}: has no data for task(s) {', '.join(sorted(missing))}")
     if not wanted:
-        raise InputError(f"{args.data}: no evaluation data (crossref.qrels, topics.*.jsonl or keysent.*.jsonl)")
+        raise InputError(f"{args.data}: no evaluation data (crossref.qrels, topics.*.jsonl, classify.*.jsonl, "
+                         f"similarity.* or keysent.*.jsonl)")
     if not args.model and not args.runs and wanted - {"lexical"}:
         raise InputError("give at least one --model NAME=MODEL (or --runs)")
     started = io.now()
     metrics, counts, written = {}, {}, []
     with io.Outputs(args.out) as outputs:
-        if wanted & {"crossref", "topics", "lexical"}:
+        if wanted & EMBEDDING_TASKS:
             written += evaluate_documents(args, outputs, wanted, metrics, counts)
         if "keysent" in wanted:
             from common.eval.keysent import evaluate_keysent

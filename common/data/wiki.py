@@ -31,9 +31,11 @@ _config = None
 
 class ExtractConfig:
     def __init__(self, namespaces, lead="first-paragraph", links="lead", min_chars=90,
-                 disambiguation_markers=DISAMBIGUATION_MARKERS, disambiguation_templates=DISAMBIGUATION_TEMPLATES):
+                 disambiguation_markers=DISAMBIGUATION_MARKERS, disambiguation_templates=DISAMBIGUATION_TEMPLATES,
+                 text="lead"):
         self.namespaces = namespaces
         self.lead = lead
+        self.text = text
         self.links = links
         self.min_chars = min_chars
         self.markers = tuple(m.lower() for m in disambiguation_markers)
@@ -59,15 +61,18 @@ def process_article(title, text, config):
     if is_disambiguation(title, text, config):
         return ("disambiguation",)
     found = []
-    lead = wikitext.lead(text, config.namespaces, config.lead, found)
-    if len(lead) < config.min_chars:
+    if config.text == "full":
+        body = wikitext.full_text(text, config.namespaces, found)
+    else:
+        body = wikitext.lead(text, config.namespaces, config.lead, found)
+    if len(body) < config.min_chars:
         return ("too_short",)
     if config.links == "all":
         found = wikitext.all_links(text, config.namespaces)
     other = sum(1 for t in found if t is None)
     hashes = [title_hash(wikitext.title_key(0, t)) for t in found if t is not None]
     cats = wikitext.categories(text, config.namespaces, config.category_re)
-    return ("ok", lead, hashes, other, cats)
+    return ("ok", body, hashes, other, cats)
 
 
 def _process_batch(batch):
@@ -177,7 +182,7 @@ def extract_wiki(args, outputs, counts):
     def make_config(namespaces):
         return ExtractConfig(namespaces, args.lead, args.links, args.min_chars,
                              [m for m in args.disambiguation_markers.split(",") if m],
-                             [t for t in args.disambiguation_templates.split(",") if t])
+                             [t for t in args.disambiguation_templates.split(",") if t], args.text)
 
     try:
         reader = pass_one(args.dump, tmp_path, index, tree, counts, args.workers, make_config)

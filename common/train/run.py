@@ -95,6 +95,7 @@ def parse(argv, description, names, fixed=None):
     for key, value in {**FALLBACKS, **cls.defaults}.items():
         if getattr(args, key, None) is None:
             setattr(args, key, value)
+    cls.complete_args(args)
     return args
 
 
