@@ -27,7 +27,10 @@ OBJECTIVES = ("triplet", "contrastive", "cosine", "mlm", "mnrl")
 
 
 def main(argv):
-    return run.train(run.parse(argv, __doc__, OBJECTIVES), __file__)
+    args = run.parse(argv, __doc__, OBJECTIVES)
+    if args.seeds:
+        return run.train_seeds(args, __file__)
+    return run.train(args, __file__)
 
 
 if __name__ == "__main__":

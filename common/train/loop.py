@@ -261,6 +261,8 @@ class Trainer:
         if acc.is_main_process:
             os.makedirs(self.run_dir, exist_ok=True)
         acc.wait_for_everyone()
+        acc.print(f"effective batch {cfg.batch_size * acc.num_processes * cfg.grad_accum} = {cfg.batch_size} per "
+                  f"process × {acc.num_processes} processes × {cfg.grad_accum} accumulation; {self.total_steps} steps")
         self._resume()
         stop = _Stop()
         bar = tqdm(total=self.total_steps, initial=self.step, desc="train", unit=" steps",

@@ -40,12 +40,17 @@ def add_training_arguments(p):
     p.add_argument("--max-steps", type=int, default=0,
                    help="stop after this many optimizer steps, the schedule spanning them (0: run all epochs)")
     p.add_argument("--batch-size", type=int, default=None,
-                   help="examples per process and micro-step; the effective batch is batch size × processes × "
-                        "--grad-accum [objective's default]")
+                   help="examples per process and micro-batch [objective's default]. The effective batch is this × "
+                        "processes × --grad-accum (printed at start): the WikiSpecter thesis's batch of 16 on 4 GPUs "
+                        "is --batch-size 4 under 4 processes, or 16 on one")
     p.add_argument("--grad-accum", type=int, default=None,
                    help="micro-batches per optimizer step [objective's default, else 1]")
     p.add_argument("--clip", type=float, default=1.0, help="gradient norm clipping (SPECTER), 0 = off")
     p.add_argument("--seed", type=int, default=42, help="seed for initialisation, data order and dropout")
+    p.add_argument("--seeds", type=int, nargs="+", default=None, metavar="SEED",
+                   help="train one run per seed, one after another, into OUT/seed_SEED (the key-sentence thesis "
+                        "averages 5 seeds: --seeds 1 2 3 4 5; report them with 05_evaluate.py --runs OUT/seed_*); "
+                        "one process only")
     p.add_argument("--drop-last", action=argparse.BooleanOptionalAction, default=None,
                    help="drop the last partial batch of an epoch [objective's default: yes for in-batch-negative "
                         "and batch-statistics losses]")
@@ -90,6 +95,7 @@ def parse(argv, description, names, fixed=None):
     for key, value in {**FALLBACKS, **cls.defaults}.items():
         if getattr(args, key, None) is None:
             setattr(args, key, value)
+    cls.complete_args(args)
     return args
 
 
@@ -129,6 +135,15 @@ def train(args, script):
                       io.manifest(script, args, started, inputs=inputs, counts=counts, seed=args.seed))
         print(f"model → {os.path.join(args.out, 'model')}")
     return counts
+
+
+def train_seeds(args, script):
+    """``--seeds``: the same run once per seed, into OUT/seed_SEED; returns each run's counts."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise io.InputError("--seeds runs one process; under several processes launch once per --seed")
+    return [train(argparse.Namespace(**{**vars(args), "seed": seed, "seeds": None,
+                                        "out": os.path.join(args.out, f"seed_{seed}")}), script)
+            for seed in args.seeds]
 
 
 def identity(args, objective):

@@ -23,6 +23,7 @@ REGISTRY = {
     "triplet": Entry(f"{__name__}.triplet.TripletObjective", ("docs.jsonl", "triplets.train.jsonl")),
     "contrastive": Entry(f"{__name__}.pairs.ContrastiveObjective", ("keysent.train.jsonl",)),
     "cosine": Entry(f"{__name__}.pairs.CosineObjective", ("keysent.train.jsonl",)),
+    "distill": Entry(f"{__name__}.distill.DistillObjective", ("docs.jsonl",)),
     "mlm": Entry(f"{__name__}.mlm.MLMObjective", ("docs.jsonl",)),
     "mnrl": Entry(f"{__name__}.mnrl.MNRLObjective", ("docs.jsonl", "pairs.train.jsonl")),
 }
@@ -50,8 +51,9 @@ class Objective:
       ``name``, ``paper``   the ``--objective`` value and the paper its defaults come from (shown in ``--help``)
       ``defaults``          values of the shared training flags for this objective (``lr``, ``batch_size``,
                             ``epochs``, ``warmup``, ``schedule``, ``pooling``, ``max_length``, ``drop_last``, ...)
-      ``add_arguments``     its own flags; ``result_args`` names those that change the result (they enter the
-                            resume identity), ``speed_args`` those that change only speed or logging
+      ``add_arguments``     its own flags (``complete_args`` fills those that depend on others, as presets do);
+                            ``result_args`` names those that change the result (they enter the resume identity),
+                            ``speed_args`` those that change only speed or logging
       ``selection``         a validation metric (higher is better) whose best value picks RUN/model; None: the final
                             model is RUN/model
     Called by the script and the loop, in this order:
@@ -76,6 +78,10 @@ class Objective:
     @classmethod
     def add_arguments(cls, parser):
         pass
+
+    @classmethod
+    def complete_args(cls, args):
+        """Fill flags whose defaults depend on other flags (presets), after parsing."""
 
     def __init__(self, args, accelerator):
         self.args, self.accelerator = args, accelerator
