@@ -7,12 +7,10 @@ are ``"q:" + ...`` and never equal a document id (BEIR and MTEB evaluators skip 
 which would drop the only relevant document).
 """
 
-import os
-
 import numpy as np
 
 from common.data.arxiv import normalise, text_key
-from common.io import InputError, dumps_line, read_jsonl
+from common.io import InputError, dumps_line, read_jsonl, read_trec_qrels
 
 SPLITS = ("train", "val", "test")
 
@@ -89,20 +87,7 @@ def count_repeated_titles(articles_path, split, index, counts):
 
 def read_qrels(path):
     """``retrieval.*.qrels`` → {qid: {docid, ...}} (relevance > 0)."""
-    if not os.path.exists(path):
-        raise InputError(f"{path}: no such file")
-    qrels = {}
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            parts = line.split()
-            if not parts:
-                continue
-            if len(parts) != 4 or not parts[3].lstrip("-").isdigit():
-                raise InputError(f"{path}:{lineno}: expected 'qid 0 docid rel'")
-            judged = qrels.setdefault(parts[0], set())
-            if int(parts[3]) > 0:
-                judged.add(parts[2])
-    return qrels
+    return {qid: {doc for doc, rel in judged.items() if rel > 0} for qid, judged in read_trec_qrels(path).items()}
 
 
 def read_queries(path):
