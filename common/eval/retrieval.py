@@ -29,29 +29,32 @@ CUTOFFS = {"mrr": (10,), "ndcg": (10,), "recall": (1, 5, 10, 100), "map": (100,)
 
 
 def search(queries, docs, k=K, chunk=65536, query_chunk=1024):
-    """Top ``k`` documents per query by cosine: ``(indices [Q, k], scores [Q, k])``, best first, ties by
-    document position descending. Documents are scored ``chunk`` rows at a time and merged into a running top
-    k, so memory is O(query_chunk × (chunk + k)) besides the vectors."""
+    """Top ``k`` documents per query by cosine: ``(indices [Q, k], scores [Q, k])``, best first, equal scores by
+    document position descending. Documents are scored ``chunk`` rows at a time and merged into a running top k
+    (``torch.topk``, linear in the chunk), so memory is O(query_chunk × chunk) besides the vectors; an exact tie
+    across the k-th place is resolved arbitrarily."""
     import torch
-    docs = torch.as_tensor(docs)
-    queries = torch.nn.functional.normalize(torch.as_tensor(queries, dtype=torch.float32), dim=1)
+    docs = torch.as_tensor(np.asarray(docs))
+    queries = torch.nn.functional.normalize(torch.as_tensor(np.asarray(queries), dtype=torch.float32), dim=1)
     k = min(k, len(docs))
     all_idx, all_scores = [], []
     for qs in range(0, len(queries), query_chunk):
         q = queries[qs:qs + query_chunk].to(docs.device)
-        best_s = torch.full((len(q), 0), float("-inf"), device=docs.device)
-        best_i = torch.zeros((len(q), 0), dtype=torch.long, device=docs.device)
+        best_s = torch.empty((len(q), 0), device=docs.device)
+        best_i = torch.empty((len(q), 0), dtype=torch.long, device=docs.device)
         for ds in range(0, len(docs), chunk):
-            d = torch.nn.functional.normalize(docs[ds:ds + chunk].float(), dim=1)
-            s = torch.cat([best_s, q @ d.T], dim=1)
-            i = torch.cat([best_i, torch.arange(ds, ds + len(d), device=docs.device).expand(len(q), -1)], dim=1)
-            # sort by (score, position) descending: the position order first, then a stable sort by score
-            by_pos = torch.argsort(i, dim=1, descending=True)
-            s, i = s.gather(1, by_pos), i.gather(1, by_pos)
-            top = torch.sort(s, dim=1, descending=True, stable=True).indices[:, :k]
-            best_s, best_i = s.gather(1, top), i.gather(1, top)
-        all_idx.append(best_i.cpu())
-        all_scores.append(best_s.cpu())
+            scores = q @ torch.nn.functional.normalize(docs[ds:ds + chunk].float(), dim=1).T
+            top_s, top_i = torch.topk(scores, min(k, scores.shape[1]), dim=1)
+            best_s, best_i = torch.cat([best_s, top_s], 1), torch.cat([best_i, top_i + ds], 1)
+            keep = torch.topk(best_s, k, dim=1).indices if best_s.shape[1] > k else None
+            if keep is not None:
+                best_s, best_i = best_s.gather(1, keep), best_i.gather(1, keep)
+        # position descending first, then a stable sort by score
+        by_pos = torch.argsort(best_i, dim=1, descending=True)
+        best_s, best_i = best_s.gather(1, by_pos), best_i.gather(1, by_pos)
+        by_score = torch.sort(best_s, dim=1, descending=True, stable=True).indices
+        all_idx.append(best_i.gather(1, by_score).cpu())
+        all_scores.append(best_s.gather(1, by_score).cpu())
     return torch.cat(all_idx).numpy(), torch.cat(all_scores).numpy()
 
 

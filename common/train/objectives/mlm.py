@@ -47,7 +47,7 @@ class MaskedLM(nn.Module):
         self.mlm = mlm
         self.__dict__["encoder"] = Encoder(mlm.base_model, pooling, normalize)
         # only masked positions go through the vocabulary projection (BERT's `cls`, RoBERTa's `lm_head`)
-        self.__dict__["head"] = getattr(mlm, "cls", None) or getattr(mlm, "lm_head", None)
+        self.__dict__["head"] = getattr(mlm, "cls", getattr(mlm, "lm_head", None))
 
     def forward(self, input_ids, attention_mask, masked):
         """Logits ``[number of masked positions, vocabulary]``."""
