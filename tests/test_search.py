@@ -261,6 +261,16 @@ def test_mlm_masks_like_the_hugging_face_collator_and_never_masks_special_tokens
     assert abs(theirs_mask - 0.8 * theirs_chosen) < 3 * np.sqrt(theirs_chosen * 0.16)
 
 
+def test_blocks_are_cut_from_the_concatenated_texts_and_only_the_final_remainder_is_dropped():
+    from common.train.objectives.mlm import Part
+    ids, offsets = np.arange(12), np.array([0, 3, 7, 12])
+    part = Part.of_texts(ids, ids % 2 == 0, offsets, np.array([0, 2]))  # texts 0 and 2
+    assert part.ids.tolist() == [0, 1, 2, 7, 8, 9, 10, 11] and part.offsets.tolist() == [0, 3, 8]
+    blocks = part.blocks(3)
+    assert len(blocks) == 2 and [blocks.get(i)[0].tolist() for i in range(2)] == [[0, 1, 2], [7, 8, 9]]
+    assert blocks.get(1)[1].tolist() == [False, True, False]
+
+
 def test_whole_word_masking_masks_every_token_of_a_chosen_word_with_mask():
     from common.train.objectives.mlm import IGNORE, mask_tokens
     ids = np.arange(10, 30)
