@@ -34,8 +34,11 @@ def search(queries, docs, k=K, chunk=65536, query_chunk=1024):
     (``torch.topk``, linear in the chunk), so memory is O(query_chunk × chunk) besides the vectors; an exact tie
     across the k-th place is resolved arbitrarily."""
     import torch
-    docs = torch.as_tensor(np.asarray(docs))
+    docs = torch.as_tensor(np.asarray(docs, dtype=np.float32))
     queries = torch.nn.functional.normalize(torch.as_tensor(np.asarray(queries), dtype=torch.float32), dim=1)
+    # cosine = dot product scaled by each document's inverse norm: no normalised copy of the documents
+    inverse_norm = torch.cat([1 / torch.linalg.vector_norm(docs[s:s + chunk], dim=1).clamp_min(1e-12)
+                              for s in range(0, len(docs), chunk)]) if len(docs) else torch.empty(0)
     k = min(k, len(docs))
     all_idx, all_scores = [], []
     for qs in range(0, len(queries), query_chunk):
@@ -43,7 +46,7 @@ def search(queries, docs, k=K, chunk=65536, query_chunk=1024):
         best_s = torch.empty((len(q), 0), device=docs.device)
         best_i = torch.empty((len(q), 0), dtype=torch.long, device=docs.device)
         for ds in range(0, len(docs), chunk):
-            scores = q @ torch.nn.functional.normalize(docs[ds:ds + chunk].float(), dim=1).T
+            scores = (q @ docs[ds:ds + chunk].T) * inverse_norm[ds:ds + chunk].to(docs.device)
             top_s, top_i = torch.topk(scores, min(k, scores.shape[1]), dim=1)
             best_s, best_i = torch.cat([best_s, top_s], 1), torch.cat([best_i, top_i + ds], 1)
             keep = torch.topk(best_s, k, dim=1).indices if best_s.shape[1] > k else None
