@@ -31,7 +31,7 @@ from common.data.retrieval import read_qrels, read_queries
 from common.io import InputError, read_jsonl
 from common.models.tokens import TokenStore
 from common.train import losses
-from common.train.distributed import all_gather_with_grad
+from common.train.distributed import all_gather, all_gather_with_grad, process_rank
 from common.train.objectives import Objective
 
 
@@ -48,20 +48,6 @@ def false_negative_mask(row_keys, col_keys, offset):
     rows = torch.arange(len(row_keys), device=mask.device)
     mask[rows, rows + offset] = False
     return mask
-
-
-def process_rank():
-    import torch.distributed as dist
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-
-
-def gather_keys(keys):
-    import torch.distributed as dist
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return keys
-    parts = [torch.empty_like(keys) for _ in range(dist.get_world_size())]
-    dist.all_gather(parts, keys.contiguous())
-    return torch.cat(parts)
 
 
 class _RandomState:
@@ -159,7 +145,7 @@ class MNRLObjective(Objective):
         if self.args.gather:
             offset = process_rank() * len(queries)
             all_queries, docs = all_gather_with_grad(queries), all_gather_with_grad(docs)
-            col_keys = gather_keys(keys)
+            col_keys = all_gather(keys)
         else:
             all_queries, col_keys = queries, keys
         mask = false_negative_mask(keys, col_keys, offset) if self.args.mask_duplicates else None
