@@ -5,6 +5,8 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import free_port
+
 from common.train.objectives.distill import combine
 from common.train.softcca import SoftCCA, projection
 from common.train.structural import structural_loss
@@ -151,14 +153,10 @@ def _softcca_worker(rank, world, port, shards, out):
 
 
 def test_softcca_on_two_processes_keeps_the_running_statistics_of_the_global_batch(tmp_path):
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     torch.manual_seed(0)
     steps = [(torch.randn(8, 3), torch.randn(8, 3)) for _ in range(2)]
     shards = [(zs.chunk(2), zc.chunk(2)) for zs, zc in steps]
-    torch.multiprocessing.spawn(_softcca_worker, args=(2, port, shards, str(tmp_path)), nprocs=2)
+    torch.multiprocessing.spawn(_softcca_worker, args=(2, free_port(), shards, str(tmp_path)), nprocs=2)
     single = SoftCCA(3)
     expected = torch.stack([single(zs, zc) for zs, zc in steps])
     results = [torch.load(tmp_path / f"softcca_{r}.pt") for r in range(2)]
