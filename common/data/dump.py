@@ -15,7 +15,14 @@ from typing import NamedTuple
 from common.io import InputError
 from common.data.wikitext import Namespaces
 
-_REDIRECT_TEXT = re.compile(r"^\s*#(?:REDIRECT|OHJAUS|UUDELLEENOHJAUS)\s*:?\s*\[\[([^\]|]+)", re.I)
+# possessive blanks: "\s*:?\s*" alone backtracks quadratically on "#REDIRECT" and a long run of spaces
+_REDIRECT_TEXT = re.compile(r"^\s*+#(?:REDIRECT|OHJAUS|UUDELLEENOHJAUS)\s*+:?\s*+\[\[([^\]|]++)", re.I)
+
+
+def redirect_target(text):
+    """The target of a page whose text is ``#REDIRECT [[target]]``, else ""."""
+    m = _REDIRECT_TEXT.match(text)
+    return m.group(1) if m else ""
 
 
 class Page(NamedTuple):
@@ -191,8 +198,4 @@ class DumpReader:
                         text = sub.text or ""
         if page_id is None:
             raise InputError(f"{self.path}: page {title!r} has no <id>")
-        if not redirect:
-            m = _REDIRECT_TEXT.match(text)
-            if m:
-                redirect = m.group(1)
-        return Page(page_id, ns, title, redirect, text)
+        return Page(page_id, ns, title, redirect or redirect_target(text), text)

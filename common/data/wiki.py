@@ -37,7 +37,7 @@ class ExtractConfig:
         self.min_chars = min_chars
         self.markers = tuple(m.lower() for m in disambiguation_markers)
         names = "|".join(re.escape(t).replace(r"\ ", "[ _]") for t in disambiguation_templates)
-        self.disambiguation = re.compile(r"\{\{\s*(?:%s)\s*(?:\||\}\})" % names, re.I) if names else None
+        self.disambiguation = re.compile(r"\{\{\s*+(?:%s)\s*+(?:\||\}\})" % names, re.I) if names else None
         self.category_re = wikitext.category_pattern(namespaces)
 
 
