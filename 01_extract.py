@@ -2,7 +2,7 @@
 
   python 01_extract.py wiki --dump fiwiki-latest-pages-articles.xml.bz2 --out work/fi
       Wikipedia dump → articles.jsonl (cleaned lead, links resolved through redirects to page ids, categories,
-      topic labels). Defaults follow the WikiSpecter thesis.
+      topic labels). Defaults follow the WikiSpecter thesis; --text full keeps whole articles.
 
   python 01_extract.py sentences --input articles.jsonl --out work/keysent
       Articles with annotated key sentences → sentences.jsonl (key-sentence extraction thesis).
@@ -29,13 +29,23 @@ def parse_args(argv=None):
     wiki.add_argument("--lead", choices=("first-paragraph", "section"), default="first-paragraph",
                       help="document text: the first paragraph (WikiSpecter thesis) or all prose before the "
                            "first heading")
+    wiki.add_argument("--text", choices=("lead", "full"), default="lead",
+                      help="document text: the lead as --lead says (WikiSpecter thesis), or the whole cleaned "
+                           "article, the prose of every section (for long-document students, Burian 2023)")
     wiki.add_argument("--links", choices=("lead", "all"), default="lead",
                       help="cross-references: links in the lead text (thesis) or in the whole article")
     wiki.add_argument("--min-chars", type=int, default=90,
-                      help="drop articles whose cleaned lead is shorter (thesis code)")
+                      help="drop articles whose cleaned text is shorter (thesis code)")
     wiki.add_argument("--topic-root", default=topic_labels.FINNISH_ROOT,
                       help="category whose sub-categories are the 'top' labels and theirs the 'second' labels; "
                            "the default is the Finnish general classification the thesis used")
+    wiki.add_argument("--topic-depth", type=int, default=None, metavar="N",
+                      help="an article takes a topic's label only if one of its categories is the topic's category "
+                           "or at most N levels below it (default: no limit). The thesis labels 3,555 articles "
+                           "under 10 top-level and 76 second-level topics, about 47 per second-level topic: far "
+                           "fewer than an unlimited walk labels on a full dump, which suggests articles filed "
+                           "directly in a topic category or close below it (0 or 1); compare the per-label counts "
+                           "01 prints (topic_labels.tsv) with the thesis's Table 3.1")
     wiki.add_argument("--topic-map", default=None,
                       help="TSV 'category<TAB>top<TAB>second' to label articles instead of --topic-root "
                            "(for dumps without category pages)")
@@ -50,11 +60,11 @@ def parse_args(argv=None):
     sentences = sub.add_parser("sentences", formatter_class=cli.HelpFormatter,
                                help="articles with key sentences → sentences.jsonl",
                                description="Articles {id, text, key_sentences} → sentences.jsonl, split and "
-                                           "labelled as the key-sentence thesis did.")
+                                           "labelled for key-sentence extraction.")
     sentences.add_argument("--input", required=True, help="JSONL of {id, text, key_sentences: [str]}")
     sentences.add_argument("--out", required=True, help="output directory (sentences.jsonl, manifest.json)")
     sentences.add_argument("--splitter", choices=("punkt", "punkt-english"), default="punkt",
-                           help="untrained Punkt (the thesis) or NLTK's pretrained English Punkt (needs punkt_tab "
+                           help="untrained Punkt (needs no data) or NLTK's pretrained English Punkt (needs punkt_tab "
                                 "data installed)")
     return parser.parse_args(argv)
 
@@ -63,14 +73,24 @@ def run_wiki(args):
     started = io.now()
     counts = collections.Counter()
     with io.Outputs(args.out) as outputs:
-        reader = extract_wiki(args, outputs, counts)
+        reader, labelled = extract_wiki(args, outputs, counts)
+        rows = topic_labels.label_counts(labelled)
+        if rows:
+            with outputs.open("topic_labels.tsv") as f:
+                f.write("top\tsecond\tarticles\n")
+                f.writelines(f"{top}\t{second}\t{n}\n" for top, second, n in rows)
         with outputs.open("manifest.json") as f:
-            f.write(io.dumps_line(io.manifest(__file__, args, started, inputs=[args.dump], counts=dict(counts),
-                                              language=reader.language)))
+            f.write(io.dumps_line(io.manifest(
+                __file__, args, started, inputs=[args.dump], counts=dict(counts), language=reader.language,
+                topic_labels=[{"top": top, "second": second or None, "articles": n} for top, second, n in rows])))
     print(f"{counts['articles']} articles ({counts['pages']} pages, {counts['redirects']} redirects, "
           f"{counts['disambiguation']} disambiguation, {counts['too_short']} too short); "
           f"{counts['links_resolved']} links kept ({counts['links_via_redirect']} through redirects), "
           f"{counts['links_missing']} to missing pages → {os.path.join(args.out, 'articles.jsonl')}")
+    if rows:
+        print(f"articles per topic label ({counts['labelled_top']} labelled; a top-level label counts all its "
+              "articles, its second-level labels follow; also in topic_labels.tsv):")
+        print("\n".join(topic_labels.format_label_counts(rows)))
 
 
 def run_sentences(args):

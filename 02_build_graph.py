@@ -2,10 +2,14 @@
 
   python 02_build_graph.py [links] --articles work/fi/articles.jsonl --out work/fi/data
       The cross-reference graph (SPECTER's graph.json), query splits, training triplets, cross-reference qrels
-      and topic classification splits. Defaults are the WikiSpecter thesis / SPECTER settings.
+      and topic classification splits. Defaults are the WikiSpecter thesis / SPECTER settings; the evaluation
+      documents are chosen first and kept out of every triplet (--eval-docs).
 
   python 02_build_graph.py sentences --sentences work/keysent/sentences.jsonl --out work/keysent/data
       Article-level train/validation/test splits for key-sentence extraction (keysent.{train,val,test}.jsonl).
+
+  python 02_build_graph.py testsets --out work/testsets
+      gensim's Lee corpus (human similarity ratings) and 20 Newsgroups sample (labels) as data directories.
 """
 
 import collections
@@ -25,7 +29,8 @@ def add_links_arguments(parser):
     parser.add_argument("--out", required=True, help="data directory to write")
     parser.add_argument("--seed", type=int, default=42, help="seed for splits and sampling")
     parser.add_argument("--holdout", type=float, default=0.2,
-                        help="share of queries held out for evaluation (thesis)")
+                        help="share of queries held out, from which the cross-reference queries are drawn (the "
+                             "thesis states no share; 0.2 is this project's choice)")
     parser.add_argument("--val", type=float, default=0.1, help="share of the remaining queries for validation")
     parser.add_argument("--per-query", type=int, default=5, help="triplets per query (SPECTER)")
     parser.add_argument("--hard", type=int, default=2,
@@ -40,6 +45,11 @@ def add_links_arguments(parser):
     parser.add_argument("--topic-min", type=int, default=10, help="drop topic labels with fewer documents (thesis)")
     parser.add_argument("--topic-cap", default="top=300,second=200",
                         help="most documents per label, per level (thesis)")
+    parser.add_argument("--eval-docs", choices=("heldout", "test", "shared"), default="heldout",
+                        help="which evaluation documents no triplet may touch (as query, positive or negative): "
+                             "heldout = every cross-reference query and candidate and every topic document (the "
+                             "thesis: evaluation on documents not seen in fine-tuning); test = cross-reference "
+                             "documents and topic test documents only; shared = none (triplets from every document)")
     parser.add_argument("--topic-test", type=float, default=0.3, help="stratified test share of topic documents")
 
 
@@ -123,32 +133,45 @@ def write_triplets(out, corpus, text, queries, args, rng, counts):
     return total
 
 
+def evaluation_documents(mode, candidates, topic_parts):
+    """The documents no triplet may touch: every cross-reference query and candidate and every topic document
+    (``heldout``), the cross-reference documents and topic test documents only (``test``), or none (``shared``)."""
+    if mode == "shared":
+        return np.zeros(0, dtype=np.int64)
+    parts = [np.array([q for q, _, _ in candidates], dtype=np.int64)]
+    parts += [np.asarray(d, dtype=np.int64) for _, p, n in candidates for d in (p, n)]
+    parts += [test if mode == "test" else np.concatenate([train, test]) for train, test in topic_parts.values()]
+    return np.unique(np.concatenate(parts))
+
+
+def training_queries(splits, new_number, train_corpus, counts):
+    """Train/validation queries in the training corpus's numbering: neither an evaluation document nor left
+    without links once the links into the evaluation set are gone (both counted)."""
+    degree = np.append(np.diff(train_corpus.links.indptr), 0)  # an excluded document (-1) reads the 0
+    out = {}
+    for name in ("train", "val"):
+        mapped = new_number[splits[name]]
+        is_eval = mapped < 0
+        no_links = ~is_eval & (degree[mapped] == 0)
+        counts[f"eval_queries_dropped_{name}"] = int(is_eval.sum())
+        counts[f"queries_without_training_links_{name}"] = int(no_links.sum())
+        out[name] = mapped[~is_eval & ~no_links]
+    return out
+
+
 def build_graph(args, corpus, outputs, counts):
     streams = np.random.SeedSequence(args.seed).spawn(5)
     rng_split, rng_train, rng_val, rng_qrels, rng_topics = (np.random.default_rng(s) for s in streams)
     splits = graph.split_queries(corpus, args.holdout, args.val, rng_split)
-    for name, members in splits.items():
-        counts[f"queries_{name}"] = int(len(members))
-    with outputs.open("splits.json") as f:
-        f.write(io.dumps_line({name: [corpus.ids[i] for i in members.tolist()] for name, members in splits.items()}))
 
-    # graph.json (the largest output) is written by a second process while this one samples triplets
-    queries = np.flatnonzero(np.diff(corpus.links.indptr) > 0)
-    encoded_ids = [io.json_bytes(i) for i in corpus.ids]  # once, before the fork, for both writers
-    writer = Background(write_graph_json, outputs.tmp_path("graph.json"), encoded_ids, corpus.links, queries)
-    try:
-        text = _TripletText(encoded_ids)
-        for name, rng in (("train", rng_train), ("val", rng_val)):
-            with outputs.open(f"triplets.{name}.jsonl", "wb") as out:
-                counts[f"triplets_{name}"] = write_triplets(out, corpus, text, splits[name], args, rng, counts)
-        counts["two_hop_pairs"] = writer.result()
-    finally:
-        writer.cancel()
-
+    # The evaluation documents are chosen first, so that training can be kept off them (the thesis evaluates on
+    # documents not seen in fine-tuning).
+    candidates = graph.crossref_candidates(corpus, splits["holdout"], args.crossref_queries,
+                                           args.crossref_min_links, args.crossref_positives,
+                                           args.crossref_negatives, rng_qrels, counts)
     with outputs.open("crossref.qrels") as f:
-        f.writelines(graph.crossref_qrels(corpus, splits["holdout"], args.crossref_queries, args.crossref_min_links,
-                                          args.crossref_positives, args.crossref_negatives, rng_qrels, counts))
-
+        f.writelines(graph.qrels_lines(corpus, candidates))
+    topic_parts = {}
     caps = _caps(args.topic_cap)
     for level in sorted(corpus.labels):
         result = graph.topic_splits(corpus, level, args.topic_min, caps.get(level, caps.get("second", 200)),
@@ -158,12 +181,44 @@ def build_graph(args, corpus, outputs, counts):
             print(f"note: topic level {level!r} has fewer than two labels with >= {args.topic_min} documents; "
                   "no topic task for it")
             continue
+        topic_parts[level] = result
         names = corpus.label_names[level]
         for part, members in zip(("train", "test"), result):
             counts[f"topics_{level}_{part}"] = int(len(members))
             with outputs.open(f"topics.{level}.{part}.jsonl") as f:
                 f.writelines(io.dumps_line({"id": corpus.ids[i], "label": names[corpus.labels[level][i]]})
                              for i in members.tolist())
+
+    excluded = evaluation_documents(args.eval_docs, candidates, topic_parts)
+    train_corpus, new_number = graph.training_corpus(corpus, excluded, counts)
+    queries_before = len(splits["train"]) + len(splits["val"])
+    train_queries = training_queries(splits, new_number, train_corpus, counts)
+    kept_docs = np.flatnonzero(new_number >= 0)
+    splits.update({name: kept_docs[members] for name, members in train_queries.items()})
+    for name, members in splits.items():
+        counts[f"queries_{name}"] = int(len(members))
+    with outputs.open("splits.json") as f:
+        f.write(io.dumps_line({name: [corpus.ids[i] for i in members.tolist()] for name, members in splits.items()}))
+    kept = len(train_queries["train"]) + len(train_queries["val"])
+    if args.eval_docs != "shared" and (len(excluded) > corpus.n / 2 or kept < queries_before / 2):
+        print(f"warning: the {len(excluded)} evaluation documents are {len(excluded) / max(corpus.n, 1):.0%} of the "
+              f"{corpus.n} documents; {kept} of {queries_before} training queries remain. Use --eval-docs test or "
+              "shared, or fewer --crossref-queries, on a corpus this small")
+
+    # graph.json (the largest output) is written by a second process while this one samples triplets; both see
+    # only the training corpus
+    queries = np.flatnonzero(np.diff(train_corpus.links.indptr) > 0)
+    encoded_ids = [io.json_bytes(i) for i in train_corpus.ids]  # once, before the fork, for both writers
+    writer = Background(write_graph_json, outputs.tmp_path("graph.json"), encoded_ids, train_corpus.links, queries)
+    try:
+        text = _TripletText(encoded_ids)
+        for name, rng in (("train", rng_train), ("val", rng_val)):
+            with outputs.open(f"triplets.{name}.jsonl", "wb") as out:
+                counts[f"triplets_{name}"] = write_triplets(out, train_corpus, text, train_queries[name], args, rng,
+                                                            counts)
+        counts["two_hop_pairs"] = writer.result()
+    finally:
+        writer.cancel()
 
 
 def run_graph(args):
@@ -182,7 +237,9 @@ def run_graph(args):
     print(f"{counts['documents']} documents, {counts['edges']} links, {counts['two_hop_pairs']} two-hop pairs; "
           f"queries train/val/holdout {counts['queries_train']}/{counts['queries_val']}/{counts['queries_holdout']};"
           f" triplets {counts['triplets_train']}/{counts['triplets_val']}; "
-          f"{counts['crossref_queries']} crossref queries → {args.out}")
+          f"{counts['crossref_queries']} crossref queries; {counts['eval_documents']} evaluation documents and "
+          f"{counts['eval_links_dropped']} links to or from them kept out of training (--eval-docs {args.eval_docs})"
+          f" → {args.out}")
 
 
 def add_sentences_arguments(p):
@@ -209,11 +266,33 @@ def run_sentences(args):
           f"sentences {counts['sentences_train']}/{counts['sentences_val']}/{counts['sentences_test']} → {args.out}")
 
 
+def add_testsets_arguments(p):
+    p.add_argument("--out", required=True, help="folder for the data directories lee/ and newsgroups/")
+    p.add_argument("--lee-threshold", type=float, default=0.5,
+                   help="a Lee pair rated at least this (ratings in [0, 1]) is a similarity target for MAP/MRR")
+    p.add_argument("--seed", type=int, default=42, help="seed of the newsgroups train/test split")
+
+
+def run_testsets(args):
+    from common.data import testsets
+    started = io.now()
+    for name, build in (("lee", lambda out: testsets.lee(out, args.lee_threshold)),
+                        ("newsgroups", lambda out: testsets.newsgroups(out, args.seed))):
+        directory = os.path.join(args.out, name)
+        with io.Outputs(directory) as outputs:
+            counts = build(outputs)
+            with outputs.open("manifest.json") as f:
+                f.write(io.dumps_line(io.manifest(__file__, args, started, counts=counts, seed=args.seed)))
+        print(f"{name}: {', '.join(f'{k} {v}' for k, v in counts.items())} → {directory}")
+
+
 COMMANDS = {
     "links": ("articles.jsonl → the cross-reference graph, triplets, crossref qrels and topic splits "
               "(the default command)", add_links_arguments, run_graph),
     "sentences": ("key-sentence articles → article-level train/validation/test splits (keysent.*.jsonl)",
                   add_sentences_arguments, run_sentences),
+    "testsets": ("gensim's installed test corpora as data directories: Lee (similarity ratings) and a 20 Newsgroups "
+                 "sample (classification)", add_testsets_arguments, run_testsets),
 }
 
 

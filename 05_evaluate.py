@@ -3,10 +3,17 @@
   python 05_evaluate.py --data work/fi/data --model base=TurkuNLP/bert-base-finnish-cased-v1 \\
       --model trained=runs/wikispecter/model --out work/fi/eval
       crossref (MAP, nDCG as trec_eval), topics (LinearSVC, SciDocs protocol) and the lexical baseline, for every
-      task the data supports. Writes EVAL/<model>.npy + .ids.txt, metrics.json, report.md, tsne_<level>.png.
+      task the data supports. Writes EVAL/<model>.npy + .ids.txt, metrics.json, report.md and the thesis's
+      figures next to it (token lengths, confusion matrix, label distribution, t-SNE), linked from report.md.
 
   python 05_evaluate.py --data work/keysent/data --model trained=runs/keysent/model --out work/keysent/eval
       Key-sentence extraction: Average R-precision on the test articles (see --task keysent, --runs).
+
+  python 05_evaluate.py --data work/testsets/lee --model student=runs/distill/model --model pv=work/teach/pv \
+      --task similarity --out work/eval-lee
+      Burian 2023's evaluation: classify (MLP head on 1k/10k/all training documents, topics.* and classify.*
+      splits) and similarity (MAP/MRR of each source's targets, Spearman with human ratings). A --model may be a
+      Paragraph-Vector folder from 04_distill.py teachers.
 
   python 05_evaluate.py extract --model runs/keysent/model --input new.jsonl --top 1 --out keys.jsonl
       Key sentences of new articles.
@@ -22,7 +29,8 @@ from common import cli, io
 from common.eval import report, wikispecter
 from common.io import InputError
 
-TASKS = ("crossref", "topics", "lexical", "keysent")
+TASKS = ("crossref", "topics", "lexical", "keysent", "classify", "similarity")
+EMBEDDING_TASKS = {"crossref", "topics", "lexical", "classify", "similarity"}
 
 
 def _named(values, flag, what):
@@ -38,7 +46,8 @@ def _named(values, flag, what):
 def add_evaluate_arguments(p):
     p.add_argument("--data", required=True, help="data directory from 02_build_graph.py")
     p.add_argument("--model", action="append", default=[], metavar="NAME=MODEL",
-                   help="a model to evaluate, as name=hub-name-or-folder (repeatable)")
+                   help="a model to evaluate, as name=hub-name-or-folder (repeatable); a hub name is read from the "
+                        "local Hugging Face cache as SentenceTransformer(name) reads it, with its pooling and length")
     p.add_argument("--runs", nargs="+", default=None, metavar="RUN",
                    help="keysent: run folders of several seeds of one setting, reported as mean ± 2σ")
     p.add_argument("--out", required=True, help="evaluation directory to write")
@@ -52,6 +61,8 @@ def add_evaluate_arguments(p):
     p.add_argument("--language", default=None,
                    help="Snowball stemmer language for the lexical baseline (default: the dump's language)")
     p.add_argument("--seed", type=int, default=42, help="seed of the classifier and t-SNE")
+    p.add_argument("--head-epochs", type=int, default=10,
+                   help="classify: epochs of the MLP head (Burian 2023; small splits need more)")
 
 
 def _check_names(args):
@@ -71,12 +82,33 @@ def supported(data_dir):
         found.add("topics")
     if os.path.exists(os.path.join(data_dir, "keysent.test.jsonl")):
         found.add("keysent")
+    from common.eval import classify, similarity
+    if classify.splits(data_dir):
+        found.add("classify")
+    if similarity.available(data_dir):
+        found.add("similarity")
     return found
 
 
+def default_tasks(data_dir, available):
+    """Every available task, except that topic splits alone are classified by --task classify only (the
+    WikiSpecter tables score them with the topics task)."""
+    from common.eval import classify
+    if "classify" in available and not classify.own_splits(data_dir):
+        return available - {"classify"}
+    return available
+
+
 def embed_documents(args, name, path, docs):
-    from common.models.encoder import default_device, embed, load_encoder
+    from common.distill.paragraph_vector import ParagraphVector, is_paragraph_vector
+    from common.models.encoder import default_device, embed, document_text, load_encoder
     from common.models.tokens import TokenStore
+    if is_paragraph_vector(path):
+        with tqdm(total=len(docs.ids), desc=f"embed {name}", unit=" docs", mininterval=1.0) as bar:
+            emb = ParagraphVector.load(path).embed([document_text(t, x, " ") for t, x in zip(docs.titles, docs.texts)],
+                                                   bar)
+        print(f"{name}: {emb.shape[0]} documents, {emb.shape[1]} dimensions (Paragraph Vector, inferred)")
+        return emb, None, None
     encoder, tokenizer, settings = load_encoder(path, pooling=args.pooling.get(name), max_length=args.max_length,
                                                 default_max_length=128)
     encoder.to(default_device())
@@ -85,11 +117,14 @@ def embed_documents(args, name, path, docs):
         emb = embed(encoder, store, args.batch_size, bar)
     print(f"{name}: {emb.shape[0]} documents, {emb.shape[1]} dimensions ({settings['pooling']} pooling"
           f"{', normalised' if settings['normalize'] else ''}, {settings['max_length']} tokens)")
-    return emb
+    return emb, tokenizer, settings["max_length"]
 
 
 def evaluate_documents(args, outputs, wanted, metrics, counts):
+    """Embed the documents with every model and score the WikiSpecter tasks into ``metrics``; returns the figures
+    written, as ``(caption, file name)``."""
     from common.data.documents import Documents
+    from common.eval import classify, figures, similarity
     docs = Documents(args.data)
     index = docs.index
     qrels = {}
@@ -97,28 +132,50 @@ def evaluate_documents(args, outputs, wanted, metrics, counts):
         qrels = wikispecter.read_qrels(os.path.join(args.data, "crossref.qrels"), index)
     levels = wikispecter.topic_levels(args.data) if "topics" in wanted else []
     topic_rows = {level: wikispecter.read_topics(args.data, level) for level in levels}
+    classify_splits = {task: [classify.read_split(p, index) for p in paths]
+                       for task, paths in classify.splits(args.data).items()} if "classify" in wanted else {}
+    similar = similarity.read(args.data, index) if "similarity" in wanted else (None, None)
     counts.update({"documents": len(docs.ids), "crossref_queries": len(qrels)})
-    embeddings = {}
+    embeddings, predictions, written = {}, {}, []
     for name, path in args.model.items():
-        emb = embed_documents(args, name, path, docs)
+        emb, tokenizer, max_length = embed_documents(args, name, path, docs)
         with outputs.open(f"{name}.npy", "wb") as f:
             np.save(f, emb)
         with outputs.open(f"{name}.ids.txt") as f:
             f.writelines(f"{i}\n" for i in docs.ids)
+        if tokenizer is not None and not written:  # the thesis's Fig. 4.1, under the first model's tokenizer
+            lengths = wikispecter.token_lengths(tokenizer, docs.inputs(tokenizer.sep_token or ""))
+            figures.token_lengths(outputs.tmp_path("token_lengths.png"), lengths, max_length, name)
+            written.append((f"Token counts of the documents under {name}'s tokenizer, the cut at {max_length} "
+                            "marked", "token_lengths.png"))
         embeddings[name] = (emb, index)
         result = metrics.setdefault(name, {})
         if "crossref" in wanted and qrels:
             result["crossref"] = wikispecter.crossref(emb, index, qrels)
         for level in levels:
-            result[f"topics.{level}"] = wikispecter.topics(emb, index, topic_rows[level], args.seed)
+            result[f"topics.{level}"], predicted = wikispecter.topics(emb, index, topic_rows[level], args.seed)
+            if level == "top":
+                predictions[name] = predicted
+        for task, (train, test) in classify_splits.items():
+            result[task] = classify.classify(emb, train, test, args.seed, args.head_epochs)
+        if "similarity" in wanted:
+            result["similarity"] = similarity.evaluate(emb, index, *similar)
     if "lexical" in wanted and qrels:
         language = args.language or wikispecter.SNOWBALL.get(io.read_manifest(args.data).get("language") or "",
                                                               "english")
         metrics["lexical"] = {"crossref": wikispecter.lexical(docs.titles, docs.texts, index, qrels, language)}
+    if predictions:
+        figures.confusion(outputs.tmp_path("confusion_top.png"), predictions, "top")
+        written.append(("Confusion matrix of the top-level topic classification (test documents)",
+                        "confusion_top.png"))
+    if topic_rows:
+        figures.label_distribution(outputs.tmp_path("labels.png"), topic_rows)
+        written.append(("Topic documents per label, training and test", "labels.png"))
     for level in levels:
         if embeddings:
-            wikispecter.tsne_plot(outputs.tmp_path(f"tsne_{level}.png"), embeddings, topic_rows[level], level,
-                                  args.seed)
+            figures.topic_tsne(outputs.tmp_path(f"tsne_{level}.png"), embeddings, topic_rows[level], level, args.seed)
+            written.append((f"t-SNE of the topic documents (topics.{level})", f"tsne_{level}.png"))
+    return written
 
 
 def run_evaluate(args):
@@ -126,31 +183,34 @@ def run_evaluate(args):
     if not os.path.isdir(args.data):
         raise InputError(f"{args.data}: no such data directory")
     available = supported(args.data)
-    wanted = set(args.task) if args.task else available
+    wanted = set(args.task) if args.task else default_tasks(args.data, available)
     missing = wanted - available
     if missing:
         raise InputError(f"{args.data}: has no data for task(s) {', '.join(sorted(missing))}")
     if not wanted:
-        raise InputError(f"{args.data}: no evaluation data (crossref.qrels, topics.*.jsonl or keysent.*.jsonl)")
+        raise InputError(f"{args.data}: no evaluation data (crossref.qrels, topics.*.jsonl, classify.*.jsonl, "
+                         f"similarity.* or keysent.*.jsonl)")
     if not args.model and not args.runs and wanted - {"lexical"}:
         raise InputError("give at least one --model NAME=MODEL (or --runs)")
     started = io.now()
-    metrics, counts = {}, {}
+    metrics, counts, written = {}, {}, []
     with io.Outputs(args.out) as outputs:
-        if wanted & {"crossref", "topics", "lexical"}:
-            evaluate_documents(args, outputs, wanted, metrics, counts)
+        if wanted & EMBEDDING_TASKS:
+            written += evaluate_documents(args, outputs, wanted, metrics, counts)
         if "keysent" in wanted:
             from common.eval.keysent import evaluate_keysent
-            evaluate_keysent(args, outputs, metrics, counts)
+            written += evaluate_keysent(args, outputs, metrics, counts)
         with outputs.open("metrics.json") as f:
             f.write(io.dumps_line(metrics))
         table = report.markdown(metrics)
         with outputs.open("report.md") as f:
-            f.write(table)
+            f.write(report.document(table, written))
         with outputs.open("manifest.json") as f:
             inputs = [os.path.join(args.data, n) for n in sorted(os.listdir(args.data)) if not n.endswith(".json")]
             f.write(io.dumps_line(io.manifest(__file__, args, started, inputs=inputs, counts=counts, seed=args.seed)))
     print(table, end="")
+    if written:
+        print(f"figures (linked from report.md): {', '.join(name for _, name in written)}")
 
 
 def add_extract_arguments(p):

@@ -3,7 +3,7 @@
 import argparse
 import sys
 
-from common.io import InputError
+from common.io import InputError, Preempted
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -38,9 +38,11 @@ def dispatch(description, commands, argv, default=None):
 
 
 def run(main):
-    """Call ``main()``; bad input becomes one line on stderr and exit status 2."""
+    """Call ``main()``; bad input becomes one line on stderr and exit status 2, preemption exit status 143."""
     try:
         return main()
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    except Preempted:
+        sys.exit(143)

@@ -11,6 +11,10 @@ from importlib import metadata
 import orjson
 
 
+class Preempted(Exception):
+    """Training stopped on SIGTERM after saving a checkpoint; the scripts exit with status 143 (128 + SIGTERM)."""
+
+
 class InputError(Exception):
     """Bad input a user can fix; the scripts print it as one line and exit non-zero."""
 

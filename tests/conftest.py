@@ -1,3 +1,4 @@
+import importlib.util
 import json
 import os
 import subprocess
@@ -20,6 +21,27 @@ def run_script(script, *args, check=True, timeout=600):
     if check and proc.returncode != 0:
         raise AssertionError(f"{script} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+_MAINS = {}
+
+
+def script_error(script, *args, in_subprocess=False):
+    """The one-line error a numbered script gives for bad input. In-process by default (``main(argv)`` must raise
+    the project's InputError); ``in_subprocess`` runs the script as a user would and checks exit status 2."""
+    if in_subprocess:
+        proc = run_script(script, *args, check=False)
+        assert proc.returncode == 2, proc.stderr
+        return one_error_line(proc.stderr)
+    from common.io import InputError
+    if script not in _MAINS:
+        spec = importlib.util.spec_from_file_location(f"script_{script.split('_')[0]}", os.path.join(ROOT, script))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        _MAINS[script] = module.main
+    with pytest.raises(InputError) as e:
+        _MAINS[script]([str(a) for a in args])
+    return f"error: {e.value}"
 
 
 def st_losses():
@@ -141,11 +163,12 @@ def linked_articles(n=60, seed=1, labels=("tiede", "taide", "maa")):
 
 @pytest.fixture(scope="session")
 def tiny_data(tmp_path_factory):
-    """A data directory from 02 over ``linked_articles``."""
+    """A data directory from 02 over ``linked_articles``; evaluation documents shared with training (in 60
+    articles the held-out ones would leave nothing to train on)."""
     root = tmp_path_factory.mktemp("data")
     with open(root / "articles.jsonl", "w", encoding="utf-8") as f:
         for a in linked_articles():
             f.write(json.dumps(a) + "\n")
     run_script("02_build_graph.py", "--articles", root / "articles.jsonl", "--out", root / "data",
-               "--crossref-min-links", "2", "--topic-min", "5")
+               "--crossref-min-links", "2", "--topic-min", "5", "--eval-docs", "shared")
     return root / "data"

@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from conftest import one_error_line, run_script
+from conftest import script_error
 
 
 @pytest.mark.parametrize("case", ["unknown-id", "bad-qrels-line", "task", "no-dir", "model-syntax"])
@@ -29,7 +29,33 @@ def test_bad_evaluation_input_is_a_one_line_error(tiny_model, tiny_data, tmp_pat
     else:
         args[3] = str(tiny_model)
         expected = f"error: --model {str(tiny_model)!r}: expected NAME=MODEL"
-    proc = run_script("05_evaluate.py", *args, check=False)
-    assert proc.returncode == 2
-    assert one_error_line(proc.stderr) == expected
+    assert script_error("05_evaluate.py", *args) == expected
     assert not (tmp_path / "eval").exists() or os.listdir(tmp_path / "eval") == []
+
+
+def test_hub_named_sentence_transformer_is_scored_with_its_own_pooling_and_length(tiny_model, tiny_data, tmp_path):
+    """A model named as on the hub, found (offline) in a Hugging Face cache laid out as ``SentenceTransformer(name)``
+    leaves it, is embedded with the pooling, normalisation and length its sentence-transformers files give."""
+    import subprocess
+    import sys
+    import numpy as np
+    from sentence_transformers import SentenceTransformer
+    from common.data.documents import Documents
+    from common.models.encoder import load_encoder
+    from common.models.saving import save_model
+    from conftest import ENV, ROOT
+    encoder, tokenizer, _ = load_encoder(str(tiny_model), pooling="mean", normalize=True)
+    folder = tmp_path / "sbert"
+    save_model(encoder, tokenizer, str(folder), max_length=12)
+    repo = tmp_path / "hf" / "hub" / "models--org--tiny-sbert"
+    shutil.copytree(folder, repo / "snapshots" / ("a" * 40))
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("a" * 40)
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "05_evaluate.py"), "--data", tiny_data, "--model",
+                           "hub=org/tiny-sbert", "--out", tmp_path / "eval", "--task", "crossref"], cwd=ROOT,
+                          env=dict(ENV, HF_HOME=str(tmp_path / "hf")), capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "hub: 60 documents, 32 dimensions (mean pooling, normalised, 12 tokens)" in proc.stdout
+    docs = Documents(str(tiny_data))
+    expected = SentenceTransformer(str(folder), device="cpu").encode(docs.inputs(tokenizer.sep_token))
+    np.testing.assert_allclose(np.load(tmp_path / "eval" / "hub.npy"), expected, atol=1e-5, rtol=0)

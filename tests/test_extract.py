@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from conftest import ENGLISH_NAMESPACES, one_error_line, read_jsonl, run_script
+from conftest import ENGLISH_NAMESPACES, one_error_line, read_jsonl, run_script, script_error
 
 LONG = " Tämä lause on täytettä, jotta johdanto on tarpeeksi pitkä mukaan otettavaksi aineistoon."
 
@@ -74,6 +74,23 @@ def test_finnish_dump_gives_contract_articles(tmp_path, write_dump):
     assert counts["links_other_namespace"] == 1
     assert manifest["language"] == "fi" and manifest["script"] == "01_extract.py"
     assert set(manifest["inputs"]) == {str(tmp_path / "fi.xml.bz2")}
+
+
+def test_topic_depth_limits_labels_and_per_label_counts_are_stored(tmp_path, write_dump):
+    articles, manifest, proc = extract(tmp_path, write_dump(FINNISH_PAGES), "--workers", "0", "--topic-depth", "1")
+    labels = {a["title"]: a.get("labels") for a in articles}
+    # Amsterdam's category is one level below Kaupungit; Rotterdam's (Sykli B) two, so it loses its label
+    assert labels == {"Amsterdam": {"top": "Maantiede", "second": "Kaupungit"}, "Alankomaat": {"top": "Maantiede"},
+                      "Pääkaupunki": {"top": "Tiede", "second": "Fysiikka"}, "Rotterdam": None}
+    assert (tmp_path / "out" / "topic_labels.tsv").read_text() == (
+        "top\tsecond\tarticles\nMaantiede\t\t2\nMaantiede\tKaupungit\t1\nTiede\t\t1\nTiede\tFysiikka\t1\n")
+    assert manifest["topic_labels"][:2] == [{"top": "Maantiede", "second": None, "articles": 2},
+                                            {"top": "Maantiede", "second": "Kaupungit", "articles": 1}]
+    assert ("  Maantiede          2\n    Kaupungit        1\n  Tiede              1\n    Fysiikka         1\n"
+            in proc.stdout)
+    shallow, _, _ = extract(tmp_path / "0", write_dump(FINNISH_PAGES), "--workers", "0", "--topic-depth", "0")
+    assert [a.get("labels") for a in shallow] == [None, {"top": "Maantiede"}, {"top": "Tiede", "second": "Fysiikka"},
+                                                  None]
 
 
 def test_links_all_and_section_lead(tmp_path, write_dump):
@@ -148,9 +165,7 @@ def test_corrupt_dumps_fail_with_one_line_and_write_nothing(tmp_path, case):
         path.write_bytes(data.replace("Hollannin".encode(), b"Hollan\xffnin"))
         expected = "malformed XML at line"
     out = tmp_path / "out"
-    proc = run_script("01_extract.py", "wiki", "--dump", path, "--out", out, check=False)
-    assert proc.returncode != 0
-    error = one_error_line(proc.stderr)
+    error = script_error("01_extract.py", "wiki", "--dump", path, "--out", out)
     assert error.startswith(f"error: {path}: ") and expected in error
     if case == "malformed":
         assert "after page 20 ('Punainen planeetta')" in error

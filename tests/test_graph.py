@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from conftest import one_error_line, read_jsonl, run_script
+from conftest import read_jsonl, run_script, script_error
 
 DATA_FILES = ["crossref.qrels", "docs.jsonl", "graph.json", "manifest.json", "splits.json", "topics.top.test.jsonl",
               "topics.top.train.jsonl", "triplets.train.jsonl", "triplets.val.jsonl"]
@@ -65,7 +65,7 @@ def random_corpus(n=300, seed=0, labelled=True):
 def random_data(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("graph")
     articles = random_corpus()
-    return build(tmp, articles, "--seed", "7"), articles
+    return build(tmp, articles, "--seed", "7", "--eval-docs", "shared"), articles
 
 
 def _links(articles):
@@ -155,11 +155,71 @@ def test_topic_cap_limits_documents_per_label(tmp_path):
     assert set(collections.Counter(r["label"] for r in rows).values()) == {5}  # the cap applies after --topic-min
 
 
+def partly_labelled_corpus():
+    """400 articles, the first 100 labelled: with 5 cross-reference queries the held-out evaluation documents
+    leave about half of the corpus for training."""
+    articles = random_corpus(n=400, seed=11)
+    for a in articles[100:]:
+        a.pop("labels", None)
+    return articles
+
+
+EVAL_FLAGS = ("--crossref-queries", "5", "--topic-cap", "top=15,second=8")
+
+
+def _evaluation_ids(out, parts=("train", "test")):
+    ids = set()
+    for line in (out / "crossref.qrels").read_text().splitlines():
+        qid, _, doc, _ = line.split()
+        ids.update((qid, doc))
+    for level in ("top", "second"):
+        for part in parts:
+            ids.update(r["id"] for r in read_jsonl(out / f"topics.{level}.{part}.jsonl"))
+    return ids
+
+
+def _edges_touching(articles, ids):
+    known = {a["id"] for a in articles}
+    edges = {(a["id"], b) for a in articles for b in a["links"] if b in known and b != a["id"]}
+    return sum(1 for a, b in edges if a in ids or b in ids)
+
+
+@pytest.mark.parametrize("mode,parts", [("heldout", ("train", "test")), ("test", ("test",))])
+def test_no_evaluation_document_is_in_any_triplet(tmp_path, mode, parts):
+    articles = partly_labelled_corpus()
+    out = build(tmp_path, articles, *EVAL_FLAGS, "--eval-docs", mode)
+    evaluation = _evaluation_ids(out, parts)
+    triplets = read_jsonl(out / "triplets.train.jsonl") + read_jsonl(out / "triplets.val.jsonl")
+    assert len(triplets) > 300
+    assert not evaluation & {t[k] for t in triplets for k in ("query", "pos", "neg")}
+    graph = json.loads((out / "graph.json").read_text())
+    assert not evaluation & (set(graph) | {d for row in graph.values() for d in row})
+    splits = json.loads((out / "splits.json").read_text())
+    assert not evaluation & (set(splits["train"]) | set(splits["val"]))
+    counts = json.loads((out / "manifest.json").read_text())["counts"]
+    assert counts["eval_documents"] == len(evaluation)
+    assert counts["eval_links_dropped"] == _edges_touching(articles, evaluation)
+
+
+def test_shared_evaluation_documents_reach_the_triplets(tmp_path):
+    out = build(tmp_path, partly_labelled_corpus(), *EVAL_FLAGS, "--eval-docs", "shared")
+    triplets = read_jsonl(out / "triplets.train.jsonl")
+    assert _evaluation_ids(out) & {t[k] for t in triplets for k in ("query", "pos", "neg")}
+    counts = json.loads((out / "manifest.json").read_text())["counts"]
+    assert (counts["eval_documents"], counts["eval_links_dropped"]) == (0, 0)
+
+
+def test_evaluation_documents_that_take_most_of_a_corpus_are_warned_about(tmp_path):
+    src = write_articles(tmp_path / "articles.jsonl", random_corpus(n=150, seed=5))
+    proc = run_script("02_build_graph.py", "--articles", src, "--out", tmp_path / "data")
+    assert "warning: the 150 evaluation documents are 100% of the 150 documents; 0 of" in proc.stdout
+
+
 def test_same_seed_gives_byte_identical_outputs(tmp_path):
-    articles = random_corpus(n=150, seed=5)
-    a = build(tmp_path, articles, "--seed", "3", name="a")
-    b = build(tmp_path, articles, "--seed", "3", name="b")
-    c = build(tmp_path, articles, "--seed", "4", name="c")
+    articles = partly_labelled_corpus()
+    a = build(tmp_path, articles, "--seed", "3", *EVAL_FLAGS, name="a")
+    b = build(tmp_path, articles, "--seed", "3", *EVAL_FLAGS, name="b")
+    c = build(tmp_path, articles, "--seed", "4", *EVAL_FLAGS, name="c")
     assert sorted(os.listdir(a)) == sorted(os.listdir(b)) == sorted(DATA_FILES + ["topics.second.test.jsonl",
                                                                                  "topics.second.train.jsonl"])
     for name in os.listdir(a):
@@ -182,9 +242,9 @@ def test_bad_articles_fail_with_file_and_line(tmp_path, lines, expected):
     src = tmp_path / "articles.jsonl"
     src.write_text("\n".join(lines) + "\n", encoding="utf-8")
     out = tmp_path / "data"
-    proc = run_script("02_build_graph.py", "--articles", src, "--out", out, check=False)
-    assert proc.returncode == 2
-    assert one_error_line(proc.stderr).startswith(f"error: {src}{expected}")
+    error = script_error("02_build_graph.py", "--articles", src, "--out", out,
+                         in_subprocess=expected == ":2: invalid JSON")  # one case checks the exit status
+    assert error.startswith(f"error: {src}{expected}")
     assert not out.exists() or os.listdir(out) == []
 
 

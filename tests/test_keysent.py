@@ -9,7 +9,7 @@ import torch
 
 from common.train.losses import contrastive_cosine, cosine_mse
 from common.data.sentences import clean, label, split, splitter
-from conftest import ROOT, one_error_line, read_jsonl, run_script, st_losses
+from conftest import ROOT, one_error_line, read_jsonl, run_script, script_error, st_losses
 
 DEMO = os.path.join(ROOT, "data", "keysent-demo.jsonl")
 
@@ -66,9 +66,8 @@ def test_sentences_cli_labels_and_drops_articles_with_a_missing_key_sentence(tmp
 
 def test_bad_sentence_input_is_a_one_line_error(tmp_path):
     src = write(tmp_path / "in.jsonl", [{"id": "x1", "text": "A."}])
-    proc = run_script("01_extract.py", "sentences", "--input", src, "--out", tmp_path / "out", check=False)
-    assert proc.returncode == 2
-    assert one_error_line(proc.stderr) == f"error: {src}:1: missing field 'key_sentences'"
+    assert script_error("01_extract.py", "sentences", "--input", src, "--out", tmp_path / "out") == \
+        f"error: {src}:1: missing field 'key_sentences'"
 
 
 def test_pretrained_english_punkt_without_its_data_is_a_clear_error(tmp_path):
@@ -78,9 +77,8 @@ def test_pretrained_english_punkt_without_its_data_is_a_clear_error(tmp_path):
     except Exception:
         pass
     src = write(tmp_path / "in.jsonl", [{"id": "x1", "text": "A.", "key_sentences": []}])
-    proc = run_script("01_extract.py", "sentences", "--input", src, "--out", tmp_path / "out", "--splitter",
-                      "punkt-english", check=False)
-    assert proc.returncode == 2 and "punkt_tab" in one_error_line(proc.stderr)
+    assert "punkt_tab" in script_error("01_extract.py", "sentences", "--input", src, "--out", tmp_path / "out",
+                                       "--splitter", "punkt-english")
 
 
 @pytest.fixture(scope="module")
@@ -154,35 +152,61 @@ def keysent_runs(tiny_model, keysent_data, tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
     common = ["--data", keysent_data / "data", "--model", tiny_model, "--epochs", "2", "--batch-size", "16",
               "--eval-every", "3", "--max-length", "32"]
-    run_script("03_train.py", "--objective", "contrastive", "--out", root / "a", "--seed", "1", *common)
+    proc = run_script("03_train.py", "--objective", "contrastive", "--out", root / "a", "--seeds", "1", "2", *common)
+    assert proc.stdout.count("effective batch 16 = 16 per process × 1 processes × 1 accumulation") == 2
     run_script("03_train.py", "--objective", "cosine", "--out", root / "b", "--seed", "2",
                "--query-token", "[QUERY]", "--query-init", "random", *common)
     return root
 
 
+def test_seeds_train_one_run_per_seed(keysent_runs):
+    manifests = [json.loads((keysent_runs / "a" / f"seed_{k}" / "manifest.json").read_text()) for k in (1, 2)]
+    assert [m["seed"] for m in manifests] == [1, 2]
+    first, second = ((keysent_runs / "a" / f"seed_{k}" / "model" / "model.safetensors").read_bytes() for k in (1, 2))
+    assert first != second
+
+
 def test_pair_runs_validate_with_four_scores_and_keep_the_best(keysent_runs):
-    log = read_jsonl(keysent_runs / "a" / "log.jsonl")
+    log = read_jsonl(keysent_runs / "a" / "seed_1" / "log.jsonl")
     validations = [r for r in log if "val_ap_max" in r]
     assert validations and all(r["val_ap_max"] == max(r[f"val_ap_{k}"] for k in
                                                       ("cosine", "manhattan", "euclidean", "dot")) for r in validations)
-    best = json.loads((keysent_runs / "a" / "manifest.json").read_text())["counts"]["best_val_ap_max"]
+    best = json.loads((keysent_runs / "a" / "seed_1" / "manifest.json").read_text())["counts"]["best_val_ap_max"]
     assert best == max(r["val_ap_max"] for r in validations)
     info = json.loads((keysent_runs / "b" / "model" / "docembed.json").read_text())
     assert info["objective"] == "cosine" and info["query_token"] == "[QUERY]" and info["query_init"] == "random"
 
 
-def test_evaluation_reports_runs_as_mean_and_two_sigma(keysent_runs, keysent_data, tmp_path):
+def test_two_sigma_is_the_population_standard_deviation():
+    from common.eval.keysent import mean_2sd
+    assert mean_2sd([{"arp": 0.5}, {"arp": 0.7}]) == {"arp": pytest.approx(0.6), "arp_2sd": pytest.approx(0.2)}
+    assert mean_2sd([{"arp": 0.5}]) == {"arp": 0.5, "arp_2sd": 0.0}
+
+
+def test_mean_cosine_per_outcome_follows_the_top_r_ranking():
+    from common.eval.keysent import outcome_cosines
+    scored = [(np.array([0.9, 0.2, 0.5]), np.array([1, 0, 1])), (np.array([0.1, 0.8]), np.array([1, 0]))]
+    expected = {"key": 0.5, "other": 0.5, "key_in_top_r": 0.7, "key_missed": 0.1, "other_in_top_r": 0.8,
+                "other_below": 0.2}
+    assert outcome_cosines(scored) == pytest.approx(expected)
+
+
+def test_evaluation_reports_runs_as_mean_and_two_sigma_with_the_theses_figures(keysent_runs, keysent_data, tmp_path):
     out = tmp_path / "eval"
-    run_script("05_evaluate.py", "--data", keysent_data / "data", "--model", f"a={keysent_runs / 'a' / 'model'}",
-               "--model", f"b={keysent_runs / 'b' / 'model'}", "--runs", keysent_runs / "a", keysent_runs / "b",
-               "--out", out)
+    runs = [keysent_runs / "a" / "seed_1", keysent_runs / "a" / "seed_2"]
+    run_script("05_evaluate.py", "--data", keysent_data / "data", "--model", f"a1={runs[0] / 'model'}",
+               "--model", f"a2={runs[1] / 'model'}", "--runs", *runs, "--out", out)
     metrics = json.loads((out / "metrics.json").read_text())
-    a, b, runs = metrics["a"]["keysent"], metrics["b"]["keysent"], metrics["runs (n=2)"]["keysent"]
+    a, b, summary = metrics["a1"]["keysent"], metrics["a2"]["keysent"], metrics["runs (n=2)"]["keysent"]
     for key in ("arp", "mse", "pearson"):
-        assert runs[key] == pytest.approx((a[key] + b[key]) / 2)
-        assert runs[f"{key}_2sd"] == pytest.approx(2 * np.std([a[key], b[key]], ddof=1))
-    assert 0 <= a["arp"] <= 1 and (out / "keysent_threshold.png").read_bytes()[:4] == b"\x89PNG"
-    assert "keysent arp_2sd" in (out / "report.md").read_text()
+        assert summary[key] == pytest.approx((a[key] + b[key]) / 2)
+        assert summary[f"{key}_2sd"] == pytest.approx(2 * np.std([a[key], b[key]], ddof=0))
+    assert 0 <= a["arp"] <= 1 and set(metrics["a1"]["keysent.cosine"]) == {
+        "key", "other", "key_in_top_r", "key_missed", "other_in_top_r", "other_below"}
+    report = (out / "report.md").read_text()
+    assert "keysent arp_2sd" in report and "| model | key | other | key in top r |" in report
+    for figure in ("keysent_threshold.png", "keysent_cosine.png", "keysent_tsne.png", "keysent_validation.png"):
+        assert (out / figure).read_bytes()[:4] == b"\x89PNG" and f"]({figure})" in report
 
 
 def test_extract_writes_top_sentences_with_offsets_and_scores(keysent_runs, tmp_path):

@@ -24,6 +24,7 @@ TEXT_OPENERS = ["", "<", "<a", "<!--", "<script>", "\\cite[", "\\cite{", "\\a{",
 
 def wiki_cleaner(text):
     process_article("Otsikko", text, CONFIG)
+    wikitext.full_text(text, FI)
     redirect_target(text)
 
 

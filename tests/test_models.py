@@ -68,9 +68,13 @@ def test_triplet_loss_equals_torch_and_sentence_transformers():
 
 def test_triplet_batch_embeds_each_document_once_in_query_positive_negative_order(tiny_model, tiny_data):
     from common.train.objectives.triplet import TripletObjective
-    encoder, tokenizer, _ = load_encoder(str(tiny_model), pooling="mean")
+    from common.train.run import parse
+    args = parse(["--data", str(tiny_data), "--model", str(tiny_model), "--out", "unused", "--pooling", "mean",
+                  "--max-length", "32"], "", ["triplet"])
+    objective = TripletObjective(args, None)
+    encoder = objective.build()
     encoder.eval()
-    objective = TripletObjective(str(tiny_data), tokenizer, 32)
+    objective.load_data()
     rows = objective.train_rows[:6].copy()
     rows[1, 0] = rows[0, 0]  # a repeated query
     batch = objective.collate(rows)

@@ -43,7 +43,7 @@ def test_dump_to_report_with_a_tiny_model(tmp_path, write_dump, tiny_model):
     data = tmp_path / "data"
     run_script("02_build_graph.py", "--articles", tmp_path / "wiki" / "articles.jsonl", "--out", data,
                "--crossref-min-links", "3", "--crossref-positives", "3", "--crossref-negatives", "10",
-               "--topic-min", "5")
+               "--topic-min", "5", "--eval-docs", "shared")  # 45 articles: held-out ones would leave no training
     run = tmp_path / "run"
     run_script("03_train.py", "--data", data, "--model", tiny_model, "--out", run, "--pooling", "mean",
                "--max-length", "32", "--batch-size", "8", "--epochs", "1")
@@ -61,12 +61,14 @@ def test_dump_to_report_with_a_tiny_model(tmp_path, write_dump, tiny_model):
         assert set(metrics[model]) == {"crossref", "topics.top", "topics.second"}
         assert all(0 <= metrics[model]["crossref"][m] <= 1 for m in ("map", "ndcg"))
         assert all(0 <= metrics[model]["topics.top"][m] <= 1 for m in ("f1", "accuracy"))
-    table = (evaluation / "report.md").read_text()
+    report = (evaluation / "report.md").read_text()
+    table = report[:report.index("\n\n") + 1]
     assert table.splitlines()[0] == ("| model | crossref map | crossref ndcg | topics.second f1 | "
                                      "topics.second accuracy | topics.top f1 | topics.top accuracy |")
     assert [line.split("|")[1].strip() for line in table.splitlines()[2:]] == ["base", "trained", "lexical"]
     assert f"{100 * metrics['trained']['crossref']['map']:.2f}" in table and table in proc.stdout
-    assert (evaluation / "tsne_top.png").read_bytes()[:4] == b"\x89PNG"
+    for figure in ("token_lengths.png", "confusion_top.png", "labels.png", "tsne_top.png", "tsne_second.png"):
+        assert (evaluation / figure).read_bytes()[:4] == b"\x89PNG" and f"]({figure})" in report
     manifest = json.loads((evaluation / "manifest.json").read_text())
     assert manifest["counts"]["crossref_queries"] == len({line.split()[0] for line in
                                                           (data / "crossref.qrels").read_text().splitlines()})

@@ -11,7 +11,7 @@ import time
 import pytest
 from safetensors.torch import load_file
 
-from conftest import ENV, ROOT, one_error_line, read_jsonl, run_script
+from conftest import ENV, ROOT, one_error_line, read_jsonl, run_script, script_error
 
 TRAIN = ["--objective", "triplet", "--pooling", "mean", "--max-length", "32", "--batch-size", "4", "--epochs", "2",
          "--log-every", "1", "--eval-every", "20", "--checkpoint-every", "5", "--keep", "2", "--length-groups", "2"]
@@ -139,9 +139,7 @@ def test_bad_data_is_a_one_line_error(tiny_model, tiny_data, tmp_path, case):
         lines[1] = json.dumps({"id": "d1", "text": "no title"})
         (data / "docs.jsonl").write_text("\n".join(lines) + "\n")
         expected = f"error: {data / 'docs.jsonl'}:2: missing field 'title'"
-    proc = run_script("03_train.py", *train_args(data, tiny_model, tmp_path / "run"), check=False)
-    assert proc.returncode == 2
-    assert one_error_line(proc.stderr) == expected
+    assert script_error("03_train.py", *train_args(data, tiny_model, tmp_path / "run")) == expected
 
 
 def _free_port():

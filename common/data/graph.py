@@ -254,8 +254,9 @@ def sample_triplets(corpus, queries, hop_indptr, hop_indices, per_query, hard, r
     return queries[row], positives[row, slot], neg, is_hard
 
 
-def crossref_qrels(corpus, holdout, max_queries, min_links, positives, negatives, rng, counts):
-    """Cross-reference ranking candidates: per query, linked positives (rel 1) and random unlinked negatives."""
+def crossref_candidates(corpus, holdout, max_queries, min_links, positives, negatives, rng, counts):
+    """Cross-reference ranking candidates: per query, linked positives (rel 1) and random unlinked negatives.
+    Returns ``[(query, positives, negatives)]`` as document numbers."""
     degree = np.diff(corpus.links.indptr)
     eligible = holdout[degree[holdout] >= min_links]
     if len(eligible) > max_queries:
@@ -265,12 +266,33 @@ def crossref_qrels(corpus, holdout, max_queries, min_links, positives, negatives
     flat, n_neg = _easy_negatives(eligible, np.full(len(eligible), negatives), corpus.links, corpus.n, rng,
                                   counts)
     neg = np.split(flat, np.cumsum(n_neg)[:-1]) if len(eligible) else []
+    return list(zip(eligible.tolist(), pos, neg))
+
+
+def qrels_lines(corpus, candidates):
+    """TREC qrels lines ``qid 0 docid rel`` of :func:`crossref_candidates`."""
     lines = []
-    for q, p, ng in zip(eligible.tolist(), pos, neg):
+    for q, p, ng in candidates:
         qid = corpus.ids[q]
         lines.extend(f"{qid} 0 {corpus.ids[d]} 1\n" for d in p.tolist())
         lines.extend(f"{qid} 0 {corpus.ids[d]} 0\n" for d in ng.tolist())
     return lines
+
+
+def training_corpus(corpus, excluded, counts):
+    """The corpus without the documents in ``excluded`` (document numbers) and every link to or from them, so no
+    triplet can take one as query, positive or negative. Returns the smaller corpus (renumbered, no labels) and,
+    per document of the full corpus, its number there (-1 for an excluded one)."""
+    keep = np.ones(corpus.n, dtype=bool)
+    keep[excluded] = False
+    kept = np.flatnonzero(keep)
+    new_number = np.full(corpus.n, -1, dtype=np.int64)
+    new_number[kept] = np.arange(len(kept))
+    links = corpus.links[kept][:, kept].tocsr() if len(kept) < corpus.n else corpus.links
+    links.sort_indices()
+    counts["eval_documents"] = int(corpus.n - len(kept))
+    counts["eval_links_dropped"] = int(corpus.links.nnz - links.nnz)
+    return Corpus([corpus.ids[i] for i in kept.tolist()], links, {}, {}), new_number
 
 
 def topic_splits(corpus, level, min_count, cap, test_size, rng, seed):

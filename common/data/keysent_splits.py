@@ -27,7 +27,8 @@ def read_sentences(path):
 
 def split_articles(articles, test, val, seed):
     """Test share of articles first, then the rest train/validation — by article, so no article's sentences
-    are on both sides (the thesis split pairs, which let articles leak between train and validation)."""
+    are on both sides (a split of sentence pairs would put one article's sentences into both training and
+    validation and make the validation score optimistic)."""
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(articles))
     n_test = int(round(test * len(order)))

@@ -1,9 +1,9 @@
-"""Research-article text → sentences with key-sentence labels, as the key-sentence thesis prepared them.
+"""Research-article text → sentences with key-sentence labels, for the key-sentence method.
 
-Text is cleaned of HTML and LaTeX markup, split with an *untrained* NLTK Punkt tokenizer (what the thesis used: it
-needs no downloaded data and splits after abbreviations such as "e.g."), cutting at the end of each span, and a
-sentence is a key sentence when it equals an annotated one once all whitespace is removed. Every step takes time
-linear in the text's length, whatever its markup.
+Text is cleaned of HTML and LaTeX markup, split with an *untrained* NLTK Punkt tokenizer (it needs no downloaded
+data; it also splits after abbreviations such as "e.g."), cutting at the end of each span, and a sentence is a key
+sentence when it equals an annotated one once all whitespace is removed. Every step takes time linear in the
+text's length, whatever its markup.
 """
 
 import html
@@ -68,7 +68,7 @@ def clean(text):
 
 
 def splitter(kind="punkt"):
-    """``punkt``: untrained Punkt (the thesis). ``punkt-english``: NLTK's pretrained English Punkt."""
+    """``punkt``: untrained Punkt (no downloaded data). ``punkt-english``: NLTK's pretrained English Punkt."""
     if kind == "punkt":
         from nltk.tokenize.punkt import PunktSentenceTokenizer
         return PunktSentenceTokenizer()

@@ -21,8 +21,9 @@ class CategoryTree:
     def add(self, name, parents):
         self.parents.setdefault(name, []).extend(p for p in parents if p != name)
 
-    def labels(self, root):
-        """``{category: (distance, top, second or None)}``; empty if the root has no sub-categories."""
+    def labels(self, root, max_depth=None):
+        """``{category: (distance, top, second or None)}``; empty if the root has no sub-categories. With
+        ``max_depth``, only categories at most that many levels below their labelled ancestor are labelled."""
         children = collections.defaultdict(list)
         for child in sorted(self.parents):
             for parent in self.parents[child]:
@@ -45,6 +46,8 @@ class CategoryTree:
         while queue:
             node = queue.popleft()
             dist, top, second = label[node]
+            if max_depth is not None and dist >= max_depth:
+                continue  # breadth first: every category still queued is at least this far down
             for child in children.get(node, ()):
                 if child not in label and child != root:
                     label[child] = (dist + 1, top, second)
@@ -95,3 +98,27 @@ def mapped_label(categories, table):
         if hit is not None:
             return {"top": hit[1], "second": hit[2]} if hit[2] else {"top": hit[1]}
     return {}
+
+
+def label_counts(labelled):
+    """Articles per label in Table 3.1's layout: ``[(top, second or "", articles)]``, each top-level label (all its
+    articles) followed by its second-level labels, by count then name. ``labelled`` counts ``(top, second or "")``
+    per article."""
+    tops = collections.Counter()
+    seconds = collections.defaultdict(collections.Counter)
+    for (top, second), n in labelled.items():
+        tops[top] += n
+        if second:
+            seconds[top][second] += n
+    rows = []
+    for top, n in sorted(tops.items(), key=lambda kv: (-kv[1], kv[0])):
+        rows.append((top, "", n))
+        rows.extend((top, second, m) for second, m in sorted(seconds[top].items(), key=lambda kv: (-kv[1], kv[0])))
+    return rows
+
+
+def format_label_counts(rows):
+    """The rows of :func:`label_counts` as the lines 01 prints: a top-level label, then its second-level ones
+    indented."""
+    width = max((len(second or top) + (2 if second else 0) for top, second, _ in rows), default=0)
+    return [f"  {'  ' + second if second else top:<{width}}  {n:>7}" for top, second, n in rows]

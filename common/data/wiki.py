@@ -6,6 +6,7 @@ streams that file, resolves links through redirects to page ids, adds topic labe
 Memory holds the title index and, with ``--topic-root``, the category graph, never article text.
 """
 
+import collections
 import itertools
 import json
 import os
@@ -30,9 +31,11 @@ _config = None
 
 class ExtractConfig:
     def __init__(self, namespaces, lead="first-paragraph", links="lead", min_chars=90,
-                 disambiguation_markers=DISAMBIGUATION_MARKERS, disambiguation_templates=DISAMBIGUATION_TEMPLATES):
+                 disambiguation_markers=DISAMBIGUATION_MARKERS, disambiguation_templates=DISAMBIGUATION_TEMPLATES,
+                 text="lead"):
         self.namespaces = namespaces
         self.lead = lead
+        self.text = text
         self.links = links
         self.min_chars = min_chars
         self.markers = tuple(m.lower() for m in disambiguation_markers)
@@ -58,15 +61,18 @@ def process_article(title, text, config):
     if is_disambiguation(title, text, config):
         return ("disambiguation",)
     found = []
-    lead = wikitext.lead(text, config.namespaces, config.lead, found)
-    if len(lead) < config.min_chars:
+    if config.text == "full":
+        body = wikitext.full_text(text, config.namespaces, found)
+    else:
+        body = wikitext.lead(text, config.namespaces, config.lead, found)
+    if len(body) < config.min_chars:
         return ("too_short",)
     if config.links == "all":
         found = wikitext.all_links(text, config.namespaces)
     other = sum(1 for t in found if t is None)
     hashes = [title_hash(wikitext.title_key(0, t)) for t in found if t is not None]
     cats = wikitext.categories(text, config.namespaces, config.category_re)
-    return ("ok", lead, hashes, other, cats)
+    return ("ok", body, hashes, other, cats)
 
 
 def _process_batch(batch):
@@ -131,7 +137,9 @@ def pass_one(dump, tmp_path, index, tree, counts, workers, make_config):
 
 
 def pass_two(tmp_path, out, resolver, label_of, counts):
-    """Resolve links (ids, redirects followed, self/duplicates/missing dropped) and write articles.jsonl."""
+    """Resolve links (ids, redirects followed, self/duplicates/missing dropped) and write articles.jsonl. Returns
+    the number of articles per ``(top, second or "")`` label."""
+    labelled = collections.Counter()
     with open(tmp_path, encoding="utf-8") as f:
         for line in tqdm(f, total=counts["articles"], desc="links", unit=" articles", mininterval=1.0):
             page_id, title, text, hashes, cats = json.loads(line)
@@ -158,11 +166,14 @@ def pass_two(tmp_path, out, resolver, label_of, counts):
                 record["labels"] = labels
                 for level in labels:
                     counts[f"labelled_{level}"] += 1
+                labelled[labels["top"], labels.get("second") or ""] += 1
             out.write(dumps_line(record))
+    return labelled
 
 
 def extract_wiki(args, outputs, counts):
-    """The whole of ``01_extract.py wiki``; writes ``articles.jsonl`` through ``outputs``."""
+    """The whole of ``01_extract.py wiki``; writes ``articles.jsonl`` through ``outputs``. Returns the dump reader
+    and the articles per label (:func:`pass_two`)."""
     index = TitleIndex()
     tree = topic_labels.CategoryTree() if (args.topic_root and not args.topic_map) else None
     topic_map = topic_labels.read_topic_map(args.topic_map) if args.topic_map else None
@@ -171,7 +182,7 @@ def extract_wiki(args, outputs, counts):
     def make_config(namespaces):
         return ExtractConfig(namespaces, args.lead, args.links, args.min_chars,
                              [m for m in args.disambiguation_markers.split(",") if m],
-                             [t for t in args.disambiguation_templates.split(",") if t])
+                             [t for t in args.disambiguation_templates.split(",") if t], args.text)
 
     try:
         reader = pass_one(args.dump, tmp_path, index, tree, counts, args.workers, make_config)
@@ -184,7 +195,7 @@ def extract_wiki(args, outputs, counts):
                 return topic_labels.mapped_label(cats, topic_map)
         elif tree is not None:
             root = wikitext.normalize_name(args.topic_root, reader.namespaces or wikitext.Namespaces.english())
-            table = tree.labels(root)
+            table = tree.labels(root, args.topic_depth)
             counts["topic_categories"] = len(table)
             if not table:
                 tqdm.write(f"note: category {root!r} has no sub-categories in this dump; no topic labels")
@@ -195,8 +206,8 @@ def extract_wiki(args, outputs, counts):
             def label_of(cats):
                 return {}
         with outputs.open("articles.jsonl") as out:
-            pass_two(tmp_path, out, resolver, label_of, counts)
+            labelled = pass_two(tmp_path, out, resolver, label_of, counts)
     finally:
         if os.path.exists(tmp_path):
             os.remove(tmp_path)
-    return reader
+    return reader, labelled

@@ -379,6 +379,14 @@ def lead(text, namespaces, mode="first-paragraph", links=None):
     return ""
 
 
+def full_text(text, namespaces, links=None):
+    """The whole cleaned article: the prose of every section, headings dropped, paragraphs joined by spaces.
+    Link targets of the returned text are appended to ``links``."""
+    body = strip_structure(_HEADING.sub("\n\n", text), namespaces)
+    paragraphs = [_prose_lines(p) for p in _PARAGRAPH_BREAK.split(body)]
+    return clean("\n".join(paragraphs), namespaces, links)
+
+
 def all_links(text, namespaces):
     """Link targets of the whole article body (not inside templates, references or captions), as ``lead``
     reports them: article titles, and None for links to other namespaces or wikis."""

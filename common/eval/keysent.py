@@ -44,24 +44,30 @@ class KeySentenceModel:
         store = TokenStore(self.tokenizer, texts, self.settings["max_length"])
         return embed(self.encoder, store, self.batch_size)
 
+    def cosines(self, vectors):
+        """Cosine similarity of each sentence vector to the query."""
+        q = self.query / max(np.linalg.norm(self.query), 1e-12)
+        return (vectors @ q) / np.maximum(np.linalg.norm(vectors, axis=1), 1e-12)
+
     def scores(self, sentences):
         """Cosine similarity of each sentence to the query."""
         if not sentences:
             return np.zeros(0, dtype=np.float32)
-        v = self.vectors(sentences)
-        q = self.query / max(np.linalg.norm(self.query), 1e-12)
-        return (v @ q) / np.maximum(np.linalg.norm(v, axis=1), 1e-12)
+        return self.cosines(self.vectors(sentences))
 
 
-def score_articles(model, articles):
-    flat = [s for a in articles for s in a["sentences"]]
-    scores = model.scores(flat)
+def by_article(scores, articles):
+    """Flat sentence scores → ``[(scores, labels)]`` per article."""
     out, start = [], 0
     for a in articles:
         end = start + len(a["sentences"])
         out.append((scores[start:end], np.array(a["labels"])))
         start = end
     return out
+
+
+def score_articles(model, articles):
+    return by_article(model.scores([s for a in articles for s in a["sentences"]]), articles)
 
 
 def keysent_metrics(scored):
@@ -73,39 +79,42 @@ def keysent_metrics(scored):
 
 
 def mean_2sd(values):
-    """The thesis's interval: mean ± 2σ (σ the sample standard deviation over runs)."""
+    """The thesis's interval: mean ± 2σ, σ the population standard deviation over runs (its formula divides by
+    the number of runs)."""
     out = {}
     for key in values[0]:
         xs = np.array([v[key] for v in values], dtype=np.float64)
         out[key] = float(xs.mean())
-        out[f"{key}_2sd"] = float(2 * xs.std(ddof=1)) if len(xs) > 1 else 0.0
+        out[f"{key}_2sd"] = float(2 * xs.std(ddof=0))
     return out
 
 
-def threshold_plot(path, curves):
-    """Recall (share of key sentences at or above the threshold) and precision (share of sentences at or above it
-    that are key) against the cosine threshold, per model."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    for k, (name, scored) in enumerate(curves.items()):
-        scores = np.concatenate([s for s, _ in scored])
-        labels = np.concatenate([y for _, y in scored]).astype(bool)
-        grid = np.linspace(scores.min(), scores.max(), 200)
-        above = scores[None, :] >= grid[:, None]
-        recall = (above & labels).sum(1) / max(labels.sum(), 1)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            precision = (above & labels).sum(1) / above.sum(1)
-        colour = f"C{k}"
-        ax.plot(grid, recall, color=colour, label=f"{name}: key sentences found")
-        ax.plot(grid, precision, color=colour, linestyle="--", label=f"{name}: share that are key")
-    ax.set_xlabel("cosine threshold")
-    ax.set_ylim(0, 1.02)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, format="png", dpi=110)
-    plt.close(fig)
+OUTCOMES = ("key", "other", "key_in_top_r", "key_missed", "other_in_top_r", "other_below")
+
+
+def outcome_cosines(scored):
+    """Mean cosine to the query per outcome (the thesis's Table 4.2): key and other sentences, and each split by
+    whether the article's top R by cosine (R its number of key sentences, the ranking ARP scores) took it."""
+    groups = {name: [] for name in OUTCOMES}
+    for scores, labels in scored:
+        labels = np.asarray(labels).astype(bool)
+        top = np.zeros(len(labels), dtype=bool)
+        top[np.argsort(-np.asarray(scores), kind="stable")[:int(labels.sum())]] = True
+        for name, mask in (("key", labels), ("other", ~labels), ("key_in_top_r", labels & top),
+                           ("key_missed", labels & ~top), ("other_in_top_r", ~labels & top),
+                           ("other_below", ~labels & ~top)):
+            groups[name].append(np.asarray(scores)[mask])
+    return {name: float(np.concatenate(parts).mean()) if sum(map(len, parts)) else float("nan")
+            for name, parts in groups.items()}
+
+
+def _run_log(model_path):
+    """The log.jsonl of the run a model folder was saved by (RUN/model → RUN/log.jsonl), or None."""
+    path = os.path.join(os.path.dirname(os.path.abspath(model_path)), "log.jsonl")
+    if not os.path.isfile(path):
+        return None
+    records = [obj for _, obj in io.read_jsonl(path)]
+    return records if any("val_ap_max" in r for r in records) else None
 
 
 def _model_path(run):
@@ -113,16 +122,25 @@ def _model_path(run):
 
 
 def evaluate_keysent(args, outputs, metrics, counts):
+    """Score every model (and the --runs) on the test articles into ``metrics`` and draw the thesis's figures;
+    returns the figures written, as ``(caption, file name)``."""
+    from common.eval import figures
     train = read_sentences(os.path.join(args.data, "keysent.train.jsonl"))
     test = read_sentences(os.path.join(args.data, "keysent.test.jsonl"))
     counts.update({"test_articles": len(test), "test_sentences": sum(len(a["sentences"]) for a in test),
                    "test_key_sentences": sum(sum(a["labels"]) for a in test)})
-    curves = {}
+    curves, points, logs = {}, {}, {}
+    sentences = [s for a in test for s in a["sentences"]]
     for name, path in args.model.items():
         model = KeySentenceModel(path, args.pooling.get(name), args.max_length, args.batch_size, train)
-        scored = score_articles(model, test)
+        vectors = model.vectors(sentences)
+        scored = by_article(model.cosines(vectors), test)
         metrics.setdefault(name, {})["keysent"] = keysent_metrics(scored)
+        metrics[name]["keysent.cosine"] = outcome_cosines(scored)
         curves[name] = scored
+        points[name] = (vectors, np.concatenate([y for _, y in scored]), model.query)
+        if _run_log(path) is not None:
+            logs[name] = _run_log(path)
         print(f"{name}: query = {model.query_from}")
     if args.runs:
         per_run = []
@@ -131,9 +149,25 @@ def evaluate_keysent(args, outputs, metrics, counts):
             scored = score_articles(model, test)
             per_run.append(keysent_metrics(scored))
             curves.setdefault(f"runs[{len(per_run) - 1}]", scored)
+            if _run_log(_model_path(run)) is not None:
+                logs.setdefault(os.path.basename(os.path.normpath(run)), _run_log(_model_path(run)))
         metrics[f"runs (n={len(per_run)})"] = {"keysent": mean_2sd(per_run)}
         counts["runs"] = len(per_run)
-    threshold_plot(outputs.tmp_path("keysent_threshold.png"), {k: v for k, v in list(curves.items())[:6]})
+    shown = dict(list(curves.items())[:6])
+    written = []
+    figures.threshold_curves(outputs.tmp_path("keysent_threshold.png"), shown)
+    written.append(("Key sentences found, and the share of sentences that are key, against the cosine threshold",
+                    "keysent_threshold.png"))
+    figures.cosine_histograms(outputs.tmp_path("keysent_cosine.png"), shown)
+    written.append(("Cosine to the query of key and other test sentences (log scale)", "keysent_cosine.png"))
+    if points:
+        figures.sentence_tsne(outputs.tmp_path("keysent_tsne.png"), points, args.seed)
+        written.append(("t-SNE of the test sentences and the query, per model", "keysent_tsne.png"))
+    if logs:
+        figures.validation_ap(outputs.tmp_path("keysent_validation.png"), dict(list(logs.items())[:6]))
+        written.append(("Validation average precision of each similarity over training (log.jsonl)",
+                        "keysent_validation.png"))
+    return written
 
 
 def extract(args):

@@ -1,4 +1,5 @@
-"""metrics.json → report.md: models as rows, one column per task/metric, ×100 with two decimals."""
+"""metrics.json → report.md: models as rows, one column per task/metric, ×100 with two decimals; further tables
+and the figures written beside it, linked."""
 
 import math
 
@@ -22,8 +23,27 @@ def _cell(value, percent):
     return f"{100 * value:.2f}" if percent else f"{value:.4f}"
 
 
+SEPARATE = {"keysent.cosine": "Mean cosine similarity to the query per outcome (top R = the article's R "
+                              "sentences closest to the query, as ARP ranks them)"}
+
+
+def _separate_table(metrics, task, caption):
+    rows = {model: tasks[task] for model, tasks in metrics.items() if task in tasks}
+    if not rows:
+        return ""
+    cols = list(next(iter(rows.values())))
+    lines = [f"\n{caption}:\n", "| model | " + " | ".join(c.replace("_", " ") for c in cols) + " |",
+             "|---|" + "---:|" * len(cols)]
+    lines += [f"| {model} | " + " | ".join(_cell(values.get(c), False) for c in cols) + " |"
+              for model, values in rows.items()]
+    return "\n".join(lines) + "\n"
+
+
 def markdown(metrics, unscaled=("mse", "pearson")):
-    """The report table; fractions are shown ×100, metrics named in ``unscaled`` as they are."""
+    """The report tables: the main one (fractions shown ×100, metrics named in ``unscaled`` as they are), then one
+    per task of ``SEPARATE``, as they are."""
+    separate = "".join(_separate_table(metrics, task, caption) for task, caption in SEPARATE.items())
+    metrics = {model: {t: v for t, v in tasks.items() if t not in SEPARATE} for model, tasks in metrics.items()}
     cols = _columns(metrics)
     head = "| model | " + " | ".join(f"{task} {metric}" for task, metric in cols) + " |"
     rule = "|---|" + "---:|" * len(cols)
@@ -32,4 +52,9 @@ def markdown(metrics, unscaled=("mse", "pearson")):
         cells = [_cell(tasks.get(task, {}).get(metric), metric.split("_")[0] not in unscaled)
                  for task, metric in cols]
         lines.append(f"| {model} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + separate
+
+
+def document(tables, figures):
+    """report.md: the tables, then each figure (``(caption, file name)``, the PNG beside report.md) linked."""
+    return tables + "".join(f"\n{caption}:\n\n![{caption}]({name})\n" for caption, name in figures)

@@ -91,7 +91,8 @@ def topic_levels(data_dir):
 
 def topics(emb, index, rows, seed=42):
     """SciDocs' classification protocol: LinearSVC (squared hinge) with C chosen by 3-fold grid search over
-    logspace(-4, 2, 7) on the training documents; macro F1 and accuracy on the test documents."""
+    logspace(-4, 2, 7) on the training documents; macro F1 and accuracy on the test documents. Returns the metrics
+    and the test documents' ``(true labels, predicted labels)``."""
     from sklearn.metrics import accuracy_score, f1_score
     from sklearn.model_selection import GridSearchCV
     from sklearn.svm import LinearSVC
@@ -103,29 +104,12 @@ def topics(emb, index, rows, seed=42):
     search.fit(x_train, y_train)
     pred = search.predict(x_test)
     return {"f1": float(f1_score(y_test, pred, average="macro")), "accuracy": float(accuracy_score(y_test, pred)),
-            "C": float(search.best_params_["C"])}
+            "C": float(search.best_params_["C"])}, (y_test, pred.tolist())
 
 
-def tsne_plot(path, embeddings, rows, level, seed=42):
-    """One panel per model: t-SNE of the topic documents, coloured by label."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from sklearn.manifold import TSNE
-    docs = rows["train"] + rows["test"]
-    labels = sorted({label for _, label in docs})
-    colour = np.array([labels.index(label) for _, label in docs])
-    fig, axes = plt.subplots(1, len(embeddings), figsize=(5 * len(embeddings), 5), squeeze=False)
-    for ax, (name, (emb, index)) in zip(axes[0], embeddings.items()):
-        x = emb[[index[i] for i, _ in docs]]
-        xy = TSNE(n_components=2, init="pca", random_state=seed,
-                  perplexity=min(30.0, max(2.0, (len(x) - 1) / 3))).fit_transform(x)
-        for k, label in enumerate(labels):
-            ax.scatter(xy[colour == k, 0], xy[colour == k, 1], s=8, label=label)
-        ax.set_title(f"{name}: topics.{level}")
-        ax.set_xticks([])
-        ax.set_yticks([])
-    axes[0][-1].legend(fontsize=7, markerscale=2, loc="best")
-    fig.tight_layout()
-    fig.savefig(path, format="png", dpi=110)
-    plt.close(fig)
+def token_lengths(tokenizer, texts, batch=4096):
+    """Each text's token count under ``tokenizer``, special tokens included and nothing truncated."""
+    lengths = []
+    for start in range(0, len(texts), batch):
+        lengths.extend(map(len, tokenizer(texts[start:start + batch], add_special_tokens=True)["input_ids"]))
+    return np.array(lengths, dtype=np.int64)

@@ -13,31 +13,51 @@ from torch import nn
 POOLINGS = ("cls", "mean")
 
 
-def st_config(path):
-    """What a sentence-transformers folder says about pooling, normalisation and length (empty if none)."""
-    modules_path = os.path.join(path, "modules.json")
-    if not os.path.isdir(path) or not os.path.exists(modules_path):
+def model_file(name_or_path, filename):
+    """A file of a model folder, or of a hub model as ``SentenceTransformer(name)`` resolves it (through the local
+    Hugging Face cache; offline, from the cache alone). None where the model has no such file."""
+    if os.path.isdir(name_or_path):
+        path = os.path.join(name_or_path, filename)
+        return path if os.path.isfile(path) else None
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError, HFValidationError, LocalEntryNotFoundError
+    try:
+        return hf_hub_download(name_or_path, filename)
+    except (EntryNotFoundError, LocalEntryNotFoundError, HFValidationError):
+        return None
+
+
+def _read_json(path):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def st_config(name_or_path):
+    """What a sentence-transformers model (folder or hub name) says about pooling, normalisation and length (empty
+    if it is not one)."""
+    name_or_path = str(name_or_path)
+    modules_path = model_file(name_or_path, "modules.json")
+    if modules_path is None:
         return {}
-    with open(modules_path, encoding="utf-8") as f:
-        modules = json.load(f)
+    modules = _read_json(modules_path)
     found = {"normalize": any(m["type"].rsplit(".", 1)[-1] == "Normalize" for m in modules)}
     for module in modules:
-        kind = module["type"].rsplit(".", 1)[-1]
-        if kind == "Pooling":
-            with open(os.path.join(path, module["path"], "config.json"), encoding="utf-8") as f:
-                cfg = json.load(f)
-            mode = cfg.get("pooling_mode")
-            if mode is None:  # the older key layout
-                mode = "cls" if cfg.get("pooling_mode_cls_token") else "mean" if cfg.get(
-                    "pooling_mode_mean_tokens") else None
-            if mode in POOLINGS:
-                found["pooling"] = mode
-    sbert = os.path.join(path, "sentence_bert_config.json")
-    if os.path.exists(sbert):
-        with open(sbert, encoding="utf-8") as f:
-            length = json.load(f).get("max_seq_length")
-        if length:
-            found["max_length"] = int(length)
+        if module["type"].rsplit(".", 1)[-1] != "Pooling":
+            continue
+        config_path = model_file(name_or_path, f"{module['path']}/config.json")
+        cfg = _read_json(config_path) if config_path else {}
+        mode = cfg.get("pooling_mode")
+        if mode is None:  # the older key layout
+            mode = "cls" if cfg.get("pooling_mode_cls_token") else "mean" if cfg.get(
+                "pooling_mode_mean_tokens") else None
+        if mode in POOLINGS:
+            found["pooling"] = mode
+        elif mode is not None:
+            print(f"note: {name_or_path} pools by {mode!r}, which is not one of {POOLINGS}; give --pooling")
+    sbert = model_file(name_or_path, "sentence_bert_config.json")
+    length = _read_json(sbert).get("max_seq_length") if sbert else None
+    if length:
+        found["max_length"] = int(length)
     return found
 
 
@@ -77,11 +97,11 @@ class Encoder(nn.Module):
 
 
 def load_encoder(name_or_path, pooling=None, normalize=None, max_length=None, default_pooling="cls",
-                 default_max_length=512):
+                 default_max_length=512, say=print):
     """Model, tokenizer and the settings used: explicit arguments win, then the model's sentence-transformers
-    config, then the defaults given."""
+    config, then the defaults given. ``say`` prints notes (``accelerator.print`` prints them once)."""
     from transformers import AutoModel, AutoTokenizer
-    st = st_config(name_or_path) if os.path.isdir(str(name_or_path)) else {}
+    st = st_config(name_or_path)
     settings = {
         "pooling": pooling or st.get("pooling") or default_pooling,
         "normalize": st.get("normalize", False) if normalize is None else normalize,
@@ -93,7 +113,7 @@ def load_encoder(name_or_path, pooling=None, normalize=None, max_length=None, de
     limit = tokenizer.model_max_length if tokenizer.model_max_length < 100_000 else getattr(
         transformer.config, "max_position_embeddings", settings["max_length"])
     if settings["max_length"] > limit:
-        print(f"note: {name_or_path} takes at most {limit} tokens; using {limit} instead of {settings['max_length']}")
+        say(f"note: {name_or_path} takes at most {limit} tokens; using {limit} instead of {settings['max_length']}")
         settings["max_length"] = limit
     return Encoder(transformer, settings["pooling"], settings["normalize"]), tokenizer, settings
 

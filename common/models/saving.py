@@ -10,10 +10,11 @@ def read_run_info(path):
     return read_json_or_empty(os.path.join(path, "docembed.json"))
 
 
-def save_model(encoder, tokenizer, path, max_length, info=None):
+def save_model(encoder, tokenizer, path, max_length, info=None, extra=None):
     """Hugging Face ``save_pretrained`` + tokenizer + sentence-transformers files, so that both
     ``AutoModel.from_pretrained(path)`` and ``SentenceTransformer(path)`` load it with the pooling, normalisation
-    and length it was trained with. Written to ``path.tmp`` and moved into place."""
+    and length it was trained with. ``extra(folder)`` may add files (an objective's heads). Written to
+    ``path.tmp`` and moved into place."""
     tmp = path + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     encoder.transformer.save_pretrained(tmp)
@@ -35,6 +36,8 @@ def save_model(encoder, tokenizer, path, max_length, info=None):
     _dump(os.path.join(tmp, "sentence_bert_config.json"), {"max_seq_length": int(max_length), "do_lower_case": False})
     _dump(os.path.join(tmp, "docembed.json"), {"pooling": encoder.pooling, "normalize": encoder.normalize,
                                                "max_length": int(max_length), **(info or {})})
+    if extra is not None:
+        extra(tmp)
     old = path + ".old"
     if os.path.exists(path):
         shutil.rmtree(old, ignore_errors=True)

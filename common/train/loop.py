@@ -1,8 +1,11 @@
 """The one training loop, on Hugging Face Accelerate, that every objective uses.
 
 Mixed precision and the number of processes come from ``accelerate config`` / ``accelerate launch``. Data order
-is a permutation drawn from (seed, epoch) and dropout noise is reseeded from (seed, micro-step, process) before
-each forward, so a run resumed from a checkpoint computes exactly what the uninterrupted run would have.
+is a permutation drawn from (seed, epoch) (optionally length-bucketed, from the same seed), dropout noise is
+reseeded from (seed, micro-step, process) before each forward, and objectives draw any per-example randomness from
+(seed, epoch, example), so a run resumed from a checkpoint computes exactly what the uninterrupted run would have.
+The module trained is whatever the objective built: encoder, heads and loss buffers are optimised, checkpointed
+and resumed together.
 """
 
 import json
@@ -11,7 +14,6 @@ import os
 import re
 import shutil
 import signal
-import sys
 import time
 from dataclasses import dataclass
 
@@ -20,8 +22,7 @@ import torch
 from torch.utils.data import DataLoader, Sampler
 from tqdm import tqdm
 
-from common.io import InputError
-from common.models.saving import save_model
+from common.io import InputError, Preempted
 
 STATE = "trainer_state.json"
 
@@ -31,6 +32,7 @@ class TrainConfig:
     lr: float
     weight_decay: float
     warmup: float  # < 1: share of all optimizer steps; >= 1: a number of steps
+    schedule: str  # transformers' scheduler name: "linear" or "cosine" (both after the warm-up)
     epochs: int
     max_steps: int  # > 0: stop after this many optimizer steps (the schedule spans them)
     batch_size: int
@@ -41,6 +43,8 @@ class TrainConfig:
     checkpoint_every: int
     keep: int
     log_every: int
+    drop_last: bool = False  # in-batch-negative and batch-statistics losses need full batches
+    length_buckets: int = 0  # > 0: batches of similar length, sorted within windows of this many batches
 
 
 class EpochSampler(Sampler):
@@ -54,6 +58,32 @@ class EpochSampler(Sampler):
 
     def __len__(self):
         return self.n
+
+
+class BucketBatchSampler(Sampler):
+    """Batches of similar token length that keep the corpus's length mix: the (seed, epoch) permutation is cut
+    into windows of ``window`` batches, each window sorted by length and cut into batches, and the batches are
+    shuffled with the same generator (the "sortish" sampler of fairseq and transformers)."""
+
+    def __init__(self, lengths, batch_size, window, seed, drop_last):
+        self.lengths, self.batch_size, self.window = np.asarray(lengths), batch_size, window
+        self.seed, self.drop_last, self.epoch = seed, drop_last, 0
+
+    def __iter__(self):
+        rng = np.random.default_rng([self.seed, self.epoch])
+        order = rng.permutation(len(self.lengths))
+        span = self.batch_size * self.window
+        for start in range(0, len(order), span):
+            chunk = order[start:start + span]
+            order[start:start + span] = chunk[np.argsort(-self.lengths[chunk], kind="stable")]
+        batches = [order[i:i + self.batch_size].tolist() for i in range(0, len(order), self.batch_size)]
+        if self.drop_last and batches and len(batches[-1]) < self.batch_size:
+            batches.pop()
+        return iter([batches[i] for i in rng.permutation(len(batches))])
+
+    def __len__(self):
+        n = len(self.lengths)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
 
 def parameter_groups(model, weight_decay):
@@ -101,33 +131,40 @@ class _Stop:
 
 
 class Trainer:
-    def __init__(self, cfg, objective, encoder, tokenizer, run_dir, max_length, identity, info=None):
-        from accelerate import Accelerator
-        from accelerate.utils import set_seed
-        self.cfg, self.objective, self.tokenizer = cfg, objective, tokenizer
-        self.run_dir, self.max_length, self.info = run_dir, max_length, info or {}
-        self.accelerator = Accelerator(gradient_accumulation_steps=cfg.grad_accum)
+    """Trains ``model`` (what ``objective.build()`` returned) on the objective's rows with ``accelerator``."""
+
+    def __init__(self, cfg, objective, model, accelerator, run_dir, identity):
+        self.cfg, self.objective, self.run_dir, self.accelerator = cfg, objective, run_dir, accelerator
         # the data each process sees depends on their number: a checkpoint resumes only with the same count
-        self.identity = {**identity, "processes": self.accelerator.num_processes}
-        set_seed(cfg.seed)
-        self.sampler = EpochSampler(len(objective.train_rows), cfg.seed)
-        train_dl = DataLoader(objective.train_rows, batch_size=cfg.batch_size, sampler=self.sampler,
-                              collate_fn=objective.collate)
+        self.identity = {**identity, "processes": accelerator.num_processes}
+        rows = objective.train_rows
+        if cfg.length_buckets > 0:
+            lengths = objective.train_lengths()
+            if lengths is None:
+                raise InputError(f"--length-buckets: the {objective.name} objective has no lengths to bucket by")
+            self.sampler = BucketBatchSampler(lengths, cfg.batch_size, cfg.length_buckets, cfg.seed, cfg.drop_last)
+            train_dl = DataLoader(rows, batch_sampler=self.sampler, collate_fn=objective.collate)
+        else:
+            self.sampler = EpochSampler(len(rows), cfg.seed)
+            train_dl = DataLoader(rows, batch_size=cfg.batch_size, sampler=self.sampler, drop_last=cfg.drop_last,
+                                  collate_fn=objective.collate)
+        if not len(train_dl):
+            raise InputError(f"{len(rows)} training rows make no full batch of {cfg.batch_size}")
         val_dl = DataLoader(objective.val_rows, batch_size=cfg.batch_size, shuffle=False,
                             collate_fn=objective.collate)
-        optimizer = torch.optim.AdamW(parameter_groups(encoder, cfg.weight_decay), lr=cfg.lr)
-        acc = self.accelerator
-        self.model, self.optimizer, self.train_dl, self.val_dl = acc.prepare(encoder, optimizer, train_dl, val_dl)
+        optimizer = torch.optim.AdamW(parameter_groups(model, cfg.weight_decay), lr=cfg.lr)
+        acc = accelerator
+        self.model, self.optimizer, self.train_dl, self.val_dl = acc.prepare(model, optimizer, train_dl, val_dl)
         # step counts after prepare: on several processes each dataloader yields fewer batches
         self.steps_per_epoch = math.ceil(len(self.train_dl) / cfg.grad_accum)
         self.total_steps = cfg.epochs * self.steps_per_epoch
         if cfg.max_steps > 0:
             self.total_steps = min(self.total_steps, cfg.max_steps)
         self.warmup = warmup_steps(cfg.warmup, self.total_steps)
-        from transformers import get_linear_schedule_with_warmup
+        from transformers import get_scheduler
         # the prepared scheduler steps once per process per optimizer step
-        scheduler = get_linear_schedule_with_warmup(self.optimizer, self.warmup * acc.num_processes,
-                                                    self.total_steps * acc.num_processes)
+        scheduler = get_scheduler(cfg.schedule, self.optimizer, num_warmup_steps=self.warmup * acc.num_processes,
+                                  num_training_steps=self.total_steps * acc.num_processes)
         self.scheduler = acc.prepare(scheduler)
         self.step, self.epoch, self.batch_in_epoch, self.best, self.log_lines = 0, 0, 0, None, 0
 
@@ -193,8 +230,7 @@ class Trainer:
         acc = self.accelerator
         acc.wait_for_everyone()
         if acc.is_main_process:
-            save_model(acc.unwrap_model(self.model), self.tokenizer, os.path.join(self.run_dir, "model"),
-                       self.max_length, self.info)
+            self.objective.save(acc.unwrap_model(self.model), os.path.join(self.run_dir, "model"))
         acc.wait_for_everyone()
 
     # -- loop -------------------------------------------------------------------------------------------------
@@ -225,6 +261,8 @@ class Trainer:
         if acc.is_main_process:
             os.makedirs(self.run_dir, exist_ok=True)
         acc.wait_for_everyone()
+        acc.print(f"effective batch {cfg.batch_size * acc.num_processes * cfg.grad_accum} = {cfg.batch_size} per "
+                  f"process × {acc.num_processes} processes × {cfg.grad_accum} accumulation; {self.total_steps} steps")
         self._resume()
         stop = _Stop()
         bar = tqdm(total=self.total_steps, initial=self.step, desc="train", unit=" steps",
@@ -235,6 +273,7 @@ class Trainer:
         try:
             while self.epoch < cfg.epochs and self.step < self.total_steps:
                 self.sampler.epoch = self.epoch
+                self.objective.set_epoch(self.epoch)
                 loader = acc.skip_first_batches(self.train_dl, self.batch_in_epoch) if self.batch_in_epoch \
                     else self.train_dl
                 for batch in loader:
@@ -273,7 +312,7 @@ class Trainer:
                         acc.print(f"stopped by SIGTERM at step {self.step}; checkpoint saved in "
                                   f"{os.path.join(self.run_dir, 'checkpoints')}; run the same command to resume")
                         acc.end_training()
-                        sys.exit(143)
+                        raise Preempted(self.step)
                 if self.step >= self.total_steps and self.batch_in_epoch < len(self.train_dl):
                     self._validate()  # stopped by --max-steps inside an epoch
                     break

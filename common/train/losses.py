@@ -1,7 +1,21 @@
 """The training losses, written out so that tests can hold them against torch's and sentence-transformers' own."""
 
+import functools
+
 import torch
 import torch.nn.functional as F
+
+
+def in_fp32(loss):
+    """Compute ``loss`` in float32 under bf16/fp16 autocast: autocast off, floating-point tensor arguments cast up.
+    For heads whose sums or exponentials lose too much in half precision (softmax over a batch, covariances)."""
+
+    @functools.wraps(loss)
+    def wrapper(*args, **kwargs):
+        device = next((a.device.type for a in args if torch.is_tensor(a)), "cpu")
+        with torch.autocast(device_type=device, enabled=False):
+            return loss(*[a.float() if torch.is_tensor(a) and a.is_floating_point() else a for a in args], **kwargs)
+    return wrapper
 
 
 def triplet_margin(query, positive, negative, margin=1.0):

@@ -1,7 +1,12 @@
-"""Key-sentence extraction (CRISPR-Cas9 thesis): article-level splits and the pair objectives.
+"""The key-sentence thesis's pair objectives: a fixed query embedded by the model being trained is paired with
+every sentence of every training article, (query, sentence, key?), so that the query lies close to key sentences.
 
-A fixed query is embedded by the model being trained, and every sentence of every training article is a pair
-(query, sentence, key?) under a contrastive or cosine loss, so that the query lies close to the key sentences.
+| objective     | loss                                                                         |
+|---------------|------------------------------------------------------------------------------|
+| `contrastive` | ``losses.contrastive_cosine``: margin on cosine distance (ContrastiveLoss)   |
+| `cosine`      | ``losses.cosine_mse``: MSE between cos(query, sentence) and the label         |
+
+Defaults are the key-sentence thesis's (sentence-transformers' own defaults for these losses).
 """
 
 import os
@@ -9,10 +14,13 @@ import os
 import numpy as np
 import torch
 
-from common.train import losses
 from common.data.keysent_splits import read_sentences
 from common.io import InputError
 from common.models.tokens import TokenStore
+from common.train import losses
+from common.train.objectives import Objective
+
+KEYSENT_QUERY = "knock mutat silence disrupt crispr lack cell gene remove edit"
 
 
 def add_query_token(encoder, tokenizer, token, init, seed):
@@ -31,18 +39,37 @@ def add_query_token(encoder, tokenizer, token, init, seed):
             weights[-1].copy_(torch.randn(weights.shape[1], generator=torch.Generator().manual_seed(seed)) * std)
 
 
-class PairObjective:
-    """(query, sentence, label) pairs; ``contrastive`` (margin on cosine distance) or ``cosine`` (MSE)."""
+class PairObjective(Objective):
+    """(query, sentence, label) pairs; the model with the best validation average precision is kept."""
 
+    paper = "key-sentence extraction thesis (CRISPR-Cas9 knockouts)"
+    defaults = {"lr": 2e-5, "batch_size": 32, "epochs": 1, "warmup": 100, "pooling": "mean", "max_length": None,
+                "normalize": None}
     selection = "val_ap_max"
+    result_args = ("query", "query_token", "query_init")
 
-    def __init__(self, data_dir, tokenizer, encoder, max_length, kind, margin, query, query_token, query_init,
-                 length_groups=3, seed=42):
-        self.kind, self.margin = kind, margin
-        if query_token:
-            add_query_token(encoder, tokenizer, query_token, query_init, seed)
-            query = query_token
-        self.info = {"query": query, "query_token": query_token, "query_init": query_init if query_token else None}
+    @classmethod
+    def add_arguments(cls, parser):
+        parser.add_argument("--query", default=KEYSENT_QUERY, help="the query text (the thesis's best query)")
+        parser.add_argument("--query-token", default=None,
+                            help="use a new vocabulary token (e.g. '[QUERY]') as the query instead")
+        parser.add_argument("--query-init", choices=("zero", "random"), default="zero",
+                            help="initial embedding of --query-token")
+
+    def build(self):
+        encoder = super().build()
+        args = self.args
+        query = args.query
+        if args.query_token:
+            add_query_token(encoder, self.tokenizer, args.query_token, args.query_init, args.seed)
+            query = args.query_token
+        self.query = query
+        self.info.update({"query": query, "query_token": args.query_token,
+                          "query_init": args.query_init if args.query_token else None})
+        return encoder
+
+    def load_data(self):
+        data_dir = self.args.data
         parts = {}
         for part in ("train", "val"):
             path = os.path.join(data_dir, f"keysent.{part}.jsonl")
@@ -50,7 +77,7 @@ class PairObjective:
                 parts[part] = read_sentences(path)
         if not any(a["sentences"] for a in parts["train"]):
             raise InputError(f"{os.path.join(data_dir, 'keysent.train.jsonl')}: no sentences to train on")
-        texts, rows = [query], {}
+        texts, rows = [self.query], {}
         for part, articles in parts.items():
             start = len(texts)
             for a in articles:
@@ -58,14 +85,16 @@ class PairObjective:
             labels = [x for a in articles for x in a["labels"]]
             rows[part] = np.stack([np.arange(start, len(texts)), np.array(labels, dtype=np.int64)], axis=1) \
                 if labels else np.zeros((0, 2), dtype=np.int64)
-        self.store = TokenStore(tokenizer, texts, max_length)  # position 0 is the query
+        self.store = TokenStore(self.tokenizer, texts, self.max_length)  # position 0 is the query
         self.train_rows = rows["train"]
         self.val_rows = rows.get("val", np.zeros((0, 2), dtype=np.int64))
-        self.length_groups = length_groups
+
+    def train_lengths(self):
+        return self.store.lengths()[self.train_rows[:, 0]]
 
     def collate(self, rows):
         rows = np.asarray(rows).reshape(-1, 2)
-        groups, row = self.store.groups(np.concatenate([[0], rows[:, 0]]), self.length_groups)
+        groups, row = self.store.groups(np.concatenate([[0], rows[:, 0]]), self.args.length_groups)
         return {"groups": groups, "index": row, "labels": torch.from_numpy(rows[:, 1])}
 
     def _pairs(self, model, batch):
@@ -74,11 +103,6 @@ class PairObjective:
         # the query is embedded once per batch and paired with every sentence
         return emb[:1].expand_as(sentences), sentences
 
-    def losses(self, model, batch):
-        query, sentences = self._pairs(model, batch)
-        if self.kind == "contrastive":
-            return losses.contrastive_cosine(query, sentences, batch["labels"], self.margin)
-        return losses.cosine_mse(query, sentences, batch["labels"])
 
     @torch.no_grad()
     def validate(self, model, loader, accelerator):
@@ -101,3 +125,26 @@ class PairObjective:
                    for k, name in enumerate(("cosine", "manhattan", "euclidean", "dot"))}
         metrics["val_ap_max"] = max(metrics.values())
         return metrics
+
+
+class ContrastiveObjective(PairObjective):
+    name = "contrastive"
+    result_args = PairObjective.result_args + ("margin",)
+
+    @classmethod
+    def add_arguments(cls, parser):
+        super().add_arguments(parser)
+        parser.add_argument("--margin", type=float, default=0.5,
+                            help="margin on cosine distance (the thesis; sentence-transformers' ContrastiveLoss)")
+
+    def losses(self, model, batch):
+        query, sentences = self._pairs(model, batch)
+        return losses.contrastive_cosine(query, sentences, batch["labels"], self.args.margin)
+
+
+class CosineObjective(PairObjective):
+    name = "cosine"
+
+    def losses(self, model, batch):
+        query, sentences = self._pairs(model, batch)
+        return losses.cosine_mse(query, sentences, batch["labels"])

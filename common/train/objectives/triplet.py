@@ -1,9 +1,11 @@
-"""Training objectives: what a batch is and what its loss is. The loop in ``common/loop.py`` is shared.
+"""SPECTER's objective: a query document closer to a document it links to than to a negative, by an L2 margin.
 
-An objective provides ``train_rows`` and ``val_rows`` (arrays the loop samples), ``collate(rows)`` → batch,
-``losses(model, batch)`` → per-example losses, and ``validate(model, loader, accelerator)`` → metrics. If
-``selection`` names a validation metric, the loop keeps the model with its best (highest) value as RUN/model;
-otherwise RUN/model is the final model.
+| input   | what                                                       |
+|---------|------------------------------------------------------------|
+| rows    | ``triplets.train.jsonl`` as (query, positive, negative) ids |
+| loss    | ``losses.triplet_margin`` on the three embeddings           |
+
+Defaults are SPECTER's (Cohan et al. 2020) as the WikiSpecter thesis kept them.
 """
 
 import os
@@ -11,18 +13,34 @@ import os
 import numpy as np
 import torch
 
-from common.train import losses
 from common.data.documents import Documents, read_triplets
 from common.io import InputError
 from common.models.tokens import TokenStore
+from common.train import losses
+from common.train.objectives import Objective
 
 
-class TripletObjective:
-    """SPECTER: a query document closer to a linked document than to a negative, by an L2 margin."""
+class TripletObjective(Objective):
+    name = "triplet"
+    paper = "SPECTER (Cohan et al. 2020), as the WikiSpecter thesis used it"
+    defaults = {"lr": 3e-5, "batch_size": 16, "epochs": 2, "warmup": 0.1, "pooling": "cls", "max_length": 128,
+                "normalize": False}
+    result_args = ("margin",)
 
-    selection = None
+    @classmethod
+    def add_arguments(cls, parser):
+        parser.add_argument("--margin", type=float, default=1.0, help="triplet margin on L2 distance (SPECTER)")
 
-    def __init__(self, data_dir, tokenizer, max_length, margin=1.0, length_groups=3):
+    def build(self):
+        encoder = super().build()
+        if self.settings["st_config"].get("normalize") and not encoder.normalize:
+            self.say(
+                "note: this model ends in a Normalize module; SPECTER's L2 margin of 1 is meant for unnormalised "
+                "vectors (unit vectors are at most 2 apart), so training drops it (--normalize keeps it)")
+        return encoder
+
+    def load_data(self):
+        data_dir = self.args.data
         docs = Documents(data_dir)
         train = read_triplets(os.path.join(data_dir, "triplets.train.jsonl"), docs.index)
         val_path = os.path.join(data_dir, "triplets.val.jsonl")
@@ -33,21 +51,23 @@ class TripletObjective:
         needed = np.unique(np.concatenate([train.ravel(), val.ravel()]))
         position = np.full(len(docs.ids), -1, dtype=np.int64)
         position[needed] = np.arange(len(needed))
-        self.store = TokenStore(tokenizer, docs.inputs(tokenizer.sep_token or "", needed.tolist()), max_length)
+        self.store = TokenStore(self.tokenizer, docs.inputs(self.tokenizer.sep_token or "", needed.tolist()),
+                                self.max_length)
         self.train_rows, self.val_rows = position[train], position[val]
-        self.margin = margin
-        self.length_groups = length_groups
+
+    def train_lengths(self):
+        return self.store.lengths()[self.train_rows].sum(axis=1)
 
     def collate(self, rows):
         rows = np.asarray(rows).reshape(-1, 3)
         unique, inverse = np.unique(rows.T.ravel(), return_inverse=True)  # [queries, positives, negatives]
-        groups, row = self.store.groups(unique, self.length_groups)
+        groups, row = self.store.groups(unique, self.args.length_groups)
         return {"groups": groups, "index": row[torch.from_numpy(inverse)]}
 
     def losses(self, model, batch):
         emb = model(batch["groups"])[batch["index"]]
         query, positive, negative = emb.chunk(3)
-        return losses.triplet_margin(query, positive, negative, self.margin)
+        return losses.triplet_margin(query, positive, negative, self.args.margin)
 
     @torch.no_grad()
     def validate(self, model, loader, accelerator):

@@ -1,0 +1,153 @@
+"""Step 4: teacher–student distillation into a long-document student (Burian 2023, "Document embedding using
+Transformers").
+
+  python 04_distill.py teachers --data work/data --out work/teach --teacher sentence-transformers/all-mpnet-base-v2
+      Teacher vectors of every document: the structural teacher (Sentence-BERT, mean-pooled, not normalised) →
+      sbert.npy + lengths.npy, the contextual teacher (gensim Paragraph Vector, trained here) → pv.npy + pv/.
+
+  python 04_distill.py convert-long --model bert-base-uncased --out work/student --max-length 4096 --window 512
+      A short encoder turned into a Longformer (the Longformer paper's recipe); real runs start from
+      allenai/longformer-base-4096 instead.
+
+  accelerate launch 04_distill.py train --data work/data --teachers work/teach --model allenai/longformer-base-4096 \\
+      --out runs/distill --preset mse-contextual
+      The student learns from both teachers; the same training flags, checkpoints and resume as 03_train.py.
+"""
+
+import os
+import sys
+
+from common import cli, io
+from common.io import InputError
+
+PV_PRESETS = {  # the thesis's chosen Paragraph-Vector configurations (Tab. 4.5, §5.1.2)
+    "dm-100d": {"pv": "dm", "pv_vector_size": 100, "pv_preprocess": "lowercase"},
+    "dbow-1024d": {"pv": "dbow", "pv_vector_size": 1024, "pv_preprocess": "none"},
+    "pv-2048d": {"pv": "dm+dbow", "pv_vector_size": 1024, "pv_preprocess": "stem,none"},
+}
+
+
+def add_teachers_arguments(p):
+    p.add_argument("--data", required=True, help="data directory (docs.jsonl)")
+    p.add_argument("--out", required=True, help="teacher directory to write")
+    p.add_argument("--teacher", default="sentence-transformers/all-mpnet-base-v2",
+                   help="structural teacher: a sentence-transformers checkpoint (the thesis's)")
+    p.add_argument("--teacher-max-length", type=int, default=384,
+                   help="structural-teacher tokens per document (the thesis's text; its code used 512)")
+    p.add_argument("--batch-size", type=int, default=32, help="documents per structural-teacher forward pass")
+    p.add_argument("--pv-preset", choices=tuple(PV_PRESETS), default="dm-100d",
+                   help="Paragraph-Vector configuration the thesis chose (fills --pv, --pv-vector-size, "
+                        "--pv-preprocess where not given): dm-100d for MSE-contextual, pv-2048d for cosine-masked")
+    p.add_argument("--pv", choices=("dm", "dbow", "dm+dbow"), default=None,
+                   help="Doc2Vec model(s); dm+dbow concatenates both, DM first [preset]")
+    p.add_argument("--pv-vector-size", type=int, default=None, help="dimensions per Doc2Vec model [preset]")
+    p.add_argument("--pv-preprocess", default=None,
+                   help="none, lowercase or stem (Porter), one per model, comma-separated [preset]")
+    p.add_argument("--pv-min-count", type=int, default=2, help="drop rarer words (thesis)")
+    p.add_argument("--pv-window", type=int, default=5, help="context window (thesis)")
+    p.add_argument("--pv-negative", type=int, default=5, help="negative samples (thesis; hs 0, sample 0)")
+    p.add_argument("--pv-epochs", type=int, default=10, help="training and inference epochs (thesis)")
+    p.add_argument("--pv-max-vocab-size", type=int, default=None,
+                   help="gensim's max_vocab_size: prune rare words while scanning (thesis: 6e7 DM, 1.2e7 PV)")
+    p.add_argument("--pv-workers", type=int, default=1,
+                   help="training threads; only 1 makes the teacher reproducible (gensim's threads race)")
+    p.add_argument("--seed", type=int, default=42, help="seed of Doc2Vec training and inference")
+
+
+def run_teachers(args):
+    from tqdm import tqdm
+
+    from common.data.documents import Documents
+    from common.distill import teachers
+    from common.distill.paragraph_vector import PREPROCESS, ParagraphVector
+    from common.models.encoder import document_text
+    for key, value in PV_PRESETS[args.pv_preset].items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    preprocess = tuple(args.pv_preprocess.split(","))
+    if any(p not in PREPROCESS for p in preprocess) or len(preprocess) not in (1, len(args.pv.split("+"))):
+        raise InputError(f"--pv-preprocess {args.pv_preprocess!r}: one of {', '.join(PREPROCESS)} for each "
+                         f"model of --pv {args.pv}")
+    if not os.path.isdir(args.data):
+        raise InputError(f"{args.data}: no such data directory")
+    started = io.now()
+    docs = Documents(args.data)
+    counts = {"documents": len(docs.ids)}
+    with io.Outputs(args.out) as outputs:
+        from transformers import AutoTokenizer
+        sep = AutoTokenizer.from_pretrained(args.teacher).sep_token or ""
+        with tqdm(total=len(docs.ids), desc="structural teacher", unit=" docs", mininterval=1.0) as bar:
+            vectors, lengths, max_length = teachers.structural_teacher(
+                docs.inputs(sep), args.teacher, args.teacher_max_length, args.batch_size, bar)
+        teachers.write_rows(outputs, teachers.STRUCTURAL, vectors, docs.ids)
+        teachers.write_rows(outputs, teachers.LENGTHS, lengths, docs.ids)
+        counts.update({"teacher_max_length": max_length, "longer_than_teacher": int((lengths > max_length).sum())})
+        # Paragraph Vector reads words, so the separator token is a space
+        texts = [document_text(t, x, " ") for t, x in zip(docs.titles, docs.texts)]
+        pv = ParagraphVector.train(texts, args.pv, args.pv_vector_size, args.pv_window, args.pv_negative,
+                                   args.pv_min_count, args.pv_epochs, preprocess, args.pv_workers, args.seed,
+                                   args.pv_max_vocab_size, counts)
+        with tqdm(total=len(texts), desc="contextual teacher", unit=" docs", mininterval=1.0) as bar:
+            contextual = pv.embed(texts, bar)
+        teachers.write_rows(outputs, teachers.CONTEXTUAL, contextual, docs.ids)
+        pv_dir = outputs.path("pv")
+        pv.save(pv_dir)
+        counts["pv_vocabulary"] = {kind: len(m.wv) for kind, m in pv.models.items()}
+        with outputs.open("manifest.json") as f:
+            f.write(io.dumps_line(io.manifest(__file__, args, started, inputs=[os.path.join(args.data, "docs.jsonl")],
+                                              counts=counts, seed=args.seed, reproducible=args.pv_workers == 1)))
+    print(f"{len(docs.ids)} documents: structural {vectors.shape[1]}d ({counts['longer_than_teacher']} longer than "
+          f"its {max_length} tokens), contextual {contextual.shape[1]}d ({counts['pv_documents_chunked']} documents "
+          f"over {10_000:,} words, inferred in chunks) → {args.out}")
+
+
+def add_train_arguments(p):
+    p.add_argument("argv", nargs="*", help="03_train.py's flags and the distill objective's (see train --help)")
+
+
+def run_train(argv):
+    from common.train import run
+    args = run.parse(argv, __doc__, ["distill"], fixed="distill")
+    if args.seeds:
+        return run.train_seeds(args, __file__)
+    return run.train(args, __file__)
+
+
+def add_convert_arguments(p):
+    p.add_argument("--model", required=True, help="a BERT or RoBERTa model (hub name or folder)")
+    p.add_argument("--out", required=True, help="folder for the Longformer (Hugging Face + sentence-transformers)")
+    p.add_argument("--max-length", type=int, default=4096, help="tokens the Longformer reads (Longformer paper)")
+    p.add_argument("--window", type=int, default=512, help="sliding attention window in every layer (Longformer)")
+
+
+def run_convert(args):
+    from common.models.encoder import Encoder
+    from common.models.longformer import convert_to_longformer
+    from common.models.saving import save_model
+    if args.window % 2 or args.window <= 0:
+        raise InputError(f"--window {args.window}: a positive even number")
+    model, tokenizer = convert_to_longformer(args.model, args.max_length, args.window)
+    # mean pooling, not normalised: the student's pooling in the thesis
+    save_model(Encoder(model, "mean", False), tokenizer, args.out, args.max_length,
+               {"converted_from": args.model, "window": args.window})
+    print(f"{args.model} → Longformer, {args.max_length} tokens, window {args.window} → {args.out}")
+
+
+COMMANDS = {
+    "teachers": ("teacher vectors of every document: Sentence-BERT (structural) and Paragraph Vector (contextual)",
+                 add_teachers_arguments, run_teachers),
+    "convert-long": ("a BERT or RoBERTa encoder → a Longformer (Beltagy et al. 2020's recipe)",
+                     add_convert_arguments, run_convert),
+}
+
+
+def main(argv):
+    argv = list(argv)
+    if argv and argv[0] == "train":  # the training flags are parsed by the training core, objective and all
+        return run_train(argv[1:])
+    return cli.dispatch(__doc__, {**COMMANDS, "train": ("train the student on the teachers' vectors (train --help "
+                                                        "lists the flags)", add_train_arguments, None)}, argv)
+
+
+if __name__ == "__main__":
+    cli.run(lambda: main(sys.argv[1:]))

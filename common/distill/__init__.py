@@ -1,0 +1,1 @@
+"""Teacher–student distillation (Burian 2023): the two teachers whose vectors the student learns from."""

@@ -1,0 +1,124 @@
+"""The contextual teacher: gensim Doc2Vec (Paragraph Vector, Le & Mikolov 2014) as Burian 2023 (§4.5.1) trained
+and used it — DM, DBOW or both concatenated (DM first), every vector inferred with ``infer_vector``.
+
+Two things gensim does silently are undone here. It keeps only the first 10,000 words of a document (its
+``MAX_DOCUMENT_LEN``), so long documents are trained as ≤ 10,000-word chunks under one tag and inferred per chunk,
+the chunk vectors averaged weighted by their word counts. And ``infer_vector`` draws from the model's shared random
+state and seeds its start vector from Python's salted ``hash``, so a vector would depend on call order and on the
+process: both are reseeded from the document's own words here. Multi-worker training is not reproducible in
+gensim; one worker is.
+"""
+
+import functools
+import json
+import os
+import zlib
+from unittest import mock
+
+import numpy as np
+
+MAX_WORDS = 10_000  # gensim's MAX_DOCUMENT_LEN
+PREPROCESS = ("none", "lowercase", "stem")
+MODES = ("dm", "dbow", "dm+dbow")
+CONFIG = "pv.json"
+
+
+def words(text, preprocess):
+    """Whitespace tokens (the thesis: ``str.split``, no punctuation handling), lower-cased or Porter-stemmed."""
+    tokens = text.split()
+    if preprocess == "lowercase":
+        return [t.lower() for t in tokens]
+    if preprocess == "stem":
+        from nltk.stem import PorterStemmer
+        stem = PorterStemmer().stem  # lower-cases too
+        return [stem(t) for t in tokens]
+    return tokens
+
+
+def chunks(tokens, size=MAX_WORDS):
+    return [tokens[i:i + size] for i in range(0, len(tokens), size)] or [[]]
+
+
+def _stable_hash(text):
+    return zlib.crc32(text.encode("utf-8"))
+
+
+class ParagraphVector:
+    """One or two gensim Doc2Vec models (``dm``, ``dbow``), each with its preprocessing, and the settings to infer
+    with."""
+
+    def __init__(self, models, preprocess, infer_epochs, seed):
+        self.models, self.preprocess, self.infer_epochs, self.seed = models, preprocess, infer_epochs, seed
+
+    @property
+    def dim(self):
+        return sum(m.vector_size for m in self.models.values())
+
+    @classmethod
+    def train(cls, texts, mode="dm", vector_size=100, window=5, negative=5, min_count=2, epochs=10,
+              preprocess=("none",), workers=1, seed=42, max_vocab_size=None, counts=None):
+        """Train the models of ``mode`` (``dm``, ``dbow`` or ``dm+dbow``); ``preprocess`` gives one mode per
+        model, in that order (the thesis's PV;2048d stems for DM and not for DBOW)."""
+        from gensim.models.doc2vec import Doc2Vec, TaggedDocument
+        kinds = mode.split("+")
+        if len(preprocess) == 1:
+            preprocess = tuple(preprocess) * len(kinds)
+        models = {}
+        for kind, prep in zip(kinds, preprocess):
+            corpus, chunked = [], 0
+            for tag, text in enumerate(texts):
+                parts = chunks(words(text, prep))
+                chunked += len(parts) > 1
+                corpus.extend(TaggedDocument(part, [tag]) for part in parts)
+            if counts is not None:
+                counts["pv_documents_chunked"] = chunked
+            # sample=0 explicitly: gensim's default is 1e-3, the thesis's grid used none
+            models[kind] = Doc2Vec(corpus, dm=int(kind == "dm"), vector_size=vector_size, window=window,
+                                   negative=negative, hs=0, sample=0, dbow_words=1, min_count=min_count,
+                                   epochs=epochs, workers=workers, seed=seed, max_vocab_size=max_vocab_size)
+        return cls(models, dict(zip(kinds, preprocess)), epochs, seed)
+
+    def infer(self, text):
+        """The document's vector: chunk vectors inferred from a per-chunk seed, mean weighted by chunk length;
+        the models' vectors concatenated (DM first)."""
+        out = []
+        for kind, model in self.models.items():
+            parts = chunks(words(text, self.preprocess[kind]))
+            vectors = []
+            for k, part in enumerate(parts):
+                model.random = np.random.RandomState([self.seed, _stable_hash(" ".join(part)), k])
+                vectors.append(model.infer_vector(part, epochs=self.infer_epochs))
+            weights = [max(len(p), 1) for p in parts]
+            out.append(np.average(np.stack(vectors), axis=0, weights=weights))
+        return np.concatenate(out).astype(np.float32)
+
+    def embed(self, texts, progress=None):
+        import gensim.models.doc2vec as doc2vec
+        stable = functools.partial(doc2vec.pseudorandom_weak_vector, hashfxn=_stable_hash)
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        with mock.patch.object(doc2vec, "pseudorandom_weak_vector", stable):
+            for i, text in enumerate(texts):
+                out[i] = self.infer(text)
+                if progress is not None:
+                    progress.update(1)
+        return out
+
+    def save(self, directory):
+        os.makedirs(directory, exist_ok=True)
+        for kind, model in self.models.items():
+            model.save(os.path.join(directory, f"{kind}.model"))
+        with open(os.path.join(directory, CONFIG), "w", encoding="utf-8") as f:
+            json.dump({"models": list(self.models), "preprocess": self.preprocess, "infer_epochs": self.infer_epochs,
+                       "seed": self.seed, "dim": self.dim}, f, indent=1)
+
+    @classmethod
+    def load(cls, directory):
+        from gensim.models.doc2vec import Doc2Vec
+        with open(os.path.join(directory, CONFIG), encoding="utf-8") as f:
+            cfg = json.load(f)
+        models = {kind: Doc2Vec.load(os.path.join(directory, f"{kind}.model")) for kind in cfg["models"]}
+        return cls(models, cfg["preprocess"], cfg["infer_epochs"], cfg["seed"])
+
+
+def is_paragraph_vector(path):
+    return os.path.isfile(os.path.join(path, CONFIG))

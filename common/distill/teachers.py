@@ -1,0 +1,66 @@
+"""Teacher vectors on disk (``TEACH/``) and the structural teacher that makes them.
+
+``sbert.npy`` (structural teacher), ``pv.npy`` (contextual teacher) and ``lengths.npy`` (each document's
+structural-teacher token count without special tokens) hold one row per document of ``docs.jsonl``, in its order,
+each with an ``.ids.txt`` naming the rows. Readers check that the ids are ``docs.jsonl``'s, line by line, so
+vectors can never be paired with the wrong documents.
+"""
+
+import os
+
+import numpy as np
+
+from common.io import InputError
+
+STRUCTURAL, CONTEXTUAL, LENGTHS = "sbert", "pv", "lengths"
+
+
+def write_rows(outputs, name, array, ids):
+    with outputs.open(f"{name}.npy", "wb") as f:
+        np.save(f, array)
+    with outputs.open(f"{name}.ids.txt") as f:
+        f.writelines(f"{i}\n" for i in ids)
+
+
+def read_rows(directory, name, ids):
+    """``directory/name.npy`` checked against ``directory/name.ids.txt`` and the documents' ``ids``."""
+    path, ids_path = os.path.join(directory, f"{name}.npy"), os.path.join(directory, f"{name}.ids.txt")
+    for p in (path, ids_path):
+        if not os.path.isfile(p):
+            raise InputError(f"{p}: no such file")
+    with open(ids_path, encoding="utf-8") as f:
+        found = [line.rstrip("\n") for line in f]
+    for lineno, (got, want) in enumerate(zip(found, ids), 1):
+        if got != want:
+            raise InputError(f"{ids_path}:{lineno}: id {got!r}, but docs.jsonl has {want!r} there")
+    if len(found) != len(ids):
+        raise InputError(f"{ids_path}: {len(found)} ids, docs.jsonl has {len(ids)} documents")
+    try:
+        array = np.load(path, mmap_mode="r")
+    except ValueError as e:
+        raise InputError(f"{path}: not a NumPy array file ({e})") from None
+    if len(array) != len(ids):
+        raise InputError(f"{path}: {len(array)} rows, {ids_path} names {len(ids)}")
+    return np.asarray(array)
+
+
+def read_vectors(directory, name, ids):
+    """Teacher vectors: a float ``[N, d]`` array as float32."""
+    array = read_rows(directory, name, ids)
+    if array.ndim != 2 or not np.issubdtype(array.dtype, np.floating):
+        raise InputError(f"{os.path.join(directory, name + '.npy')}: expected float vectors [N, d], "
+                         f"got {array.dtype} {list(array.shape)}")
+    return array.astype(np.float32, copy=False)
+
+
+def structural_teacher(texts, model, max_length, batch_size=32, progress=None):
+    """(vectors, lengths): mean of the last hidden states over the attention mask, not normalised (the thesis's
+    SBERT teacher), over the first ``max_length`` tokens; lengths count every token, special tokens excluded."""
+    from common.models.encoder import default_device, embed, load_encoder
+    from common.models.tokens import TokenStore
+    encoder, tokenizer, settings = load_encoder(model, pooling="mean", normalize=False, max_length=max_length)
+    encoder.to(default_device())
+    lengths = np.array([len(ids) for ids in tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]],
+                       dtype=np.int64)
+    store = TokenStore(tokenizer, texts, settings["max_length"])
+    return embed(encoder, store, batch_size, progress), lengths, settings["max_length"]

@@ -1,0 +1,125 @@
+"""Classification on frozen embeddings as Burian 2023 evaluates (§4.2, Tab. 5.7): a small MLP head — Linear(d→50),
+ReLU, dropout 0.5, Linear(50→C) — trained with label-smoothed cross-entropy on 1k, 10k and all training documents,
+accuracy of the final head on the whole test split. Document pairs are classified from their concatenated
+embeddings.
+
+Splits are the data directory's ``topics.<level>.{train,test}.jsonl`` and ``classify.<name>.{train,test}.jsonl``;
+a row is ``{"id", "label"}`` or, for a pair, ``{"ids": [a, b], "label"}``.
+"""
+
+import math
+import os
+import re
+
+import numpy as np
+import torch
+from torch import nn
+
+from common.io import InputError, read_jsonl
+
+SIZES = (("1k", 1000), ("10k", 10_000), ("all", None))
+
+
+def splits(data_dir):
+    """{task name: (train path, test path)} of every split pair in ``data_dir``."""
+    found = {}
+    for name in sorted(os.listdir(data_dir)):
+        m = re.fullmatch(r"(topics|classify)\.(.+)\.train\.jsonl", name)
+        test = os.path.join(data_dir, f"{m.group(1)}.{m.group(2)}.test.jsonl") if m else None
+        if m and os.path.exists(test):
+            task = f"classify.topics.{m.group(2)}" if m.group(1) == "topics" else f"classify.{m.group(2)}"
+            found[task] = (os.path.join(data_dir, name), test)
+    return found
+
+
+def own_splits(data_dir):
+    """Whether ``data_dir`` has classification splits of its own (``classify.*``), not only topic splits."""
+    return any(not task.startswith("classify.topics.") for task in splits(data_dir))
+
+
+def read_split(path, index):
+    """(rows of document positions [n, 1 or 2], labels) of a split file."""
+    rows, labels = [], []
+    for lineno, obj in read_jsonl(path, required=("label",)):
+        ids = obj["ids"] if "ids" in obj else [obj.get("id")]
+        missing = [i for i in ids if i not in index]
+        if missing or not ids:
+            raise InputError(f"{path}:{lineno}: id {missing[0] if missing else None!r} is not in docs.jsonl")
+        rows.append([index[i] for i in ids])
+        labels.append(str(obj["label"]))
+    if len({len(r) for r in rows}) > 1:
+        raise InputError(f"{path}: mixes single documents and pairs")
+    return np.array(rows, dtype=np.int64).reshape(len(rows), -1), labels
+
+
+def shorten(labels, limit):
+    """Positions of the first documents of each label, ``limit`` in all, each label's share as in the split (the
+    thesis's ``_shorten_split``: floor of the share, the rarest labels topped up)."""
+    if limit is None or len(labels) <= limit:
+        return np.arange(len(labels))
+    values, counts = np.unique(labels, return_counts=True)
+    quota = {v: math.floor(c / len(labels) * limit) for v, c in zip(values, counts)}
+    while sum(quota.values()) < limit:
+        quota[min(quota, key=quota.get)] += 1
+    taken = {v: 0 for v in values}
+    keep = []
+    for i, label in enumerate(labels):
+        if taken[label] < quota[label]:
+            taken[label] += 1
+            keep.append(i)
+    return np.array(keep, dtype=np.int64)
+
+
+def head(dim, classes):
+    return nn.Sequential(nn.Linear(dim, 50), nn.ReLU(), nn.Dropout(0.5), nn.Linear(50, classes))
+
+
+def train_head(x, y, classes, seed, epochs=10, batch_size=32, lr=1e-4, weight_decay=0.1):
+    """The thesis's head, trained with AdamW (no decay on biases), cosine decay without warm-up, clipping at 1."""
+    from transformers import get_cosine_schedule_with_warmup
+    torch.manual_seed(seed)
+    model = head(x.shape[1], classes)
+    decay = [p for n, p in model.named_parameters() if not n.endswith("bias")]
+    rest = [p for n, p in model.named_parameters() if n.endswith("bias")]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
+                                   {"params": rest, "weight_decay": 0.0}], lr=lr)
+    steps = epochs * math.ceil(len(x) / batch_size)
+    scheduler = get_cosine_schedule_with_warmup(optimizer, 0, steps)
+    loss_fn = nn.CrossEntropyLoss(label_smoothing=0.1)
+    x, y = torch.from_numpy(x), torch.from_numpy(y)
+    rng = np.random.default_rng(seed)
+    model.train()
+    for _ in range(epochs):
+        order = torch.from_numpy(rng.permutation(len(x)))
+        for start in range(0, len(x), batch_size):
+            idx = order[start:start + batch_size]
+            loss = loss_fn(model(x[idx]), y[idx])
+            optimizer.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            scheduler.step()
+    return model.eval()
+
+
+def features(emb, rows):
+    return emb[rows].reshape(len(rows), -1).astype(np.float32)
+
+
+def classify(emb, train, test, seed=42, epochs=10):
+    """{"acc_1k", "acc_10k", "acc_all"}: test accuracy of heads trained on that many training documents (all of
+    them where the split is smaller)."""
+    (train_rows, train_labels), (test_rows, test_labels) = train, test
+    names = sorted(set(train_labels) | set(test_labels))
+    code = {name: k for k, name in enumerate(names)}
+    y_train = np.array([code[v] for v in train_labels], dtype=np.int64)
+    y_test = np.array([code[v] for v in test_labels], dtype=np.int64)
+    x_test = torch.from_numpy(features(emb, test_rows))
+    out = {}
+    for name, limit in SIZES:
+        keep = shorten(train_labels, limit)
+        model = train_head(features(emb, train_rows[keep]), y_train[keep], len(names), seed, epochs)
+        with torch.no_grad():
+            predicted = model(x_test).argmax(1).numpy()
+        out[f"acc_{name}"] = float((predicted == y_test).mean())
+    return out

@@ -1,0 +1,179 @@
+"""The theses' figures as PNG files (matplotlib, no display): topic t-SNE, confusion matrix, label distribution and
+token lengths for WikiSpecter; cosine histograms, sentence t-SNE, validation AP and threshold curves for key
+sentences. Each function takes what it draws and a path, and writes one file."""
+
+import numpy as np
+
+
+def _pyplot():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _save(fig, path):
+    fig.tight_layout()
+    fig.savefig(path, format="png", dpi=110)
+    _pyplot().close(fig)
+
+
+def _tsne(x, seed):
+    from sklearn.manifold import TSNE
+    return TSNE(n_components=2, init="pca", random_state=seed,
+                perplexity=min(30.0, max(2.0, (len(x) - 1) / 3))).fit_transform(x)
+
+
+def topic_tsne(path, embeddings, rows, level, seed=42):
+    """One panel per model: t-SNE of the topic documents, coloured by label. ``embeddings``: {model: (emb,
+    index)}; ``rows``: {"train"/"test": [(id, label)]}."""
+    plt = _pyplot()
+    docs = rows["train"] + rows["test"]
+    labels = sorted({label for _, label in docs})
+    colour = np.array([labels.index(label) for _, label in docs])
+    fig, axes = plt.subplots(1, len(embeddings), figsize=(5 * len(embeddings), 5), squeeze=False)
+    for ax, (name, (emb, index)) in zip(axes[0], embeddings.items()):
+        xy = _tsne(emb[[index[i] for i, _ in docs]], seed)
+        for k, label in enumerate(labels):
+            ax.scatter(xy[colour == k, 0], xy[colour == k, 1], s=8, label=label)
+        ax.set_title(f"{name}: topics.{level}")
+        ax.set_xticks([])
+        ax.set_yticks([])
+    axes[0][-1].legend(fontsize=7, markerscale=2, loc="best")
+    _save(fig, path)
+
+
+def confusion(path, predictions, level):
+    """One panel per model: the confusion matrix of the topic classifier on the test documents (counts; rows are
+    the true labels). ``predictions``: {model: (true labels, predicted labels)}."""
+    from sklearn.metrics import ConfusionMatrixDisplay
+    plt = _pyplot()
+    labels = sorted({y for truth, pred in predictions.values() for y in (*truth, *pred)})
+    size = max(4.5, 0.45 * len(labels) + 2.5)
+    fig, axes = plt.subplots(1, len(predictions), figsize=(size * len(predictions), size), squeeze=False)
+    for ax, (name, (truth, pred)) in zip(axes[0], predictions.items()):
+        ConfusionMatrixDisplay.from_predictions(truth, pred, labels=labels, ax=ax, colorbar=False, cmap="Blues",
+                                                xticks_rotation="vertical")
+        ax.set_title(f"{name}: topics.{level}")
+    _save(fig, path)
+
+
+def label_distribution(path, topic_rows):
+    """Documents per label and level, training and test stacked (the thesis's Table 3.1 / Fig. 3.4 for the
+    documents evaluated). ``topic_rows``: {level: {"train"/"test": [(id, label)]}}."""
+    import collections
+    plt = _pyplot()
+    levels = sorted(topic_rows)
+    heights = [max(2.5, 0.22 * len({label for part in topic_rows[lv].values() for _, label in part}) + 1)
+               for lv in levels]
+    fig, axes = plt.subplots(len(levels), 1, figsize=(7, sum(heights)), squeeze=False,
+                             gridspec_kw={"height_ratios": heights})
+    for ax, level in zip(axes[:, 0], levels):
+        train = collections.Counter(label for _, label in topic_rows[level]["train"])
+        test = collections.Counter(label for _, label in topic_rows[level]["test"])
+        labels = sorted(set(train) | set(test), key=lambda lb: (train[lb] + test[lb], lb))
+        y = np.arange(len(labels))
+        ax.barh(y, [train[lb] for lb in labels], label="train", color="C0")
+        ax.barh(y, [test[lb] for lb in labels], left=[train[lb] for lb in labels], label="test", color="C1")
+        ax.set_yticks(y, labels, fontsize=7)
+        ax.set_xlabel("documents")
+        ax.set_title(f"topics.{level}: {len(labels)} labels, {sum(train.values()) + sum(test.values())} documents")
+        ax.legend(fontsize=7, loc="lower right")
+    _save(fig, path)
+
+
+def token_lengths(path, lengths, cut, model):
+    """Histogram of the documents' token counts (special tokens included) with the model's cut marked."""
+    plt = _pyplot()
+    lengths = np.asarray(lengths)
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    edges = np.histogram_bin_edges(lengths, bins="auto") if len(lengths) else np.arange(2)
+    ax.hist(lengths, bins=edges if len(edges) <= 81 else 80, color="C0")
+    share = float((lengths > cut).mean()) if len(lengths) else 0.0
+    ax.axvline(cut, color="C3", linestyle="--", label=f"cut at {cut} tokens: {share:.1%} of documents truncated")
+    ax.set_xlabel(f"tokens per document ({model}'s tokenizer, title + text)")
+    ax.set_ylabel("documents")
+    ax.legend(fontsize=8)
+    _save(fig, path)
+
+
+def cosine_histograms(path, scored):
+    """One panel per model: cosine to the query of key and of other sentences, counts on a log scale.
+    ``scored``: {model: [(scores, labels) per article]}."""
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(scored), figsize=(4.5 * len(scored), 3.8), squeeze=False, sharey=True)
+    for ax, (name, articles) in zip(axes[0], scored.items()):
+        scores = np.concatenate([s for s, _ in articles])
+        labels = np.concatenate([y for _, y in articles]).astype(bool)
+        bins = np.linspace(min(scores.min(), 0), 1, 41)
+        ax.hist(scores[~labels], bins=bins, alpha=0.6, label="other sentences", color="C0")
+        ax.hist(scores[labels], bins=bins, alpha=0.6, label="key sentences", color="C3")
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(ScalarFormatter())
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel("cosine similarity to the query")
+        ax.set_title(name)
+    axes[0][0].set_ylabel("sentences (log scale)")
+    axes[0][-1].legend(fontsize=7)
+    _save(fig, path)
+
+
+def sentence_tsne(path, points, seed=42):
+    """One panel per model (before and after fine-tuning): t-SNE of the test sentences, key and other, with the
+    query. ``points``: {model: (sentence vectors, labels, query vector)}."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(points), figsize=(4.5 * len(points), 4.5), squeeze=False)
+    for ax, (name, (vectors, labels, query)) in zip(axes[0], points.items()):
+        x = np.vstack([vectors, query[None, :]])
+        x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)  # the thesis scores by cosine
+        xy = _tsne(x, seed)
+        labels = np.asarray(labels).astype(bool)
+        ax.scatter(xy[:-1][~labels, 0], xy[:-1][~labels, 1], s=8, color="C0", label="other sentences")
+        ax.scatter(xy[:-1][labels, 0], xy[:-1][labels, 1], s=14, color="C3", label="key sentences")
+        ax.scatter(xy[-1:, 0], xy[-1:, 1], s=160, marker="*", color="black", label="query")
+        ax.set_title(name)
+        ax.set_xticks([])
+        ax.set_yticks([])
+    axes[0][-1].legend(fontsize=7, loc="best")
+    _save(fig, path)
+
+
+def validation_ap(path, logs, similarities=("cosine", "manhattan", "euclidean", "dot")):
+    """One panel per run: validation average precision under each similarity against the training step, from
+    ``log.jsonl``. ``logs``: {model: [log records]}."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(logs), figsize=(4.8 * len(logs), 3.8), squeeze=False, sharey=True)
+    for ax, (name, records) in zip(axes[0], logs.items()):
+        rows = [r for r in records if "val_ap_max" in r]
+        steps = [r["step"] for r in rows]
+        for k, sim in enumerate(similarities):  # styles differ: the four curves often coincide
+            ax.plot(steps, [r.get(f"val_ap_{sim}", np.nan) for r in rows], color=f"C{k}", label=sim,
+                    linestyle=("-", "--", ":", "-.")[k % 4], marker="os^x"[k % 4], markersize=4, fillstyle="none")
+        ax.set_xlabel("optimizer step")
+        ax.set_title(name)
+    axes[0][0].set_ylabel("validation average precision")
+    axes[0][-1].legend(fontsize=7)
+    _save(fig, path)
+
+
+def threshold_curves(path, scored):
+    """Recall (share of key sentences at or above the threshold) and precision (share of sentences at or above it
+    that are key) against the cosine threshold, per model."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for k, (name, articles) in enumerate(scored.items()):
+        scores = np.concatenate([s for s, _ in articles])
+        labels = np.concatenate([y for _, y in articles]).astype(bool)
+        grid = np.linspace(scores.min(), scores.max(), 200)
+        above = scores[None, :] >= grid[:, None]
+        recall = (above & labels).sum(1) / max(labels.sum(), 1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            precision = (above & labels).sum(1) / above.sum(1)
+        colour = f"C{k}"
+        ax.plot(grid, recall, color=colour, label=f"{name}: key sentences found")
+        ax.plot(grid, precision, color=colour, linestyle="--", label=f"{name}: share that are key")
+    ax.set_xlabel("cosine threshold")
+    ax.set_ylim(0, 1.02)
+    ax.legend(fontsize=7)
+    _save(fig, path)

@@ -1,0 +1,80 @@
+"""Document similarity as Burian 2023 evaluates retrieval (§4.2, after Ginzburg et al. 2021): every source document
+ranks the whole corpus by cosine similarity, the source itself left out by id; MAP and MRR against the source's
+targets (``similarity.qrels``, relevance > 0). Where a corpus has human similarity ratings
+(``similarity.ratings.jsonl``: ``{"a", "b", "score"}``), the Spearman correlation of cosine with the ratings.
+
+The thesis drops the first hit (assuming it is the query) and ranks the top 1,000; here the query is dropped by
+its id and the whole corpus is ranked, so AP counts every target.
+"""
+
+import os
+
+import numpy as np
+from sklearn.metrics import average_precision_score
+
+from common.eval.wikispecter import read_qrels
+from common.io import InputError, read_jsonl
+
+QRELS, RATINGS = "similarity.qrels", "similarity.ratings.jsonl"
+
+
+def available(data_dir):
+    return any(os.path.exists(os.path.join(data_dir, name)) for name in (QRELS, RATINGS))
+
+
+def _unit(emb):
+    return emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
+
+
+def ranking(emb, index, qrels):
+    """{"map", "mrr"} over the sources with at least one target."""
+    unit = _unit(emb.astype(np.float64))
+    aps, rrs = [], []
+    for source, judged in qrels.items():
+        targets = [index[d] for d, rel in judged.items() if rel > 0 and d != source]
+        if not targets:
+            continue
+        q = index[source]
+        scores = unit @ unit[q]
+        relevant = np.zeros(len(scores), dtype=bool)
+        relevant[targets] = True
+        keep = np.arange(len(scores)) != q
+        scores, relevant = scores[keep], relevant[keep]
+        aps.append(average_precision_score(relevant, scores))
+        order = np.argsort(-scores, kind="stable")
+        rrs.append(1.0 / (1 + int(np.flatnonzero(relevant[order])[0])))
+    return {"map": float(np.mean(aps)), "mrr": float(np.mean(rrs))} if aps else {}
+
+
+def read_ratings(path, index):
+    pairs, scores = [], []
+    for lineno, obj in read_jsonl(path, required=("a", "b", "score")):
+        if obj["a"] not in index or obj["b"] not in index:
+            raise InputError(f"{path}:{lineno}: id not in docs.jsonl")
+        pairs.append((index[obj["a"]], index[obj["b"]]))
+        scores.append(float(obj["score"]))
+    return np.array(pairs, dtype=np.int64).reshape(-1, 2), np.array(scores)
+
+
+def spearman(emb, pairs, scores):
+    from scipy.stats import spearmanr
+    unit = _unit(emb.astype(np.float64))
+    cosine = (unit[pairs[:, 0]] * unit[pairs[:, 1]]).sum(1)
+    return {"spearman": float(spearmanr(cosine, scores).statistic)}
+
+
+def evaluate(emb, index, qrels=None, ratings=None):
+    """Every similarity metric the data has (``read``'s qrels and ratings)."""
+    out = {}
+    if qrels:
+        out.update(ranking(emb, index, qrels))
+    if ratings is not None:
+        out.update(spearman(emb, *ratings))
+    return out
+
+
+def read(data_dir, index):
+    qrels_path, ratings_path = os.path.join(data_dir, QRELS), os.path.join(data_dir, RATINGS)
+    qrels = read_qrels(qrels_path, index) if os.path.exists(qrels_path) else None
+    ratings = read_ratings(ratings_path, index) if os.path.exists(ratings_path) else None
+    return qrels, ratings

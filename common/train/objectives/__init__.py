@@ -1,0 +1,128 @@
+"""Training objectives: the registry that maps ``--objective NAME`` to its class, and the class they all extend.
+
+A new objective is one file in this folder (a subclass of :class:`Objective`) plus one line in ``REGISTRY``. The
+scripts (``03_train.py``, ``04_distill.py train``) and the loop hold no per-objective code.
+
+The registry names each objective's module lazily, with the files it needs in the data directory, so a script
+checks ``--data`` before it imports torch or loads a model.
+"""
+
+import importlib
+import os
+from typing import NamedTuple
+
+from common.io import InputError
+
+
+class Entry(NamedTuple):
+    target: str  # "package.module.Class"
+    data_files: tuple  # files the objective needs in --data (checked before anything heavy is imported)
+
+
+REGISTRY = {
+    "triplet": Entry(f"{__name__}.triplet.TripletObjective", ("docs.jsonl", "triplets.train.jsonl")),
+    "contrastive": Entry(f"{__name__}.pairs.ContrastiveObjective", ("keysent.train.jsonl",)),
+    "cosine": Entry(f"{__name__}.pairs.CosineObjective", ("keysent.train.jsonl",)),
+    "distill": Entry(f"{__name__}.distill.DistillObjective", ("docs.jsonl",)),
+}
+
+
+def check_data(name, data_dir):
+    """The data directory exists and holds the files ``name`` reads (a one-line error otherwise)."""
+    if not os.path.isdir(data_dir):
+        raise InputError(f"{data_dir}: no such data directory")
+    for file in REGISTRY[name].data_files:
+        path = os.path.join(data_dir, file)
+        if not os.path.isfile(path):
+            raise InputError(f"{path}: no such file")
+
+
+def get(name):
+    module, cls = REGISTRY[name].target.rsplit(".", 1)
+    return getattr(importlib.import_module(module), cls)
+
+
+class Objective:
+    """What an objective declares and does; the loop in ``common/train/loop.py`` does the rest.
+
+    Declared on the class:
+      ``name``, ``paper``   the ``--objective`` value and the paper its defaults come from (shown in ``--help``)
+      ``defaults``          values of the shared training flags for this objective (``lr``, ``batch_size``,
+                            ``epochs``, ``warmup``, ``schedule``, ``pooling``, ``max_length``, ``drop_last``, ...)
+      ``add_arguments``     its own flags (``complete_args`` fills those that depend on others, as presets do);
+                            ``result_args`` names those that change the result (they enter the resume identity),
+                            ``speed_args`` those that change only speed or logging
+      ``selection``         a validation metric (higher is better) whose best value picks RUN/model; None: the final
+                            model is RUN/model
+    Called by the script and the loop, in this order:
+      ``build()``           load the encoder (``self.encoder``, ``self.tokenizer``, ``self.max_length``) and return
+                            the ``nn.Module`` to train: the encoder, or a module holding it with heads and loss state
+                            (buffers). Everything in it is optimised, checkpointed and resumed.
+      ``load_data()``       tokenise and set ``train_rows`` / ``val_rows`` (run under ``main_process_first``)
+      ``set_epoch(epoch)``  before each epoch (and on resume): per-example randomness is drawn from
+                            (seed, epoch, example), never from a global stream
+      ``collate(rows)``     a batch from a list of rows; ``losses(model, batch)`` → loss per example (or a scalar)
+      ``validate(model, loader, accelerator)`` → metrics
+      ``save(model, path)`` RUN/model: the encoder in Hugging Face + sentence-transformers form, heads beside it
+    """
+
+    name = None
+    paper = None
+    defaults = {}
+    selection = None
+    result_args = ()
+    speed_args = ()
+
+    @classmethod
+    def add_arguments(cls, parser):
+        pass
+
+    @classmethod
+    def complete_args(cls, args):
+        """Fill flags whose defaults depend on other flags (presets), after parsing."""
+
+    def __init__(self, args, accelerator):
+        self.args, self.accelerator = args, accelerator
+        self.say = print if accelerator is None else accelerator.print  # notes once, not once per process
+        self.info = {"objective": self.name}
+        self.train_rows = self.val_rows = None
+
+    def build(self):
+        from common.models.encoder import load_encoder
+        args = self.args
+        self.encoder, self.tokenizer, self.settings = load_encoder(
+            args.model, pooling=args.pooling, normalize=args.normalize, max_length=args.max_length,
+            default_max_length=128, say=self.say)
+        self.max_length = self.settings["max_length"]
+        return self.encoder
+
+    def load_data(self):
+        raise NotImplementedError
+
+    def set_epoch(self, epoch):
+        pass
+
+    def train_lengths(self):
+        """Token length of each training row, for length-bucketed batches (None: the objective has none)."""
+        return None
+
+    def collate(self, rows):
+        raise NotImplementedError
+
+    def losses(self, model, batch):
+        raise NotImplementedError
+
+    def validate(self, model, loader, accelerator):
+        return {}
+
+    def encoder_of(self, model):
+        """The ``Encoder`` inside the module ``build`` returned."""
+        return model if model is self.encoder or not hasattr(model, "encoder") else model.encoder
+
+    def save_extra(self, model, directory):
+        """Write what RUN/model holds besides the encoder (heads); ``directory`` becomes RUN/model."""
+
+    def save(self, model, path):
+        from common.models.saving import save_model
+        save_model(self.encoder_of(model), self.tokenizer, path, self.max_length, self.info,
+                   extra=lambda directory: self.save_extra(model, directory))

@@ -1,0 +1,179 @@
+"""Teacher–student distillation (Burian 2023, "Document embedding using Transformers", §3.1, §4.4–4.5): a student
+that reads long documents learns from a structural teacher (Sentence-BERT vectors) and a contextual teacher
+(Paragraph Vector), whose vectors ``04_distill.py teachers`` wrote beside the data.
+
+| input    | what                                                                                   |
+|----------|----------------------------------------------------------------------------------------|
+| rows     | every document of ``docs.jsonl``                                                       |
+| teachers | ``TEACH/sbert.npy`` (t), ``TEACH/pv.npy`` (t_C), ``TEACH/lengths.npy``, in that order  |
+| loss     | per document ``λ_i·L_S(y_i, t_i) + (1 − λ_i)·L_C``, ``λ_i = λ·[length_i ≤ max]``        |
+
+``L_S`` is one of ``common/train/structural.py``'s losses over the documents the mask keeps; ``L_C`` is SoftCCA
+(``common/train/softcca.py``) between ``f_S(y)`` and ``f_C(t_C)``. ``--no-weighting`` is the thesis's public code
+after its final runs: ``mask_i·L_S + L_C``. The projection heads and SoftCCA's running covariances belong to the
+module trained, so they are optimised, checkpointed and resumed with the student; RUN/model is the student, the
+heads in ``heads.safetensors`` beside it.
+"""
+
+import os
+
+import numpy as np
+import torch
+from torch import nn
+
+from common.data.documents import Documents
+from common.distill import teachers
+from common.io import InputError
+from common.models.tokens import TokenStore
+from common.train.objectives import Objective
+from common.train.softcca import SoftCCA, projection
+from common.train.structural import STRUCTURAL_LOSSES, structural_loss
+
+# The thesis's three final models (§5.1); their contextual teachers are 04_distill.py teachers' PV presets.
+PRESETS = {
+    "cosine-masked": {"structural_loss": "cos", "gamma": 1.0, "lam": 0.5, "max_structural_length": 384,
+                      "student_projection": "768(relu)x4096(relu)x2048", "teacher_projection": ""},
+    "mse-contextual": {"structural_loss": "mm-mse", "gamma": 1.0, "lam": 0.5, "max_structural_length": 0,
+                       "student_projection": "768(relu)x1024(relu)x768", "teacher_projection": "768"},
+    "only-mse": {"structural_loss": "mm-mse", "gamma": 1.0, "lam": 1.0, "max_structural_length": 0,
+                 "student_projection": "", "teacher_projection": ""},
+}
+
+
+def combine(structural, contextual, mask, lam, no_weighting=False):
+    """Per document ``λ_i·L_S + (1 − λ_i)·L_C`` with ``λ_i = λ·mask_i`` (the thesis, Eq. 3.1 and Listing 4.1), or
+    ``mask_i·L_S + L_C`` (``no_weighting``); L_S alone where there is no contextual loss."""
+    mask = mask.to(structural.dtype)
+    if contextual is None:
+        return structural
+    if no_weighting:
+        return mask * structural + contextual
+    lam = lam * mask
+    return lam * structural + (1 - lam) * contextual
+
+
+class DistillModule(nn.Module):
+    """The student encoder, both projection heads and SoftCCA's state; the heads compute in float32."""
+
+    def __init__(self, encoder, student_projection, teacher_projection, softcca):
+        super().__init__()
+        self.encoder = encoder
+        self.student_projection, self.teacher_projection, self.softcca = student_projection, teacher_projection, \
+            softcca
+
+    def forward(self, groups, index, contextual=None):
+        """Student embeddings in batch order and, given contextual-teacher vectors, SoftCCA per document."""
+        y = self.encoder(groups)[index]
+        if contextual is None:
+            return y, None
+        with torch.autocast(device_type=y.device.type, enabled=False):
+            z_s = self.student_projection(y.float())
+            z_c = self.teacher_projection(contextual.float())
+            return y, self.softcca(z_s, z_c)
+
+
+class DistillObjective(Objective):
+    name = "distill"
+    paper = "Burian 2023 (master thesis), final runs"
+    # weight decay 0.01: the final runs' configs (the thesis's tables say 0.1); warm-up 500 optimizer steps of
+    # 6 × 10 documents; length buckets of 10 micro-batches, one effective batch
+    defaults = {"lr": 3e-5, "batch_size": 6, "grad_accum": 10, "epochs": 1, "warmup": 500, "schedule": "cosine",
+                "weight_decay": 0.01, "pooling": "mean", "max_length": 4096, "normalize": False, "drop_last": True,
+                "length_buckets": 10}
+    result_args = ("teachers", "preset", "structural_loss", "gamma", "lam", "max_structural_length",
+                   "student_projection", "teacher_projection", "beta", "delta", "no_weighting")
+
+    @classmethod
+    def add_arguments(cls, parser):
+        parser.add_argument("--teachers", required=True, help="teacher vectors from 04_distill.py teachers")
+        parser.add_argument("--preset", choices=tuple(PRESETS), default="mse-contextual",
+                            help="the thesis's final models (§5.1): fills the loss flags below that are not given")
+        parser.add_argument("--structural-loss", choices=STRUCTURAL_LOSSES, default=None,
+                            help="L_S: cos, mse, or max-margin (mm-) with --gamma [preset]")
+        parser.add_argument("--gamma", type=float, default=None, help="max-margin weight of the negatives [preset]")
+        parser.add_argument("--lambda", dest="lam", type=float, default=None,
+                            help="λ: weight of L_S on documents the mask keeps, 1 − λ of L_C [preset]")
+        parser.add_argument("--max-structural-length", type=int, default=None,
+                            help="L_S only for documents of at most this many structural-teacher tokens (the "
+                                 "teacher's context); 0: every document [preset]")
+        parser.add_argument("--student-projection", default=None,
+                            help="f_S: Linear output sizes, x-separated, '(relu)' after an activated one, e.g. "
+                                 "768(relu)x4096(relu)x2048; '' = identity [preset]")
+        parser.add_argument("--teacher-projection", default=None, help="f_C, the same way [preset]")
+        parser.add_argument("--beta", type=float, default=0.95, help="SoftCCA running-covariance decay (thesis)")
+        parser.add_argument("--delta", type=float, default=0.03, help="SoftCCA weight of the SDL terms (thesis)")
+        parser.add_argument("--no-weighting", action="store_true",
+                            help="mask·L_S + L_C (the thesis's public code after its final runs) instead of the "
+                                 "thesis's λ-weighted sum")
+
+    @classmethod
+    def complete_args(cls, args):
+        for key, value in PRESETS[args.preset].items():
+            if getattr(args, key) is None:
+                setattr(args, key, value)
+
+    def uses_contextual(self):
+        args = self.args
+        return args.lam < 1 or args.max_structural_length > 0 or args.no_weighting
+
+    def build(self):
+        encoder = super().build()
+        args = self.args
+        self.docs = Documents(args.data)
+        self.structural = teachers.read_vectors(args.teachers, teachers.STRUCTURAL, self.docs.ids)
+        hidden = encoder.transformer.config.hidden_size
+        sbert_path = os.path.join(args.teachers, f"{teachers.STRUCTURAL}.npy")
+        if self.structural.shape[1] != hidden:
+            raise InputError(f"{sbert_path}: {self.structural.shape[1]} dimensions, the student has {hidden}")
+        self.lengths = teachers.read_rows(args.teachers, teachers.LENGTHS, self.docs.ids)
+        self.contextual = None
+        student_head, teacher_head, softcca = nn.Identity(), nn.Identity(), nn.Identity()
+        if self.uses_contextual():
+            self.contextual = teachers.read_vectors(args.teachers, teachers.CONTEXTUAL, self.docs.ids)
+            student_head, dim = projection(args.student_projection, hidden)
+            teacher_head, teacher_dim = projection(args.teacher_projection, self.contextual.shape[1])
+            if dim != teacher_dim:
+                raise InputError(f"--student-projection ends at {dim} dimensions, --teacher-projection at "
+                                 f"{teacher_dim} (the contextual teacher has {self.contextual.shape[1]}): "
+                                 f"SoftCCA needs the same size")
+            softcca = SoftCCA(dim, args.beta, args.delta)
+        self.info.update({key: getattr(args, key) for key in self.result_args if key != "teachers"})
+        return DistillModule(encoder, student_head, teacher_head, softcca)
+
+    def load_data(self):
+        self.store = TokenStore(self.tokenizer, self.docs.inputs(self.tokenizer.sep_token or ""), self.max_length)
+        self.train_rows = np.arange(len(self.docs.ids))
+        self.val_rows = np.zeros(0, dtype=np.int64)
+        limit = self.args.max_structural_length
+        self.mask = self.lengths <= limit if limit > 0 else np.ones(len(self.lengths), dtype=bool)
+        if not self.uses_contextual() and not self.mask.any():
+            raise InputError("no document is short enough for the structural loss and there is no contextual one")
+        if limit > 0:
+            self.say(f"structural loss on {int(self.mask.sum())} of {len(self.mask)} documents (at most {limit} "
+                     f"structural-teacher tokens); the others learn from the contextual teacher alone")
+        self.info["structural_documents"] = int(self.mask.sum())
+
+    def train_lengths(self):
+        return self.store.lengths()
+
+    def collate(self, rows):
+        rows = np.asarray(rows, dtype=np.int64)
+        groups, index = self.store.groups(rows, self.args.length_groups)
+        batch = {"groups": groups, "index": index, "structural": torch.from_numpy(self.structural[rows]),
+                 "mask": torch.from_numpy(self.mask[rows])}
+        if self.contextual is not None:
+            batch["contextual"] = torch.from_numpy(self.contextual[rows])
+        return batch
+
+    def losses(self, model, batch):
+        args = self.args
+        y, contextual = model(batch["groups"], batch["index"], batch.get("contextual"))
+        structural = structural_loss(y, batch["structural"], batch["mask"], args.structural_loss, args.gamma)
+        return combine(structural, contextual, batch["mask"], args.lam, args.no_weighting)
+
+    def save_extra(self, model, directory):
+        from safetensors.torch import save_file
+        heads = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()
+                 if not k.startswith("encoder.")}
+        if heads:
+            save_file(heads, os.path.join(directory, "heads.safetensors"))

@@ -1,0 +1,157 @@
+"""What 03_train.py and 04_distill.py train share: the training flags, their per-objective defaults, and one run
+(data check → Accelerator → model → data → loop → manifest).
+
+Flags are parsed in two passes: the first reads ``--objective`` and ``--data`` so that a bad data directory fails
+before torch is imported or a model is loaded; the second adds the chosen objective's own flags.
+"""
+
+import argparse
+import os
+
+from common import cli, io
+from common.train import objectives
+
+# flags that change the trained weights or which checkpoint becomes RUN/model: a resume must match them all
+RESULT_ARGS = ("model", "max_length", "pooling", "normalize", "lr", "weight_decay", "warmup", "schedule", "epochs",
+               "max_steps", "batch_size", "grad_accum", "clip", "seed", "eval_every", "drop_last", "length_buckets")
+# flags that change only speed, memory or logging
+SPEED_ARGS = ("checkpoint_every", "keep", "log_every", "length_groups", "gradient_checkpointing")
+
+
+def add_training_arguments(p):
+    """The shared flags. Those whose default depends on the objective default to None here and take the
+    objective's value (its paper's) after parsing; the help text names them per objective."""
+    p.add_argument("--data", required=True, help="data directory from 02_build_graph.py")
+    p.add_argument("--model", required=True, help="Hugging Face model name or local folder to start from")
+    p.add_argument("--out", required=True, help="run directory (model, checkpoints, log)")
+    p.add_argument("--max-length", type=int, default=None, help="tokens per text [objective's default]")
+    p.add_argument("--pooling", choices=("cls", "mean"), default=None, help="document vector [objective's default]")
+    p.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
+                   help="L2-normalise embeddings [objective's default; none: as the model's sentence-transformers "
+                        "config says]")
+    p.add_argument("--lr", type=float, default=None, help="peak learning rate [objective's default]")
+    p.add_argument("--weight-decay", type=float, default=None,
+                   help="AdamW weight decay, none on biases and LayerNorm [objective's default, else 0.01]")
+    p.add_argument("--warmup", type=float, default=None,
+                   help="warm-up: < 1 is a share of all steps, >= 1 a number of steps [objective's default]")
+    p.add_argument("--schedule", choices=("linear", "cosine"), default=None,
+                   help="decay after the warm-up (transformers' schedulers) [objective's default, else linear]")
+    p.add_argument("--epochs", type=int, default=None, help="epochs [objective's default]")
+    p.add_argument("--max-steps", type=int, default=0,
+                   help="stop after this many optimizer steps, the schedule spanning them (0: run all epochs)")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="examples per process and micro-batch [objective's default]. The effective batch is this × "
+                        "processes × --grad-accum (printed at start): the WikiSpecter thesis's batch of 16 on 4 GPUs "
+                        "is --batch-size 4 under 4 processes, or 16 on one")
+    p.add_argument("--grad-accum", type=int, default=None,
+                   help="micro-batches per optimizer step [objective's default, else 1]")
+    p.add_argument("--clip", type=float, default=1.0, help="gradient norm clipping (SPECTER), 0 = off")
+    p.add_argument("--seed", type=int, default=42, help="seed for initialisation, data order and dropout")
+    p.add_argument("--seeds", type=int, nargs="+", default=None, metavar="SEED",
+                   help="train one run per seed, one after another, into OUT/seed_SEED (the key-sentence thesis "
+                        "averages 5 seeds: --seeds 1 2 3 4 5; report them with 05_evaluate.py --runs OUT/seed_*); "
+                        "one process only")
+    p.add_argument("--drop-last", action=argparse.BooleanOptionalAction, default=None,
+                   help="drop the last partial batch of an epoch [objective's default: yes for in-batch-negative "
+                        "and batch-statistics losses]")
+    p.add_argument("--length-buckets", type=int, default=None,
+                   help="> 0: batches of similar length, sorted within windows of this many batches of the "
+                        "(seed, epoch) permutation, batch order shuffled [objective's default, else 0: off]")
+    p.add_argument("--gradient-checkpointing", action="store_true",
+                   help="recompute activations in the backward pass (less memory, same result)")
+    p.add_argument("--eval-every", type=int, default=1000,
+                   help="validate every N optimizer steps, besides each epoch's end (0: epoch ends only)")
+    p.add_argument("--checkpoint-every", type=int, default=1000, help="save a checkpoint every N steps (0: never)")
+    p.add_argument("--keep", type=int, default=2, help="checkpoints to keep (the newest)")
+    p.add_argument("--log-every", type=int, default=10, help="write the mean training loss every N steps")
+    p.add_argument("--length-groups", type=int, default=3,
+                   help="pad a batch as this many length-sorted sub-batches (speed only: the loss is the same)")
+
+
+FALLBACKS = {"weight_decay": 0.01, "schedule": "linear", "grad_accum": 1, "drop_last": False, "length_buckets": 0}
+
+
+def parse(argv, description, names, fixed=None):
+    """Parse a training command line for one of the objectives ``names`` (``fixed``: the only one, no flag)."""
+    first = argparse.ArgumentParser(add_help=False)
+    if not fixed:
+        first.add_argument("--objective", choices=names, default=names[0])
+    first.add_argument("--data")
+    known, _ = first.parse_known_args(argv)
+    name = fixed or known.objective
+    if known.data is not None and not any(a in ("-h", "--help") for a in argv):
+        objectives.check_data(name, known.data)
+    cls = objectives.get(name)
+    p = cli.parser(description)
+    if not fixed:
+        p.add_argument("--objective", choices=names, default=names[0],
+                       help="training objective (--objective NAME --help lists its own flags and defaults)")
+    add_training_arguments(p)
+    shown = ", ".join(f"{k}={'the model’s own' if v is None else v}" for k, v in cls.defaults.items())
+    group = p.add_argument_group(f"{name} objective ({cls.paper}); its defaults for the flags above: {shown}")
+    cls.add_arguments(group)
+    args = p.parse_args(argv)
+    args.objective = name
+    for key, value in {**FALLBACKS, **cls.defaults}.items():
+        if getattr(args, key, None) is None:
+            setattr(args, key, value)
+    cls.complete_args(args)
+    return args
+
+
+def train(args, script):
+    """One training run as the scripts start it; returns the run's counts (also written to its manifest)."""
+    from accelerate import Accelerator
+    from accelerate.utils import set_seed
+
+    from common.train.loop import TrainConfig, Trainer
+    started = io.now()
+    accelerator = Accelerator(gradient_accumulation_steps=args.grad_accum)
+    set_seed(args.seed)
+    objective = objectives.get(args.objective)(args, accelerator)
+    model = objective.build()
+    if args.gradient_checkpointing:
+        transformer = objective.encoder_of(model).transformer
+        if hasattr(transformer, "activation_checkpointing_enable"):  # the name since transformers 5
+            transformer.activation_checkpointing_enable({"use_reentrant": False})
+        else:
+            transformer.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    with accelerator.main_process_first():
+        objective.load_data()
+    cfg = TrainConfig(lr=args.lr, weight_decay=args.weight_decay, warmup=args.warmup, schedule=args.schedule,
+                      epochs=args.epochs, max_steps=args.max_steps, batch_size=args.batch_size,
+                      grad_accum=args.grad_accum, clip=args.clip, seed=args.seed, eval_every=args.eval_every,
+                      checkpoint_every=args.checkpoint_every, keep=args.keep, log_every=args.log_every,
+                      drop_last=args.drop_last, length_buckets=args.length_buckets)
+    trainer = Trainer(cfg, objective, model, accelerator, args.out, identity(args, objective))
+    best = trainer.train()
+    counts = {"train_examples": len(objective.train_rows), "val_examples": len(objective.val_rows),
+              "steps": trainer.total_steps, "warmup_steps": trainer.warmup, "processes": accelerator.num_processes}
+    if best is not None:
+        counts[f"best_{objective.selection}"] = best
+    if accelerator.is_main_process:
+        inputs = [os.path.join(args.data, name) for name in sorted(os.listdir(args.data)) if name.endswith(".jsonl")]
+        io.write_json(os.path.join(args.out, "manifest.json"),
+                      io.manifest(script, args, started, inputs=inputs, counts=counts, seed=args.seed))
+        print(f"model → {os.path.join(args.out, 'model')}")
+    return counts
+
+
+def train_seeds(args, script):
+    """``--seeds``: the same run once per seed, into OUT/seed_SEED; returns each run's counts."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise io.InputError("--seeds runs one process; under several processes launch once per --seed")
+    return [train(argparse.Namespace(**{**vars(args), "seed": seed, "seeds": None,
+                                        "out": os.path.join(args.out, f"seed_{seed}")}), script)
+            for seed in args.seeds]
+
+
+def identity(args, objective):
+    """What a checkpoint must share with the command that resumes it: every flag that changes the result, with
+    the settings the model was actually loaded with."""
+    found = {"objective": args.objective, "data": os.path.abspath(args.data)}
+    found.update({key: getattr(args, key) for key in RESULT_ARGS})
+    found.update({"max_length": objective.max_length, "pooling": objective.encoder.pooling,
+                  "normalize": objective.encoder.normalize})
+    found.update({key: getattr(args, key) for key in objective.result_args})
+    return found

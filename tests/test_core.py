@@ -1,0 +1,173 @@
+"""The training core every objective shares: registry, heads and buffers, schedules, samplers, precision helpers,
+the differentiable all-gather and the exit-status contract."""
+
+import math
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from conftest import ENV, ROOT, read_jsonl
+
+from common import cli
+from common.io import InputError, Preempted
+from common.train import objectives, run
+from common.train.loop import BucketBatchSampler
+
+TOY = ["--log-every", "1", "--eval-every", "0", "--checkpoint-every", "5", "--keep", "10"]
+
+
+@pytest.fixture
+def toy(monkeypatch):
+    monkeypatch.syspath_prepend(os.path.dirname(__file__))
+    monkeypatch.setitem(objectives.REGISTRY, "toy", objectives.Entry("toy_objective.ToyObjective", ("docs.jsonl",)))
+
+    def train(data, model, out, *extra):
+        argv = ["--data", str(data), "--model", str(model), "--out", str(out), *TOY, *map(str, extra)]
+        return run.train(run.parse(argv, "", ["toy"]), "03_train.py")
+    return train
+
+
+def test_a_registered_objective_trains_its_head_and_buffers_resumes_bit_identically_and_saves_them(
+        toy, tiny_model, tiny_data, tmp_path):
+    ref = tmp_path / "ref"
+    counts = toy(tiny_data, tiny_model, ref)
+    assert counts["steps"] == 20  # 42 rows, batch 4, drop_last: 10 full batches an epoch, 2 epochs
+    heads = load_file(str(ref / "model" / "heads.safetensors"))
+    assert set(heads) == {"head.weight", "head.bias", "running_mean"} and heads["running_mean"].abs().sum() > 0
+    initial = torch.nn.Linear(32, 3)  # the head moved away from any fresh initialisation scale
+    assert not torch.equal(heads["head.weight"], initial.weight)
+
+    out = tmp_path / "run"
+    shutil.copytree(ref, out)
+    shutil.rmtree(out / "model")
+    for step in (15, 20):
+        shutil.rmtree(out / "checkpoints" / f"step_{step}")
+    toy(tiny_data, tiny_model, out)  # resumes from step 10
+    for name in ("heads.safetensors", "model.safetensors"):
+        a, b = load_file(str(ref / "model" / name)), load_file(str(out / "model" / name))
+        assert all(torch.equal(a[k], b[k]) for k in a)
+    def log(run):
+        return [{k: v for k, v in r.items() if k != "steps_per_s"} for r in read_jsonl(run / "log.jsonl")]
+    assert log(out) == log(ref)
+
+
+def test_cosine_schedule_warms_up_then_follows_half_a_cosine(toy, tiny_model, tiny_data, tmp_path):
+    toy(tiny_data, tiny_model, tmp_path / "run", "--schedule", "cosine", "--checkpoint-every", "0")
+    lrs = [r["lr"] for r in read_jsonl(tmp_path / "run" / "log.jsonl") if "lr" in r]
+    total, warmup = 20, 2
+    for step, lr in enumerate(lrs, start=1):
+        progress = (step - warmup) / (total - warmup)
+        expected = step / warmup if step < warmup else 0.5 * (1 + math.cos(math.pi * progress))
+        assert lr == pytest.approx(1e-3 * expected, rel=1e-9, abs=1e-15)
+
+
+def test_gradient_checkpointing_changes_memory_not_the_result(toy, tiny_model, tiny_data, tmp_path):
+    toy(tiny_data, tiny_model, tmp_path / "a", "--max-steps", "4", "--checkpoint-every", "0")
+    toy(tiny_data, tiny_model, tmp_path / "b", "--max-steps", "4", "--checkpoint-every", "0",
+        "--gradient-checkpointing")
+    a, b = load_file(str(tmp_path / "a" / "model" / "model.safetensors")), \
+        load_file(str(tmp_path / "b" / "model" / "model.safetensors"))
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-6)
+
+
+def test_length_buckets_train_full_epochs(toy, tiny_model, tiny_data, tmp_path):
+    counts = toy(tiny_data, tiny_model, tmp_path / "run", "--length-buckets", "3", "--checkpoint-every", "0")
+    assert counts["steps"] == 20
+
+
+def test_bucket_sampler_sorts_within_windows_covers_every_row_and_depends_on_seed_and_epoch():
+    lengths = np.random.default_rng(0).integers(1, 500, size=103)
+    sampler = BucketBatchSampler(lengths, batch_size=8, window=4, seed=7, drop_last=False)
+    batches = list(sampler)
+    assert len(batches) == len(sampler) == 13
+    assert sorted(i for b in batches for i in b) == list(range(103))
+    order = np.random.default_rng([7, 0]).permutation(103)
+    windows = [set(order[s:s + 32].tolist()) for s in range(0, 103, 32)]
+    for b in batches:  # every batch comes from one window, longest first
+        assert any(set(b) <= w for w in windows)
+        assert list(lengths[b]) == sorted(lengths[b], reverse=True)
+    assert batches == list(sampler)
+    sampler.epoch = 1
+    assert batches != list(sampler)
+    dropped = BucketBatchSampler(lengths, batch_size=8, window=4, seed=7, drop_last=True)
+    assert len(list(dropped)) == len(dropped) == 12 and all(len(b) == 8 for b in dropped)
+
+
+def test_in_fp32_computes_a_loss_head_in_float32_under_bf16_autocast():
+    from common.train.losses import in_fp32
+
+    @in_fp32
+    def logsumexp(x):
+        return torch.logsumexp(x @ x.T * 20, dim=1)
+
+    x = torch.randn(16, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = logsumexp(x.bfloat16())
+    assert y.dtype == torch.float32
+    torch.testing.assert_close(y, torch.logsumexp(x.bfloat16().float() @ x.bfloat16().float().T * 20, dim=1))
+
+
+def _gather_worker(rank, world, port, shards, out):
+    import torch.distributed as dist
+
+    from common.train.distributed import all_gather_with_grad
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    queries = shards[rank][0].clone().requires_grad_(True)
+    docs = shards[rank][1].clone().requires_grad_(True)
+    all_docs = all_gather_with_grad(docs)
+    labels = torch.arange(len(queries)) + rank * len(queries)
+    torch.nn.functional.cross_entropy(queries @ all_docs.T, labels).backward()
+    torch.save({"q": queries.grad, "d": docs.grad}, os.path.join(out, f"grad_{rank}.pt"))
+    dist.destroy_process_group()
+
+
+def test_all_gather_with_grad_on_two_processes_equals_one_process_holding_both_shards(tmp_path):
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    torch.manual_seed(0)
+    queries, docs = torch.randn(6, 5), torch.randn(6, 5)
+    shards = [(queries[:3], docs[:3]), (queries[3:], docs[3:])]
+    torch.multiprocessing.spawn(_gather_worker, args=(2, port, shards, str(tmp_path)), nprocs=2)
+    q, d = queries.clone().requires_grad_(True), docs.clone().requires_grad_(True)
+    torch.nn.functional.cross_entropy(q @ d.T, torch.arange(6)).backward()
+    grads = [torch.load(tmp_path / f"grad_{r}.pt") for r in range(2)]
+    # DDP averages parameter gradients over the 2 processes: the mean of the per-process losses' gradients
+    torch.testing.assert_close(torch.cat([g["q"] for g in grads]) / 2, q.grad)
+    torch.testing.assert_close(torch.cat([g["d"] for g in grads]) / 2, d.grad)
+
+
+def test_preemption_exits_143_and_bad_input_2():
+    def preempted():
+        raise Preempted(5)
+
+    def bad():
+        raise InputError("x.jsonl:3: bad")
+    for main, status in ((preempted, 143), (bad, 2)):
+        with pytest.raises(SystemExit) as e:
+            cli.run(main)
+        assert e.value.code == status
+
+
+def test_a_bad_data_directory_fails_before_torch_is_imported(tmp_path):
+    code = ("import runpy, sys\nsys.argv = ['03_train.py', '--data', 'nowhere', '--model', 'm', '--out', 'o']\n"
+            "try:\n    runpy.run_path('03_train.py', run_name='__main__')\n"
+            "except SystemExit as e:\n    print(e.code, 'torch' in sys.modules)\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=ENV, capture_output=True, text=True)
+    assert proc.stdout.split() == ["2", "False"]
+    assert proc.stderr.strip() == "error: nowhere: no such data directory"
+
+
+def test_every_flag_is_either_result_or_speed(tiny_data):
+    args = run.parse(["--data", str(tiny_data), "--model", "m", "--out", "o"], "", ["triplet"])
+    shared = set(vars(args)) - {"objective", "data", "out", "seeds", "margin"}
+    assert shared == set(run.RESULT_ARGS) | set(run.SPEED_ARGS)
+    assert not set(run.RESULT_ARGS) & set(run.SPEED_ARGS)

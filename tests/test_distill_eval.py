@@ -1,0 +1,64 @@
+"""The thesis's evaluation: the classification head's training-set cuts, similarity ranking by hand, and the Lee
+corpus gensim installs, through 05_evaluate.py."""
+
+import importlib.util
+import json
+import os
+
+import numpy as np
+import pytest
+
+from conftest import ROOT
+
+from common import io
+from common.data import testsets
+from common.eval import classify, similarity
+
+
+def test_training_cuts_take_the_first_documents_of_each_label_in_proportion():
+    labels = ["a", "a", "a", "b", "b", "c"]
+    assert classify.shorten(labels, 3).tolist() == [0, 3, 5]  # a 1, b 1, c 0 → the rarest topped up
+    assert classify.shorten(labels, 10).tolist() == list(range(6))
+
+
+def test_the_head_separates_separable_documents_and_pairs_are_concatenated():
+    rng = np.random.default_rng(0)
+    emb = np.concatenate([rng.normal(-2, 0.3, (30, 4)), rng.normal(2, 0.3, (30, 4))]).astype(np.float32)
+    labels = ["neg"] * 30 + ["pos"] * 30
+    order = rng.permutation(60)
+    train = (order[:40, None], [labels[i] for i in order[:40]])
+    test = (order[40:, None], [labels[i] for i in order[40:]])
+    assert classify.classify(emb, train, test) == {"acc_1k": 1.0, "acc_10k": 1.0, "acc_all": 1.0}
+    pairs = np.array([[0, 1], [2, 3]])
+    assert classify.features(emb, pairs).tolist() == [emb[0].tolist() + emb[1].tolist(),
+                                                      emb[2].tolist() + emb[3].tolist()]
+
+
+def test_similarity_ranks_the_corpus_without_the_source_and_scores_map_and_mrr():
+    emb = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.7, 0.7]])
+    index = {f"d{i}": i for i in range(4)}
+    # d0 ranks d1, d3, d2; its targets d3 (rank 2) and d2 (rank 3): AP (1/2 + 2/3) / 2, first hit at rank 2
+    got = similarity.ranking(emb, index, {"d0": {"d3": 1, "d2": 1, "d1": 0}})
+    assert got == pytest.approx({"map": (1 / 2 + 2 / 3) / 2, "mrr": 1 / 2})
+
+
+def test_the_lee_corpus_becomes_a_similarity_data_directory_that_05_scores(tiny_model, tmp_path):
+    with io.Outputs(tmp_path / "lee") as out:
+        counts = testsets.lee(out)
+    assert counts == {"documents": 50, "rated_pairs": 1225, "similarity_targets": 286}
+    first = json.loads((tmp_path / "lee" / "similarity.ratings.jsonl").read_text().split("\n")[0])
+    assert first == {"a": "lee0", "b": "lee1", "score": 0.3}
+    spec = importlib.util.spec_from_file_location("evaluate_script", os.path.join(ROOT, "05_evaluate.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main(["--data", str(tmp_path / "lee"), "--model", f"tiny={tiny_model}", "--out", str(tmp_path / "eval")])
+    metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+    assert set(metrics["tiny"]) == {"similarity"} and set(metrics["tiny"]["similarity"]) == {"map", "mrr",
+                                                                                             "spearman"}
+    emb = np.load(tmp_path / "eval" / "tiny.npy").astype(np.float64)
+    pairs, scores = similarity.read_ratings(str(tmp_path / "lee" / "similarity.ratings.jsonl"),
+                                            {f"lee{i}": i for i in range(50)})
+    from scipy.stats import spearmanr
+    unit = emb / np.linalg.norm(emb, axis=1, keepdims=True)
+    expected = spearmanr((unit[pairs[:, 0]] * unit[pairs[:, 1]]).sum(1), scores).statistic
+    assert metrics["tiny"]["similarity"]["spearman"] == pytest.approx(expected, abs=1e-6)

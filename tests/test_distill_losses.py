@@ -1,0 +1,139 @@
+"""Distillation's losses against independent computations: the structural losses by hand, SoftCCA against NumPy
+over several steps, the λ/mask weighting, and the Longformer conversion."""
+
+import numpy as np
+import pytest
+import torch
+
+from common.train.objectives.distill import combine
+from common.train.softcca import SoftCCA, projection
+from common.train.structural import structural_loss
+
+Y = torch.tensor([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]])
+T = torch.tensor([[1.0, 1.0], [0.0, 1.0], [2.0, 0.0]])
+ALL = torch.tensor([True, True, True])
+
+
+def test_cos_and_mse_compare_each_document_with_its_own_teacher_vector():
+    r2 = 2 ** 0.5
+    assert structural_loss(Y, T, ALL, "cos").tolist() == pytest.approx([1 - 1 / r2, 0.0, 1 - 1 / r2])
+    assert structural_loss(Y, T, ALL, "mse").tolist() == pytest.approx([0.5, 0.5, 1.0])
+
+
+def test_max_margin_subtracts_gamma_times_the_mean_distance_to_the_other_teacher_vectors():
+    mse = lambda a, b: float(((np.array(a) - np.array(b)) ** 2).mean())  # noqa: E731
+    y, t = Y.tolist(), T.tolist()
+    expected = [mse(y[i], t[i]) - 0.5 * np.mean([mse(y[i], t[j]) for j in range(3) if j != i]) for i in range(3)]
+    assert structural_loss(Y, T, ALL, "mm-mse", gamma=0.5).tolist() == pytest.approx(expected)
+    cos = lambda a, b: 1 - float(np.dot(a, b) / np.linalg.norm(a) / np.linalg.norm(b))  # noqa: E731
+    expected = [cos(y[i], t[i]) - 1.5 * np.mean([cos(y[i], t[j]) for j in range(3) if j != i]) for i in range(3)]
+    assert structural_loss(Y, T, ALL, "mm-cos", gamma=1.5).tolist() == pytest.approx(expected)
+
+
+def test_max_margin_mse_at_gamma_one_is_linear_in_the_student_vector():
+    torch.manual_seed(0)
+    y, t = torch.randn(5, 4), torch.randn(5, 4)
+    others = (t.sum(0) - t) / 4
+    # the quadratic terms cancel: (‖t_i‖² − mean_j ‖t_j‖²)/d − 2·y·(t_i − mean_j t_j)/d
+    expected = ((t ** 2).sum(1) - ((t ** 2).sum(1).sum() - (t ** 2).sum(1)) / 4 - 2 * (y * (t - others)).sum(1)) / 4
+    torch.testing.assert_close(structural_loss(y, t, torch.ones(5, dtype=torch.bool), "mm-mse"), expected)
+
+
+def test_masked_documents_get_no_structural_loss_and_are_no_ones_negative():
+    mask = torch.tensor([True, False, True])
+    base = structural_loss(Y, T, mask, "mm-mse")
+    moved = T.clone()
+    moved[1] = 100.0
+    assert base[1] == 0 and torch.equal(structural_loss(Y, moved, mask, "mm-mse"), base)
+    kept = torch.tensor([True, False, True])
+    torch.testing.assert_close(base[kept], structural_loss(Y[kept], T[kept], torch.ones(2, dtype=torch.bool),
+                                                           "mm-mse"))
+    alone = torch.tensor([False, True, False])  # one kept document: no negatives
+    assert structural_loss(Y, T, alone, "mm-mse").tolist() == pytest.approx([0.0, 0.5, 0.0])
+
+
+def test_lambda_weights_short_documents_and_long_ones_learn_only_from_the_contextual_loss():
+    s, c, mask = torch.tensor([1.0, 2.0, 3.0]), torch.tensor([10.0, 20.0, 30.0]), torch.tensor([True, False, True])
+    assert combine(s, c, mask, 0.5).tolist() == [5.5, 20.0, 16.5]
+    assert combine(s, c, mask, 0.5, no_weighting=True).tolist() == [11.0, 20.0, 33.0]
+    assert combine(s, None, mask, 1.0).tolist() == [1.0, 2.0, 3.0]
+
+
+def test_lambda_zero_sends_gradient_only_through_the_contextual_loss():
+    torch.manual_seed(0)
+    y = torch.randn(4, 3, requires_grad=True)
+    t, context = torch.randn(4, 3), torch.randn(4, 3)
+    head = SoftCCA(3)
+    loss = combine(structural_loss(y, t, torch.ones(4, dtype=torch.bool), "cos"), head(y, context),
+                   torch.ones(4, dtype=torch.bool), 0.0).mean()
+    (grad,) = torch.autograd.grad(loss, y)
+    (only_contextual,) = torch.autograd.grad(SoftCCA(3)(y, context).mean(), y)
+    torch.testing.assert_close(grad, only_contextual)
+
+
+def _numpy_sdl(z, running, norm, beta, bn_mean, bn_var, training):
+    """One SDL step in NumPy: batch norm (batch statistics in training, running ones in evaluation), the running
+    covariance and its normaliser, the mean absolute off-diagonal."""
+    if training:
+        mean, var = z.mean(0), z.var(0)
+        bn_mean, bn_var = 0.9 * bn_mean + 0.1 * mean, 0.9 * bn_var + 0.1 * z.var(0, ddof=1)
+    else:
+        mean, var = bn_mean, bn_var
+    zh = (z - mean) / np.sqrt(var + 1e-5)
+    phi = beta * running + zh.T @ zh / (len(z) - 1)
+    n = beta * norm + 1
+    a = np.abs(phi / n)
+    sdl = (a.sum() - np.trace(a)) / (a.size - len(a))
+    return sdl, (phi, n, bn_mean, bn_var) if training else (running, norm, bn_mean, bn_var)
+
+
+def test_softcca_equals_numpy_over_steps_and_is_frozen_in_evaluation():
+    rng = np.random.default_rng(0)
+    head = SoftCCA(3, beta=0.95, delta=0.03)
+    state = {side: (np.zeros((3, 3)), 0.0, np.zeros(3), np.ones(3)) for side in ("s", "c")}
+    for step in range(4):
+        training = step < 3
+        head.train(training)
+        zs, zc = rng.normal(size=(6, 3)), rng.normal(size=(6, 3)) * 2 + 1
+        sdl = {}
+        for side, z in (("s", zs), ("c", zc)):
+            sdl[side], state[side] = _numpy_sdl(z, *state[side][:2], 0.95, *state[side][2:], training)
+        expected = ((zs - zc) ** 2).mean(1) + 0.03 * (sdl["s"] + sdl["c"])
+        got = head(torch.tensor(zs, dtype=torch.float32), torch.tensor(zc, dtype=torch.float32))
+        np.testing.assert_allclose(got.detach().numpy(), expected, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(head.student.running.numpy(), state["s"][0], rtol=1e-5, atol=1e-6)
+        assert head.student.norm.item() == pytest.approx(state["s"][1])
+    assert head.student.norm.item() == pytest.approx(1 + 0.95 + 0.95 ** 2)  # three training steps, not four
+
+
+def test_sdl_is_zero_for_decorrelated_views():
+    z = torch.tensor([[1.0, 1.0], [1.0, -1.0], [-1.0, 1.0], [-1.0, -1.0]])
+    head = SoftCCA(2)
+    assert head.student(z).item() == pytest.approx(0.0, abs=1e-7)
+
+
+def test_projection_specs_build_linear_blocks_with_relu_where_marked():
+    module, size = projection("8(relu)x16(relu)x4", 3)
+    assert size == 4 and [type(m).__name__ for m in module] == ["Linear", "ReLU", "Linear", "ReLU", "Linear"]
+    assert [m.out_features for m in module if hasattr(m, "out_features")] == [8, 16, 4]
+    identity, size = projection("", 7)
+    assert size == 7 and isinstance(identity, torch.nn.Identity)
+
+
+def test_a_converted_longformer_equals_the_original_on_inputs_shorter_than_half_the_window(tiny_model):
+    from transformers import AutoModel, AutoTokenizer
+
+    from common.models.longformer import convert_to_longformer
+    long, tokenizer = convert_to_longformer(str(tiny_model), max_length=256, window=32)
+    short = AutoModel.from_pretrained(str(tiny_model)).eval()
+    assert long.config.max_position_embeddings == 257 and tokenizer.model_max_length == 256
+    enc = AutoTokenizer.from_pretrained(str(tiny_model))(
+        ["kaupunki maa joki meri vuori metsä järvi saari tie", "kirja"], padding=True, return_tensors="pt")
+    assert enc["input_ids"].shape[1] <= 16
+    with torch.no_grad():
+        a = short(**enc).last_hidden_state
+        b = long.eval()(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).last_hidden_state
+    keep = enc["attention_mask"].bool()
+    torch.testing.assert_close(b[keep], a[keep], rtol=1e-4, atol=1e-5)
+    positions = long.embeddings.position_embeddings.weight
+    torch.testing.assert_close(positions[1 + 64], short.embeddings.position_embeddings.weight[0])  # tiled

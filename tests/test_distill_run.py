@@ -1,0 +1,137 @@
+"""04_distill.py as a user runs it, in-process on the tiny model: teacher files aligned with docs.jsonl, a
+reproducible Paragraph-Vector teacher past gensim's 10,000 words, training that resumes bit-identically with its
+heads and running covariances, a student sentence-transformers loads, and bad teacher files refused in one line."""
+
+import importlib.util
+import os
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from conftest import ROOT, one_error_line, read_jsonl, run_script
+
+from common.data.documents import Documents
+from common.distill.paragraph_vector import MAX_WORDS, ParagraphVector, chunks
+from common.io import InputError
+
+TRAIN = ["--max-length", "64", "--batch-size", "4", "--grad-accum", "1", "--warmup", "0", "--log-every", "1",
+         "--checkpoint-every", "5", "--keep", "10", "--length-buckets", "0", "--preset", "cosine-masked",
+         "--student-projection", "16(relu)x8", "--teacher-projection", "", "--max-structural-length", "12",
+         "--epochs", "1"]
+
+
+def distill():
+    spec = importlib.util.spec_from_file_location("distill_script", os.path.join(ROOT, "04_distill.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
+
+
+@pytest.fixture(scope="module")
+def teach(tiny_model, tiny_data, tmp_path_factory):
+    out = tmp_path_factory.mktemp("teach") / "teach"
+    distill()(["teachers", "--data", str(tiny_data), "--out", str(out), "--teacher", str(tiny_model),
+               "--teacher-max-length", "64", "--pv-vector-size", "8", "--pv-epochs", "3", "--pv-min-count", "1"])
+    return out
+
+
+def test_teacher_rows_follow_docs_jsonl_and_lengths_exclude_special_tokens(teach, tiny_model, tiny_data):
+    from transformers import AutoTokenizer
+
+    from common.models.encoder import load_encoder
+    docs = Documents(tiny_data)
+    for name in ("sbert", "pv", "lengths"):
+        with open(teach / f"{name}.ids.txt", encoding="utf-8") as f:
+            assert f.read().split("\n")[:-1] == docs.ids
+    sbert, lengths = np.load(teach / "sbert.npy"), np.load(teach / "lengths.npy")
+    assert sbert.shape == (len(docs.ids), 32) and np.load(teach / "pv.npy").shape == (len(docs.ids), 8)
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model))
+    text = docs.inputs(tokenizer.sep_token)[7]
+    assert lengths[7] == len(tokenizer(text, add_special_tokens=False)["input_ids"])
+    encoder, tokenizer, _ = load_encoder(str(tiny_model), pooling="mean", normalize=False)
+    enc = tokenizer([text], truncation=True, max_length=64, return_tensors="pt")
+    with torch.no_grad():
+        expected = encoder.eval().embed(enc["input_ids"], enc["attention_mask"])[0].numpy()
+    np.testing.assert_allclose(sbert[7], expected, rtol=1e-4, atol=1e-5)  # mean-pooled, not normalised
+
+
+def test_paragraph_vectors_are_reproducible_order_free_and_read_past_ten_thousand_words():
+    vocab = [f"w{i}" for i in range(40)]
+    rng = np.random.default_rng(0)
+    texts = [" ".join(rng.choice(vocab[:20], 30)) for _ in range(20)]
+    head = " ".join(rng.choice(vocab[:20], MAX_WORDS))
+    long_a, long_b = head + " " + " ".join(["w30"] * 500), head + " " + " ".join(["w31"] * 500)
+    texts += [long_a, long_b, " ".join(["w30", "w31"] * 20)]
+    assert [len(c) for c in chunks(long_a.split())] == [MAX_WORDS, 500]
+    counts = {}
+    a = ParagraphVector.train(texts, vector_size=8, min_count=1, epochs=2, counts=counts)
+    b = ParagraphVector.train(texts, vector_size=8, min_count=1, epochs=2)
+    assert counts["pv_documents_chunked"] == 2 and len(a.models["dm"].dv) == len(texts)  # chunks share a tag
+    forward = a.embed(texts)
+    np.testing.assert_array_equal(forward, b.embed(texts))
+    np.testing.assert_array_equal(forward[::-1], a.embed(texts[::-1]))
+    assert not np.allclose(forward[-3], forward[-2])  # the words after 10,000 count
+
+
+def test_training_resumes_bit_identically_with_heads_and_running_covariances(teach, tiny_model, tiny_data,
+                                                                             tmp_path):
+    main = distill()
+    student = tmp_path / "student"
+    main(["convert-long", "--model", str(tiny_model), "--out", str(student), "--max-length", "64", "--window", "16"])
+
+    def train(out):
+        return main(["train", "--data", str(tiny_data), "--teachers", str(teach), "--model", str(student), "--out",
+                     str(out), *TRAIN])
+    ref = tmp_path / "ref"
+    counts = train(ref)
+    assert counts["steps"] == 15  # 60 documents, batch 4, the last partial batch dropped
+    heads = load_file(str(ref / "model" / "heads.safetensors"))
+    assert heads["softcca.student.norm"].item() == pytest.approx(sum(0.95 ** k for k in range(15)), rel=1e-5)
+    assert {"student_projection.0.weight", "softcca.teacher.running",
+            "softcca.student.batch_norm.running_var"} <= set(heads)
+    out = tmp_path / "run"
+    shutil.copytree(ref, out)
+    shutil.rmtree(out / "model")
+    shutil.rmtree(out / "checkpoints" / "step_15")
+    train(out)  # resumes from step 10
+    for name in ("heads.safetensors", "model.safetensors"):
+        a, b = load_file(str(ref / "model" / name)), load_file(str(out / "model" / name))
+        assert all(torch.equal(a[k], b[k]) for k in a)
+    losses = lambda run: [r["loss"] for r in read_jsonl(run / "log.jsonl")]  # noqa: E731
+    assert losses(out) == losses(ref)
+
+    from sentence_transformers import SentenceTransformer
+
+    from common.models.encoder import load_encoder
+    docs = Documents(tiny_data)
+    texts = docs.inputs("[SEP]")[:3]
+    st = SentenceTransformer(str(ref / "model"), device="cpu").encode(texts, convert_to_numpy=True)
+    encoder, tokenizer, settings = load_encoder(str(ref / "model"))
+    assert settings["pooling"] == "mean" and not settings["normalize"] and settings["max_length"] == 64
+    enc = tokenizer(texts, truncation=True, max_length=64, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        ours = encoder.eval().embed(enc["input_ids"], enc["attention_mask"]).numpy()
+    np.testing.assert_allclose(st, ours, rtol=1e-4, atol=1e-5)
+
+
+def test_teacher_files_that_do_not_match_docs_jsonl_are_refused_before_anything_is_written(
+        teach, tiny_model, tiny_data, tmp_path):
+    main = distill()
+    for name, change, message in (
+            ("ids", lambda d: (d / "sbert.ids.txt").write_text("x\n" * 60), "sbert.ids.txt:1: id 'x', but "),
+            ("dims", lambda d: np.save(d / "sbert.npy", np.zeros((60, 5), dtype=np.float32)),
+             "sbert.npy: 5 dimensions, the student has 32")):
+        bad = tmp_path / name
+        shutil.copytree(teach, bad)
+        change(bad)
+        with pytest.raises(InputError, match=message):
+            main(["train", "--data", str(tiny_data), "--teachers", str(bad), "--model", str(tiny_model), "--out",
+                  str(tmp_path / f"run-{name}"), *TRAIN])
+        assert not (tmp_path / f"run-{name}").exists()
+    proc = run_script("04_distill.py", "train", "--data", tiny_data, "--teachers", tmp_path / "ids", "--model",
+                      tiny_model, "--out", tmp_path / "run-cli", *TRAIN, check=False)
+    assert proc.returncode == 2 and "sbert.ids.txt:1: id 'x'" in one_error_line(proc.stderr)
+    assert not (tmp_path / "run-cli").exists()

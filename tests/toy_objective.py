@@ -1,0 +1,77 @@
+"""A toy objective registered by the tests: a classification head and a running-mean buffer on top of the encoder,
+with per-example token dropping drawn from (seed, epoch, example). Nothing in the loop or in 03 knows about it."""
+
+import os
+
+import numpy as np
+import torch
+from safetensors.torch import save_file
+from torch import nn
+
+from common.data.documents import Documents
+from common.models.tokens import TokenStore
+from common.train.losses import in_fp32
+from common.train.objectives import Objective
+
+
+class ToyModule(nn.Module):
+    def __init__(self, encoder, classes):
+        super().__init__()
+        self.encoder = encoder
+        self.head = nn.Linear(encoder.transformer.config.hidden_size, classes)
+        self.register_buffer("running_mean", torch.zeros(encoder.transformer.config.hidden_size))
+
+    def forward(self, groups):
+        emb = self.encoder(groups)
+        if self.training:
+            with torch.no_grad():
+                self.running_mean.mul_(0.9).add_(0.1 * emb.detach().float().mean(0))
+        return self.head(emb - self.running_mean)
+
+
+@in_fp32
+def cross_entropy(logits, labels):
+    return nn.functional.cross_entropy(logits, labels, reduction="none")
+
+
+class ToyObjective(Objective):
+    name = "toy"
+    paper = "none (a test)"
+    defaults = {"lr": 1e-3, "batch_size": 4, "epochs": 2, "warmup": 0.1, "pooling": "mean", "max_length": 32,
+                "normalize": False, "drop_last": True}
+
+    def build(self):
+        return ToyModule(super().build(), 3)
+
+    def load_data(self):
+        docs = Documents(self.args.data)
+        self.store = TokenStore(self.tokenizer, docs.inputs(self.tokenizer.sep_token), self.max_length)
+        rows = np.stack([np.arange(len(docs.ids)), np.arange(len(docs.ids)) % 3], axis=1)
+        self.train_rows, self.val_rows = rows[:40], rows[40:]
+        self.epoch = 0
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+
+    def train_lengths(self):
+        return self.store.lengths()[self.train_rows[:, 0]]
+
+    def collate(self, rows):
+        rows = np.asarray(rows).reshape(-1, 2)
+        ids, mask = self.store.pad(rows[:, 0])
+        for r, example in enumerate(rows[:, 0]):  # drop one token, drawn from (seed, epoch, example)
+            rng = np.random.default_rng([self.args.seed, self.epoch, int(example)])
+            mask[r, rng.integers(1, max(2, int(mask[r].sum())))] = 0
+        return {"groups": [(ids, mask)], "labels": torch.from_numpy(rows[:, 1])}
+
+    def losses(self, model, batch):
+        return cross_entropy(model(batch["groups"]), batch["labels"])
+
+    @torch.no_grad()
+    def validate(self, model, loader, accelerator):
+        values = [accelerator.gather_for_metrics(self.losses(model, batch)) for batch in loader]
+        return {"val_loss": torch.cat(values).mean().item()}
+
+    def save_extra(self, model, directory):
+        save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()
+                   if not k.startswith("encoder.")}, os.path.join(directory, "heads.safetensors"))
