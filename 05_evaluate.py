@@ -34,12 +34,13 @@ EMBEDDING_TASKS = {"crossref", "topics", "lexical", "classify", "similarity"}
 
 
 def _named(values, flag, what):
+    """``NAME=VALUE`` arguments → {name: value}; a name becomes the file names of its embeddings."""
     out = {}
     for value in values or []:
         name, sep, rest = value.partition("=")
         if not sep or not name or not rest:
             raise InputError(f"{flag} {value!r}: expected NAME={what}")
-        out[name] = rest
+        out[io.safe_name(name, f"{flag} {value!r}: NAME")] = rest
     return out
 
 

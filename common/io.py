@@ -4,6 +4,7 @@ import datetime
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from importlib import metadata
@@ -17,6 +18,20 @@ class Preempted(Exception):
 
 class InputError(Exception):
     """Bad input a user can fix; the scripts print it as one line and exit non-zero."""
+
+
+_SAFE_NAME = re.compile(r"\w[\w.-]{0,99}")
+
+
+def safe_name(name, what):
+    """``name``, checked to be usable as (part of) a file name in an output folder: letters, digits, '_', '-' and
+    '.', not first, at most 100 characters, so that it can neither leave the folder nor name a hidden file. A name
+    from data or the command line goes through here before it becomes a path; ``what`` says where it came from in
+    the one-line error (e.g. ``"articles.jsonl:3: label level"``)."""
+    if not isinstance(name, str) or not _SAFE_NAME.fullmatch(name):
+        raise InputError(f"{what} {name!r} cannot be a file name: use at most 100 letters, digits, '_', '-' and "
+                         f"'.' (not first)")
+    return name
 
 
 def read_jsonl(path, required=()):
@@ -67,6 +82,8 @@ class Outputs:
         return self
 
     def path(self, name):
+        if os.path.isabs(name) or ".." in name.replace("\\", "/").split("/"):  # names pass safe_name first
+            raise ValueError(f"{name!r} would leave {self.directory}")
         return os.path.join(self.directory, name)
 
     def open(self, name, mode="w"):

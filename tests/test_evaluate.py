@@ -8,7 +8,8 @@ import pytest
 from conftest import script_error
 
 
-@pytest.mark.parametrize("case", ["unknown-id", "bad-qrels-line", "task", "no-dir", "model-syntax"])
+@pytest.mark.parametrize("case", ["unknown-id", "bad-qrels-line", "task", "no-dir", "model-syntax", "model-name",
+                                  "topic-level"])
 def test_bad_evaluation_input_is_a_one_line_error(tiny_model, tiny_data, tmp_path, case):
     data = tmp_path / "data"
     shutil.copytree(tiny_data, data)
@@ -26,9 +27,18 @@ def test_bad_evaluation_input_is_a_one_line_error(tiny_model, tiny_data, tmp_pat
     elif case == "no-dir":
         args[1] = tmp_path / "nowhere"
         expected = f"error: {tmp_path / 'nowhere'}: no such data directory"
-    else:
+    elif case == "model-syntax":
         args[3] = str(tiny_model)
         expected = f"error: --model {str(tiny_model)!r}: expected NAME=MODEL"
+    elif case == "model-name":  # the name becomes EVAL/<name>.npy
+        args[3] = f"../../x={tiny_model}"
+        expected = (f"error: --model {args[3]!r}: NAME '../../x' cannot be a file name: use at most 100 letters, "
+                    "digits, '_', '-' and '.' (not first)")
+    else:  # the level becomes EVAL/tsne_<level>.png
+        for part in ("train", "test"):
+            shutil.copy(data / f"topics.top.{part}.jsonl", data / f"topics.a b.{part}.jsonl")
+        expected = (f"error: {data / 'topics.a b.train.jsonl'}: topic level 'a b' cannot be a file name: use at most "
+                    "100 letters, digits, '_', '-' and '.' (not first)")
     assert script_error("05_evaluate.py", *args) == expected
     assert not (tmp_path / "eval").exists() or os.listdir(tmp_path / "eval") == []
 

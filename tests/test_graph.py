@@ -248,6 +248,17 @@ def test_bad_articles_fail_with_file_and_line(tmp_path, lines, expected):
     assert not out.exists() or os.listdir(out) == []
 
 
+def test_a_label_level_that_is_no_safe_file_name_is_refused_and_nothing_is_written(tmp_path):
+    (tmp_path / "a").mkdir()
+    src = write_articles(tmp_path / "a" / "articles.jsonl", [article("a", ["b"], labels={"top": "x"}),
+                                                             article("b", ["a"], labels={"x/../../../PWNED": "y"})])
+    out = tmp_path / "a" / "data"
+    assert script_error("02_build_graph.py", "--articles", src, "--out", out) == (
+        f"error: {src}:2: label level 'x/../../../PWNED' cannot be a file name: use at most 100 letters, digits, "
+        "'_', '-' and '.' (not first)")
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["a", "articles.jsonl", "data"]
+
+
 def test_ids_with_tabs_quotes_and_non_ascii_round_trip_through_every_file(tmp_path):
     odd = ["tab\there", 'quote"d', "back\\slash", "ä ö", "x"]
     articles = [article(odd[i], [odd[(i + 1) % 5], odd[(i + 2) % 5]]) for i in range(5)]

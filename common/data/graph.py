@@ -13,7 +13,7 @@ import scipy.sparse as sp
 
 import orjson
 
-from common.io import InputError, read_jsonl
+from common.io import InputError, read_jsonl, safe_name
 
 CHUNK_ROWS = 4096  # fixed: the random streams are consumed chunk by chunk, so it is part of the seed's meaning
 
@@ -86,6 +86,8 @@ def read_articles(path, docs_out, counts):
                     continue
                 if type(name) is not str:
                     raise InputError(f"{path}:{lineno}: label {level!r} must be a string")
+                if level not in label_docs:  # a level names the topics.<level>.*.jsonl files
+                    safe_name(level, f"{path}:{lineno}: label level")
                 label_docs.setdefault(level, array("q")).append(index)
                 label_names.setdefault(level, []).append(name)
     docs_out.writelines(batch)

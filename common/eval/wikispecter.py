@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 
-from common.io import InputError, read_jsonl
+from common.io import InputError, read_jsonl, safe_name
 from common.eval.metrics import ranking_metrics
 
 SNOWBALL = {"fi": "finnish", "en": "english", "sv": "swedish", "de": "german", "fr": "french", "es": "spanish",
@@ -85,7 +85,7 @@ def topic_levels(data_dir):
     for name in os.listdir(data_dir):
         m = re.fullmatch(r"topics\.(.+)\.train\.jsonl", name)
         if m and os.path.exists(os.path.join(data_dir, f"topics.{m.group(1)}.test.jsonl")):
-            levels.add(m.group(1))
+            levels.add(safe_name(m.group(1), f"{os.path.join(data_dir, name)}: topic level"))  # names tsne_<level>.png
     return sorted(levels)
 
 
