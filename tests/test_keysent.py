@@ -235,3 +235,10 @@ def test_extract_with_a_model_not_trained_for_key_sentences_needs_a_query(tiny_m
                       tmp_path / "k.jsonl", check=False)
     assert proc.returncode == 2 and one_error_line(proc.stderr).endswith("give --query TEXT")
     assert not (tmp_path / "k.jsonl").exists()
+
+
+def test_extract_with_a_model_that_does_not_exist_is_a_one_line_error(tmp_path):
+    src = write(tmp_path / "new.jsonl", [{"id": "n1", "text": "A sentence."}])
+    assert script_error("05_evaluate.py", "extract", "--model", tmp_path / "none", "--input", src, "--out",
+                        tmp_path / "k.jsonl") == (f"error: {tmp_path / 'none'}: no such model folder, nor a model of "
+                                                  "that name in the local Hugging Face cache")

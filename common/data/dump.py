@@ -33,9 +33,11 @@ class Page(NamedTuple):
     text: str
 
 
-def _decompressed_blocks(f, new_decompressor, block=1 << 20):
-    """Decompress a file block by block; one C call per block releases the GIL for its whole duration.
-    Concatenated streams (bz2 multistream, multi-member gzip) are followed; a stream cut short raises EOFError."""
+def _decompressed_blocks(f, new_decompressor, block=1 << 14):
+    """Decompress a file a block at a time; one C call per block releases the GIL for its whole duration.
+    Concatenated streams (bz2 multistream, multi-member gzip) are followed; a stream cut short raises EOFError.
+    Blocks are smaller than a bz2 block (100-900 KB of text), so that what decompressed before a corrupt bz2 block
+    is still handed on (a failing call returns nothing) and the error can name the last page read."""
     dec, fed = new_decompressor(), False
     while True:
         data = f.read(block)
@@ -180,6 +182,13 @@ class DumpReader:
                 self._last = page
                 yield page
 
+    def _number(self, elem, title):
+        try:
+            return int(elem.text)
+        except (TypeError, ValueError):
+            raise InputError(f"{self.path}: page {title!r} has <{_local(elem.tag)}>{elem.text or ''}</"
+                             f"{_local(elem.tag)}>, not a number") from None
+
     def _page(self, elem):
         title, ns, page_id, redirect, text = "", 0, None, "", ""
         for child in elem:
@@ -187,9 +196,9 @@ class DumpReader:
             if tag == "title":
                 title = child.text or ""
             elif tag == "ns":
-                ns = int(child.text)
+                ns = self._number(child, title)
             elif tag == "id":
-                page_id = int(child.text)
+                page_id = self._number(child, title)
             elif tag == "redirect":
                 redirect = child.attrib.get("title", "")
             elif tag == "revision":

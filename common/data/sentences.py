@@ -96,10 +96,15 @@ def _sentence_ends(text, tokenizer):
     yield from (start + end for _, end in tokenizer.span_tokenize(text[start:]))
 
 
-def split(text, tokenizer):
-    """Sentences cut at the end of each Punkt span, as ``(sentence, start, end)`` offsets into ``text``."""
+def split(text, tokenizer, where="text"):
+    """Sentences cut at the end of each Punkt span, as ``(sentence, start, end)`` offsets into ``text``; ``where``
+    names the text in the error should NLTK still stop a pattern on its time limit."""
     out, prev = [], 0
-    for end in _sentence_ends(text, tokenizer):
+    try:
+        ends = list(_sentence_ends(text, tokenizer))
+    except TimeoutError:
+        raise InputError(f"{where}: NLTK's sentence splitter ran past its time limit") from None
+    for end in ends:
         piece = text[prev:end]
         stripped = piece.strip()
         if stripped:
@@ -136,7 +141,7 @@ def extract_sentences(path, out, splitter_kind, counts):
         if obj["id"] in seen:
             raise InputError(f"{path}:{lineno}: duplicate id {obj['id']!r}")
         seen.add(obj["id"])
-        sentences = [s for s, _, _ in split(clean(obj["text"]), tokenizer)]
+        sentences = [s for s, _, _ in split(clean(obj["text"]), tokenizer, f"{path}:{lineno}")]
         labels, missing = label(sentences, obj["key_sentences"])
         if missing:
             counts["dropped_articles"] += 1
