@@ -70,6 +70,7 @@ def parse_args(argv=None):
 
 
 def run_wiki(args):
+    cli.check(args, {"--min-chars": cli.AT_LEAST_0, "--topic-depth": cli.AT_LEAST_0, "--workers": cli.AT_LEAST_0})
     started = io.now()
     counts = collections.Counter()
     with io.Outputs(args.out) as outputs:

@@ -54,9 +54,12 @@ def add_links_arguments(parser):
 
 
 def _caps(text):
+    """``--topic-cap`` ``level=N,...`` → {level: N}."""
     caps = {}
     for part in filter(None, text.split(",")):
         level, _, value = part.partition("=")
+        if not level.strip() or not value.strip().isdigit() or int(value) < 1:
+            raise io.InputError(f"--topic-cap {text!r}: expected LEVEL=NUMBER,..., e.g. top=300,second=200")
         caps[level.strip()] = int(value)
     return caps
 
@@ -221,7 +224,15 @@ def build_graph(args, corpus, outputs, counts):
         writer.cancel()
 
 
+LINKS_LIMITS = {"--holdout": cli.SHARE, "--val": cli.SHARE, "--per-query": cli.AT_LEAST_1, "--hard": cli.AT_LEAST_0,
+                "--crossref-queries": cli.AT_LEAST_0, "--crossref-min-links": cli.AT_LEAST_1,
+                "--crossref-positives": cli.AT_LEAST_1, "--crossref-negatives": cli.AT_LEAST_0,
+                "--topic-min": cli.AT_LEAST_1, "--topic-test": cli.OPEN_SHARE}
+
+
 def run_graph(args):
+    cli.check(args, LINKS_LIMITS)
+    _caps(args.topic_cap)
     if args.hard > args.per_query:
         raise io.InputError(f"--hard {args.hard} exceeds --per-query {args.per_query}")
     started = io.now()
@@ -253,6 +264,7 @@ def add_sentences_arguments(p):
 
 def run_sentences(args):
     from common.data import keysent_splits
+    cli.check(args, {"--test": cli.SHARE, "--val": cli.SHARE})
     started = io.now()
     counts = collections.Counter()
     articles = keysent_splits.read_sentences(args.sentences)

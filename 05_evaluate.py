@@ -34,12 +34,13 @@ EMBEDDING_TASKS = {"crossref", "topics", "lexical", "classify", "similarity"}
 
 
 def _named(values, flag, what):
+    """``NAME=VALUE`` arguments → {name: value}; a name becomes the file names of its embeddings."""
     out = {}
     for value in values or []:
         name, sep, rest = value.partition("=")
         if not sep or not name or not rest:
             raise InputError(f"{flag} {value!r}: expected NAME={what}")
-        out[name] = rest
+        out[io.safe_name(name, f"{flag} {value!r}: NAME")] = rest
     return out
 
 
@@ -131,7 +132,7 @@ def evaluate_documents(args, outputs, wanted, metrics, counts):
     if {"crossref", "lexical"} & wanted:
         qrels = wikispecter.read_qrels(os.path.join(args.data, "crossref.qrels"), index)
     levels = wikispecter.topic_levels(args.data) if "topics" in wanted else []
-    topic_rows = {level: wikispecter.read_topics(args.data, level) for level in levels}
+    topic_rows = {level: wikispecter.read_topics(args.data, level, index) for level in levels}
     classify_splits = {task: [classify.read_split(p, index) for p in paths]
                        for task, paths in classify.splits(args.data).items()} if "classify" in wanted else {}
     similar = similarity.read(args.data, index) if "similarity" in wanted else (None, None)
@@ -179,6 +180,7 @@ def evaluate_documents(args, outputs, wanted, metrics, counts):
 
 
 def run_evaluate(args):
+    cli.check(args, {"--max-length": cli.AT_LEAST_1, "--batch-size": cli.AT_LEAST_1, "--head-epochs": cli.AT_LEAST_1})
     _check_names(args)
     if not os.path.isdir(args.data):
         raise InputError(f"{args.data}: no such data directory")
@@ -227,6 +229,7 @@ def add_extract_arguments(p):
 
 def run_extract(args):
     from common.eval.keysent import extract
+    cli.check(args, {"--top": cli.AT_LEAST_1, "--batch-size": cli.AT_LEAST_1})
     return extract(args)
 
 
