@@ -237,14 +237,13 @@ def run_graph(args):
         raise io.InputError(f"--hard {args.hard} exceeds --per-query {args.per_query}")
     started = io.now()
     counts = collections.Counter()
-    with io.Outputs(args.out) as outputs:
+    with io.Outputs(args.out, __file__) as outputs:
         with outputs.open("docs.jsonl", "wb") as docs:
             corpus = graph.read_articles(args.articles, docs, counts)
         build_graph(args, corpus, outputs, counts)
         source = io.read_manifest(os.path.dirname(os.path.abspath(args.articles)))
-        with outputs.open("manifest.json") as f:
-            f.write(io.dumps_line(io.manifest(__file__, args, started, inputs=[args.articles], counts=dict(counts),
-                                              seed=args.seed, language=source.get("language"))))
+        outputs.write_manifest(io.manifest(__file__, args, started, inputs=[args.articles], counts=dict(counts),
+                                           seed=args.seed, language=source.get("language")))
     print(f"{counts['documents']} documents, {counts['edges']} links, {counts['two_hop_pairs']} two-hop pairs; "
           f"queries train/val/holdout {counts['queries_train']}/{counts['queries_val']}/{counts['queries_holdout']};"
           f" triplets {counts['triplets_train']}/{counts['triplets_val']}; "
@@ -268,12 +267,11 @@ def run_sentences(args):
     started = io.now()
     counts = collections.Counter()
     articles = keysent_splits.read_sentences(args.sentences)
-    with io.Outputs(args.out) as outputs:
+    with io.Outputs(args.out, __file__) as outputs:
         splits = keysent_splits.split_articles(articles, args.test, args.val, args.seed)
         keysent_splits.write_splits(splits, outputs, counts)
-        with outputs.open("manifest.json") as f:
-            f.write(io.dumps_line(io.manifest(__file__, args, started, inputs=[args.sentences], counts=dict(counts),
-                                              seed=args.seed)))
+        outputs.write_manifest(io.manifest(__file__, args, started, inputs=[args.sentences], counts=dict(counts),
+                                           seed=args.seed))
     print(f"articles train/val/test {counts['articles_train']}/{counts['articles_val']}/{counts['articles_test']}, "
           f"sentences {counts['sentences_train']}/{counts['sentences_val']}/{counts['sentences_test']} → {args.out}")
 
@@ -291,10 +289,9 @@ def run_testsets(args):
     for name, build in (("lee", lambda out: testsets.lee(out, args.lee_threshold)),
                         ("newsgroups", lambda out: testsets.newsgroups(out, args.seed))):
         directory = os.path.join(args.out, name)
-        with io.Outputs(directory) as outputs:
+        with io.Outputs(directory, __file__) as outputs:
             counts = build(outputs)
-            with outputs.open("manifest.json") as f:
-                f.write(io.dumps_line(io.manifest(__file__, args, started, counts=counts, seed=args.seed)))
+            outputs.write_manifest(io.manifest(__file__, args, started, counts=counts, seed=args.seed))
         print(f"{name}: {', '.join(f'{k} {v}' for k, v in counts.items())} → {directory}")
 
 

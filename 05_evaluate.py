@@ -196,7 +196,7 @@ def run_evaluate(args):
         raise InputError("give at least one --model NAME=MODEL (or --runs)")
     started = io.now()
     metrics, counts, written = {}, {}, []
-    with io.Outputs(args.out) as outputs:
+    with io.Outputs(args.out, __file__) as outputs:
         if wanted & EMBEDDING_TASKS:
             written += evaluate_documents(args, outputs, wanted, metrics, counts)
         if "keysent" in wanted:
@@ -207,9 +207,8 @@ def run_evaluate(args):
         table = report.markdown(metrics)
         with outputs.open("report.md") as f:
             f.write(report.document(table, written))
-        with outputs.open("manifest.json") as f:
-            inputs = [os.path.join(args.data, n) for n in sorted(os.listdir(args.data)) if not n.endswith(".json")]
-            f.write(io.dumps_line(io.manifest(__file__, args, started, inputs=inputs, counts=counts, seed=args.seed)))
+        inputs = [os.path.join(args.data, n) for n in sorted(os.listdir(args.data)) if not n.endswith(".json")]
+        outputs.write_manifest(io.manifest(__file__, args, started, inputs=inputs, counts=counts, seed=args.seed))
     print(table, end="")
     if written:
         print(f"figures (linked from report.md): {', '.join(name for _, name in written)}")
