@@ -25,6 +25,7 @@ from tqdm import tqdm
 from common.io import InputError, Preempted
 
 STATE = "trainer_state.json"
+RUN_FILES = {"model", "model.old", "checkpoints", "log.jsonl", "manifest.json"}  # what a run writes in its folder
 
 
 @dataclass
@@ -171,23 +172,59 @@ class Trainer:
     # -- state ------------------------------------------------------------------------------------------------
 
     def _resume(self):
+        """Continue from the newest checkpoint that loads; one that does not (cut short by a full disk, emptied) is
+        passed over, saying so. Without a checkpoint the run starts afresh and drops what an earlier start wrote."""
         found = checkpoints(self.run_dir)
         if not found:
+            self._claim_run_dir()
             return
-        path = found[-1]
-        with open(os.path.join(path, STATE), encoding="utf-8") as f:
-            state = json.load(f)
-        if state["identity"] != self.identity:
-            changed = sorted(k for k in set(state["identity"]) | set(self.identity)
-                             if state["identity"].get(k) != self.identity.get(k))
-            raise InputError(f"{self.run_dir}: its checkpoints come from a run with other settings "
-                             f"({', '.join(changed)}); use another --out or remove {path}")
-        self.accelerator.load_state(path)
+        for path in reversed(found):
+            try:
+                with open(os.path.join(path, STATE), encoding="utf-8") as f:
+                    state = json.load(f)
+                identity = state["identity"]
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                self._pass_over(path, e)
+                continue
+            if identity != self.identity:
+                changed = sorted(k for k in set(identity) | set(self.identity)
+                                 if identity.get(k) != self.identity.get(k))
+                raise InputError(f"{self.run_dir}: its checkpoints come from a run with other settings "
+                                 f"({', '.join(changed)}); use another --out or remove {path}")
+            try:
+                self.accelerator.load_state(path)
+            except Exception as e:  # whatever a cut-short file makes torch or safetensors raise
+                self._pass_over(path, e)
+                continue
+            break
+        else:
+            raise InputError(f"{self.run_dir}: none of its checkpoints can be loaded; remove "
+                             f"{os.path.join(self.run_dir, 'checkpoints')} to start over")
         self.step, self.epoch, self.batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
         self.best = state.get("best")
         self.log_lines = state["log_lines"]
         self._trim_log()
         self.accelerator.print(f"resuming from {path} (step {self.step} of {self.total_steps})")
+
+    def _pass_over(self, path, error):
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        self.accelerator.print(f"note: checkpoint {path} cannot be loaded ({type(error).__name__}: {first}); "
+                               "trying the one before it")
+
+    def _claim_run_dir(self):
+        """A fresh start: refuse a folder holding files no run writes; drop what an earlier start wrote (its log
+        would otherwise gain the same steps twice)."""
+        names = os.listdir(self.run_dir)
+        foreign = sorted(n for n in names if n not in RUN_FILES and not n.endswith(".tmp"))
+        if foreign:
+            raise InputError(f"{self.run_dir}: holds files that no training run writes ({', '.join(foreign[:3])}); "
+                             "give a new or empty --out")
+        self.accelerator.wait_for_everyone()
+        if self.accelerator.is_main_process:
+            for name in names:
+                path = os.path.join(self.run_dir, name)
+                shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+        self.accelerator.wait_for_everyone()
 
     def _save_checkpoint(self):
         acc = self.accelerator
@@ -258,6 +295,8 @@ class Trainer:
 
     def train(self):
         cfg, acc = self.cfg, self.accelerator
+        if os.path.exists(self.run_dir) and not os.path.isdir(self.run_dir):
+            raise InputError(f"{self.run_dir}: exists and is not a directory")
         if acc.is_main_process:
             os.makedirs(self.run_dir, exist_ok=True)
         acc.wait_for_everyone()

@@ -69,6 +69,12 @@ def add_training_arguments(p):
 
 
 FALLBACKS = {"weight_decay": 0.01, "schedule": "linear", "grad_accum": 1, "drop_last": False, "length_buckets": 0}
+# settings that cannot train are refused before anything is loaded (NaN is in no range)
+LIMITS = {"--lr": cli.POSITIVE, "--batch-size": cli.AT_LEAST_1, "--grad-accum": cli.AT_LEAST_1,
+          "--epochs": cli.AT_LEAST_1, "--max-length": cli.AT_LEAST_1, "--max-steps": cli.AT_LEAST_0,
+          "--warmup": cli.AT_LEAST_0, "--weight-decay": cli.AT_LEAST_0, "--clip": cli.AT_LEAST_0,
+          "--eval-every": cli.AT_LEAST_0, "--checkpoint-every": cli.AT_LEAST_0, "--keep": cli.AT_LEAST_0,
+          "--log-every": cli.AT_LEAST_1, "--length-groups": cli.AT_LEAST_1, "--length-buckets": cli.AT_LEAST_0}
 
 
 def parse(argv, description, names, fixed=None):
@@ -95,6 +101,7 @@ def parse(argv, description, names, fixed=None):
     for key, value in {**FALLBACKS, **cls.defaults}.items():
         if getattr(args, key, None) is None:
             setattr(args, key, value)
+    cli.check(args, LIMITS)
     cls.complete_args(args)
     return args
 
@@ -149,7 +156,9 @@ def train_seeds(args, script):
 def identity(args, objective):
     """What a checkpoint must share with the command that resumes it: every flag that changes the result, with
     the settings the model was actually loaded with."""
-    found = {"objective": args.objective, "data": os.path.abspath(args.data)}
+    found = {"objective": args.objective, "data": os.path.abspath(args.data),
+             "inputs": {name: io.sha256(os.path.join(args.data, name))  # the data's content, not only its path
+                        for name in sorted(os.listdir(args.data)) if name.endswith(".jsonl")}}
     found.update({key: getattr(args, key) for key in RESULT_ARGS})
     found.update({"max_length": objective.max_length, "pooling": objective.encoder.pooling,
                   "normalize": objective.encoder.normalize})
