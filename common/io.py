@@ -67,6 +67,20 @@ def read_jsonl(path, required=()):
             yield lineno, obj
 
 
+def read_trec_qrels(path):
+    """TREC qrels ``qid 0 docid rel`` → {qid: {docid: rel}}; a malformed line names ``path:line``."""
+    qrels = {}
+    with open_input(path) as f:
+        for lineno, line in enumerate(f, 1):
+            parts = line.split()
+            if not parts:
+                continue
+            if len(parts) != 4 or not parts[3].lstrip("-").isdigit():
+                raise InputError(f"{path}:{lineno}: expected 'qid 0 docid rel'")
+            qrels.setdefault(parts[0], {})[parts[2]] = int(parts[3])
+    return qrels
+
+
 def dumps_line(obj):
     return orjson.dumps(obj).decode("utf-8") + "\n"
 

@@ -177,3 +177,11 @@ def tiny_data(tmp_path_factory):
     run_script("02_build_graph.py", "--articles", root / "articles.jsonl", "--out", root / "data",
                "--crossref-min-links", "2", "--topic-min", "5", "--eval-docs", "shared")
     return root / "data"
+
+
+def free_port():
+    """A TCP port nobody listens on, for a test's process group."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

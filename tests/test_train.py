@@ -183,63 +183,6 @@ def test_two_processes_stop_together_on_sigterm_and_resume_bit_identically(tiny_
     assert all((ref[k] == ours[k]).all() for k in ref)
 
 
-@pytest.mark.parametrize("flag,value,expected", [
-    ("--batch-size", "0", "at least 1"), ("--grad-accum", "0", "at least 1"), ("--lr", "nan", "a positive number"),
-    ("--lr", "-0.001", "a positive number"), ("--epochs", "0", "at least 1"), ("--max-length", "0", "at least 1"),
-    ("--log-every", "0", "at least 1")])
-def test_settings_that_cannot_train_are_refused_up_front(tiny_data, tmp_path, flag, value, expected):
-    shown = str(float(value)) if flag == "--lr" else value
-    assert script_error("03_train.py", *train_args(tiny_data, tmp_path / "no-model", tmp_path / "run", flag, value)) \
-        == f"error: {flag} {shown}: must be {expected}"
-    assert not (tmp_path / "run").exists()
-
-
 def test_a_model_that_does_not_exist_is_a_one_line_error(tiny_data, tmp_path):
     assert script_error("03_train.py", *train_args(tiny_data, tmp_path / "none", tmp_path / "run")) == \
         f"error: {tmp_path / 'none'}: no such model folder, nor a model of that name in the local Hugging Face cache"
-
-
-def test_resuming_on_data_with_other_content_is_refused(tiny_model, tiny_data, reference_run, tmp_path):
-    data, out = _copy_data(tiny_data, tmp_path), tmp_path / "run"
-    shutil.copytree(reference_run, out)
-    for state in out.glob("checkpoints/*/trainer_state.json"):  # the same run, as if its data had lived here
-        saved = json.loads(state.read_text())
-        saved["identity"]["data"] = str(data)
-        state.write_text(json.dumps(saved))
-    triplets = (data / "triplets.train.jsonl").read_text().splitlines()
-    (data / "triplets.train.jsonl").write_text("\n".join(triplets[::-1]) + "\n")  # rebuilt with another seed
-    assert "its checkpoints come from a run with other settings (inputs)" in \
-        script_error("03_train.py", *train_args(data, tiny_model, out))
-
-
-@pytest.mark.parametrize("damage", ["empty-state", "cut-weights"])
-def test_a_damaged_newest_checkpoint_is_passed_over_for_the_one_before(tiny_model, tiny_data, reference_run, tmp_path,
-                                                                       capsys, damage):
-    from conftest import script_main
-    out = tmp_path / "run"
-    shutil.copytree(reference_run, out)
-    newest, before = sorted(out.glob("checkpoints/step_*"), key=lambda p: int(p.name.split("_")[1]))[-2:][::-1]
-    if damage == "empty-state":
-        (newest / "trainer_state.json").write_text("")
-    else:
-        weights_file = newest / "model.safetensors"
-        weights_file.write_bytes(weights_file.read_bytes()[:1000])
-    script_main("03_train.py")([str(a) for a in train_args(tiny_data, tiny_model, out)])
-    printed = capsys.readouterr().out
-    assert f"note: checkpoint {newest} cannot be loaded" in printed and f"resuming from {before}" in printed
-    ref, ours = weights(reference_run), weights(out)
-    assert all((ref[k] == ours[k]).all() for k in ref)
-
-
-def test_a_fresh_start_drops_an_earlier_starts_log_and_refuses_foreign_files(tiny_model, tiny_data, tmp_path):
-    from conftest import script_main
-    out = tmp_path / "run"
-    out.mkdir()
-    (out / "log.jsonl").write_text('{"step": 1, "loss": 9.0}\n{"step": 2, "loss": 9.0}\n')  # killed before a checkpoint
-    script_main("03_train.py")([str(a) for a in train_args(tiny_data, tiny_model, out, "--max-steps", "3")])
-    assert [r["step"] for r in read_jsonl(out / "log.jsonl") if "loss" in r] == [1, 2, 3]
-    foreign = tmp_path / "notes"
-    foreign.mkdir()
-    (foreign / "todo.txt").write_text("mine")
-    assert script_error("03_train.py", *train_args(tiny_data, tiny_model, foreign)) == \
-        f"error: {foreign}: holds files that no training run writes (todo.txt); give a new or empty --out"

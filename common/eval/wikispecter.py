@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 
-from common.io import InputError, open_input, read_jsonl, safe_name
+from common.io import InputError, read_jsonl, read_trec_qrels, safe_name
 from common.eval.metrics import ranking_metrics
 
 SNOWBALL = {"fi": "finnish", "en": "english", "sv": "swedish", "de": "german", "fr": "french", "es": "spanish",
@@ -16,15 +16,7 @@ SNOWBALL = {"fi": "finnish", "en": "english", "sv": "swedish", "de": "german", "
 
 def read_qrels(path, index):
     """TREC qrels ``qid 0 docid rel`` → {qid: {docid: rel}}; every id must be a document of ``index``."""
-    qrels = {}
-    with open_input(path) as f:
-        for lineno, line in enumerate(f, 1):
-            parts = line.split()
-            if not parts:
-                continue
-            if len(parts) != 4 or not parts[3].lstrip("-").isdigit():
-                raise InputError(f"{path}:{lineno}: expected 'qid 0 docid rel'")
-            qrels.setdefault(parts[0], {})[parts[2]] = int(parts[3])
+    qrels = read_trec_qrels(path)
     for qid, judged in qrels.items():
         for doc in (qid, *judged):
             if doc not in index:

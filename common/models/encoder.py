@@ -157,23 +157,41 @@ def default_device():
 
 
 @torch.no_grad()
-def embed(encoder, store, batch_size=64, progress=None):
-    """Embeddings of every text in ``store``, float32 ``[N, d]``, on the encoder's device (in bfloat16 autocast
-    on a GPU); batches sorted by length."""
+def embed(encoder, store, batch_size=64, progress=None, rows=None):
+    """Embeddings of every text in ``store`` (or of positions ``rows``), float32 ``[N, d]``, on the encoder's
+    device (in bfloat16 autocast on a GPU); batches sorted by length."""
     device = next(encoder.parameters()).device
     encoder.eval()
-    order = np.argsort(-store.lengths(), kind="stable")
-    out = None
+    rows = np.arange(len(store)) if rows is None else np.asarray(rows)
+    order = np.argsort(-store.lengths()[rows], kind="stable")
+    out = np.zeros((len(rows), encoder.transformer.config.hidden_size), dtype=np.float32)
     for start in range(0, len(order), batch_size):
         idx = order[start:start + batch_size]
-        ids, mask = store.pad(idx)
+        ids, mask = store.pad(rows[idx])
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-            vecs = encoder.embed(ids.to(device), mask.to(device)).float().cpu().numpy()
-        if out is None:
-            out = np.empty((len(store), vecs.shape[1]), dtype=np.float32)
-        out[idx] = vecs
+            out[idx] = encoder.embed(ids.to(device), mask.to(device)).float().cpu().numpy()
         if progress is not None:
             progress.update(len(idx))
-    return out if out is not None else np.zeros((0, 0), dtype=np.float32)
+    return out
+
+
+def embed_sharded(encoder, store, batch_size=64, progress=None):
+    """``embed`` with the texts cut into one contiguous shard per process (under ``accelerate launch`` or any
+    initialised process group) and the shards gathered in order: every process returns all ``[N, d]`` vectors.
+    Each text is embedded exactly as one process would embed it (same tokens, no gradient); only the length-sorted
+    batch it shares padding with differs, which the attention mask makes irrelevant."""
+    import torch.distributed as dist
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return embed(encoder, store, batch_size, progress)
+    world, rank = dist.get_world_size(), dist.get_rank()
+    bounds = np.linspace(0, len(store), world + 1).astype(np.int64)
+    mine = torch.from_numpy(embed(encoder, store, batch_size, progress, np.arange(bounds[rank], bounds[rank + 1])))
+    width = int(np.diff(bounds).max())
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    padded = torch.zeros(width, mine.shape[1], device=device)
+    padded[:len(mine)] = mine.to(device)
+    parts = [torch.empty_like(padded) for _ in range(world)]
+    dist.all_gather(parts, padded)
+    return torch.cat([p[:bounds[r + 1] - bounds[r]] for r, p in enumerate(parts)]).cpu().numpy()
 
 

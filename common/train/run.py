@@ -6,6 +6,9 @@ before torch is imported or a model is loaded; the second adds the chosen object
 """
 
 import argparse
+import hashlib
+import json
+import math
 import os
 
 from common import cli, io
@@ -69,12 +72,6 @@ def add_training_arguments(p):
 
 
 FALLBACKS = {"weight_decay": 0.01, "schedule": "linear", "grad_accum": 1, "drop_last": False, "length_buckets": 0}
-# settings that cannot train are refused before anything is loaded (NaN is in no range)
-LIMITS = {"--lr": cli.POSITIVE, "--batch-size": cli.AT_LEAST_1, "--grad-accum": cli.AT_LEAST_1,
-          "--epochs": cli.AT_LEAST_1, "--max-length": cli.AT_LEAST_1, "--max-steps": cli.AT_LEAST_0,
-          "--warmup": cli.AT_LEAST_0, "--weight-decay": cli.AT_LEAST_0, "--clip": cli.AT_LEAST_0,
-          "--eval-every": cli.AT_LEAST_0, "--checkpoint-every": cli.AT_LEAST_0, "--keep": cli.AT_LEAST_0,
-          "--log-every": cli.AT_LEAST_1, "--length-groups": cli.AT_LEAST_1, "--length-buckets": cli.AT_LEAST_0}
 
 
 def parse(argv, description, names, fixed=None):
@@ -101,9 +98,42 @@ def parse(argv, description, names, fixed=None):
     for key, value in {**FALLBACKS, **cls.defaults}.items():
         if getattr(args, key, None) is None:
             setattr(args, key, value)
-    cli.check(args, LIMITS)
     cls.complete_args(args)
+    check_settings(args)
     return args
+
+
+AT_LEAST_ONE = ("batch_size", "grad_accum", "epochs", "log_every", "length_groups", "max_length")
+NOT_NEGATIVE = ("max_steps", "eval_every", "checkpoint_every", "keep", "length_buckets", "clip", "weight_decay",
+                "warmup")
+
+
+def check_settings(args):
+    """Refuse settings that cannot train, before anything is loaded."""
+    def flag(key):
+        return f"--{key.replace('_', '-')} {getattr(args, key)}"
+    for key in AT_LEAST_ONE:
+        if getattr(args, key) is not None and getattr(args, key) < 1:
+            raise io.InputError(f"{flag(key)}: must be at least 1")
+    for key in NOT_NEGATIVE:
+        value = getattr(args, key)
+        if value is not None and (not math.isfinite(value) or value < 0):
+            raise io.InputError(f"{flag(key)}: must be a finite number, 0 or more")
+    if args.lr is None or not math.isfinite(args.lr) or args.lr <= 0:
+        raise io.InputError(f"{flag('lr')}: must be a finite number above 0")
+
+
+def data_fingerprint(name, data_dir):
+    """What the data directory holds, for the resume identity: its manifest's inputs (with their sha256) and
+    settings when 02 wrote one, else the sha256 of the files the objective reads. A directory rebuilt from other
+    inputs or with another seed has another fingerprint."""
+    manifest = io.read_manifest(data_dir)
+    if manifest:
+        found = {"inputs": manifest.get("inputs"),
+                 "args": {k: v for k, v in (manifest.get("args") or {}).items() if k != "out"}}
+    else:
+        found = {file: io.sha256(os.path.join(data_dir, file)) for file in objectives.REGISTRY[name].data_files}
+    return hashlib.sha256(json.dumps(found, sort_keys=True).encode()).hexdigest()
 
 
 def train(args, script):
@@ -157,8 +187,7 @@ def identity(args, objective):
     """What a checkpoint must share with the command that resumes it: every flag that changes the result, with
     the settings the model was actually loaded with."""
     found = {"objective": args.objective, "data": os.path.abspath(args.data),
-             "inputs": {name: io.sha256(os.path.join(args.data, name))  # the data's content, not only its path
-                        for name in sorted(os.listdir(args.data)) if name.endswith(".jsonl")}}
+             "data_content": data_fingerprint(args.objective, args.data)}
     found.update({key: getattr(args, key) for key in RESULT_ARGS})
     found.update({"max_length": objective.max_length, "pooling": objective.encoder.pooling,
                   "normalize": objective.encoder.normalize})
