@@ -123,12 +123,11 @@ def run_arxiv(args):
     started = io.now()
     counts = collections.Counter()
     prefixes = tuple(p.strip() for p in args.categories.split(",") if p.strip())
-    with io.Outputs(args.out) as outputs:
+    with io.Outputs(args.out, __file__) as outputs:
         with outputs.open("articles.jsonl") as out:
             extract_arxiv(args.input, out, prefixes, counts)
-        with outputs.open("manifest.json") as f:
-            f.write(io.dumps_line(io.manifest(__file__, args, started, inputs=[args.input], counts=dict(counts),
-                                              language="en")))
+        outputs.write_manifest(io.manifest(__file__, args, started, inputs=[args.input], counts=dict(counts),
+                                           language="en"))
     print(f"{counts['articles']} articles of {counts['records']} records ({counts['other_categories']} in other "
           f"categories, {counts['empty_abstract']} empty, {counts['withdrawn']} withdrawn, "
           f"{counts['duplicate_abstract']} duplicate abstracts) → {os.path.join(args.out, 'articles.jsonl')}")

@@ -239,10 +239,10 @@ def write_topics(args, corpus, outputs, rng_topics, counts):
     return topic_parts
 
 
+TOPIC_LIMITS = {"--topic-min": cli.AT_LEAST_1, "--topic-test": cli.OPEN_SHARE}
 LINKS_LIMITS = {"--holdout": cli.SHARE, "--val": cli.SHARE, "--per-query": cli.AT_LEAST_1, "--hard": cli.AT_LEAST_0,
                 "--crossref-queries": cli.AT_LEAST_0, "--crossref-min-links": cli.AT_LEAST_1,
-                "--crossref-positives": cli.AT_LEAST_1, "--crossref-negatives": cli.AT_LEAST_0,
-                "--topic-min": cli.AT_LEAST_1, "--topic-test": cli.OPEN_SHARE}
+                "--crossref-positives": cli.AT_LEAST_1, "--crossref-negatives": cli.AT_LEAST_0, **TOPIC_LIMITS}
 
 
 def run_graph(args):
@@ -306,9 +306,11 @@ def add_retrieval_arguments(p):
 
 def run_retrieval(args):
     from common.data import retrieval
+    cli.check(args, {"--test": cli.SHARE, "--val": cli.SHARE, **TOPIC_LIMITS})
+    _caps(args.topic_cap)
     started = io.now()
     counts = collections.Counter()
-    with io.Outputs(args.out) as outputs:
+    with io.Outputs(args.out, __file__) as outputs:
         with outputs.open("docs.jsonl", "wb") as docs:
             corpus = graph.read_articles(args.articles, docs, counts)
         rng_split, rng_topics = (np.random.default_rng(s) for s in np.random.SeedSequence(args.seed).spawn(2))
@@ -325,9 +327,8 @@ def run_retrieval(args):
         write_topics(args, corpus, outputs, rng_topics, counts)
         source = io.read_manifest(os.path.dirname(os.path.abspath(args.articles)))
         inputs = [args.articles] + ([args.pairs] if args.pairs else [])
-        with outputs.open("manifest.json") as f:
-            f.write(io.dumps_line(io.manifest(__file__, args, started, inputs=inputs, counts=dict(counts),
-                                              seed=args.seed, language=source.get("language"))))
+        outputs.write_manifest(io.manifest(__file__, args, started, inputs=inputs, counts=dict(counts),
+                                           seed=args.seed, language=source.get("language")))
     print(f"{counts['documents']} documents; {counts['pairs_train']} training pairs, queries val/test "
           f"{counts['queries_val']}/{counts['queries_test']} → {args.out}")
 
