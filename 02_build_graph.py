@@ -62,9 +62,12 @@ def add_topic_arguments(parser):
 
 
 def _caps(text):
+    """``--topic-cap`` ``level=N,...`` → {level: N}."""
     caps = {}
     for part in filter(None, text.split(",")):
         level, _, value = part.partition("=")
+        if not level.strip() or not value.strip().isdigit() or int(value) < 1:
+            raise io.InputError(f"--topic-cap {text!r}: expected LEVEL=NUMBER,..., e.g. top=300,second=200")
         caps[level.strip()] = int(value)
     return caps
 
@@ -236,19 +239,26 @@ def write_topics(args, corpus, outputs, rng_topics, counts):
     return topic_parts
 
 
+TOPIC_LIMITS = {"--topic-min": cli.AT_LEAST_1, "--topic-test": cli.OPEN_SHARE}
+LINKS_LIMITS = {"--holdout": cli.SHARE, "--val": cli.SHARE, "--per-query": cli.AT_LEAST_1, "--hard": cli.AT_LEAST_0,
+                "--crossref-queries": cli.AT_LEAST_0, "--crossref-min-links": cli.AT_LEAST_1,
+                "--crossref-positives": cli.AT_LEAST_1, "--crossref-negatives": cli.AT_LEAST_0, **TOPIC_LIMITS}
+
+
 def run_graph(args):
+    cli.check(args, LINKS_LIMITS)
+    _caps(args.topic_cap)
     if args.hard > args.per_query:
         raise io.InputError(f"--hard {args.hard} exceeds --per-query {args.per_query}")
     started = io.now()
     counts = collections.Counter()
-    with io.Outputs(args.out) as outputs:
+    with io.Outputs(args.out, __file__) as outputs:
         with outputs.open("docs.jsonl", "wb") as docs:
             corpus = graph.read_articles(args.articles, docs, counts)
         build_graph(args, corpus, outputs, counts)
         source = io.read_manifest(os.path.dirname(os.path.abspath(args.articles)))
-        with outputs.open("manifest.json") as f:
-            f.write(io.dumps_line(io.manifest(__file__, args, started, inputs=[args.articles], counts=dict(counts),
-                                              seed=args.seed, language=source.get("language"))))
+        outputs.write_manifest(io.manifest(__file__, args, started, inputs=[args.articles], counts=dict(counts),
+                                           seed=args.seed, language=source.get("language")))
     print(f"{counts['documents']} documents, {counts['edges']} links, {counts['two_hop_pairs']} two-hop pairs; "
           f"queries train/val/holdout {counts['queries_train']}/{counts['queries_val']}/{counts['queries_holdout']};"
           f" triplets {counts['triplets_train']}/{counts['triplets_val']}; "
@@ -268,15 +278,15 @@ def add_sentences_arguments(p):
 
 def run_sentences(args):
     from common.data import keysent_splits
+    cli.check(args, {"--test": cli.SHARE, "--val": cli.SHARE})
     started = io.now()
     counts = collections.Counter()
     articles = keysent_splits.read_sentences(args.sentences)
-    with io.Outputs(args.out) as outputs:
+    with io.Outputs(args.out, __file__) as outputs:
         splits = keysent_splits.split_articles(articles, args.test, args.val, args.seed)
         keysent_splits.write_splits(splits, outputs, counts)
-        with outputs.open("manifest.json") as f:
-            f.write(io.dumps_line(io.manifest(__file__, args, started, inputs=[args.sentences], counts=dict(counts),
-                                              seed=args.seed)))
+        outputs.write_manifest(io.manifest(__file__, args, started, inputs=[args.sentences], counts=dict(counts),
+                                           seed=args.seed))
     print(f"articles train/val/test {counts['articles_train']}/{counts['articles_val']}/{counts['articles_test']}, "
           f"sentences {counts['sentences_train']}/{counts['sentences_val']}/{counts['sentences_test']} → {args.out}")
 
@@ -296,9 +306,11 @@ def add_retrieval_arguments(p):
 
 def run_retrieval(args):
     from common.data import retrieval
+    cli.check(args, {"--test": cli.SHARE, "--val": cli.SHARE, **TOPIC_LIMITS})
+    _caps(args.topic_cap)
     started = io.now()
     counts = collections.Counter()
-    with io.Outputs(args.out) as outputs:
+    with io.Outputs(args.out, __file__) as outputs:
         with outputs.open("docs.jsonl", "wb") as docs:
             corpus = graph.read_articles(args.articles, docs, counts)
         rng_split, rng_topics = (np.random.default_rng(s) for s in np.random.SeedSequence(args.seed).spawn(2))
@@ -315,9 +327,8 @@ def run_retrieval(args):
         write_topics(args, corpus, outputs, rng_topics, counts)
         source = io.read_manifest(os.path.dirname(os.path.abspath(args.articles)))
         inputs = [args.articles] + ([args.pairs] if args.pairs else [])
-        with outputs.open("manifest.json") as f:
-            f.write(io.dumps_line(io.manifest(__file__, args, started, inputs=inputs, counts=dict(counts),
-                                              seed=args.seed, language=source.get("language"))))
+        outputs.write_manifest(io.manifest(__file__, args, started, inputs=inputs, counts=dict(counts),
+                                           seed=args.seed, language=source.get("language")))
     print(f"{counts['documents']} documents; {counts['pairs_train']} training pairs, queries val/test "
           f"{counts['queries_val']}/{counts['queries_test']} → {args.out}")
 
@@ -335,10 +346,9 @@ def run_testsets(args):
     for name, build in (("lee", lambda out: testsets.lee(out, args.lee_threshold)),
                         ("newsgroups", lambda out: testsets.newsgroups(out, args.seed))):
         directory = os.path.join(args.out, name)
-        with io.Outputs(directory) as outputs:
+        with io.Outputs(directory, __file__) as outputs:
             counts = build(outputs)
-            with outputs.open("manifest.json") as f:
-                f.write(io.dumps_line(io.manifest(__file__, args, started, counts=counts, seed=args.seed)))
+            outputs.write_manifest(io.manifest(__file__, args, started, counts=counts, seed=args.seed))
         print(f"{name}: {', '.join(f'{k} {v}' for k, v in counts.items())} → {directory}")
 
 

@@ -15,6 +15,7 @@ Transformers").
 """
 
 import os
+import shutil
 import sys
 
 from common import cli, io
@@ -73,12 +74,11 @@ def run_teachers(args):
     started = io.now()
     docs = Documents(args.data)
     counts = {"documents": len(docs.ids)}
+    pv_dir = os.path.join(args.out, "pv")
     with io.Outputs(args.out) as outputs:
-        from transformers import AutoTokenizer
-        sep = AutoTokenizer.from_pretrained(args.teacher).sep_token or ""
         with tqdm(total=len(docs.ids), desc="structural teacher", unit=" docs", mininterval=1.0) as bar:
             vectors, lengths, max_length = teachers.structural_teacher(
-                docs.inputs(sep), args.teacher, args.teacher_max_length, args.batch_size, bar)
+                docs, args.teacher, args.teacher_max_length, args.batch_size, bar)
         teachers.write_rows(outputs, teachers.STRUCTURAL, vectors, docs.ids)
         teachers.write_rows(outputs, teachers.LENGTHS, lengths, docs.ids)
         counts.update({"teacher_max_length": max_length, "longer_than_teacher": int((lengths > max_length).sum())})
@@ -90,12 +90,14 @@ def run_teachers(args):
         with tqdm(total=len(texts), desc="contextual teacher", unit=" docs", mininterval=1.0) as bar:
             contextual = pv.embed(texts, bar)
         teachers.write_rows(outputs, teachers.CONTEXTUAL, contextual, docs.ids)
-        pv_dir = outputs.path("pv")
-        pv.save(pv_dir)
+        shutil.rmtree(pv_dir + ".tmp", ignore_errors=True)
+        pv.save(pv_dir + ".tmp")  # moved into place with the other files
         counts["pv_vocabulary"] = {kind: len(m.wv) for kind, m in pv.models.items()}
         with outputs.open("manifest.json") as f:
             f.write(io.dumps_line(io.manifest(__file__, args, started, inputs=[os.path.join(args.data, "docs.jsonl")],
                                               counts=counts, seed=args.seed, reproducible=args.pv_workers == 1)))
+    shutil.rmtree(pv_dir, ignore_errors=True)
+    os.replace(pv_dir + ".tmp", pv_dir)
     print(f"{len(docs.ids)} documents: structural {vectors.shape[1]}d ({counts['longer_than_teacher']} longer than "
           f"its {max_length} tokens), contextual {contextual.shape[1]}d ({counts['pv_documents_chunked']} documents "
           f"over {10_000:,} words, inferred in chunks) → {args.out}")

@@ -41,12 +41,13 @@ EMBEDDING_TASKS = {"crossref", "topics", "lexical", "classify", "similarity"}
 
 
 def _named(values, flag, what):
+    """``NAME=VALUE`` arguments → {name: value}; a name becomes the file names of its embeddings."""
     out = {}
     for value in values or []:
         name, sep, rest = value.partition("=")
         if not sep or not name or not rest:
             raise InputError(f"{flag} {value!r}: expected NAME={what}")
-        out[name] = rest
+        out[io.safe_name(name, f"{flag} {value!r}: NAME")] = rest
     return out
 
 
@@ -142,7 +143,7 @@ def evaluate_documents(args, outputs, wanted, metrics, counts):
     if {"crossref", "lexical"} & wanted:
         qrels = wikispecter.read_qrels(os.path.join(args.data, "crossref.qrels"), index)
     levels = wikispecter.topic_levels(args.data) if "topics" in wanted else []
-    topic_rows = {level: wikispecter.read_topics(args.data, level) for level in levels}
+    topic_rows = {level: wikispecter.read_topics(args.data, level, index) for level in levels}
     classify_splits = {task: [classify.read_split(p, index) for p in paths]
                        for task, paths in classify.splits(args.data).items()} if "classify" in wanted else {}
     similar = similarity.read(args.data, index) if "similarity" in wanted else (None, None)
@@ -190,6 +191,7 @@ def evaluate_documents(args, outputs, wanted, metrics, counts):
 
 
 def run_evaluate(args):
+    cli.check(args, {"--max-length": cli.AT_LEAST_1, "--batch-size": cli.AT_LEAST_1, "--head-epochs": cli.AT_LEAST_1})
     _check_names(args)
     if not os.path.isdir(args.data):
         raise InputError(f"{args.data}: no such data directory")
@@ -211,7 +213,7 @@ def run_evaluate(args):
         return retrieval.follow(args) if "retrieval" in wanted else None
     started = io.now()
     metrics, counts, written = {}, {}, []
-    with io.Outputs(args.out) as outputs:
+    with io.Outputs(args.out, __file__) as outputs:
         if wanted & {"retrieval", "bm25"}:
             retrieval.evaluate_retrieval(args, outputs, wanted, metrics, counts)
         if wanted & EMBEDDING_TASKS:
@@ -224,9 +226,8 @@ def run_evaluate(args):
         table = report.markdown(metrics)
         with outputs.open("report.md") as f:
             f.write(report.document(table, written))
-        with outputs.open("manifest.json") as f:
-            inputs = [os.path.join(args.data, n) for n in sorted(os.listdir(args.data)) if not n.endswith(".json")]
-            f.write(io.dumps_line(io.manifest(__file__, args, started, inputs=inputs, counts=counts, seed=args.seed)))
+        inputs = [os.path.join(args.data, n) for n in sorted(os.listdir(args.data)) if not n.endswith(".json")]
+        outputs.write_manifest(io.manifest(__file__, args, started, inputs=inputs, counts=counts, seed=args.seed))
     print(table, end="")
     if written:
         print(f"figures (linked from report.md): {', '.join(name for _, name in written)}")
@@ -246,6 +247,7 @@ def add_extract_arguments(p):
 
 def run_extract(args):
     from common.eval.keysent import extract
+    cli.check(args, {"--top": cli.AT_LEAST_1, "--batch-size": cli.AT_LEAST_1})
     return extract(args)
 
 

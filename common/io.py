@@ -1,9 +1,11 @@
 """Files between the numbered scripts: JSONL/NPY reading with line-exact errors, atomic writes, manifests."""
 
 import datetime
+import errno
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from importlib import metadata
@@ -19,12 +21,37 @@ class InputError(Exception):
     """Bad input a user can fix; the scripts print it as one line and exit non-zero."""
 
 
-def read_jsonl(path, required=()):
-    """Yield ``(line_number, object)`` for each non-empty line; any defect names ``path:line``."""
+_SAFE_NAME = re.compile(r"\w[\w.-]{0,99}")
+
+
+def safe_name(name, what):
+    """``name``, checked to be usable as (part of) a file name in an output folder: letters, digits, '_', '-' and
+    '.', not first, at most 100 characters, so that it can neither leave the folder nor name a hidden file. A name
+    from data or the command line goes through here before it becomes a path; ``what`` says where it came from in
+    the one-line error (e.g. ``"articles.jsonl:3: label level"``)."""
+    if not isinstance(name, str) or not _SAFE_NAME.fullmatch(name):
+        raise InputError(f"{what} {name!r} cannot be a file name: use at most 100 letters, digits, '_', '-' and "
+                         f"'.' (not first)")
+    return name
+
+
+def open_input(path, mode="r"):
+    """An input file opened for reading (text as UTF-8); a missing or unreadable file, or a directory, is an
+    InputError."""
     if not os.path.exists(path):
         raise InputError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise InputError(f"{path}: is a directory, not a file")
+    try:
+        return open(path, mode, encoding=None if "b" in mode else "utf-8")
+    except OSError as e:
+        raise InputError(f"{path}: {e.strerror}") from None
+
+
+def read_jsonl(path, required=()):
+    """Yield ``(line_number, object)`` for each non-empty line; any defect names ``path:line``."""
     loads = orjson.loads
-    with open(path, "rb") as f:
+    with open_input(path, "rb") as f:
         for lineno, raw in enumerate(f, 1):
             try:
                 obj = loads(raw)
@@ -42,10 +69,8 @@ def read_jsonl(path, required=()):
 
 def read_trec_qrels(path):
     """TREC qrels ``qid 0 docid rel`` → {qid: {docid: rel}}; a malformed line names ``path:line``."""
-    if not os.path.exists(path):
-        raise InputError(f"{path}: no such file")
     qrels = {}
-    with open(path, encoding="utf-8") as f:
+    with open_input(path) as f:
         for lineno, line in enumerate(f, 1):
             parts = line.split()
             if not parts:
@@ -71,24 +96,79 @@ class Outputs:
 
     Each ``open`` writes to ``name.tmp``; leaving the ``with`` block normally renames every file to its final
     name (the manifest last), while an exception removes the temporaries, so a crash never leaves a partial
-    file under a final name.
+    file under a final name. A folder that cannot be made or written (an existing file, no permission, a full disk)
+    is an InputError naming it.
+
+    With ``script``, the folder is that script's own: a non-empty folder is refused unless its manifest.json comes
+    from the same script, and once the new files are in place, those the previous manifest lists and this run did
+    not write again are removed (with temporaries a killed run left), so no stale file outlives its run.
     """
 
-    def __init__(self, directory):
+    def __init__(self, directory, script=None):
         self.directory = directory
+        self.script = script and os.path.basename(script)
         self._files = {}
+        self._previous = []
 
     def __enter__(self):
-        os.makedirs(self.directory, exist_ok=True)
+        if os.path.exists(self.directory) and not os.path.isdir(self.directory):
+            raise InputError(f"{self.directory}: exists and is not a directory")
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+        except OSError as e:
+            raise InputError(f"{self.directory}: cannot be created: {e.strerror}") from None
+        if not os.access(self.directory, os.W_OK | os.X_OK):
+            raise InputError(f"{self.directory}: not writable")
+        if self.script:
+            self._claim()
         return self
 
+    def _claim(self):
+        """Refuse a folder that is not this script's; note what its previous run wrote."""
+        names = [n for n in os.listdir(self.directory) if not n.endswith(".tmp")]
+        if not names:
+            return
+        if "manifest.json" not in names:
+            raise InputError(f"{self.directory}: not empty and not an output folder of this project (no "
+                             "manifest.json); give a new or empty folder")
+        try:
+            previous = read_json_or_empty(os.path.join(self.directory, "manifest.json"))
+        except (OSError, ValueError):
+            previous = {}
+        if not isinstance(previous, dict) or previous.get("script") != self.script:
+            owner = previous.get("script") if isinstance(previous, dict) else None
+            raise InputError(f"{self.directory}: holds the output of {owner or 'another program'}; {self.script} "
+                             "writes to a folder of its own")
+        self._previous = [n for n in previous.get("files", []) if isinstance(n, str)]
+
+    def write_manifest(self, manifest):
+        """manifest.json, the last file, with the list of files this run wrote (the next run removes those it does
+        not write again)."""
+        files = sorted(n for n in self._files if n != "manifest.json")
+        with self.open("manifest.json") as f:
+            f.write(dumps_line({**manifest, "files": files}))
+
+    def _remove_stale(self):
+        stale = set(self._previous) - set(self._files)
+        leftovers = [n for n in os.listdir(self.directory) if n.endswith(".tmp")]
+        for name in sorted(stale) + leftovers:
+            try:
+                os.remove(self.path(name))
+            except (OSError, ValueError):  # gone already, or a name no run of ours writes
+                pass
+
     def path(self, name):
+        if os.path.isabs(name) or ".." in name.replace("\\", "/").split("/"):  # names pass safe_name first
+            raise ValueError(f"{name!r} would leave {self.directory}")
         return os.path.join(self.directory, name)
 
     def open(self, name, mode="w"):
         tmp = self.path(name) + ".tmp"
-        os.makedirs(os.path.dirname(tmp), exist_ok=True)
-        f = open(tmp, mode, encoding=None if "b" in mode else "utf-8")
+        try:
+            os.makedirs(os.path.dirname(tmp), exist_ok=True)
+            f = open(tmp, mode, encoding=None if "b" in mode else "utf-8")
+        except OSError as e:
+            raise InputError(f"{self.directory}: cannot write {name}: {e.strerror}") from None
         self._files[name] = f
         return f
 
@@ -98,20 +178,32 @@ class Outputs:
         return self.path(name) + ".tmp"
 
     def __exit__(self, exc_type, exc, tb):
-        for f in self._files.values():
-            if f is not None and not f.closed:
-                f.close()
-        names = sorted(self._files, key=lambda n: n == "manifest.json")
-        if exc_type is None:
-            for name in names:
-                os.replace(self.path(name) + ".tmp", self.path(name))
-        else:
-            for name in names:
-                try:
-                    os.remove(self.path(name) + ".tmp")
-                except FileNotFoundError:
-                    pass
+        try:
+            for f in self._files.values():
+                if f is not None and not f.closed:
+                    f.close()  # flushes: a full disk may show only here
+            if exc_type is None:
+                for name in sorted(self._files, key=lambda n: n == "manifest.json"):
+                    os.replace(self.path(name) + ".tmp", self.path(name))
+                if self.script:
+                    self._remove_stale()
+                return False
+        except OSError as e:
+            exc = e
+        for name in self._files:
+            try:
+                os.remove(self.path(name) + ".tmp")
+            except OSError:
+                pass
+        if isinstance(exc, OSError) and exc.errno in _WRITE_ERRNOS:
+            raise InputError(f"{self.directory}: cannot write: {exc.strerror}") from None
+        if exc is not None and exc_type is None:
+            raise exc
         return False
+
+
+# what only writing can fail with (reading an input cannot), so it is reported against the output folder
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
 
 
 def write_json(path, obj):

@@ -5,6 +5,8 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import free_port
+
 from common.train.objectives.distill import combine
 from common.train.softcca import SoftCCA, projection
 from common.train.structural import structural_loss
@@ -137,3 +139,28 @@ def test_a_converted_longformer_equals_the_original_on_inputs_shorter_than_half_
     torch.testing.assert_close(b[keep], a[keep], rtol=1e-4, atol=1e-5)
     positions = long.embeddings.position_embeddings.weight
     torch.testing.assert_close(positions[1 + 64], short.embeddings.position_embeddings.weight[0])  # tiled
+
+
+def _softcca_worker(rank, world, port, shards, out):
+    import os
+
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    head = SoftCCA(3)
+    losses = [head(zs[rank], zc[rank]) for zs, zc in shards]
+    torch.save({"losses": torch.stack(losses), "state": head.state_dict()}, os.path.join(out, f"softcca_{rank}.pt"))
+    dist.destroy_process_group()
+
+
+def test_softcca_on_two_processes_keeps_the_running_statistics_of_the_global_batch(tmp_path):
+    torch.manual_seed(0)
+    steps = [(torch.randn(8, 3), torch.randn(8, 3)) for _ in range(2)]
+    shards = [(zs.chunk(2), zc.chunk(2)) for zs, zc in steps]
+    torch.multiprocessing.spawn(_softcca_worker, args=(2, free_port(), shards, str(tmp_path)), nprocs=2)
+    single = SoftCCA(3)
+    expected = torch.stack([single(zs, zc) for zs, zc in steps])
+    results = [torch.load(tmp_path / f"softcca_{r}.pt") for r in range(2)]
+    torch.testing.assert_close(torch.cat([r["losses"] for r in results], dim=1), expected)
+    for r in results:
+        for key, value in single.state_dict().items():
+            torch.testing.assert_close(r["state"][key], value)

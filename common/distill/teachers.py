@@ -53,13 +53,15 @@ def read_vectors(directory, name, ids):
     return array.astype(np.float32, copy=False)
 
 
-def structural_teacher(texts, model, max_length, batch_size=32, progress=None):
-    """(vectors, lengths): mean of the last hidden states over the attention mask, not normalised (the thesis's
-    SBERT teacher), over the first ``max_length`` tokens; lengths count every token, special tokens excluded."""
+def structural_teacher(docs, model, max_length, batch_size=32, progress=None):
+    """(vectors, lengths, max_length) of ``docs`` (``Documents``) read as ``title + sep + text``: the mean of the
+    last hidden states over the attention mask, not normalised (the thesis's SBERT teacher), over the first
+    ``max_length`` tokens (or the model's limit); lengths count every token, special tokens excluded."""
     from common.models.encoder import default_device, embed, load_encoder
     from common.models.tokens import TokenStore
     encoder, tokenizer, settings = load_encoder(model, pooling="mean", normalize=False, max_length=max_length)
     encoder.to(default_device())
+    texts = docs.inputs(tokenizer.sep_token or "")
     lengths = np.array([len(ids) for ids in tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]],
                        dtype=np.int64)
     store = TokenStore(tokenizer, texts, settings["max_length"])

@@ -6,6 +6,8 @@ before torch is imported or a model is loaded; the second adds the chosen object
 """
 
 import argparse
+import hashlib
+import json
 import os
 
 from common import cli, io
@@ -96,7 +98,28 @@ def parse(argv, description, names, fixed=None):
         if getattr(args, key, None) is None:
             setattr(args, key, value)
     cls.complete_args(args)
+    cli.check(args, LIMITS)  # settings that cannot train are refused before anything loads
     return args
+
+
+LIMITS = {"--batch-size": cli.AT_LEAST_1, "--grad-accum": cli.AT_LEAST_1, "--epochs": cli.AT_LEAST_1,
+          "--max-length": cli.AT_LEAST_1, "--log-every": cli.AT_LEAST_1, "--length-groups": cli.AT_LEAST_1,
+          "--lr": cli.POSITIVE, "--max-steps": cli.AT_LEAST_0, "--eval-every": cli.AT_LEAST_0,
+          "--checkpoint-every": cli.AT_LEAST_0, "--keep": cli.AT_LEAST_0, "--length-buckets": cli.AT_LEAST_0,
+          "--clip": cli.AT_LEAST_0, "--weight-decay": cli.AT_LEAST_0, "--warmup": cli.AT_LEAST_0}
+
+
+def data_fingerprint(name, data_dir):
+    """What the data directory holds, for the resume identity: its manifest's inputs (with their sha256) and
+    settings when 02 wrote one, else the sha256 of the files the objective reads. A directory rebuilt from other
+    inputs or with another seed has another fingerprint."""
+    manifest = io.read_manifest(data_dir)
+    if manifest:
+        found = {"inputs": manifest.get("inputs"),
+                 "args": {k: v for k, v in (manifest.get("args") or {}).items() if k != "out"}}
+    else:
+        found = {file: io.sha256(os.path.join(data_dir, file)) for file in objectives.REGISTRY[name].data_files}
+    return hashlib.sha256(json.dumps(found, sort_keys=True).encode()).hexdigest()
 
 
 def train(args, script):
@@ -149,7 +172,8 @@ def train_seeds(args, script):
 def identity(args, objective):
     """What a checkpoint must share with the command that resumes it: every flag that changes the result, with
     the settings the model was actually loaded with."""
-    found = {"objective": args.objective, "data": os.path.abspath(args.data)}
+    found = {"objective": args.objective, "data": os.path.abspath(args.data),
+             "data_content": data_fingerprint(args.objective, args.data)}
     found.update({key: getattr(args, key) for key in RESULT_ARGS})
     found.update({"max_length": objective.max_length, "pooling": objective.encoder.pooling,
                   "normalize": objective.encoder.normalize})
