@@ -124,7 +124,7 @@ demo-search: $(STAMP)
 	$(PY) 03_train.py --objective mnrl --data $(SEARCH)/data --model "$(MINILM)" --out $(SEARCH)/mnrl $(SEARCH_MNRL)
 	@echo "== 05: test titles against all abstracts, every model reading 128 tokens, and BM25"
 	$(PY) 05_evaluate.py --data $(SEARCH)/data --model base="$(MINILM)" --model mlm=$(SEARCH)/mlm/model \
-		--model mnrl=$(SEARCH)/mnrl/model --model mlm+mnrl=$(SEARCH)/mlm-mnrl/model --out $(SEARCH)/eval --max-length 128
+		--model mnrl=$(SEARCH)/mnrl/model --model mlm-mnrl=$(SEARCH)/mlm-mnrl/model --out $(SEARCH)/eval --max-length 128
 	@echo "== search: the trained model's index, a free-text query"
 	$(PY) 05_evaluate.py search --model $(SEARCH)/mlm-mnrl/model --data $(SEARCH)/data --index $(SEARCH)/eval --top 3 \
 		"pebble game algorithms for sparse graphs"
