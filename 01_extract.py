@@ -6,6 +6,10 @@
 
   python 01_extract.py sentences --input articles.jsonl --out work/keysent
       Articles with annotated key sentences → sentences.jsonl (key-sentence extraction thesis).
+
+  python 01_extract.py arxiv --input arxiv-metadata-oai-snapshot.json.gz --out work/arxiv [--categories cs.,stat.ML]
+      arXiv metadata (Kaggle snapshot, JSON lines, plain or gzip) → articles.jsonl: the abstract as text, the
+      title, categories and topic labels (paper search).
 """
 
 import collections
@@ -66,10 +70,20 @@ def parse_args(argv=None):
     sentences.add_argument("--splitter", choices=("punkt", "punkt-english"), default="punkt",
                            help="untrained Punkt (needs no data) or NLTK's pretrained English Punkt (needs punkt_tab "
                                 "data installed)")
+
+    arxiv = sub.add_parser("arxiv", formatter_class=cli.HelpFormatter,
+                           help="arXiv metadata snapshot → articles.jsonl",
+                           description="arXiv metadata (Kaggle arxiv-metadata-oai-snapshot.json, JSON lines, plain "
+                                       "or gzip) → articles.jsonl, streamed.")
+    arxiv.add_argument("--input", required=True, help="the snapshot (.json or .json.gz)")
+    arxiv.add_argument("--out", required=True, help="output directory (articles.jsonl, manifest.json)")
+    arxiv.add_argument("--categories", default="",
+                       help="comma-separated category prefixes to keep, e.g. 'cs.,stat.ML' (empty: all papers)")
     return parser.parse_args(argv)
 
 
 def run_wiki(args):
+    cli.check(args, {"--min-chars": cli.AT_LEAST_0, "--topic-depth": cli.AT_LEAST_0, "--workers": cli.AT_LEAST_0})
     started = io.now()
     counts = collections.Counter()
     with io.Outputs(args.out) as outputs:
@@ -106,9 +120,25 @@ def run_sentences(args):
           f"{counts['dropped_articles']} articles dropped → {os.path.join(args.out, 'sentences.jsonl')}")
 
 
+def run_arxiv(args):
+    from common.data.arxiv import extract_arxiv
+    started = io.now()
+    counts = collections.Counter()
+    prefixes = tuple(p.strip() for p in args.categories.split(",") if p.strip())
+    with io.Outputs(args.out) as outputs:
+        with outputs.open("articles.jsonl") as out:
+            extract_arxiv(args.input, out, prefixes, counts)
+        with outputs.open("manifest.json") as f:
+            f.write(io.dumps_line(io.manifest(__file__, args, started, inputs=[args.input], counts=dict(counts),
+                                              language="en")))
+    print(f"{counts['articles']} articles of {counts['records']} records ({counts['other_categories']} in other "
+          f"categories, {counts['empty_abstract']} empty, {counts['withdrawn']} withdrawn, "
+          f"{counts['duplicate_abstract']} duplicate abstracts) → {os.path.join(args.out, 'articles.jsonl')}")
+
+
 def main(argv=None):
     args = parse_args(argv)
-    {"wiki": run_wiki, "sentences": run_sentences}[args.command](args)
+    {"wiki": run_wiki, "sentences": run_sentences, "arxiv": run_arxiv}[args.command](args)
 
 
 if __name__ == "__main__":

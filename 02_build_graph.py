@@ -8,6 +8,10 @@
   python 02_build_graph.py sentences --sentences work/keysent/sentences.jsonl --out work/keysent/data
       Article-level train/validation/test splits for key-sentence extraction (keysent.{train,val,test}.jsonl).
 
+  python 02_build_graph.py retrieval --articles work/arxiv/articles.jsonl --out work/arxiv/data [--pairs FILE]
+      Paper search: a seeded split by paper, training pairs (title → paper), validation and test queries with
+      qrels over the whole corpus, and topic splits.
+
   python 02_build_graph.py testsets --out work/testsets
       gensim's Lee corpus (human similarity ratings) and 20 Newsgroups sample (labels) as data directories.
 """
@@ -42,21 +46,28 @@ def add_links_arguments(parser):
     parser.add_argument("--crossref-positives", type=int, default=5, help="linked candidates per query (SciDocs)")
     parser.add_argument("--crossref-negatives", type=int, default=25,
                         help="random unlinked candidates per query (SciDocs)")
-    parser.add_argument("--topic-min", type=int, default=10, help="drop topic labels with fewer documents (thesis)")
-    parser.add_argument("--topic-cap", default="top=300,second=200",
-                        help="most documents per label, per level (thesis)")
+    add_topic_arguments(parser)
     parser.add_argument("--eval-docs", choices=("heldout", "test", "shared"), default="heldout",
                         help="which evaluation documents no triplet may touch (as query, positive or negative): "
                              "heldout = every cross-reference query and candidate and every topic document (the "
                              "thesis: evaluation on documents not seen in fine-tuning); test = cross-reference "
                              "documents and topic test documents only; shared = none (triplets from every document)")
+
+
+def add_topic_arguments(parser):
+    parser.add_argument("--topic-min", type=int, default=10, help="drop topic labels with fewer documents (thesis)")
+    parser.add_argument("--topic-cap", default="top=300,second=200",
+                        help="most documents per label, per level (thesis)")
     parser.add_argument("--topic-test", type=float, default=0.3, help="stratified test share of topic documents")
 
 
 def _caps(text):
+    """``--topic-cap`` ``level=N,...`` → {level: N}."""
     caps = {}
     for part in filter(None, text.split(",")):
         level, _, value = part.partition("=")
+        if not level.strip() or not value.strip().isdigit() or int(value) < 1:
+            raise io.InputError(f"--topic-cap {text!r}: expected LEVEL=NUMBER,..., e.g. top=300,second=200")
         caps[level.strip()] = int(value)
     return caps
 
@@ -171,23 +182,7 @@ def build_graph(args, corpus, outputs, counts):
                                            args.crossref_negatives, rng_qrels, counts)
     with outputs.open("crossref.qrels") as f:
         f.writelines(graph.qrels_lines(corpus, candidates))
-    topic_parts = {}
-    caps = _caps(args.topic_cap)
-    for level in sorted(corpus.labels):
-        result = graph.topic_splits(corpus, level, args.topic_min, caps.get(level, caps.get("second", 200)),
-                                    args.topic_test, rng_topics, args.seed)
-        if result is None:
-            counts[f"topics_{level}_skipped"] = 1
-            print(f"note: topic level {level!r} has fewer than two labels with >= {args.topic_min} documents; "
-                  "no topic task for it")
-            continue
-        topic_parts[level] = result
-        names = corpus.label_names[level]
-        for part, members in zip(("train", "test"), result):
-            counts[f"topics_{level}_{part}"] = int(len(members))
-            with outputs.open(f"topics.{level}.{part}.jsonl") as f:
-                f.writelines(io.dumps_line({"id": corpus.ids[i], "label": names[corpus.labels[level][i]]})
-                             for i in members.tolist())
+    topic_parts = write_topics(args, corpus, outputs, rng_topics, counts)
 
     excluded = evaluation_documents(args.eval_docs, candidates, topic_parts)
     train_corpus, new_number = graph.training_corpus(corpus, excluded, counts)
@@ -221,7 +216,38 @@ def build_graph(args, corpus, outputs, counts):
         writer.cancel()
 
 
+def write_topics(args, corpus, outputs, rng_topics, counts):
+    """topics.<level>.{train,test}.jsonl for every label level with at least two labels left; returns
+    {level: (train, test)} document numbers."""
+    topic_parts = {}
+    caps = _caps(args.topic_cap)
+    for level in sorted(corpus.labels):
+        result = graph.topic_splits(corpus, level, args.topic_min, caps.get(level, caps.get("second", 200)),
+                                    args.topic_test, rng_topics, args.seed)
+        if result is None:
+            counts[f"topics_{level}_skipped"] = 1
+            print(f"note: topic level {level!r} has fewer than two labels with >= {args.topic_min} documents; "
+                  "no topic task for it")
+            continue
+        topic_parts[level] = result
+        names = corpus.label_names[level]
+        for part, members in zip(("train", "test"), result):
+            counts[f"topics_{level}_{part}"] = int(len(members))
+            with outputs.open(f"topics.{level}.{part}.jsonl") as f:
+                f.writelines(io.dumps_line({"id": corpus.ids[i], "label": names[corpus.labels[level][i]]})
+                             for i in members.tolist())
+    return topic_parts
+
+
+LINKS_LIMITS = {"--holdout": cli.SHARE, "--val": cli.SHARE, "--per-query": cli.AT_LEAST_1, "--hard": cli.AT_LEAST_0,
+                "--crossref-queries": cli.AT_LEAST_0, "--crossref-min-links": cli.AT_LEAST_1,
+                "--crossref-positives": cli.AT_LEAST_1, "--crossref-negatives": cli.AT_LEAST_0,
+                "--topic-min": cli.AT_LEAST_1, "--topic-test": cli.OPEN_SHARE}
+
+
 def run_graph(args):
+    cli.check(args, LINKS_LIMITS)
+    _caps(args.topic_cap)
     if args.hard > args.per_query:
         raise io.InputError(f"--hard {args.hard} exceeds --per-query {args.per_query}")
     started = io.now()
@@ -253,6 +279,7 @@ def add_sentences_arguments(p):
 
 def run_sentences(args):
     from common.data import keysent_splits
+    cli.check(args, {"--test": cli.SHARE, "--val": cli.SHARE})
     started = io.now()
     counts = collections.Counter()
     articles = keysent_splits.read_sentences(args.sentences)
@@ -264,6 +291,47 @@ def run_sentences(args):
                                               seed=args.seed)))
     print(f"articles train/val/test {counts['articles_train']}/{counts['articles_val']}/{counts['articles_test']}, "
           f"sentences {counts['sentences_train']}/{counts['sentences_val']}/{counts['sentences_test']} → {args.out}")
+
+
+def add_retrieval_arguments(p):
+    p.add_argument("--articles", required=True, help="articles.jsonl from 01_extract.py (e.g. 01_extract.py arxiv)")
+    p.add_argument("--out", required=True, help="data directory to write")
+    p.add_argument("--test", type=float, default=0.1, help="share of papers whose title is a test query")
+    p.add_argument("--val", type=float, default=0.1,
+                   help="share of papers whose title is a validation query (model selection)")
+    p.add_argument("--pairs", default=None,
+                   help='JSONL of {"query": text, "doc": id} to use instead of titles (each pair goes to its '
+                        "document's split)")
+    p.add_argument("--seed", type=int, default=42, help="seed of the split and the topic sampling")
+    add_topic_arguments(p)
+
+
+def run_retrieval(args):
+    from common.data import retrieval
+    started = io.now()
+    counts = collections.Counter()
+    with io.Outputs(args.out) as outputs:
+        with outputs.open("docs.jsonl", "wb") as docs:
+            corpus = graph.read_articles(args.articles, docs, counts)
+        rng_split, rng_topics = (np.random.default_rng(s) for s in np.random.SeedSequence(args.seed).spawn(2))
+        index = {doc: i for i, doc in enumerate(corpus.ids)}
+        split = retrieval.split_papers(corpus.n, args.test, args.val, rng_split)
+        with outputs.open("splits.json") as f:
+            f.write(io.dumps_line({name: [corpus.ids[i] for i in np.flatnonzero(split == code).tolist()]
+                                   for code, name in enumerate(retrieval.SPLITS)}))
+        queries = retrieval.file_queries(args.pairs, index, split) if args.pairs else \
+            retrieval.title_queries(args.articles, index, split)
+        retrieval.write_retrieval(queries, index, outputs, counts)
+        if not args.pairs:
+            retrieval.count_repeated_titles(args.articles, split, index, counts)
+        write_topics(args, corpus, outputs, rng_topics, counts)
+        source = io.read_manifest(os.path.dirname(os.path.abspath(args.articles)))
+        inputs = [args.articles] + ([args.pairs] if args.pairs else [])
+        with outputs.open("manifest.json") as f:
+            f.write(io.dumps_line(io.manifest(__file__, args, started, inputs=inputs, counts=dict(counts),
+                                              seed=args.seed, language=source.get("language"))))
+    print(f"{counts['documents']} documents; {counts['pairs_train']} training pairs, queries val/test "
+          f"{counts['queries_val']}/{counts['queries_test']} → {args.out}")
 
 
 def add_testsets_arguments(p):
@@ -291,6 +359,8 @@ COMMANDS = {
               "(the default command)", add_links_arguments, run_graph),
     "sentences": ("key-sentence articles → article-level train/validation/test splits (keysent.*.jsonl)",
                   add_sentences_arguments, run_sentences),
+    "retrieval": ("articles → paper-search data: split by paper, training pairs (title → paper), validation and "
+                  "test queries with qrels, topic splits", add_retrieval_arguments, run_retrieval),
     "testsets": ("gensim's installed test corpora as data directories: Lee (similarity ratings) and a 20 Newsgroups "
                  "sample (classification)", add_testsets_arguments, run_testsets),
 }

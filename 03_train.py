@@ -8,6 +8,10 @@ Objectives and where their defaults come from (`03_train.py --objective NAME --h
   triplet      SPECTER / WikiSpecter: L2 triplet margin loss on (query, linked, negative) documents
   contrastive  key-sentence thesis: contrastive loss on (query, sentence, key?) pairs, cosine distance
   cosine       key-sentence thesis: MSE between cos(query, sentence) and the 0/1 label
+  mlm          paper search, stage 1: masked-language-model domain adaptation on abstracts (transformers'
+               run_mlm_no_trainer.py)
+  mnrl         paper search, stage 2: Multiple Negatives Ranking, title → abstract with in-batch negatives
+               (sentence-transformers' MultipleNegativesRankingLoss)
 
 Mixed precision and the number of GPUs come from `accelerate config` / `accelerate launch`. A run writes
 RUN/model (Hugging Face + sentence-transformers), RUN/checkpoints/step_N and RUN/log.jsonl; starting again with
@@ -19,7 +23,7 @@ import sys
 from common import cli
 from common.train import run
 
-OBJECTIVES = ("triplet", "contrastive", "cosine")
+OBJECTIVES = ("triplet", "contrastive", "cosine", "mlm", "mnrl")
 
 
 def main(argv):

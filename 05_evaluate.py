@@ -17,6 +17,13 @@
 
   python 05_evaluate.py extract --model runs/keysent/model --input new.jsonl --top 1 --out keys.jsonl
       Key sentences of new articles.
+
+  [accelerate launch] python 05_evaluate.py --data work/arxiv/data --model mnrl=runs/mnrl/model --out work/arxiv/eval
+      Paper search: test titles against every abstract (MRR@10, nDCG@10, Recall@1/5/10/100, MAP@100) and BM25;
+      under accelerate launch the corpus is embedded in one shard per process.
+
+  python 05_evaluate.py search --model runs/mnrl/model --data work/arxiv/data --index work/arxiv/eval "query"
+      The top documents for free-text queries (or --queries FILE), reusing the vectors in EVAL.
 """
 
 import os
@@ -26,20 +33,21 @@ import numpy as np
 from tqdm import tqdm
 
 from common import cli, io
-from common.eval import report, wikispecter
+from common.eval import report, retrieval, wikispecter
 from common.io import InputError
 
-TASKS = ("crossref", "topics", "lexical", "keysent", "classify", "similarity")
+TASKS = ("crossref", "topics", "lexical", "keysent", "classify", "similarity", "retrieval", "bm25")
 EMBEDDING_TASKS = {"crossref", "topics", "lexical", "classify", "similarity"}
 
 
 def _named(values, flag, what):
+    """``NAME=VALUE`` arguments → {name: value}; a name becomes the file names of its embeddings."""
     out = {}
     for value in values or []:
         name, sep, rest = value.partition("=")
         if not sep or not name or not rest:
             raise InputError(f"{flag} {value!r}: expected NAME={what}")
-        out[name] = rest
+        out[io.safe_name(name, f"{flag} {value!r}: NAME")] = rest
     return out
 
 
@@ -87,13 +95,17 @@ def supported(data_dir):
         found.add("classify")
     if similarity.available(data_dir):
         found.add("similarity")
+    if retrieval.is_retrieval_data(data_dir):
+        found.update(("retrieval", "bm25"))
     return found
 
 
 def default_tasks(data_dir, available):
     """Every available task, except that topic splits alone are classified by --task classify only (the
-    WikiSpecter tables score them with the topics task)."""
+    WikiSpecter tables score them with the topics task), and paper-search data is scored by retrieval and BM25."""
     from common.eval import classify
+    if "retrieval" in available:
+        return available & {"retrieval", "bm25"}
     if "classify" in available and not classify.own_splits(data_dir):
         return available - {"classify"}
     return available
@@ -131,7 +143,7 @@ def evaluate_documents(args, outputs, wanted, metrics, counts):
     if {"crossref", "lexical"} & wanted:
         qrels = wikispecter.read_qrels(os.path.join(args.data, "crossref.qrels"), index)
     levels = wikispecter.topic_levels(args.data) if "topics" in wanted else []
-    topic_rows = {level: wikispecter.read_topics(args.data, level) for level in levels}
+    topic_rows = {level: wikispecter.read_topics(args.data, level, index) for level in levels}
     classify_splits = {task: [classify.read_split(p, index) for p in paths]
                        for task, paths in classify.splits(args.data).items()} if "classify" in wanted else {}
     similar = similarity.read(args.data, index) if "similarity" in wanted else (None, None)
@@ -179,6 +191,7 @@ def evaluate_documents(args, outputs, wanted, metrics, counts):
 
 
 def run_evaluate(args):
+    cli.check(args, {"--max-length": cli.AT_LEAST_1, "--batch-size": cli.AT_LEAST_1, "--head-epochs": cli.AT_LEAST_1})
     _check_names(args)
     if not os.path.isdir(args.data):
         raise InputError(f"{args.data}: no such data directory")
@@ -189,12 +202,20 @@ def run_evaluate(args):
         raise InputError(f"{args.data}: has no data for task(s) {', '.join(sorted(missing))}")
     if not wanted:
         raise InputError(f"{args.data}: no evaluation data (crossref.qrels, topics.*.jsonl, classify.*.jsonl, "
-                         f"similarity.* or keysent.*.jsonl)")
-    if not args.model and not args.runs and wanted - {"lexical"}:
+                         f"similarity.*, keysent.*.jsonl or retrieval.test.qrels)")
+    if not args.model and not args.runs and wanted - {"lexical", "bm25"}:
         raise InputError("give at least one --model NAME=MODEL (or --runs)")
+    if "retrieval" in wanted and wanted & EMBEDDING_TASKS:
+        raise InputError("--task retrieval embeds abstracts alone, the other tasks title + text: evaluate them into "
+                         "separate --out directories")
+    state = retrieval.process_state()
+    if state is not None and not state.is_main_process:
+        return retrieval.follow(args) if "retrieval" in wanted else None
     started = io.now()
     metrics, counts, written = {}, {}, []
     with io.Outputs(args.out) as outputs:
+        if wanted & {"retrieval", "bm25"}:
+            retrieval.evaluate_retrieval(args, outputs, wanted, metrics, counts)
         if wanted & EMBEDDING_TASKS:
             written += evaluate_documents(args, outputs, wanted, metrics, counts)
         if "keysent" in wanted:
@@ -227,7 +248,22 @@ def add_extract_arguments(p):
 
 def run_extract(args):
     from common.eval.keysent import extract
+    cli.check(args, {"--top": cli.AT_LEAST_1, "--batch-size": cli.AT_LEAST_1})
     return extract(args)
+
+
+def add_search_arguments(p):
+    p.add_argument("query", nargs="*", help="query texts")
+    p.add_argument("--model", dest="model_path", required=True, help="the model (e.g. RUN/model)")
+    p.add_argument("--data", required=True, help="data directory whose docs.jsonl is searched")
+    p.add_argument("--index", default=None,
+                   help="evaluation directory from 05_evaluate.py holding this model's vectors of the same documents")
+    p.add_argument("--queries", default=None, help="text file, one query per line")
+    p.add_argument("--top", type=int, default=10, help="documents per query")
+    p.add_argument("--pooling", choices=("cls", "mean"), default=None,
+                   help="pooling (default: the model's sentence-transformers config, else cls)")
+    p.add_argument("--max-length", type=int, default=None, help="tokens per text (default: the model's setting)")
+    p.add_argument("--batch-size", type=int, default=64, help="texts per forward pass")
 
 
 COMMANDS = {
@@ -235,6 +271,8 @@ COMMANDS = {
                  "(the default command)", add_evaluate_arguments, run_evaluate),
     "extract": ("key sentences of new articles, each sentence scored by its cosine similarity to the model's "
                 "query (the thesis's confidence)", add_extract_arguments, run_extract),
+    "search": ("the top documents of a data directory for free-text queries, by cosine similarity (paper search; "
+               "related articles for a new text)", add_search_arguments, retrieval.run_search),
 }
 
 

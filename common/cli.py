@@ -1,6 +1,8 @@
 """What every numbered script shares at its edge: help formatting and one-line errors."""
 
 import argparse
+import os
+import signal
 import sys
 
 from common.io import InputError, Preempted
@@ -18,6 +20,22 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
 
 def parser(description):
     return argparse.ArgumentParser(description=description, formatter_class=HelpFormatter)
+
+
+SHARE = ("a share between 0 and 1", lambda v: 0 <= v <= 1)
+OPEN_SHARE = ("a share strictly between 0 and 1", lambda v: 0 < v < 1)
+AT_LEAST_1 = ("at least 1", lambda v: v >= 1)
+AT_LEAST_0 = ("at least 0", lambda v: v >= 0)
+POSITIVE = ("a positive number", lambda v: 0 < v < float("inf"))
+
+
+def check(args, limits):
+    """Refuse settings that cannot work before any work starts: ``limits`` maps a flag to one of the ranges above
+    (an unset optional flag, None, is not checked; NaN is in no range)."""
+    for flag, (what, ok) in limits.items():
+        value = getattr(args, flag.lstrip("-").replace("-", "_"))
+        if value is not None and not ok(value):
+            raise InputError(f"{flag} {value}: must be {what}")
 
 
 def dispatch(description, commands, argv, default=None):
@@ -38,7 +56,19 @@ def dispatch(description, commands, argv, default=None):
 
 
 def run(main):
-    """Call ``main()``; bad input becomes one line on stderr and exit status 2, preemption exit status 143."""
+    """Call ``main()``; bad input becomes one line on stderr and exit status 2, preemption exit status 143.
+
+    SIGTERM unwinds the script like an error (training replaces this with its own checkpointing handler while it
+    runs), so that open outputs remove their temporary files; forked workers just exit.
+    """
+    pid = os.getpid()
+
+    def terminate(signum, frame):
+        if os.getpid() != pid:
+            os._exit(128 + signum)
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, terminate)
     try:
         return main()
     except InputError as e:

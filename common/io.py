@@ -1,9 +1,11 @@
 """Files between the numbered scripts: JSONL/NPY reading with line-exact errors, atomic writes, manifests."""
 
 import datetime
+import errno
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from importlib import metadata
@@ -19,12 +21,37 @@ class InputError(Exception):
     """Bad input a user can fix; the scripts print it as one line and exit non-zero."""
 
 
-def read_jsonl(path, required=()):
-    """Yield ``(line_number, object)`` for each non-empty line; any defect names ``path:line``."""
+_SAFE_NAME = re.compile(r"\w[\w.-]{0,99}")
+
+
+def safe_name(name, what):
+    """``name``, checked to be usable as (part of) a file name in an output folder: letters, digits, '_', '-' and
+    '.', not first, at most 100 characters, so that it can neither leave the folder nor name a hidden file. A name
+    from data or the command line goes through here before it becomes a path; ``what`` says where it came from in
+    the one-line error (e.g. ``"articles.jsonl:3: label level"``)."""
+    if not isinstance(name, str) or not _SAFE_NAME.fullmatch(name):
+        raise InputError(f"{what} {name!r} cannot be a file name: use at most 100 letters, digits, '_', '-' and "
+                         f"'.' (not first)")
+    return name
+
+
+def open_input(path, mode="r"):
+    """An input file opened for reading (text as UTF-8); a missing or unreadable file, or a directory, is an
+    InputError."""
     if not os.path.exists(path):
         raise InputError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise InputError(f"{path}: is a directory, not a file")
+    try:
+        return open(path, mode, encoding=None if "b" in mode else "utf-8")
+    except OSError as e:
+        raise InputError(f"{path}: {e.strerror}") from None
+
+
+def read_jsonl(path, required=()):
+    """Yield ``(line_number, object)`` for each non-empty line; any defect names ``path:line``."""
     loads = orjson.loads
-    with open(path, "rb") as f:
+    with open_input(path, "rb") as f:
         for lineno, raw in enumerate(f, 1):
             try:
                 obj = loads(raw)
@@ -38,6 +65,20 @@ def read_jsonl(path, required=()):
                 if field not in obj:
                     raise InputError(f"{path}:{lineno}: missing field {field!r}")
             yield lineno, obj
+
+
+def read_trec_qrels(path):
+    """TREC qrels ``qid 0 docid rel`` → {qid: {docid: rel}}; a malformed line names ``path:line``."""
+    qrels = {}
+    with open_input(path) as f:
+        for lineno, line in enumerate(f, 1):
+            parts = line.split()
+            if not parts:
+                continue
+            if len(parts) != 4 or not parts[3].lstrip("-").isdigit():
+                raise InputError(f"{path}:{lineno}: expected 'qid 0 docid rel'")
+            qrels.setdefault(parts[0], {})[parts[2]] = int(parts[3])
+    return qrels
 
 
 def dumps_line(obj):
@@ -55,7 +96,8 @@ class Outputs:
 
     Each ``open`` writes to ``name.tmp``; leaving the ``with`` block normally renames every file to its final
     name (the manifest last), while an exception removes the temporaries, so a crash never leaves a partial
-    file under a final name.
+    file under a final name. A folder that cannot be made or written (an existing file, no permission, a full disk)
+    is an InputError naming it.
     """
 
     def __init__(self, directory):
@@ -63,16 +105,28 @@ class Outputs:
         self._files = {}
 
     def __enter__(self):
-        os.makedirs(self.directory, exist_ok=True)
+        if os.path.exists(self.directory) and not os.path.isdir(self.directory):
+            raise InputError(f"{self.directory}: exists and is not a directory")
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+        except OSError as e:
+            raise InputError(f"{self.directory}: cannot be created: {e.strerror}") from None
+        if not os.access(self.directory, os.W_OK | os.X_OK):
+            raise InputError(f"{self.directory}: not writable")
         return self
 
     def path(self, name):
+        if os.path.isabs(name) or ".." in name.replace("\\", "/").split("/"):  # names pass safe_name first
+            raise ValueError(f"{name!r} would leave {self.directory}")
         return os.path.join(self.directory, name)
 
     def open(self, name, mode="w"):
         tmp = self.path(name) + ".tmp"
-        os.makedirs(os.path.dirname(tmp), exist_ok=True)
-        f = open(tmp, mode, encoding=None if "b" in mode else "utf-8")
+        try:
+            os.makedirs(os.path.dirname(tmp), exist_ok=True)
+            f = open(tmp, mode, encoding=None if "b" in mode else "utf-8")
+        except OSError as e:
+            raise InputError(f"{self.directory}: cannot write {name}: {e.strerror}") from None
         self._files[name] = f
         return f
 
@@ -82,20 +136,30 @@ class Outputs:
         return self.path(name) + ".tmp"
 
     def __exit__(self, exc_type, exc, tb):
-        for f in self._files.values():
-            if f is not None and not f.closed:
-                f.close()
-        names = sorted(self._files, key=lambda n: n == "manifest.json")
-        if exc_type is None:
-            for name in names:
-                os.replace(self.path(name) + ".tmp", self.path(name))
-        else:
-            for name in names:
-                try:
-                    os.remove(self.path(name) + ".tmp")
-                except FileNotFoundError:
-                    pass
+        try:
+            for f in self._files.values():
+                if f is not None and not f.closed:
+                    f.close()  # flushes: a full disk may show only here
+            if exc_type is None:
+                for name in sorted(self._files, key=lambda n: n == "manifest.json"):
+                    os.replace(self.path(name) + ".tmp", self.path(name))
+                return False
+        except OSError as e:
+            exc = e
+        for name in self._files:
+            try:
+                os.remove(self.path(name) + ".tmp")
+            except OSError:
+                pass
+        if isinstance(exc, OSError) and exc.errno in _WRITE_ERRNOS:
+            raise InputError(f"{self.directory}: cannot write: {exc.strerror}") from None
+        if exc is not None and exc_type is None:
+            raise exc
         return False
+
+
+# what only writing can fail with (reading an input cannot), so it is reported against the output folder
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
 
 
 def write_json(path, obj):

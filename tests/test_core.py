@@ -1,6 +1,7 @@
 """The training core every objective shares: registry, heads and buffers, schedules, samplers, precision helpers,
 the differentiable all-gather and the exit-status contract."""
 
+import json
 import math
 import os
 import shutil
@@ -171,3 +172,65 @@ def test_every_flag_is_either_result_or_speed(tiny_data):
     shared = set(vars(args)) - {"objective", "data", "out", "seeds", "margin"}
     assert shared == set(run.RESULT_ARGS) | set(run.SPEED_ARGS)
     assert not set(run.RESULT_ARGS) & set(run.SPEED_ARGS)
+
+
+@pytest.mark.parametrize("flag,value,expected", [
+    ("--batch-size", "0", "--batch-size 0: must be at least 1"),
+    ("--grad-accum", "0", "--grad-accum 0: must be at least 1"),
+    ("--epochs", "0", "--epochs 0: must be at least 1"),
+    ("--max-length", "0", "--max-length 0: must be at least 1"),
+    ("--lr", "nan", "--lr nan: must be a finite number above 0"),
+    ("--lr", "-1e-5", "--lr -1e-05: must be a finite number above 0"),
+    ("--warmup", "-1", "--warmup -1.0: must be a finite number, 0 or more"),
+])
+def test_settings_that_cannot_train_are_refused_before_anything_loads(tiny_data, flag, value, expected):
+    with pytest.raises(InputError) as e:
+        run.parse(["--data", str(tiny_data), "--model", "nowhere", "--out", "o", f"{flag}={value}"], "", ["triplet"])
+    assert str(e.value) == expected
+
+
+def _weights(run_dir):
+    return [load_file(str(run_dir / "model" / name)) for name in ("model.safetensors", "heads.safetensors")]
+
+
+def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(toy, tiny_model, tiny_data, tmp_path, capsys):
+    ref = tmp_path / "ref"
+    toy(tiny_data, tiny_model, ref)
+    out = tmp_path / "run"
+    shutil.copytree(ref, out)
+    shutil.rmtree(out / "model")
+    shutil.rmtree(out / "checkpoints" / "step_20")
+    (out / "checkpoints" / "step_15" / "model.safetensors").write_bytes(b"")  # e.g. a full disk
+    toy(tiny_data, tiny_model, out)
+    printed = capsys.readouterr().out
+    assert "checkpoints/step_15 cannot be read" in printed and "resuming from" in printed and "step_10" in printed
+    for a, b in zip(_weights(ref), _weights(out)):
+        assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_rebuilt_data_directory_does_not_resume_an_old_run(toy, tiny_model, tiny_data, tmp_path):
+    data = tmp_path / "data"
+    shutil.copytree(tiny_data, data)
+    out = tmp_path / "run"
+    toy(data, tiny_model, out, "--max-steps", "5")
+    manifest = json.loads((data / "manifest.json").read_text())
+    manifest["args"]["seed"] += 1  # as if 02 had been run again with another seed
+    (data / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(InputError, match=r"other settings \(data_content\)"):
+        toy(data, tiny_model, out, "--max-steps", "5")
+
+
+def test_a_run_folder_is_owned_foreign_folders_refused_and_a_run_killed_before_its_first_checkpoint_restarts_clean(
+        toy, tiny_model, tiny_data, tmp_path):
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    with pytest.raises(InputError, match="not empty and not a run folder of this project"):
+        toy(tiny_data, tiny_model, foreign, "--max-steps", "3")
+    assert (foreign / "notes.txt").read_text() == "mine"
+    ref, out = tmp_path / "ref", tmp_path / "run"
+    toy(tiny_data, tiny_model, ref, "--max-steps", "3", "--checkpoint-every", "0")
+    shutil.copytree(ref, out)  # a finished run without checkpoints stands for one killed before its first
+    toy(tiny_data, tiny_model, out, "--max-steps", "3", "--checkpoint-every", "0")
+    steps = [r["step"] for r in read_jsonl(out / "log.jsonl") if "loss" in r]
+    assert steps == [1, 2, 3]

@@ -8,7 +8,9 @@ import pytest
 from conftest import script_error
 
 
-@pytest.mark.parametrize("case", ["unknown-id", "bad-qrels-line", "task", "no-dir", "model-syntax"])
+@pytest.mark.parametrize("case", ["unknown-id", "bad-qrels-line", "task", "no-dir", "model-syntax", "model-name",
+                                  "topic-level", "topic-one-label", "topic-unknown-id", "no-model", "qrels-is-a-dir",
+                                  "out-is-a-file"])
 def test_bad_evaluation_input_is_a_one_line_error(tiny_model, tiny_data, tmp_path, case):
     data = tmp_path / "data"
     shutil.copytree(tiny_data, data)
@@ -26,11 +28,41 @@ def test_bad_evaluation_input_is_a_one_line_error(tiny_model, tiny_data, tmp_pat
     elif case == "no-dir":
         args[1] = tmp_path / "nowhere"
         expected = f"error: {tmp_path / 'nowhere'}: no such data directory"
-    else:
+    elif case == "model-syntax":
         args[3] = str(tiny_model)
         expected = f"error: --model {str(tiny_model)!r}: expected NAME=MODEL"
+    elif case == "model-name":  # the name becomes EVAL/<name>.npy
+        args[3] = f"../../x={tiny_model}"
+        expected = (f"error: --model {args[3]!r}: NAME '../../x' cannot be a file name: use at most 100 letters, "
+                    "digits, '_', '-' and '.' (not first)")
+    elif case == "topic-one-label":
+        train = data / "topics.top.train.jsonl"
+        train.write_text("".join(line.split('"label"')[0] + '"label": "tiede"}\n'
+                                 for line in train.read_text().splitlines()))
+        expected = f"error: {train}: 1 label ('tiede'); a topic task needs at least two"
+    elif case == "topic-unknown-id":
+        test = data / "topics.top.test.jsonl"
+        test.write_text(test.read_text() + '{"id": "nowhere", "label": "tiede"}\n')
+        expected = f"error: {test}:{len(test.read_text().splitlines())}: id 'nowhere' is not in docs.jsonl"
+    elif case == "no-model":
+        args[3] = f"base={tmp_path / 'none'}"
+        expected = (f"error: {tmp_path / 'none'}: no such model folder, nor a model of that name in the local "
+                    "Hugging Face cache")
+    elif case == "qrels-is-a-dir":
+        qrels.unlink()
+        qrels.mkdir()
+        (qrels / "x").write_text("x")
+        expected = f"error: {qrels}: is a directory, not a file"
+    elif case == "out-is-a-file":
+        (tmp_path / "eval").write_text("")
+        expected = f"error: {tmp_path / 'eval'}: exists and is not a directory"
+    else:  # the level becomes EVAL/tsne_<level>.png
+        for part in ("train", "test"):
+            shutil.copy(data / f"topics.top.{part}.jsonl", data / f"topics.a b.{part}.jsonl")
+        expected = (f"error: {data / 'topics.a b.train.jsonl'}: topic level 'a b' cannot be a file name: use at most "
+                    "100 letters, digits, '_', '-' and '.' (not first)")
     assert script_error("05_evaluate.py", *args) == expected
-    assert not (tmp_path / "eval").exists() or os.listdir(tmp_path / "eval") == []
+    assert not (tmp_path / "eval").is_dir() or os.listdir(tmp_path / "eval") == []
 
 
 def test_hub_named_sentence_transformer_is_scored_with_its_own_pooling_and_length(tiny_model, tiny_data, tmp_path):

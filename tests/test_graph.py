@@ -237,6 +237,11 @@ def test_same_seed_gives_byte_identical_outputs(tmp_path):
       '{"id": "a", "title": "C", "text": "z", "links": []}'], ":3: duplicate id 'a'"),
     (['{"id": 1, "title": "A", "text": "x", "links": []}'], ":1: field 'id' must be a string"),
     (['{"id": "a", "title": "A", "text": "x", "links": "b"}'], ":1: field 'links' must be a list of strings"),
+    (['{"id": "a", "title": "A", "text": "x", "links": [["b"]]}'], ":1: field 'links' must be a list of strings"),
+    (['{"id": "a", "title": "A", "text": "x", "links": [2]}'], ":1: field 'links' must be a list of strings"),
+    (['{"id": "a", "title": "A", "text": "x", "links": []}', '{"id": "tab\\there", "title": "B", "text": "y", '
+      '"links": []}'], ":2: id 'tab\\there' holds whitespace, which the qrels files cannot carry"),
+    (['{"id": "", "title": "A", "text": "x", "links": []}'], ":1: id '' is empty"),
 ])
 def test_bad_articles_fail_with_file_and_line(tmp_path, lines, expected):
     src = tmp_path / "articles.jsonl"
@@ -248,8 +253,35 @@ def test_bad_articles_fail_with_file_and_line(tmp_path, lines, expected):
     assert not out.exists() or os.listdir(out) == []
 
 
-def test_ids_with_tabs_quotes_and_non_ascii_round_trip_through_every_file(tmp_path):
-    odd = ["tab\there", 'quote"d', "back\\slash", "ä ö", "x"]
+@pytest.mark.parametrize("flags,expected", [
+    (["--holdout", "1.5"], "--holdout 1.5: must be a share between 0 and 1"),
+    (["--val", "nan"], "--val nan: must be a share between 0 and 1"),
+    (["--per-query", "-1"], "--per-query -1: must be at least 1"),
+    (["--hard", "-2"], "--hard -2: must be at least 0"),
+    (["--topic-test", "1"], "--topic-test 1.0: must be a share strictly between 0 and 1"),
+    (["--topic-cap", "top=abc"], "--topic-cap 'top=abc': expected LEVEL=NUMBER,..., e.g. top=300,second=200"),
+    (["--topic-cap", "top=0"], "--topic-cap 'top=0': expected LEVEL=NUMBER,..., e.g. top=300,second=200"),
+])
+def test_settings_that_cannot_work_are_refused_before_reading(tmp_path, flags, expected):
+    out = tmp_path / "data"
+    assert script_error("02_build_graph.py", "--articles", tmp_path / "none.jsonl", "--out", out, *flags) == \
+        f"error: {expected}"
+    assert not out.exists()
+
+
+def test_a_label_level_that_is_no_safe_file_name_is_refused_and_nothing_is_written(tmp_path):
+    (tmp_path / "a").mkdir()
+    src = write_articles(tmp_path / "a" / "articles.jsonl", [article("a", ["b"], labels={"top": "x"}),
+                                                             article("b", ["a"], labels={"x/../../../PWNED": "y"})])
+    out = tmp_path / "a" / "data"
+    assert script_error("02_build_graph.py", "--articles", src, "--out", out) == (
+        f"error: {src}:2: label level 'x/../../../PWNED' cannot be a file name: use at most 100 letters, digits, "
+        "'_', '-' and '.' (not first)")
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["a", "articles.jsonl", "data"]
+
+
+def test_ids_with_quotes_backslashes_and_non_ascii_round_trip_through_every_file(tmp_path):
+    odd = ["<&>", 'quote"d', "back\\slash", "ä-ö", "x"]
     articles = [article(odd[i], [odd[(i + 1) % 5], odd[(i + 2) % 5]]) for i in range(5)]
     out = build(tmp_path, articles, "--holdout", "0", "--val", "0")
     graph = json.loads((out / "graph.json").read_text(encoding="utf-8"))

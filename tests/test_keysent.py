@@ -22,6 +22,17 @@ def test_split_cuts_at_span_ends_with_offsets_into_the_text():
     assert all(text[s:e] == sentence for sentence, s, e in sentences)
 
 
+def test_split_reads_a_long_text_a_window_at_a_time_with_the_same_sentences(monkeypatch):
+    from common.data import sentences as module
+    text = " ".join(f"Sentence number {i} is here (e.g. this one)." for i in range(40))
+    whole = split(text, splitter())
+    monkeypatch.setattr(module, "PUNKT_WINDOW", 100)
+    assert split(text, splitter()) == whole
+    # a sentence longer than the window is cut at the window's last space
+    assert split("word " * 50 + "end.", splitter()) == [
+        ("word " * 19 + "word", 0, 99), ("word " * 18 + "word", 100, 194), ("word " * 11 + "end.", 195, 254)]
+
+
 def test_clean_removes_html_and_latex():
     text = ("<p>We knocked out <i>TP53</i> in HeLa cells<sup>1</sup> using CRISPR&ndash;Cas9.</p>"
             "<p>TNF-$\\alpha$ rose \\cite{ref1} in \\textit{vitro}~(\\textbf{Fig.\\ 2}).</p><script>x()</script>")
@@ -224,3 +235,10 @@ def test_extract_with_a_model_not_trained_for_key_sentences_needs_a_query(tiny_m
                       tmp_path / "k.jsonl", check=False)
     assert proc.returncode == 2 and one_error_line(proc.stderr).endswith("give --query TEXT")
     assert not (tmp_path / "k.jsonl").exists()
+
+
+def test_extract_with_a_model_that_does_not_exist_is_a_one_line_error(tmp_path):
+    src = write(tmp_path / "new.jsonl", [{"id": "n1", "text": "A sentence."}])
+    assert script_error("05_evaluate.py", "extract", "--model", tmp_path / "none", "--input", src, "--out",
+                        tmp_path / "k.jsonl") == (f"error: {tmp_path / 'none'}: no such model folder, nor a model of "
+                                                  "that name in the local Hugging Face cache")

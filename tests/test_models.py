@@ -89,3 +89,32 @@ def test_encoder_rejects_unknown_pooling(tiny_model):
     encoder, _, _ = load_encoder(str(tiny_model))
     with pytest.raises(ValueError):
         Encoder(encoder.transformer, pooling="max")
+
+
+@pytest.mark.parametrize("case", ["no-such-folder", "no-such-hub-name", "empty-folder", "no-tokenizer", "no-weights"])
+def test_a_model_that_cannot_be_loaded_whole_is_one_line(tiny_model, tmp_path, case):
+    import shutil
+    from common.io import InputError
+    if case == "no-such-folder":
+        path = str(tmp_path / "none")
+        expected = f"{path}: no such model folder, nor a model of that name in the local Hugging Face cache"
+    elif case == "no-such-hub-name":
+        path = "nobody/no-model"
+        expected = f"{path}: no such model folder, nor a model of that name in the local Hugging Face cache"
+    elif case == "empty-folder":
+        path = str(tmp_path)
+        expected = f"{path}: no model there (no config.json)"
+    else:
+        path = str(tmp_path / "model")
+        shutil.copytree(tiny_model, path)
+        if case == "no-tokenizer":  # transformers would build a 5-token tokenizer: every text all [UNK]
+            for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json"):
+                (tmp_path / "model" / name).unlink()
+            expected = f"{path}: has no tokenizer files (any of tokenizer.json, vocab.txt): save the tokenizer with " \
+                       "the model"
+        else:
+            (tmp_path / "model" / "model.safetensors").unlink()
+            expected = f"{path}: cannot be loaded: "
+    with pytest.raises(InputError) as e:
+        load_encoder(path)
+    assert str(e.value).startswith(expected) and "\n" not in str(e.value)

@@ -61,12 +61,14 @@ def test_dump_to_report_with_a_tiny_model(tmp_path, write_dump, tiny_model):
         assert set(metrics[model]) == {"crossref", "topics.top", "topics.second"}
         assert all(0 <= metrics[model]["crossref"][m] <= 1 for m in ("map", "ndcg"))
         assert all(0 <= metrics[model]["topics.top"][m] <= 1 for m in ("f1", "accuracy"))
-    table = (evaluation / "report.md").read_text()
+    report = (evaluation / "report.md").read_text()
+    table = report[:report.index("\n\n") + 1]
     assert table.splitlines()[0] == ("| model | crossref map | crossref ndcg | topics.second f1 | "
                                      "topics.second accuracy | topics.top f1 | topics.top accuracy |")
     assert [line.split("|")[1].strip() for line in table.splitlines()[2:]] == ["base", "trained", "lexical"]
     assert f"{100 * metrics['trained']['crossref']['map']:.2f}" in table and table in proc.stdout
-    assert (evaluation / "tsne_top.png").read_bytes()[:4] == b"\x89PNG"
+    for figure in ("token_lengths.png", "confusion_top.png", "labels.png", "tsne_top.png", "tsne_second.png"):
+        assert (evaluation / figure).read_bytes()[:4] == b"\x89PNG" and f"]({figure})" in report
     manifest = json.loads((evaluation / "manifest.json").read_text())
     assert manifest["counts"]["crossref_queries"] == len({line.split()[0] for line in
                                                           (data / "crossref.qrels").read_text().splitlines()})

@@ -15,7 +15,14 @@ from typing import NamedTuple
 from common.io import InputError
 from common.data.wikitext import Namespaces
 
-_REDIRECT_TEXT = re.compile(r"^\s*#(?:REDIRECT|OHJAUS|UUDELLEENOHJAUS)\s*:?\s*\[\[([^\]|]+)", re.I)
+# possessive blanks: "\s*:?\s*" alone backtracks quadratically on "#REDIRECT" and a long run of spaces
+_REDIRECT_TEXT = re.compile(r"^\s*+#(?:REDIRECT|OHJAUS|UUDELLEENOHJAUS)\s*+:?\s*+\[\[([^\]|]++)", re.I)
+
+
+def redirect_target(text):
+    """The target of a page whose text is ``#REDIRECT [[target]]``, else ""."""
+    m = _REDIRECT_TEXT.match(text)
+    return m.group(1) if m else ""
 
 
 class Page(NamedTuple):
@@ -26,9 +33,11 @@ class Page(NamedTuple):
     text: str
 
 
-def _decompressed_blocks(f, new_decompressor, block=1 << 20):
-    """Decompress a file block by block; one C call per block releases the GIL for its whole duration.
-    Concatenated streams (bz2 multistream, multi-member gzip) are followed; a stream cut short raises EOFError."""
+def _decompressed_blocks(f, new_decompressor, block=1 << 14):
+    """Decompress a file a block at a time; one C call per block releases the GIL for its whole duration.
+    Concatenated streams (bz2 multistream, multi-member gzip) are followed; a stream cut short raises EOFError.
+    Blocks are smaller than a bz2 block (100-900 KB of text), so that what decompressed before a corrupt bz2 block
+    is still handed on (a failing call returns nothing) and the error can name the last page read."""
     dec, fed = new_decompressor(), False
     while True:
         data = f.read(block)
@@ -173,6 +182,13 @@ class DumpReader:
                 self._last = page
                 yield page
 
+    def _number(self, elem, title):
+        try:
+            return int(elem.text)
+        except (TypeError, ValueError):
+            raise InputError(f"{self.path}: page {title!r} has <{_local(elem.tag)}>{elem.text or ''}</"
+                             f"{_local(elem.tag)}>, not a number") from None
+
     def _page(self, elem):
         title, ns, page_id, redirect, text = "", 0, None, "", ""
         for child in elem:
@@ -180,9 +196,9 @@ class DumpReader:
             if tag == "title":
                 title = child.text or ""
             elif tag == "ns":
-                ns = int(child.text)
+                ns = self._number(child, title)
             elif tag == "id":
-                page_id = int(child.text)
+                page_id = self._number(child, title)
             elif tag == "redirect":
                 redirect = child.attrib.get("title", "")
             elif tag == "revision":
@@ -191,8 +207,4 @@ class DumpReader:
                         text = sub.text or ""
         if page_id is None:
             raise InputError(f"{self.path}: page {title!r} has no <id>")
-        if not redirect:
-            m = _REDIRECT_TEXT.match(text)
-            if m:
-                redirect = m.group(1)
-        return Page(page_id, ns, title, redirect, text)
+        return Page(page_id, ns, title, redirect or redirect_target(text), text)

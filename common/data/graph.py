@@ -13,7 +13,7 @@ import scipy.sparse as sp
 
 import orjson
 
-from common.io import InputError, read_jsonl
+from common.io import InputError, read_jsonl, safe_name
 
 CHUNK_ROWS = 4096  # fixed: the random streams are consumed chunk by chunk, so it is part of the seed's meaning
 
@@ -66,12 +66,18 @@ def read_articles(path, docs_out, counts):
             for field in ("id", "title", "text"):
                 if not isinstance(obj[field], str):
                     raise InputError(f"{path}:{lineno}: field {field!r} must be a string")
+        if doc_id.split() != [doc_id]:  # qrels and run files are whitespace-separated
+            raise InputError(f"{path}:{lineno}: id {doc_id!r} " + (
+                "holds whitespace, which the qrels files cannot carry" if doc_id else "is empty"))
         if type(links) is not list:
             raise InputError(f"{path}:{lineno}: field 'links' must be a list of strings")
         index = len(ids)
         ids.append(doc_id)
         doc_nodes.append(interner[doc_id])
-        dst.extend(map(interner.__getitem__, links))
+        try:
+            dst.extend(map(interner.__getitem__, links))
+        except TypeError:  # a list or object among the links cannot even be looked up
+            raise InputError(f"{path}:{lineno}: field 'links' must be a list of strings") from None
         degrees.append(len(links))
         batch.append(orjson.dumps({"id": doc_id, "title": title, "text": text}, option=orjson.OPT_APPEND_NEWLINE))
         if len(batch) >= 4096:
@@ -86,6 +92,8 @@ def read_articles(path, docs_out, counts):
                     continue
                 if type(name) is not str:
                     raise InputError(f"{path}:{lineno}: label {level!r} must be a string")
+                if level not in label_docs:  # a level names the topics.<level>.*.jsonl files
+                    safe_name(level, f"{path}:{lineno}: label level")
                 label_docs.setdefault(level, array("q")).append(index)
                 label_names.setdefault(level, []).append(name)
     docs_out.writelines(batch)

@@ -1,40 +1,66 @@
 """Research-article text → sentences with key-sentence labels, for the key-sentence method.
 
-Text is cleaned of HTML (BeautifulSoup) and LaTeX (regular expressions), split with an *untrained* NLTK Punkt
-tokenizer (it needs no downloaded data; it also splits after abbreviations such as "e.g."),
-cutting at the end of each span, and a sentence is a key sentence when it equals an annotated one once all
-whitespace is removed.
+Text is cleaned of HTML and LaTeX markup, split with an *untrained* NLTK Punkt tokenizer (it needs no downloaded
+data; it also splits after abbreviations such as "e.g."), cutting at the end of each span, and a sentence is a key
+sentence when it equals an annotated one once all whitespace is removed. Every step takes time linear in the
+text's length, whatever its markup.
 """
 
+import html
 import re
 import sys
-import warnings
 
 from common.io import InputError, dumps_line, read_jsonl
 
-_BLOCK_TAG = re.compile(r"(?i)<(/?(?:p|div|br|li|ul|ol|h[1-6]|tr|td|th|table|section|article|blockquote|title)\b)")
-_LATEX_DROP = re.compile(r"\\(?:cite[pt]?|ref|eqref|label|footnote|url)\*?(?:\[[^\]]*\])?\{[^{}]*\}")
-_LATEX_ARG = re.compile(r"\\[a-zA-Z]+\*?\{([^{}]*)\}")
+_HTML_HIDDEN = re.compile(r"<!--.*?(?:-->|\Z)|<[!?][^<>]*+>|<(script|style)\b[^<>]*+>.*?(?:</\1\s*+>|\Z)",
+                          re.I | re.S)
+_HTML_TAG = re.compile(r"</?([A-Za-z][A-Za-z0-9]*+)[^<>]*+>")
+_BLOCK_TAGS = {"p", "div", "br", "li", "ul", "ol", "h1", "h2", "h3", "h4", "h5", "h6", "tr", "td", "th", "table",
+               "section", "article", "blockquote", "title"}
+_LATEX_DROP = re.compile(r"\\(?:cite[pt]?|ref|eqref|label|footnote|url)\*?(?:\[[^\[\]]*+\])?\{[^{}]*+\}")
+_LATEX_BRACE = re.compile(r"\\[a-zA-Z]++\*?\{|[{}]")
 _GREEK = re.compile(r"\\(alpha|beta|gamma|delta|epsilon|kappa|lambda|mu|sigma|tau|omega|Delta)\b")
-_LATEX_COMMAND = re.compile(r"\\[a-zA-Z]+\*?")
+_LATEX_COMMAND = re.compile(r"\\[a-zA-Z]++\*?")
 _SPACES = re.compile(r"\s+")
+PUNKT_WINDOW = 1 << 15  # characters Punkt sees at once (NLTK stops a regular expression after 5 s)
+
+
+def html_text(text):
+    """The text of an HTML fragment: comments, script and style dropped, block elements a space, entities
+    unescaped. Scanned with linear patterns rather than by Python 3.11's HTMLParser (which BeautifulSoup uses): that
+    takes time quadratic in the length of unclosed constructs ("<!--" or "<a" repeated)."""
+    text = _HTML_HIDDEN.sub("", text)
+    text = _HTML_TAG.sub(lambda m: " " if m.group(1).lower() in _BLOCK_TAGS else "", text)
+    return html.unescape(text)
+
+
+def latex_arguments(text):
+    """``\\cmd{argument}`` → ``argument`` at every depth in one pass (other braces stay)."""
+    stack, cuts = [], []
+    for m in _LATEX_BRACE.finditer(text):
+        if m.group() != "}":
+            stack.append((m.group() != "{", m.start(), m.end()))
+        elif stack:
+            command, start, end = stack.pop()
+            if command:
+                cuts += [(start, end), (m.start(), m.end())]
+    if not cuts:
+        return text
+    out, pos = [], 0
+    for start, end in sorted(cuts):
+        out.append(text[pos:start])
+        pos = end
+    out.append(text[pos:])
+    return "".join(out)
 
 
 def clean(text):
     """HTML tags and LaTeX markup → plain text on one line (block elements become spaces)."""
     if "<" in text and ">" in text:
-        from bs4 import BeautifulSoup, MarkupResemblesLocatorWarning
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", MarkupResemblesLocatorWarning)
-            soup = BeautifulSoup(_BLOCK_TAG.sub(r" <\1", text), "html.parser")
-        for tag in soup(["script", "style"]):
-            tag.decompose()
-        text = soup.get_text()
+        text = html_text(text)
     if "\\" in text or "$" in text:
         text = _LATEX_DROP.sub("", text)
-        previous = None
-        while previous != text:  # nested commands, innermost first
-            previous, text = text, _LATEX_ARG.sub(r"\1", text)
+        text = latex_arguments(text)
         text = _GREEK.sub(r"\1", text)
         text = text.replace("\\%", "%").replace("\\&", "&").replace("\\_", "_").replace("\\ ", " ").replace("~", " ")
         text = _LATEX_COMMAND.sub("", text).replace("$", "")
@@ -54,10 +80,31 @@ def splitter(kind="punkt"):
                          "(python -m nltk.downloader punkt_tab); --splitter punkt needs none") from None
 
 
-def split(text, tokenizer):
-    """Sentences cut at the end of each Punkt span, as ``(sentence, start, end)`` offsets into ``text``."""
+def _sentence_ends(text, tokenizer):
+    """Punkt's sentence ends in ``text``, read a window at a time: the last sentence of a window may be cut by its
+    edge, so the next window starts at it. A sentence longer than a window is cut at the window's last space."""
+    start, window = 0, PUNKT_WINDOW
+    while len(text) - start > window:
+        ends = [start + end for _, end in tokenizer.span_tokenize(text[start:start + window])]
+        if len(ends) > 1:
+            yield from ends[:-1]
+            start = ends[-2]
+        else:
+            cut = text.rfind(" ", start + 1, start + window)
+            start = cut if cut > start else start + window
+            yield start
+    yield from (start + end for _, end in tokenizer.span_tokenize(text[start:]))
+
+
+def split(text, tokenizer, where="text"):
+    """Sentences cut at the end of each Punkt span, as ``(sentence, start, end)`` offsets into ``text``; ``where``
+    names the text in the error should NLTK still stop a pattern on its time limit."""
     out, prev = [], 0
-    for _, end in tokenizer.span_tokenize(text):
+    try:
+        ends = list(_sentence_ends(text, tokenizer))
+    except TimeoutError:
+        raise InputError(f"{where}: NLTK's sentence splitter ran past its time limit") from None
+    for end in ends:
         piece = text[prev:end]
         stripped = piece.strip()
         if stripped:
@@ -94,7 +141,7 @@ def extract_sentences(path, out, splitter_kind, counts):
         if obj["id"] in seen:
             raise InputError(f"{path}:{lineno}: duplicate id {obj['id']!r}")
         seen.add(obj["id"])
-        sentences = [s for s, _, _ in split(clean(obj["text"]), tokenizer)]
+        sentences = [s for s, _, _ in split(clean(obj["text"]), tokenizer, f"{path}:{lineno}")]
         labels, missing = label(sentences, obj["key_sentences"])
         if missing:
             counts["dropped_articles"] += 1

@@ -37,6 +37,12 @@ class TitleIndex:
         """An article that was read but not kept (disambiguation, too short): links to it resolve to nothing."""
         self.dropped.append(page_id)
 
+    def repeated_id(self):
+        """A page id that two pages share, or None."""
+        ids = np.sort(np.frombuffer(self.ids, dtype=np.int64))
+        twice = ids[1:][ids[1:] == ids[:-1]]
+        return int(twice[0]) if len(twice) else None
+
     def resolver(self):
         return Resolver(self)
 

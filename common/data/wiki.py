@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from common.data import topic_labels, wikitext
 from common.data.dump import DumpReader
-from common.io import dumps_line
+from common.io import InputError, dumps_line
 from common.pool import ordered_map
 from common.data.titles import ARTICLE, OTHER, REDIRECT, TitleIndex, title_hash
 
@@ -40,7 +40,7 @@ class ExtractConfig:
         self.min_chars = min_chars
         self.markers = tuple(m.lower() for m in disambiguation_markers)
         names = "|".join(re.escape(t).replace(r"\ ", "[ _]") for t in disambiguation_templates)
-        self.disambiguation = re.compile(r"\{\{\s*(?:%s)\s*(?:\||\}\})" % names, re.I) if names else None
+        self.disambiguation = re.compile(r"\{\{\s*+(?:%s)\s*+(?:\||\}\})" % names, re.I) if names else None
         self.category_re = wikitext.category_pattern(namespaces)
 
 
@@ -186,6 +186,9 @@ def extract_wiki(args, outputs, counts):
 
     try:
         reader = pass_one(args.dump, tmp_path, index, tree, counts, args.workers, make_config)
+        twice = index.repeated_id()
+        if twice is not None:  # 02 would refuse the articles; a dump with one is broken
+            raise InputError(f"{args.dump}: page id {twice} is used by more than one page")
         resolver = index.resolver()
         del index
         counts["duplicate_titles"] = resolver.duplicate_titles

@@ -7,6 +7,7 @@ unescaped. Titles are normalised as MediaWiki does, so that a link and the page 
 
 import html
 import re
+from array import array
 
 # Namespace names MediaWiki accepts in every language besides the localised ones a dump's siteinfo lists.
 CANONICAL_NAMESPACES = {"media": -2, "special": -1, "talk": 1, "user": 2, "project": 4, "file": 6, "image": 6,
@@ -101,95 +102,116 @@ def title_key(ns, title):
 _BRACES = re.compile(r"\{{2,}|\}{2,}")
 
 
+class Spans:
+    """Disjoint spans of a text to cut out, in text order, in two integer arrays (a page of millions of constructs
+    stays small). Spans are added in the order they close: a span swallows those added before it that start inside
+    it (they are nested in it), and joins one that ends where it starts."""
+
+    def __init__(self):
+        self.starts, self.ends = array("q"), array("q")
+
+    def add(self, start, end):
+        starts, ends = self.starts, self.ends
+        while starts and starts[-1] >= start:
+            starts.pop()
+            ends.pop()
+        if ends and ends[-1] == start:
+            ends[-1] = end
+        else:
+            starts.append(start)
+            ends.append(end)
+
+    def cut(self, text):
+        """``text`` without the spans, joined a few thousand pieces at a time (a list of millions of small strings
+        would take many times the text's size)."""
+        if not self.starts:
+            return text
+        chunks, pieces, pos = [], [], 0
+        for start, end in zip(self.starts, self.ends):
+            pieces.append(text[pos:start])
+            pos = end
+            if len(pieces) >= 4096:
+                chunks.append("".join(pieces))
+                pieces.clear()
+        pieces.append(text[pos:])
+        chunks.append("".join(pieces))
+        return "".join(chunks)
+
+
 def strip_templates(text):
     """Remove ``{{templates}}`` and ``{{{parameters}}}``, nested, as MediaWiki's preprocessor pairs braces.
 
     A run of opening braces is matched by closing runs three at a time (parameter) while both sides have three,
-    else two (template). Unclosed braces stay as text.
+    else two (template). Unclosed braces stay as text; what closed inside them is still removed.
     """
     if "{{" not in text:
         return text
-    stack = []  # [start, open braces left, spans closed inside it]
-    spans = []
+    starts, left_open = array("q"), array("q")  # the stack of opening runs not yet closed
+    spans = Spans()
     for m in _BRACES.finditer(text):
         run = m.group()
         if run[0] == "{":
-            stack.append([m.start(), len(run), []])
+            starts.append(m.start())
+            left_open.append(len(run))
             continue
         left = len(run)
-        while left >= 2 and stack:
-            top = stack[-1]
-            take = 3 if (top[1] >= 3 and left >= 3) else 2
-            top[1] -= take
+        while left >= 2 and starts:
+            take = 3 if (left_open[-1] >= 3 and left >= 3) else 2
+            left_open[-1] -= take
             left -= take
-            if top[1] < 2:
-                start = stack.pop()[0]
-                (stack[-1][2] if stack else spans).append((start, m.end() - left))
-    for _, _, inner in stack:  # unclosed braces stay text; what closed inside them is still removed
-        spans.extend(inner)
-    return _cut(text, spans) if spans else text
+            if left_open[-1] < 2:
+                left_open.pop()
+                spans.add(starts.pop(), m.end() - left)
+    return spans.cut(text)
 
 
-def _cut(text, spans, replacement=""):
-    out, pos = [], 0
-    for start, end in sorted(spans):
-        if start < pos:
-            continue
-        out.append(text[pos:start])
-        out.append(replacement)
-        pos = end
-    out.append(text[pos:])
-    return "".join(out)
-
-
-_TABLE = re.compile(r"^[ \t:]*\{\||^[ \t]*\|\}", re.M)
+_TABLE = re.compile(r"^[ \t:]*+\{\||^[ \t]*+\|\}", re.M)
 
 
 def strip_tables(text):
     """Remove ``{| … |}`` tables, nested; an unclosed table runs to the end, as MediaWiki renders it."""
     if "{|" not in text:
         return text
-    stack, spans = [], []
+    stack, spans = array("q"), Spans()
     for m in _TABLE.finditer(text):
         if m.group().rstrip().endswith("{|"):
             stack.append(m.start())
         elif stack:
             start = stack.pop()
             if not stack:
-                spans.append((start, m.end()))
+                spans.add(start, m.end())
     if stack:
-        spans.append((stack[0], len(text)))
-    return _cut(text, spans)
+        spans.add(stack[0], len(text))
+    return spans.cut(text)
 
 
 _BRACKETS = re.compile(r"\[\[|\]\]")
 
 
 def outer_links(text):
-    """Spans ``(start, end)`` of the outermost ``[[…]]`` constructs (file captions nest links)."""
-    stack, spans = [], []
+    """Spans ``(start, end)`` of the outermost ``[[…]]`` constructs (file captions nest links), in text order."""
+    stack = array("q")
     for m in _BRACKETS.finditer(text):
         if m.group() == "[[":
             stack.append(m.start())
         elif stack:
             start = stack.pop()
             if not stack:
-                spans.append((start, m.end()))
-    return spans
+                yield start, m.end()
 
 
 # --- tags, comments, references ------------------------------------------------------------------------------
 
 _COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.S)
-_REF_SELF = re.compile(r"<ref(?:\s[^<>]*)?/\s*>", re.I)
+_REF_SELF = re.compile(r"<ref(?:\s[^<>]*)?/\s*+>", re.I)
 _REF = re.compile(r"<ref(?:\s[^<>]*?)?(?<!/)>.*?(?:</ref\s*>|\Z)", re.I | re.S)
 _DROPPED_TAGS = ("references", "gallery", "timeline", "math", "chem", "score", "graph", "mapframe", "maplink",
                  "syntaxhighlight", "source", "pre", "imagemap", "categorytree", "hiero", "inputbox", "poem")
 _DROPPED = re.compile(r"<(%s)\b[^<>]*?(?:/>|>.*?(?:</\1\s*>|\Z))" % "|".join(_DROPPED_TAGS), re.I | re.S)
-_NOWIKI = re.compile(r"<nowiki\s*/>|</?nowiki\s*>", re.I)
-_BR = re.compile(r"<br\s*/?>", re.I)
-_TAG = re.compile(r"</?[A-Za-z][A-Za-z0-9]*(?:\s[^<>]*)?/?>")
-_MAGIC = re.compile(r"__[A-ZÄÖ]+__")
+_NOWIKI = re.compile(r"<nowiki\s*+/>|</?nowiki\s*+>", re.I)
+_BR = re.compile(r"<br\s*+/?>", re.I)
+_TAG = re.compile(r"</?[A-Za-z][A-Za-z0-9]*+(?:\s[^<>]*)?/?>")
+_MAGIC = re.compile(r"__[A-ZÄÖ]++__")
 
 
 def strip_noise(text):
@@ -206,9 +228,12 @@ def strip_noise(text):
 
 # --- links ---------------------------------------------------------------------------------------------------
 
-_SIMPLE_LINK = re.compile(r"\[\[([^\[\]|]*)(?:\|([^\[\]]*))?\]\]")
-_EXTERNAL = re.compile(r"\[(?:https?:|ftp:|//)[^\s\]]*(?:\s+([^\]]*))?\]")
-_PARENTHETICAL = re.compile(r"\s*\([^()]*\)\s*$")
+_SIMPLE_LINK = re.compile(r"\[\[([^\[\]|]*+)(?:\|([^\[\]]*+))?\]\]")
+# [url label], the label on the url's line (as MediaWiki has it). Without a closing bracket the match still takes
+# the rest of the line and gives it back unchanged: every later "[url" on that line would fail the same way, and
+# trying each of them again would take time quadratic in the line's length.
+_EXTERNAL = re.compile(r"\[(?:https?:|ftp:|//)[^\s\]]*+(?:[^\S\n]++([^\]\n]*+))?(\]?)")
+_PARENTHETICAL = re.compile(r"(?<!\s)\s*+\([^()]*+\)\s*+$")
 
 
 def _link_kind(target, namespaces):
@@ -231,7 +256,7 @@ def strip_nontext_links(text, namespaces):
     """Remove file, category and interlanguage links, nested captions included."""
     if "[[" not in text:
         return text
-    spans = []
+    spans = Spans()
     for start, end in outer_links(text):
         inner = text[start + 2:end - 2]
         target = inner.split("|", 1)[0]
@@ -239,8 +264,8 @@ def strip_nontext_links(text, namespaces):
             continue
         kind, _ = _link_kind(target, namespaces)
         if kind == "drop":
-            spans.append((start, end))
-    return _cut(text, spans) if spans else text
+            spans.add(start, end)
+    return spans.cut(text)
 
 
 def render_links(text, namespaces, links=None):
@@ -262,18 +287,20 @@ def render_links(text, namespaces, links=None):
     if "[[" in text:
         text = _SIMPLE_LINK.sub(repl, text)
     if "[" in text:
-        text = _EXTERNAL.sub(lambda m: m.group(1) or "", text)
+        text = _EXTERNAL.sub(lambda m: (m.group(1) or "") if m.group(2) else m.group(), text)
     return text
 
 
 # --- prose ---------------------------------------------------------------------------------------------------
 
 _QUOTES = re.compile(r"'''''|'''|''")
-_EMPTY_PARENS = re.compile(r"\(\s*[,;:]?\s*\)")
-_OPEN_PAREN_SEP = re.compile(r"\(\s*(?:[,;]\s*)+")
-_CLOSE_PAREN_SEP = re.compile(r"\s*(?:[,;]\s*)+\)")
-_SPACE_BEFORE_PUNCT = re.compile(r"\s+([,.;:!?)])")
-_SPACE_AFTER_PAREN = re.compile(r"\(\s+")
+# A pattern that opens with a repeated class starts only where a run of that class starts ((?<!...)), or a long
+# run without the rest of the pattern after it would be scanned again from each of its characters.
+_EMPTY_PARENS = re.compile(r"\(\s*+[,;:]?\s*+\)")
+_OPEN_PAREN_SEP = re.compile(r"\(\s*+(?:[,;]\s*+)++")
+_CLOSE_PAREN_SEP = re.compile(r"(?<![\s,;])\s*+(?:[,;]\s*+)++\)")
+_SPACE_BEFORE_PUNCT = re.compile(r"(?<!\s)\s++([,.;:!?)])")
+_SPACE_AFTER_PAREN = re.compile(r"\(\s++")
 _SPACES = re.compile(r"\s+")
 
 
@@ -300,7 +327,7 @@ def finish_prose(text):
 # Templates that only print a character; rendering them keeps "1775–1783" from becoming "17751783".
 _CHARACTER_TEMPLATES = {"ndash": "–", "mdash": "—", "snd": " – ", "spaced ndash": " – ", "nbsp": " ", "'": "'",
                         "!": "|", "=": "=", "en dash": "–", "em dash": "—"}
-_CHARACTER_TEMPLATE = re.compile(r"\{\{\s*(%s)\s*\}\}" % "|".join(re.escape(k) for k in _CHARACTER_TEMPLATES), re.I)
+_CHARACTER_TEMPLATE = re.compile(r"\{\{\s*+(%s)\s*+\}\}" % "|".join(re.escape(k) for k in _CHARACTER_TEMPLATES), re.I)
 
 
 def strip_structure(text, namespaces):
@@ -320,9 +347,9 @@ def clean(text, namespaces, links=None):
 
 # --- leads ---------------------------------------------------------------------------------------------------
 
-_HEADING = re.compile(r"^=+[^\n]*=+[ \t]*$", re.M)
-_PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
-_NON_PROSE_LINE = re.compile(r"^[ \t]*(?:[*#:;]|----)")
+_HEADING = re.compile(r"^=[^\n]*=[ \t]*+$", re.M)  # one '=' each side: "=+...=+" backtracks cubically on "===...x"
+_PARAGRAPH_BREAK = re.compile(r"\n[ \t]*+\n")
+_NON_PROSE_LINE = re.compile(r"^[ \t]*+(?:[*#:;]|----)")
 
 
 def _prose_lines(paragraph):
@@ -370,7 +397,9 @@ def all_links(text, namespaces):
 
 def category_pattern(namespaces):
     prefixes = "|".join(re.escape(p) for p in namespaces.category_prefixes())
-    return re.compile(r"\[\[[ \t]*(?:%s)[ \t]*:[ \t]*([^\]|\[]+?)[ \t]*(?:\|[^\]\[]*)?\]\]" % prefixes, re.I)
+    # the name keeps its surrounding blanks (normalize_name strips them): a lazy name followed by "[ \t]*" would
+    # rescan a run of blanks once per character of the name
+    return re.compile(r"\[\[[ \t]*+(?:%s)[ \t]*+:([^\]|\[]*+)(?:\|[^\]\[]*+)?\]\]" % prefixes, re.I)
 
 
 def normalize_name(raw, namespaces):

@@ -87,8 +87,8 @@ def token_lengths(path, lengths, cut, model):
     plt = _pyplot()
     lengths = np.asarray(lengths)
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    bins = np.histogram_bin_edges(lengths, bins="auto") if len(lengths) else 10
-    ax.hist(lengths, bins=bins if len(bins) <= 81 else 80, color="C0")
+    edges = np.histogram_bin_edges(lengths, bins="auto") if len(lengths) else np.arange(2)
+    ax.hist(lengths, bins=edges if len(edges) <= 81 else 80, color="C0")
     share = float((lengths > cut).mean()) if len(lengths) else 0.0
     ax.axvline(cut, color="C3", linestyle="--", label=f"cut at {cut} tokens: {share:.1%} of documents truncated")
     ax.set_xlabel(f"tokens per document ({model}'s tokenizer, title + text)")
@@ -100,6 +100,7 @@ def token_lengths(path, lengths, cut, model):
 def cosine_histograms(path, scored):
     """One panel per model: cosine to the query of key and of other sentences, counts on a log scale.
     ``scored``: {model: [(scores, labels) per article]}."""
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
     plt = _pyplot()
     fig, axes = plt.subplots(1, len(scored), figsize=(4.5 * len(scored), 3.8), squeeze=False, sharey=True)
     for ax, (name, articles) in zip(axes[0], scored.items()):
@@ -109,6 +110,8 @@ def cosine_histograms(path, scored):
         ax.hist(scores[~labels], bins=bins, alpha=0.6, label="other sentences", color="C0")
         ax.hist(scores[labels], bins=bins, alpha=0.6, label="key sentences", color="C3")
         ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(ScalarFormatter())
+        ax.yaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("cosine similarity to the query")
         ax.set_title(name)
     axes[0][0].set_ylabel("sentences (log scale)")
@@ -144,9 +147,9 @@ def validation_ap(path, logs, similarities=("cosine", "manhattan", "euclidean", 
     for ax, (name, records) in zip(axes[0], logs.items()):
         rows = [r for r in records if "val_ap_max" in r]
         steps = [r["step"] for r in rows]
-        for k, sim in enumerate(similarities):
-            ax.plot(steps, [r.get(f"val_ap_{sim}", np.nan) for r in rows], marker="o", markersize=3,
-                    color=f"C{k}", label=sim)
+        for k, sim in enumerate(similarities):  # styles differ: the four curves often coincide
+            ax.plot(steps, [r.get(f"val_ap_{sim}", np.nan) for r in rows], color=f"C{k}", label=sim,
+                    linestyle=("-", "--", ":", "-.")[k % 4], marker="os^x"[k % 4], markersize=4, fillstyle="none")
         ax.set_xlabel("optimizer step")
         ax.set_title(name)
     axes[0][0].set_ylabel("validation average precision")

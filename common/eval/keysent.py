@@ -179,7 +179,7 @@ def extract(args):
         if not isinstance(obj["id"], str) or not isinstance(obj["text"], str):
             raise InputError(f"{args.input}:{lineno}: fields 'id' and 'text' must be strings")
         text = clean(obj["text"])
-        articles.append((obj["id"], text, split(text, tokenizer)))
+        articles.append((obj["id"], text, split(text, tokenizer, f"{args.input}:{lineno}")))
     scores = model.scores([s for _, _, sents in articles for s, _, _ in sents])
     directory, name = os.path.split(os.path.abspath(args.out))
     counts = {"articles": len(articles), "sentences": len(scores), "selected": 0}

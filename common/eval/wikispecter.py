@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 
-from common.io import InputError, read_jsonl
+from common.io import InputError, read_jsonl, read_trec_qrels, safe_name
 from common.eval.metrics import ranking_metrics
 
 SNOWBALL = {"fi": "finnish", "en": "english", "sv": "swedish", "de": "german", "fr": "french", "es": "spanish",
@@ -16,15 +16,7 @@ SNOWBALL = {"fi": "finnish", "en": "english", "sv": "swedish", "de": "german", "
 
 def read_qrels(path, index):
     """TREC qrels ``qid 0 docid rel`` → {qid: {docid: rel}}; every id must be a document of ``index``."""
-    qrels = {}
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            parts = line.split()
-            if not parts:
-                continue
-            if len(parts) != 4 or not parts[3].lstrip("-").isdigit():
-                raise InputError(f"{path}:{lineno}: expected 'qid 0 docid rel'")
-            qrels.setdefault(parts[0], {})[parts[2]] = int(parts[3])
+    qrels = read_trec_qrels(path)
     for qid, judged in qrels.items():
         for doc in (qid, *judged):
             if doc not in index:
@@ -72,11 +64,25 @@ def lexical(titles, texts, index, qrels, language):
     return ranking_metrics(qrels, run)[0]
 
 
-def read_topics(data_dir, level):
+def read_topics(data_dir, level, index):
+    """``{"train": [(id, label)], "test": [...]}`` of one topic level; every id must be a document of ``index``, and
+    the training documents must carry at least two labels (a classifier needs two classes)."""
     rows = {}
     for part in ("train", "test"):
         path = os.path.join(data_dir, f"topics.{level}.{part}.jsonl")
-        rows[part] = [(obj["id"], obj["label"]) for _, obj in read_jsonl(path, required=("id", "label"))]
+        rows[part] = []
+        for lineno, obj in read_jsonl(path, required=("id", "label")):
+            if obj["id"] not in index:
+                raise InputError(f"{path}:{lineno}: id {obj['id']!r} is not in docs.jsonl")
+            if not isinstance(obj["label"], str):
+                raise InputError(f"{path}:{lineno}: field 'label' must be a string")
+            rows[part].append((obj["id"], obj["label"]))
+        labels = {label for _, label in rows[part]}
+        if part == "train" and len(labels) < 2:
+            raise InputError(f"{path}: {len(labels)} label{'s' * (len(labels) != 1)} "
+                             f"({', '.join(map(repr, sorted(labels)))}); a topic task needs at least two")
+        if part == "test" and not rows[part]:
+            raise InputError(f"{path}: no documents")
     return rows
 
 
@@ -85,7 +91,7 @@ def topic_levels(data_dir):
     for name in os.listdir(data_dir):
         m = re.fullmatch(r"topics\.(.+)\.train\.jsonl", name)
         if m and os.path.exists(os.path.join(data_dir, f"topics.{m.group(1)}.test.jsonl")):
-            levels.add(m.group(1))
+            levels.add(safe_name(m.group(1), f"{os.path.join(data_dir, name)}: topic level"))  # names tsne_<level>.png
     return sorted(levels)
 
 

@@ -10,6 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from common.io import InputError
+
 POOLINGS = ("cls", "mean")
 
 
@@ -96,11 +98,37 @@ class Encoder(nn.Module):
         return torch.cat([self.embed(ids, mask) for ids, mask in groups])
 
 
+def _load_pretrained(auto_class, name_or_path):
+    """``auto_class.from_pretrained``, its failures one line (transformers chains several tracebacks)."""
+    try:
+        return auto_class.from_pretrained(name_or_path)
+    except (OSError, ValueError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise InputError(f"{name_or_path}: cannot be loaded: {first}") from None
+
+
+def _tokenizer_files(name_or_path, tokenizer):
+    """The tokenizer's own files in the model's place; without them transformers builds a tokenizer with a few
+    special tokens only, and every text becomes [UNK]."""
+    names = {"tokenizer.json", *tokenizer.vocab_files_names.values()}
+    found = [n for n in sorted(names) if model_file(name_or_path, n)]
+    if not found:
+        raise InputError(f"{name_or_path}: has no tokenizer files (any of {', '.join(sorted(names))}): save the "
+                         "tokenizer with the model")
+    return found
+
+
 def load_encoder(name_or_path, pooling=None, normalize=None, max_length=None, default_pooling="cls",
                  default_max_length=512, say=print):
     """Model, tokenizer and the settings used: explicit arguments win, then the model's sentence-transformers
-    config, then the defaults given. ``say`` prints notes (``accelerator.print`` prints them once)."""
+    config, then the defaults given. ``say`` prints notes (``accelerator.print`` prints them once). A model that
+    cannot be found, or whose tokenizer is not saved beside it, is an InputError."""
     from transformers import AutoModel, AutoTokenizer
+    name_or_path = str(name_or_path)
+    if model_file(name_or_path, "config.json") is None:
+        raise InputError(f"{name_or_path}: no model there (no config.json)" if os.path.isdir(name_or_path) else
+                         f"{name_or_path}: no such model folder, nor a model of that name in the local Hugging Face "
+                         "cache")
     st = st_config(name_or_path)
     settings = {
         "pooling": pooling or st.get("pooling") or default_pooling,
@@ -108,8 +136,9 @@ def load_encoder(name_or_path, pooling=None, normalize=None, max_length=None, de
         "max_length": max_length or st.get("max_length") or default_max_length,
         "st_config": st,
     }
-    tokenizer = AutoTokenizer.from_pretrained(name_or_path)
-    transformer = AutoModel.from_pretrained(name_or_path)
+    tokenizer = _load_pretrained(AutoTokenizer, name_or_path)
+    _tokenizer_files(name_or_path, tokenizer)
+    transformer = _load_pretrained(AutoModel, name_or_path)
     limit = tokenizer.model_max_length if tokenizer.model_max_length < 100_000 else getattr(
         transformer.config, "max_position_embeddings", settings["max_length"])
     if settings["max_length"] > limit:
@@ -128,23 +157,41 @@ def default_device():
 
 
 @torch.no_grad()
-def embed(encoder, store, batch_size=64, progress=None):
-    """Embeddings of every text in ``store``, float32 ``[N, d]``, on the encoder's device (in bfloat16 autocast
-    on a GPU); batches sorted by length."""
+def embed(encoder, store, batch_size=64, progress=None, rows=None):
+    """Embeddings of every text in ``store`` (or of positions ``rows``), float32 ``[N, d]``, on the encoder's
+    device (in bfloat16 autocast on a GPU); batches sorted by length."""
     device = next(encoder.parameters()).device
     encoder.eval()
-    order = np.argsort(-store.lengths(), kind="stable")
-    out = None
+    rows = np.arange(len(store)) if rows is None else np.asarray(rows)
+    order = np.argsort(-store.lengths()[rows], kind="stable")
+    out = np.zeros((len(rows), encoder.transformer.config.hidden_size), dtype=np.float32)
     for start in range(0, len(order), batch_size):
         idx = order[start:start + batch_size]
-        ids, mask = store.pad(idx)
+        ids, mask = store.pad(rows[idx])
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-            vecs = encoder.embed(ids.to(device), mask.to(device)).float().cpu().numpy()
-        if out is None:
-            out = np.empty((len(store), vecs.shape[1]), dtype=np.float32)
-        out[idx] = vecs
+            out[idx] = encoder.embed(ids.to(device), mask.to(device)).float().cpu().numpy()
         if progress is not None:
             progress.update(len(idx))
-    return out if out is not None else np.zeros((0, 0), dtype=np.float32)
+    return out
+
+
+def embed_sharded(encoder, store, batch_size=64, progress=None):
+    """``embed`` with the texts cut into one contiguous shard per process (under ``accelerate launch`` or any
+    initialised process group) and the shards gathered in order: every process returns all ``[N, d]`` vectors.
+    Each text is embedded exactly as one process would embed it (same tokens, no gradient); only the length-sorted
+    batch it shares padding with differs, which the attention mask makes irrelevant."""
+    import torch.distributed as dist
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return embed(encoder, store, batch_size, progress)
+    world, rank = dist.get_world_size(), dist.get_rank()
+    bounds = np.linspace(0, len(store), world + 1).astype(np.int64)
+    mine = torch.from_numpy(embed(encoder, store, batch_size, progress, np.arange(bounds[rank], bounds[rank + 1])))
+    width = int(np.diff(bounds).max())
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    padded = torch.zeros(width, mine.shape[1], device=device)
+    padded[:len(mine)] = mine.to(device)
+    parts = [torch.empty_like(padded) for _ in range(world)]
+    dist.all_gather(parts, padded)
+    return torch.cat([p[:bounds[r + 1] - bounds[r]] for r, p in enumerate(parts)]).cpu().numpy()
 
 

@@ -15,3 +15,20 @@ def all_gather_with_grad(tensor):
         return tensor
     from torch.distributed.nn.functional import all_gather
     return torch.cat(all_gather(tensor.contiguous()))
+
+
+def process_rank():
+    """This process's rank in the process group (0 without one)."""
+    import torch.distributed as dist
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def all_gather(tensor):
+    """``tensor`` from every process concatenated in rank order, without gradient (ids, keys); one process: the
+    tensor itself. Every process must pass the same shape."""
+    import torch.distributed as dist
+    if not dist.is_available() or not dist.is_initialized() or dist.get_world_size() == 1:
+        return tensor
+    parts = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, tensor.contiguous())
+    return torch.cat(parts)

@@ -25,6 +25,8 @@ from tqdm import tqdm
 from common.io import InputError, Preempted
 
 STATE = "trainer_state.json"
+RUN_FILE = "run.json"  # marks a run folder as this project's, with the identity of the run that owns it
+WRITTEN = ("model", "checkpoints", "log.jsonl", "manifest.json")  # what a run writes besides RUN_FILE
 
 
 @dataclass
@@ -170,19 +172,53 @@ class Trainer:
 
     # -- state ------------------------------------------------------------------------------------------------
 
+    def _claim(self):
+        """The run folder is this run's: a new or empty folder, or one with RUN_FILE. Without checkpoints to
+        resume from, what an earlier run wrote there is removed (a run killed before its first checkpoint leaves a
+        log that would otherwise get its steps twice); with checkpoints, ``_resume`` checks their settings."""
+        own = os.path.join(self.run_dir, RUN_FILE)
+        if os.path.isfile(self.run_dir):
+            raise InputError(f"{self.run_dir}: --out is a file, not a run folder")
+        if os.path.isdir(self.run_dir) and os.listdir(self.run_dir) and not os.path.exists(own):
+            raise InputError(f"{self.run_dir}: not empty and not a run folder of this project (no {RUN_FILE}); "
+                             "use another --out")
+        if not self.accelerator.is_main_process:
+            return
+        if not checkpoints(self.run_dir):
+            for name in WRITTEN:
+                path = os.path.join(self.run_dir, name)
+                if os.path.isdir(path):
+                    shutil.rmtree(path)
+                elif os.path.exists(path):
+                    os.remove(path)
+        os.makedirs(self.run_dir, exist_ok=True)
+        with open(own + ".tmp", "w", encoding="utf-8") as f:
+            json.dump({"identity": self.identity}, f, indent=1)
+        os.replace(own + ".tmp", own)
+
     def _resume(self):
         found = checkpoints(self.run_dir)
         if not found:
             return
-        path = found[-1]
-        with open(os.path.join(path, STATE), encoding="utf-8") as f:
+        with open(os.path.join(found[-1], STATE), encoding="utf-8") as f:
             state = json.load(f)
         if state["identity"] != self.identity:
             changed = sorted(k for k in set(state["identity"]) | set(self.identity)
                              if state["identity"].get(k) != self.identity.get(k))
             raise InputError(f"{self.run_dir}: its checkpoints come from a run with other settings "
-                             f"({', '.join(changed)}); use another --out or remove {path}")
-        self.accelerator.load_state(path)
+                             f"({', '.join(changed)}); use another --out or remove {found[-1]}")
+        for path in reversed(found):  # a checkpoint damaged after it was written falls back to the one before
+            try:
+                with open(os.path.join(path, STATE), encoding="utf-8") as f:
+                    state = json.load(f)
+                self.accelerator.load_state(path)
+                break
+            except Exception as e:  # noqa: BLE001 (any unreadable file: the previous checkpoint is tried next)
+                self.accelerator.print(f"note: checkpoint {path} cannot be read ({type(e).__name__}: "
+                                       f"{str(e)[:200]}); trying the one before")
+        else:
+            raise InputError(f"{self.run_dir}: no checkpoint can be read; remove "
+                             f"{os.path.join(self.run_dir, 'checkpoints')} to start again")
         self.step, self.epoch, self.batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
         self.best = state.get("best")
         self.log_lines = state["log_lines"]
@@ -258,8 +294,7 @@ class Trainer:
 
     def train(self):
         cfg, acc = self.cfg, self.accelerator
-        if acc.is_main_process:
-            os.makedirs(self.run_dir, exist_ok=True)
+        self._claim()
         acc.wait_for_everyone()
         acc.print(f"effective batch {cfg.batch_size * acc.num_processes * cfg.grad_accum} = {cfg.batch_size} per "
                   f"process × {acc.num_processes} processes × {cfg.grad_accum} accumulation; {self.total_steps} steps")

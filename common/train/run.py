@@ -6,6 +6,9 @@ before torch is imported or a model is loaded; the second adds the chosen object
 """
 
 import argparse
+import hashlib
+import json
+import math
 import os
 
 from common import cli, io
@@ -96,7 +99,41 @@ def parse(argv, description, names, fixed=None):
         if getattr(args, key, None) is None:
             setattr(args, key, value)
     cls.complete_args(args)
+    check_settings(args)
     return args
+
+
+AT_LEAST_ONE = ("batch_size", "grad_accum", "epochs", "log_every", "length_groups", "max_length")
+NOT_NEGATIVE = ("max_steps", "eval_every", "checkpoint_every", "keep", "length_buckets", "clip", "weight_decay",
+                "warmup")
+
+
+def check_settings(args):
+    """Refuse settings that cannot train, before anything is loaded."""
+    def flag(key):
+        return f"--{key.replace('_', '-')} {getattr(args, key)}"
+    for key in AT_LEAST_ONE:
+        if getattr(args, key) is not None and getattr(args, key) < 1:
+            raise io.InputError(f"{flag(key)}: must be at least 1")
+    for key in NOT_NEGATIVE:
+        value = getattr(args, key)
+        if value is not None and (not math.isfinite(value) or value < 0):
+            raise io.InputError(f"{flag(key)}: must be a finite number, 0 or more")
+    if args.lr is None or not math.isfinite(args.lr) or args.lr <= 0:
+        raise io.InputError(f"{flag('lr')}: must be a finite number above 0")
+
+
+def data_fingerprint(name, data_dir):
+    """What the data directory holds, for the resume identity: its manifest's inputs (with their sha256) and
+    settings when 02 wrote one, else the sha256 of the files the objective reads. A directory rebuilt from other
+    inputs or with another seed has another fingerprint."""
+    manifest = io.read_manifest(data_dir)
+    if manifest:
+        found = {"inputs": manifest.get("inputs"),
+                 "args": {k: v for k, v in (manifest.get("args") or {}).items() if k != "out"}}
+    else:
+        found = {file: io.sha256(os.path.join(data_dir, file)) for file in objectives.REGISTRY[name].data_files}
+    return hashlib.sha256(json.dumps(found, sort_keys=True).encode()).hexdigest()
 
 
 def train(args, script):
@@ -149,7 +186,8 @@ def train_seeds(args, script):
 def identity(args, objective):
     """What a checkpoint must share with the command that resumes it: every flag that changes the result, with
     the settings the model was actually loaded with."""
-    found = {"objective": args.objective, "data": os.path.abspath(args.data)}
+    found = {"objective": args.objective, "data": os.path.abspath(args.data),
+             "data_content": data_fingerprint(args.objective, args.data)}
     found.update({key: getattr(args, key) for key in RESULT_ARGS})
     found.update({"max_length": objective.max_length, "pooling": objective.encoder.pooling,
                   "normalize": objective.encoder.normalize})

@@ -24,6 +24,8 @@ REGISTRY = {
     "contrastive": Entry(f"{__name__}.pairs.ContrastiveObjective", ("keysent.train.jsonl",)),
     "cosine": Entry(f"{__name__}.pairs.CosineObjective", ("keysent.train.jsonl",)),
     "distill": Entry(f"{__name__}.distill.DistillObjective", ("docs.jsonl",)),
+    "mlm": Entry(f"{__name__}.mlm.MLMObjective", ("docs.jsonl",)),
+    "mnrl": Entry(f"{__name__}.mnrl.MNRLObjective", ("docs.jsonl", "pairs.train.jsonl")),
 }
 
 

@@ -1,0 +1,77 @@
+"""Exact cosine search (05's ``search``) over 1M × 384 random vectors: latency, throughput and memory.
+
+    python bench/search.py                      # 1M documents, 384 dimensions
+    python bench/search.py --docs 200000 --queries 500
+
+Reports the time for one query, the queries/s for a batch of --queries, and the process's peak RSS above the
+document matrix itself, against one dense ``queries @ docs.T`` + ``topk`` (what a short script would do), whose
+score matrix alone is queries × docs floats.
+"""
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+import psutil
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+
+def peak_rss():
+    """Peak resident memory of this process so far (Linux: VmHWM), in bytes."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return psutil.Process().memory_info().rss
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--docs", type=int, default=1_000_000)
+    parser.add_argument("--dim", type=int, default=384)
+    parser.add_argument("--queries", type=int, default=1000)
+    parser.add_argument("--k", type=int, default=100)
+    parser.add_argument("--dense", action="store_true", help="also time the one-matrix baseline")
+    args = parser.parse_args()
+    import torch
+
+    from common.eval.retrieval import search
+    rng = np.random.default_rng(0)
+    docs = rng.standard_normal((args.docs, args.dim), dtype=np.float32)
+    for s in range(0, args.docs, 65536):  # in place, a chunk at a time: no second copy raises the peak
+        docs[s:s + 65536] /= np.linalg.norm(docs[s:s + 65536], axis=1, keepdims=True)
+    queries = rng.standard_normal((args.queries, args.dim), dtype=np.float32)
+    base = peak_rss()
+    print(f"{args.docs} × {args.dim} float32 documents ({docs.nbytes / 2**30:.2f} GiB); peak RSS so far "
+          f"{base / 2**30:.2f} GiB; {torch.get_num_threads()} threads")
+    search(queries[:1], docs, k=args.k)  # warm up
+    wall, cpu = [], []
+    for i in range(5):
+        start, start_cpu = time.perf_counter(), time.process_time()
+        search(queries[i:i + 1], docs, k=args.k)
+        wall.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
+    print(f"one query: {1000 * np.median(wall):.1f} ms wall, {1000 * np.median(cpu):.1f} ms CPU (medians of 5; CPU "
+          f"time, summed over threads, is the steadier figure on a shared machine), top {args.k}")
+    start, start_cpu = time.perf_counter(), time.process_time()
+    idx, _ = search(queries, docs, k=args.k)
+    took, took_cpu = time.perf_counter() - start, time.process_time() - start_cpu
+    print(f"{args.queries} queries: {took:.2f} s wall ({args.queries / took:.0f} queries/s), {took_cpu:.2f} s CPU; "
+          f"peak RSS above the start {(peak_rss() - base) / 2**20:.0f} MiB")
+    if args.dense:
+        before = peak_rss()
+        start = time.perf_counter()
+        scores = torch.from_numpy(queries / np.linalg.norm(queries, axis=1, keepdims=True)) @ torch.from_numpy(docs).T
+        dense = torch.topk(scores, args.k, dim=1).indices.numpy()
+        took = time.perf_counter() - start
+        same = bool((np.sort(dense, 1) == np.sort(idx, 1)).all())
+        print(f"dense matmul + topk: {took:.2f} s, {args.queries / took:.0f} queries/s; peak RSS grew "
+              f"{(peak_rss() - before) / 2**20:.0f} MiB; same top {args.k}: {same}")
+
+
+if __name__ == "__main__":
+    main()

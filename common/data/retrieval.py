@@ -1,0 +1,101 @@
+"""Paper-search data: a seeded split *by paper*, training pairs (query text → the paper it should find), and
+evaluation queries with TREC qrels over the whole corpus.
+
+Every document stays in the corpus (``docs.jsonl``): a search index holds all papers, and a held-out paper is
+held out only as the *target of a query*, so neither its title nor any query naming it is trained on. Query ids
+are ``"q:" + ...`` and never equal a document id (BEIR and MTEB evaluators skip a hit whose id equals the query's,
+which would drop the only relevant document).
+"""
+
+import numpy as np
+
+from common.data.arxiv import normalise, text_key
+from common.io import InputError, dumps_line, read_jsonl, read_trec_qrels
+
+SPLITS = ("train", "val", "test")
+
+
+def split_papers(n, test, val, rng):
+    """A split code per document (0 train, 1 val, 2 test): the first ``test`` share of a permutation, then
+    ``val``."""
+    perm = rng.permutation(n)
+    n_test, n_val = int(round(test * n)), int(round(val * n))
+    code = np.zeros(n, dtype=np.int8)
+    code[perm[:n_test]] = 2
+    code[perm[n_test:n_test + n_val]] = 1
+    return code
+
+
+def title_queries(articles_path, index, split):
+    """Default queries: each paper's title, query id ``q:<paper id>``. Yields ``(split, qid, text, doc)``."""
+    for _, obj in read_jsonl(articles_path, required=("id", "title")):
+        i = index[obj["id"]]
+        yield SPLITS[split[i]], f"q:{obj['id']}", normalise(obj["title"]), obj["id"]
+
+
+def file_queries(path, index, split):
+    """Queries from a ``{"query", "doc"}`` JSONL, each in the split of its document; within a split, lines with
+    the same normalised query text are one query (id ``q:<first line>``) with every document they name relevant."""
+    first = {}
+    for lineno, obj in read_jsonl(path, required=("query", "doc")):
+        query, doc = obj["query"], obj["doc"]
+        if not isinstance(query, str) or not isinstance(doc, str):
+            raise InputError(f"{path}:{lineno}: fields 'query' and 'doc' must be strings")
+        if doc not in index:
+            raise InputError(f"{path}:{lineno}: document {doc!r} is not in the articles")
+        name = SPLITS[split[index[doc]]]
+        qid = first.setdefault((name, text_key(query)), f"q:{lineno}")
+        yield name, qid, normalise(query), doc
+
+
+def write_retrieval(queries, index, outputs, counts):
+    """pairs.train.jsonl, queries.{val,test}.jsonl and retrieval.{val,test}.qrels from ``(split, qid, text, doc)``
+    tuples; empty queries are skipped and counted."""
+    files = {"train": outputs.open("pairs.train.jsonl")}
+    for name in SPLITS[1:]:
+        files[f"queries.{name}"] = outputs.open(f"queries.{name}.jsonl")
+        files[f"qrels.{name}"] = outputs.open(f"retrieval.{name}.qrels")
+    written = set()
+    for name, qid, text, doc in queries:
+        if not text:
+            counts["empty_queries"] += 1
+            continue
+        if qid in index:
+            raise InputError(f"query id {qid!r} equals a document id; rename that document")
+        if name == "train":
+            files["train"].write(dumps_line({"query": text, "doc": doc}))
+            counts["pairs_train"] += 1
+            continue
+        if qid not in written:
+            written.add(qid)
+            files[f"queries.{name}"].write(dumps_line({"qid": qid, "text": text}))
+            counts[f"queries_{name}"] += 1
+        files[f"qrels.{name}"].write(f"{qid} 0 {doc} 1\n")
+        counts[f"qrels_{name}"] += 1
+
+
+def count_repeated_titles(articles_path, split, index, counts):
+    """Held-out titles shared with another paper ("Comment on ...", "Erratum"): ambiguous queries."""
+    keys, held = [], []
+    for _, obj in read_jsonl(articles_path, required=("id", "title")):
+        keys.append(text_key(obj["title"]))
+        held.append(split[index[obj["id"]]] > 0)
+    keys = np.array(keys, dtype=np.uint64)
+    _, inverse, freq = np.unique(keys, return_inverse=True, return_counts=True)
+    counts["repeated_titles_held_out"] = int(((freq[inverse] > 1) & np.array(held, dtype=bool)).sum())
+
+
+def read_qrels(path):
+    """``retrieval.*.qrels`` → {qid: {docid, ...}} (relevance > 0)."""
+    return {qid: {doc for doc, rel in judged.items() if rel > 0} for qid, judged in read_trec_qrels(path).items()}
+
+
+def read_queries(path):
+    """``queries.*.jsonl`` → ``(qids, texts)``."""
+    qids, texts = [], []
+    for lineno, obj in read_jsonl(path, required=("qid", "text")):
+        if not isinstance(obj["text"], str) or not obj["text"].strip():
+            raise InputError(f"{path}:{lineno}: field 'text' must be a non-empty string")
+        qids.append(str(obj["qid"]))
+        texts.append(obj["text"])
+    return qids, texts

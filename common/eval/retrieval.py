@@ -1,0 +1,275 @@
+"""Paper search evaluation: exact cosine search over the whole corpus, the ranking metrics, and the BM25 baseline.
+
+Metrics (binary relevance, mean over every query of the qrels; a query with no relevant document retrieved
+scores 0), with R = the query's number of relevant documents:
+
+| metric      | definition                                                                              |
+|-------------|-----------------------------------------------------------------------------------------|
+| MRR@10      | 1 / rank of the first relevant document in the top 10, else 0                           |
+| nDCG@10     | Σ_{i≤10} rel_i / log2(i + 1), over the same sum for min(10, R) relevant documents first  |
+| Recall@k    | relevant documents in the top k / R (k = 1, 5, 10, 100)                                  |
+| MAP@100     | Σ over relevant documents in the top 100 of precision at their rank, / R                 |
+
+These are trec_eval's ``recip_rank`` (on a run cut to 10), ``ndcg_cut_10``, ``recall_k`` and ``map_cut_100``;
+rankings break score ties by document id descending, as trec_eval sorts. sentence-transformers'
+``InformationRetrievalEvaluator`` agrees except that its MAP@k divides by min(k, R) and it breaks ties by ascending
+corpus id, so the two coincide when R ≤ k and no scores tie (both tested).
+"""
+
+import os
+
+import numpy as np
+from tqdm import tqdm
+
+from common.data.retrieval import read_qrels, read_queries
+from common.io import InputError
+
+K = 100
+CUTOFFS = {"mrr": (10,), "ndcg": (10,), "recall": (1, 5, 10, 100), "map": (100,)}
+
+
+def search(queries, docs, k=K, chunk=65536, query_chunk=1024):
+    """Top ``k`` documents per query by cosine: ``(indices [Q, k], scores [Q, k])``, best first, equal scores by
+    document position descending. Documents are scored ``chunk`` rows at a time and merged into a running top k
+    (``torch.topk``, linear in the chunk), so memory is O(query_chunk × chunk) besides the vectors; an exact tie
+    across the k-th place is resolved arbitrarily."""
+    import torch
+    docs = torch.as_tensor(np.asarray(docs, dtype=np.float32))
+    queries = torch.nn.functional.normalize(torch.as_tensor(np.asarray(queries), dtype=torch.float32), dim=1)
+    # cosine = dot product scaled by each document's inverse norm: no normalised copy of the documents
+    inverse_norm = torch.cat([1 / torch.linalg.vector_norm(docs[s:s + chunk], dim=1).clamp_min(1e-12)
+                              for s in range(0, len(docs), chunk)]) if len(docs) else torch.empty(0)
+    k = min(k, len(docs))
+    all_idx, all_scores = [], []
+    for qs in range(0, len(queries), query_chunk):
+        q = queries[qs:qs + query_chunk].to(docs.device)
+        best_s = torch.empty((len(q), 0), device=docs.device)
+        best_i = torch.empty((len(q), 0), dtype=torch.long, device=docs.device)
+        for ds in range(0, len(docs), chunk):
+            scores = (q @ docs[ds:ds + chunk].T) * inverse_norm[ds:ds + chunk].to(docs.device)
+            top_s, top_i = torch.topk(scores, min(k, scores.shape[1]), dim=1)
+            best_s, best_i = torch.cat([best_s, top_s], 1), torch.cat([best_i, top_i + ds], 1)
+            keep = torch.topk(best_s, k, dim=1).indices if best_s.shape[1] > k else None
+            if keep is not None:
+                best_s, best_i = best_s.gather(1, keep), best_i.gather(1, keep)
+        # position descending first, then a stable sort by score
+        by_pos = torch.argsort(best_i, dim=1, descending=True)
+        best_s, best_i = best_s.gather(1, by_pos), best_i.gather(1, by_pos)
+        by_score = torch.sort(best_s, dim=1, descending=True, stable=True).indices
+        all_idx.append(best_i.gather(1, by_score).cpu())
+        all_scores.append(best_s.gather(1, by_score).cpu())
+    return torch.cat(all_idx).numpy(), torch.cat(all_scores).numpy()
+
+
+def tie_order(ids, scores):
+    """Positions of ``ids`` in trec_eval's order: score descending, then id descending."""
+    return sorted(range(len(ids)), key=lambda j: (scores[j], ids[j]), reverse=True)
+
+
+def query_metrics(ranked, relevant):
+    """The metrics of one query from its ranked document ids (best first) and its set of relevant ids."""
+    hits = np.array([doc in relevant for doc in ranked[:K]], dtype=bool)
+    r = len(relevant)
+    out = {}
+    first = np.flatnonzero(hits[:10])
+    out["mrr@10"] = 1.0 / (first[0] + 1) if len(first) else 0.0
+    discounts = 1.0 / np.log2(np.arange(2, 12))
+    ideal = discounts[:min(10, r)].sum()
+    out["ndcg@10"] = float((hits[:10] * discounts[:len(hits[:10])]).sum() / ideal) if ideal else 0.0
+    for k in CUTOFFS["recall"]:
+        out[f"recall@{k}"] = float(hits[:k].sum() / r) if r else 0.0
+    ranks = np.flatnonzero(hits[:100]) + 1
+    out["map@100"] = float((np.arange(1, len(ranks) + 1) / ranks).sum() / r) if r else 0.0
+    return out
+
+
+def retrieval_metrics(run, qrels):
+    """Mean metrics over the queries of ``qrels`` ({qid: set of relevant ids}); ``run`` = {qid: ranked ids}."""
+    per_query = [query_metrics(run.get(qid, []), relevant) for qid, relevant in qrels.items()]
+    if not per_query:
+        return {}
+    return {name: float(np.mean([m[name] for m in per_query])) for name in per_query[0]}
+
+
+def ranked_ids(indices, scores, doc_ids, qids):
+    """{qid: ranked document ids} from a top-k search, rows in ``qids`` order, ties in trec_eval's order."""
+    run = {}
+    for qid, row, row_scores in zip(qids, indices.tolist(), scores.tolist()):
+        ids = [doc_ids[j] for j in row]
+        run[qid] = [ids[j] for j in tie_order(ids, row_scores)]
+    return run
+
+
+def dense_retrieval(query_vecs, doc_vecs, qids, doc_ids, qrels):
+    indices, scores = search(query_vecs, doc_vecs)
+    return retrieval_metrics(ranked_ids(indices, scores, doc_ids, qids), qrels)
+
+
+BM25_SETTINGS = {"method": "lucene", "k1": 1.5, "b": 0.75, "lowercase": True, "token_pattern": r"(?u)\b\w\w+\b",
+                 "stopwords": "en", "stemmer": "snowball"}
+
+
+def bm25(doc_texts, doc_ids, query_texts, qids, qrels, language="english", k=K):
+    """The BM25 baseline with ``bm25s`` (Lucene's variant, k1 1.5, b 0.75); corpus and queries go through one
+    tokenizer: lower-cased, ``(?u)\\b\\w\\w+\\b`` tokens, English stop words, NLTK's Snowball stemmer. Returns the
+    metrics and the settings used."""
+    import bm25s
+    from bm25s.tokenization import Tokenizer
+    from nltk.stem.snowball import SnowballStemmer
+    stem = SnowballStemmer(language).stem
+    tokenizer = Tokenizer(lower=BM25_SETTINGS["lowercase"], splitter=BM25_SETTINGS["token_pattern"],
+                          stopwords=BM25_SETTINGS["stopwords"] if language == "english" else None, stemmer=stem)
+    corpus = tokenizer.tokenize(list(doc_texts), update_vocab=True, return_as="ids", show_progress=False)
+    retriever = bm25s.BM25(method=BM25_SETTINGS["method"], k1=BM25_SETTINGS["k1"], b=BM25_SETTINGS["b"])
+    retriever.index(corpus, show_progress=False)
+    tokens = tokenizer.tokenize(list(query_texts), update_vocab=False, return_as="ids", show_progress=False)
+    k = min(k, len(doc_ids))
+    indices, scores = retriever.retrieve(tokens, k=k, show_progress=False, n_threads=1)
+    run = ranked_ids(indices, scores, doc_ids, qids)
+    settings = {**BM25_SETTINGS, "stemmer": f"snowball-{language}"}
+    return retrieval_metrics(run, qrels), settings
+
+
+# -- 05_evaluate.py: the retrieval task, its sharded embedding, and search ----------------------------------------
+
+def is_retrieval_data(data_dir):
+    return os.path.exists(os.path.join(data_dir, "retrieval.test.qrels"))
+
+
+def document_inputs(data_dir, docs, sep_token):
+    """What a document is to the model: the abstract alone in paper-search data (titles are its queries), else
+    the contract's title + sep + text."""
+    return list(docs.texts) if is_retrieval_data(data_dir) else docs.inputs(sep_token)
+
+
+def process_state():
+    """Accelerate's process state when started by ``accelerate launch`` on several processes, else None."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return None
+    from accelerate import PartialState
+    return PartialState()
+
+
+def load_model(args, name, path):
+    from common.models.encoder import default_device, load_encoder
+    encoder, tokenizer, settings = load_encoder(path, pooling=args.pooling.get(name), max_length=args.max_length,
+                                                default_max_length=128)
+    state = process_state()
+    encoder.to(state.device if state is not None else default_device())
+    return encoder, tokenizer, settings
+
+
+def embed_corpus(args, name, path, docs):
+    """The model and its vectors of every document, the corpus cut into one shard per process."""
+    from common.models.encoder import embed_sharded
+    from common.models.tokens import TokenStore
+    encoder, tokenizer, settings = load_model(args, name, path)
+    store = TokenStore(tokenizer, document_inputs(args.data, docs, tokenizer.sep_token or ""),
+                       settings["max_length"])
+    with tqdm(total=len(store), desc=f"embed {name}", unit=" docs", mininterval=1.0) as bar:
+        return encoder, tokenizer, settings, embed_sharded(encoder, store, args.batch_size, bar)
+
+
+def embed_queries(encoder, tokenizer, settings, texts, batch_size):
+    from common.models.encoder import embed
+    from common.models.tokens import TokenStore
+    return embed(encoder, TokenStore(tokenizer, texts, settings["max_length"]), batch_size)
+
+
+def follow(args):
+    """A process other than the main one under ``accelerate launch``: embed its shard of the corpus for each model,
+    in the main process's order, and write nothing."""
+    from common.data.documents import Documents
+    docs = Documents(args.data)
+    for name, path in args.model.items():
+        embed_corpus(args, name, path, docs)
+
+
+def evaluate_retrieval(args, outputs, wanted, metrics, counts):
+    """Test queries against the whole corpus for every model (``retrieval``) and BM25 (``bm25``); writes each
+    model's corpus vectors."""
+    from common.data.documents import Documents
+    docs = Documents(args.data)
+    qids, texts = read_queries(os.path.join(args.data, "queries.test.jsonl"))
+    qrels = read_qrels(os.path.join(args.data, "retrieval.test.qrels"))
+    for qid, relevant in qrels.items():
+        unknown = relevant - set(docs.index)
+        if unknown:
+            raise InputError(f"{os.path.join(args.data, 'retrieval.test.qrels')}: {qid} names documents not in "
+                             f"docs.jsonl ({sorted(unknown)[0]!r})")
+    counts.update({"retrieval_documents": len(docs.ids), "retrieval_queries": len(qrels)})
+    if "retrieval" in wanted:
+        for name, path in args.model.items():
+            encoder, tokenizer, settings, emb = embed_corpus(args, name, path, docs)
+            with outputs.open(f"{name}.npy", "wb") as f:
+                np.save(f, emb)
+            with outputs.open(f"{name}.ids.txt") as f:
+                f.writelines(f"{i}\n" for i in docs.ids)
+            queries = embed_queries(encoder, tokenizer, settings, texts, args.batch_size)
+            metrics.setdefault(name, {})["retrieval"] = dense_retrieval(queries, emb, qids, docs.ids, qrels)
+    if "bm25" in wanted:
+        result, settings = bm25(docs.texts, docs.ids, texts, qids, qrels)
+        metrics["bm25"] = {"retrieval": {**result, "settings": settings}}
+    print(f"retrieval: {len(qrels)} test queries against {len(docs.ids)} documents (a small corpus makes every "
+          "method look good: compare methods on one corpus only)")
+
+
+def read_query_file(path):
+    """One query per line; an empty line is an error (it would search for nothing)."""
+    if not os.path.exists(path):
+        raise InputError(f"{path}: no such file")
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            raise InputError(f"{path}:{lineno}: empty query")
+    return lines
+
+
+def saved_index(index_dir, model, doc_ids):
+    """The vectors 05 wrote for ``model`` in ``index_dir`` (the evaluation's manifest names each model's path),
+    checked against the data directory's documents."""
+    args = read_manifest_args(index_dir)
+    wanted = os.path.abspath(model)
+    names = [name for name, path in (args.get("model") or {}).items() if os.path.abspath(path) == wanted]
+    if not names:
+        raise InputError(f"{index_dir}: holds no vectors of {model} (its manifest.json names no such --model)")
+    path = os.path.join(index_dir, f"{names[0]}.npy")
+    with open(os.path.join(index_dir, f"{names[0]}.ids.txt"), encoding="utf-8") as f:
+        ids = f.read().splitlines()
+    if ids != list(doc_ids):
+        raise InputError(f"{path}: its documents are not those of docs.jsonl (another data directory?)")
+    return np.load(path, mmap_mode="r")
+
+
+def read_manifest_args(directory):
+    from common.io import read_manifest
+    manifest = read_manifest(directory)
+    if not manifest:
+        raise InputError(f"{directory}: no manifest.json (not an evaluation directory)")
+    return manifest.get("args", {})
+
+
+def run_search(args):
+    """Print the top documents of each query: rank, id, cosine score, title."""
+    from common.data.documents import Documents
+    queries = list(args.query) + (read_query_file(args.queries) if args.queries else [])
+    if not queries:
+        raise InputError("give a query text or --queries FILE")
+    if not os.path.isdir(args.data):
+        raise InputError(f"{args.data}: no such data directory")
+    docs = Documents(args.data)
+    args.model = {"model": args.model_path}
+    args.pooling = {"model": args.pooling} if args.pooling else {}
+    if args.index:
+        doc_vecs = np.asarray(saved_index(args.index, args.model_path, docs.ids))
+        encoder, tokenizer, settings = load_model(args, "model", args.model_path)
+    else:
+        print(f"note: embedding all {len(docs.ids)} documents; --index EVAL reuses the vectors 05_evaluate.py wrote")
+        encoder, tokenizer, settings, doc_vecs = embed_corpus(args, "model", args.model_path, docs)
+    query_vecs = embed_queries(encoder, tokenizer, settings, queries, args.batch_size)
+    indices, scores = search(query_vecs, doc_vecs, k=args.top)
+    for text, row, row_scores in zip(queries, indices.tolist(), scores.tolist()):
+        print(f"query: {text}")
+        for rank, (j, score) in enumerate(zip(row, row_scores), 1):
+            print(f"{rank:3d}. {docs.ids[j]}\t{score:.4f}\t{docs.titles[j]}")

@@ -1,0 +1,287 @@
+"""Masked-language-model domain adaptation (stage 1 of paper search): BERT's pre-training objective continued on
+the corpus's abstracts (Devlin et al. 2019), with the defaults of transformers' ``run_mlm_no_trainer.py``.
+
+| input   | what                                                                                              |
+|---------|---------------------------------------------------------------------------------------------------|
+| texts   | ``docs.jsonl`` abstracts (``text`` only: titles are stage 2's queries), all papers or the training |
+|         | split's (``--mlm-docs``); 5 % of them validate                                                     |
+| rows    | blocks of ``max_length`` tokens cut from the concatenated, tokenised texts (``--line-by-line``:    |
+|         | one truncated text each)                                                                           |
+| masking | 15 % of non-special tokens (or whole words) chosen; of those 80 % ``[MASK]``, 10 % a random id,    |
+|         | 10 % kept, as ``DataCollatorForLanguageModeling``; drawn from (seed, epoch, example)               |
+| loss    | ``losses.masked_lm`` per masked token (its mean is Hugging Face's ``outputs.loss``)                |
+
+Masks are re-drawn every epoch, as the reference collator does, but from a generator seeded by (seed, epoch,
+example), so a resumed run and any number of processes see the same masks. Validation masks are fixed (seed,
+"val", example), so validation losses of different steps compare the same task; perplexity is exp of the
+token-weighted mean loss.
+
+RUN/model is the masked-LM model (encoder and head, ``save_pretrained``) with sentence-transformers files for mean
+pooling: ``AutoModel`` and ``SentenceTransformer`` load the encoder from it and drop the head, so 05 scores the
+adapted encoder and stage 2 starts from it.
+"""
+
+import json
+import os
+
+import numpy as np
+import torch
+from torch import nn
+
+from common.data.documents import Documents
+from common.io import InputError
+from common.models.encoder import Encoder
+from common.train import losses
+from common.train.objectives import Objective
+
+VAL = int.from_bytes(b"val", "little")  # the "epoch" of validation masks: fixed for the whole run
+IGNORE = -100  # label of unmasked positions (Hugging Face's convention)
+
+
+class MaskedLM(nn.Module):
+    """A masked-LM model; ``encoder`` is the same transformer with pooling (not a registered sub-module: its
+    parameters are the model's own, optimised and saved once)."""
+
+    def __init__(self, mlm, pooling, normalize):
+        super().__init__()
+        self.mlm = mlm
+        self.__dict__["encoder"] = Encoder(mlm.base_model, pooling, normalize)
+        # only masked positions go through the vocabulary projection (BERT's `cls`, RoBERTa's `lm_head`)
+        self.__dict__["head"] = getattr(mlm, "cls", getattr(mlm, "lm_head", None))
+
+    def forward(self, input_ids, attention_mask, masked):
+        """Logits ``[number of masked positions, vocabulary]``."""
+        if self.head is None:
+            return self.mlm(input_ids=input_ids, attention_mask=attention_mask).logits[masked]
+        hidden = self.mlm.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        return self.head(hidden[masked])
+
+
+def mask_tokens(ids, special, word_start, rng, probability=0.15, mask_replace=0.8, random_replace=0.1,
+                whole_word=False, mask_id=103, vocab_size=30522):
+    """``(input ids, labels)`` of one example, as ``DataCollatorForLanguageModeling`` masks: each non-special
+    token chosen with ``probability`` (whole words: each word, every token of a chosen word masked, always with
+    ``[MASK]``); a chosen token becomes ``[MASK]`` with ``mask_replace``, a uniformly random id with
+    ``random_replace``, else stays; labels are the original ids at chosen positions, ``IGNORE`` elsewhere."""
+    n = len(ids)
+    if whole_word:
+        word = np.cumsum(word_start | special) - 1
+        chosen = (rng.random(int(word[-1]) + 1 if n else 0) < probability)[word] & ~special
+        mask_replace, random_replace = 1.0, 0.0
+    else:
+        chosen = (rng.random(n) < probability) & ~special
+    draw = rng.random(n)
+    replaced = rng.integers(vocab_size, size=n)
+    out = ids.astype(np.int64)
+    out[chosen & (draw < mask_replace)] = mask_id
+    randomised = chosen & (draw >= mask_replace) & (draw < mask_replace + random_replace)
+    out[randomised] = replaced[randomised]
+    return out, np.where(chosen, ids, IGNORE).astype(np.int64)
+
+
+class Part:
+    """Examples over one flat token array: example i is ``ids[offsets[i]:offsets[i + 1]]``."""
+
+    def __init__(self, ids, word_start, offsets):
+        self.ids, self.word_start, self.offsets = ids, word_start, offsets
+
+    def __len__(self):
+        return len(self.offsets) - 1
+
+    @classmethod
+    def of_texts(cls, ids, word_start, offsets, which):
+        """The texts at positions ``which``, in that order, as one flat array."""
+        lengths = offsets[which + 1] - offsets[which]
+        new = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        take = np.arange(new[-1]) - np.repeat(new[:-1], lengths) + np.repeat(offsets[which], lengths)
+        return cls(ids[take], word_start[take], new)
+
+    def blocks(self, size):
+        """Cut into blocks of ``size`` tokens, text boundaries ignored, the remainder dropped (once, at the end)."""
+        n = len(self.ids) // size
+        return Part(self.ids, self.word_start, np.arange(n + 1, dtype=np.int64) * size)
+
+    def get(self, i):
+        s, e = self.offsets[i], self.offsets[i + 1]
+        return self.ids[s:e], self.word_start[s:e]
+
+
+def tokenize(texts, tokenizer, max_length, line_by_line, cache_dir):
+    """Token ids (int32) and word starts (int8) of ``texts`` as flat arrays plus offsets, tokenised with
+    ``datasets.map`` into an Arrow cache file keyed by the texts, tokenizer and settings, so a second run (or
+    every process after the first, under ``main_process_first``) reads it instead of tokenising again."""
+    import datasets
+    from datasets.fingerprint import Hasher
+
+    def encode(batch):
+        # blocks are cut after concatenation, so whole texts are tokenised (no warning about their length)
+        enc = tokenizer(batch["text"], truncation=line_by_line, max_length=max_length if line_by_line else None,
+                        add_special_tokens=True, verbose=False)
+        starts = []
+        for i in range(len(batch["text"])):
+            words = enc.word_ids(i)
+            starts.append([int(w is None or k == 0 or w != words[k - 1]) for k, w in enumerate(words)])
+        return {"input_ids": enc["input_ids"], "word_start": starts}
+
+    features = datasets.Features({"input_ids": datasets.Sequence(datasets.Value("int32")),
+                                  "word_start": datasets.Sequence(datasets.Value("int8"))})
+    ds = datasets.Dataset.from_dict({"text": texts})
+    key = Hasher.hash([ds._fingerprint, tokenizer, max_length, line_by_line])
+    os.makedirs(cache_dir, exist_ok=True)
+    ds = ds.map(encode, batched=True, batch_size=1000, remove_columns=["text"], features=features,
+                cache_file_name=os.path.join(cache_dir, f"mlm-tokens-{key}.arrow"), desc="tokenise")
+    ids = ds.data.column("input_ids")
+    flat = np.concatenate([c.flatten().to_numpy() for c in ids.chunks]) if ids.num_chunks else np.zeros(0, np.int32)
+    starts = ds.data.column("word_start")
+    word_start = np.concatenate([c.flatten().to_numpy() for c in starts.chunks]).astype(bool) \
+        if starts.num_chunks else np.zeros(0, bool)
+    lengths = np.concatenate([np.diff(c.offsets.to_numpy()) for c in ids.chunks]) if ids.num_chunks else []
+    return flat, word_start, np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+
+
+class MLMObjective(Objective):
+    name = "mlm"
+    paper = "transformers' run_mlm_no_trainer.py (BERT's masked-LM pre-training)"
+    defaults = {"lr": 5e-5, "batch_size": 8, "epochs": 3, "warmup": 0, "weight_decay": 0.0, "schedule": "linear",
+                "pooling": "mean", "max_length": None, "normalize": False, "drop_last": False}
+    result_args = ("mlm_probability", "mask_replace_prob", "random_replace_prob", "whole_word_mask", "line_by_line",
+                   "mlm_docs", "validation_split")
+    speed_args = ("cache_dir",)
+
+    @classmethod
+    def add_arguments(cls, parser):
+        parser.add_argument("--mlm-probability", type=float, default=0.15,
+                            help="share of tokens (or words) chosen for prediction (BERT; run_mlm_no_trainer)")
+        parser.add_argument("--mask-replace-prob", type=float, default=0.8,
+                            help="of the chosen tokens, the share replaced by [MASK] (BERT)")
+        parser.add_argument("--random-replace-prob", type=float, default=0.1,
+                            help="of the chosen tokens, the share replaced by a random token (BERT); the rest stay")
+        parser.add_argument("--whole-word-mask", action="store_true",
+                            help="choose whole words (the fast tokenizer's word ids), every token of a chosen word "
+                                 "replaced by [MASK] (transformers' whole_word_mask)")
+        parser.add_argument("--line-by-line", action="store_true",
+                            help="one truncated abstract per example instead of blocks cut from the concatenated "
+                                 "abstracts (run_mlm_no_trainer's --line_by_line)")
+        parser.add_argument("--mlm-docs", choices=("all", "train"), default="all",
+                            help="abstracts to train on: every paper of the corpus (the index a search engine "
+                                 "holds; no title is ever seen) or only the training split's papers")
+        parser.add_argument("--validation-split", type=float, default=0.05,
+                            help="share of those papers held out for validation loss and perplexity "
+                                 "(run_mlm_no_trainer's validation_split_percentage 5)")
+        parser.add_argument("--cache-dir", default=None,
+                            help="where tokenised texts are cached (default: the datasets cache, as "
+                                 "run_mlm_no_trainer)")
+
+    def build(self):
+        from transformers import AutoModelForMaskedLM, AutoTokenizer
+        args = self.args
+        self.tokenizer = AutoTokenizer.from_pretrained(args.model)
+        if self.tokenizer.mask_token_id is None:
+            raise InputError(f"{args.model}: its tokenizer has no mask token")
+        mlm, loading = AutoModelForMaskedLM.from_pretrained(args.model, output_loading_info=True)
+        if loading["missing_keys"]:
+            self.say(f"note: {args.model} has no masked-LM head weights ({len(loading['missing_keys'])} tensors "
+                     "newly initialised); they start untrained")
+        model_limit = self.tokenizer.model_max_length if self.tokenizer.model_max_length < 100_000 else \
+            mlm.config.max_position_embeddings
+        limit = min(model_limit, 1024)  # run_mlm_no_trainer's cap
+        self.max_length = min(args.max_length or limit, model_limit)
+        self.settings = {"pooling": args.pooling, "normalize": bool(args.normalize), "max_length": self.max_length,
+                         "st_config": {}}
+        model = MaskedLM(mlm, args.pooling, bool(args.normalize))
+        self.encoder = model.encoder
+        self.info.update({"mlm_probability": args.mlm_probability, "whole_word_mask": args.whole_word_mask,
+                          "line_by_line": args.line_by_line, "mlm_docs": args.mlm_docs})
+        return model
+
+    def _texts(self):
+        args = self.args
+        docs = Documents(args.data)
+        which = np.arange(len(docs.ids))
+        if args.mlm_docs == "train":
+            path = os.path.join(args.data, "splits.json")
+            if not os.path.exists(path):
+                raise InputError(f"{path}: no such file (--mlm-docs train needs 02_build_graph.py retrieval's split)")
+            with open(path, encoding="utf-8") as f:
+                train = set(json.load(f).get("train", []))
+            which = np.array([i for i, d in enumerate(docs.ids) if d in train], dtype=np.int64)
+        return [docs.texts[i] for i in which.tolist()]
+
+    def load_data(self):
+        args = self.args
+        texts = self._texts()
+        if not texts:
+            raise InputError(f"{os.path.join(args.data, 'docs.jsonl')}: no abstracts to train on")
+        import datasets
+        cache = args.cache_dir or os.path.join(datasets.config.HF_DATASETS_CACHE, "docembed")
+        ids, word_start, offsets = tokenize(texts, self.tokenizer, self.max_length, args.line_by_line, cache)
+        order = np.random.default_rng(args.seed).permutation(len(texts))
+        n_val = int(round(args.validation_split * len(texts)))
+        parts = [Part.of_texts(ids, word_start, offsets, np.sort(p)) for p in (order[n_val:], order[:n_val])]
+        if not args.line_by_line:
+            parts = [p.blocks(self.max_length) for p in parts]
+        self.parts = parts
+        self.special_ids = np.array(self.tokenizer.all_special_ids)
+        self.train_rows = np.stack([np.arange(len(parts[0])), np.zeros(len(parts[0]), np.int64)], 1)
+        self.val_rows = np.stack([np.arange(len(parts[1])), np.ones(len(parts[1]), np.int64)], 1)
+        self.epoch = 0
+        if not len(self.train_rows):
+            raise InputError(f"{os.path.join(args.data, 'docs.jsonl')}: too few tokens for one block of "
+                             f"{self.max_length}")
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+
+    def train_lengths(self):
+        return np.diff(self.parts[0].offsets)
+
+    def example(self, example, part):
+        """Masked input ids and labels of one example, from (seed, epoch or VAL, example)."""
+        args = self.args
+        ids, word_start = self.parts[part].get(example)
+        rng = np.random.default_rng([args.seed, VAL if part else self.epoch, int(example)])
+        return mask_tokens(ids, np.isin(ids, self.special_ids), word_start, rng, args.mlm_probability,
+                           args.mask_replace_prob, args.random_replace_prob, args.whole_word_mask,
+                           self.tokenizer.mask_token_id, len(self.tokenizer))
+
+    def collate(self, rows):
+        rows = np.asarray(rows).reshape(-1, 2)
+        examples = [self.example(e, p) for e, p in rows.tolist()]
+        width = max(len(ids) for ids, _ in examples)
+        input_ids = np.full((len(rows), width), self.tokenizer.pad_token_id or 0, dtype=np.int64)
+        labels = np.full((len(rows), width), IGNORE, dtype=np.int64)
+        mask = np.zeros((len(rows), width), dtype=np.int64)
+        for r, (ids, lab) in enumerate(examples):
+            input_ids[r, :len(ids)], labels[r, :len(ids)], mask[r, :len(ids)] = ids, lab, 1
+        return {"input_ids": torch.from_numpy(input_ids), "attention_mask": torch.from_numpy(mask),
+                "labels": torch.from_numpy(labels)}
+
+    def losses(self, model, batch):
+        masked = batch["labels"] != IGNORE
+        logits = model(batch["input_ids"], batch["attention_mask"], masked)
+        if not masked.any():
+            return logits.sum() * 0.0  # keeps every process's graph (and DDP) in step
+        return losses.masked_lm(logits, batch["labels"][masked])
+
+    @torch.no_grad()
+    def validate(self, model, loader, accelerator):
+        """Token-weighted validation loss over the fixed validation masks, and its exp (perplexity)."""
+        totals = []
+        for batch in loader:
+            masked = batch["labels"] != IGNORE
+            per_token = losses.masked_lm(model(batch["input_ids"], batch["attention_mask"], masked),
+                                         batch["labels"][masked])
+            row = masked.nonzero()[:, 0]
+            sums = torch.zeros(len(masked), device=per_token.device).index_add_(0, row, per_token)
+            totals.append(accelerator.gather_for_metrics(torch.stack([sums, masked.sum(1).float()], 1)))
+        if not totals:
+            return {}
+        loss_sum, count = torch.cat(totals).sum(0).tolist()
+        if not count:
+            return {}
+        return {"val_loss": loss_sum / count, "perplexity": float(np.exp(loss_sum / count))}
+
+    def save_extra(self, model, directory):
+        # the masked-LM weights (encoder and head) replace the bare encoder's: AutoModel and sentence-transformers
+        # load the encoder from them and leave the head
+        model.mlm.save_pretrained(directory)

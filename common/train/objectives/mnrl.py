@@ -1,0 +1,217 @@
+"""Multiple Negatives Ranking: a bi-encoder trained so that a query (a paper's title) retrieves its document (the
+paper's abstract) among every other document of the batch (Henderson et al. 2017; sentence-transformers'
+``MultipleNegativesRankingLoss``, whose defaults these are).
+
+| input   | what                                                                                        |
+|---------|---------------------------------------------------------------------------------------------|
+| rows    | ``pairs.train.jsonl`` as (query, document) positions                                         |
+| batch   | B queries and their B positive documents; on W processes the documents (and queries) of all |
+|         | processes are gathered with gradient, so each query has B·W − 1 negatives                    |
+| loss    | ``losses.multiple_negatives_ranking`` per query, scale 20 on cosine, in float32              |
+
+A document in the batch that is the same paper, or has the same normalised abstract, or whose query has the same
+normalised text as a row's is a false negative: its logit is masked (the keys travel with the embeddings).
+``--cache-chunk N`` computes the same loss and gradient with GradCache (Gao et al. 2021; sentence-transformers'
+``CachedMultipleNegativesRankingLoss``): the batch is embedded N pairs at a time without gradient, the loss is
+back-propagated to the embeddings, then each chunk is embedded again with gradient under the same random state.
+The model with the best validation nDCG@10 (validation titles against the whole corpus) becomes RUN/model.
+"""
+
+import argparse
+import contextlib
+import functools
+import os
+
+import numpy as np
+import torch
+
+from common.data.arxiv import text_key
+from common.data.documents import Documents
+from common.data.retrieval import read_qrels, read_queries
+from common.io import InputError, read_jsonl
+from common.models.tokens import TokenStore
+from common.train import losses
+from common.train.distributed import all_gather, all_gather_with_grad, process_rank
+from common.train.objectives import Objective
+
+
+def group_keys(texts):
+    """One integer per text, equal for texts with equal normalised, lower-cased content."""
+    keys = np.fromiter((text_key(t) for t in texts), dtype=np.uint64, count=len(texts))
+    return np.unique(keys, return_inverse=True)[1].astype(np.int64)
+
+
+def false_negative_mask(row_keys, col_keys, offset):
+    """[B, M]: True where column j shares any key with row i (same paper, abstract or query text), except each
+    row's own label column ``offset + i``."""
+    mask = (row_keys[:, None, :] == col_keys[None, :, :]).any(-1)
+    rows = torch.arange(len(row_keys), device=mask.device)
+    mask[rows, rows + offset] = False
+    return mask
+
+
+class _RandomState:
+    """The CPU and CUDA generator states at a point, to replay a forward pass's dropout (GradCache)."""
+
+    def __init__(self):
+        self.cpu = torch.get_rng_state()
+        self.cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() \
+            else None
+
+    def restore(self):
+        torch.set_rng_state(self.cpu)
+        if self.cuda is not None:
+            torch.cuda.set_rng_state_all(self.cuda)
+
+
+class MNRLObjective(Objective):
+    name = "mnrl"
+    paper = "sentence-transformers MultipleNegativesRankingLoss and its trainer/examples"
+    defaults = {"lr": 5e-5, "batch_size": 128, "epochs": 1, "warmup": 0.1, "weight_decay": 0.01, "pooling": "mean",
+                "max_length": 256, "normalize": None, "drop_last": True}
+    selection = "val_ndcg@10"
+    result_args = ("scale", "symmetric", "query_max_length", "gather", "mask_duplicates")
+    speed_args = ("cache_chunk", "eval_batch_size")
+
+    @classmethod
+    def add_arguments(cls, parser):
+        parser.add_argument("--scale", type=float, default=20.0,
+                            help="logit scale on cosine = 1 / temperature (sentence-transformers: 20, τ 0.05)")
+        parser.add_argument("--symmetric", action="store_true",
+                            help="add the document → query direction and average the two cross-entropies "
+                                 "(sentence-transformers' per_direction partition)")
+        parser.add_argument("--query-max-length", type=int, default=64, help="tokens per query (titles are short)")
+        parser.add_argument("--gather", action=argparse.BooleanOptionalAction, default=True,
+                            help="on several processes, score each query against every process's documents "
+                                 "(gathered with gradient)")
+        parser.add_argument("--mask-duplicates", action=argparse.BooleanOptionalAction, default=True,
+                            help="mask in-batch documents that are the same paper, have the same abstract or whose "
+                                 "query has the same text (false negatives)")
+        parser.add_argument("--cache-chunk", type=int, default=0,
+                            help="> 0: GradCache with chunks of this many pairs (same loss, less memory; "
+                                 "sentence-transformers' CachedMultipleNegativesRankingLoss)")
+        parser.add_argument("--eval-batch-size", type=int, default=64, help="texts per forward pass in validation")
+
+    def load_data(self):
+        args, data_dir = self.args, self.args.data
+        docs = Documents(data_dir)
+        queries, doc_rows = [], []
+        path = os.path.join(data_dir, "pairs.train.jsonl")
+        for lineno, obj in read_jsonl(path, required=("query", "doc")):
+            if obj["doc"] not in docs.index:
+                raise InputError(f"{path}:{lineno}: document {obj['doc']!r} is not in docs.jsonl")
+            queries.append(obj["query"])
+            doc_rows.append(docs.index[obj["doc"]])
+        if not queries:
+            raise InputError(f"{path}: no pairs to train on")
+        val_path = os.path.join(data_dir, "queries.val.jsonl")
+        self.val_qids, val_texts = read_queries(val_path) if os.path.exists(val_path) else ([], [])
+        self.val_qrels = read_qrels(os.path.join(data_dir, "retrieval.val.qrels")) if val_texts else {}
+        self.doc_ids = docs.ids
+        # the document is its abstract alone: with titles as queries, title + text would hold the query
+        self.docs = TokenStore(self.tokenizer, docs.texts, self.max_length)
+        self.queries = TokenStore(self.tokenizer, queries, args.query_max_length)
+        self.val_queries = TokenStore(self.tokenizer, val_texts, args.query_max_length)
+        doc_rows = np.array(doc_rows, dtype=np.int64)
+        # keys per pair: the paper, its abstract's text, its query's text
+        self.keys = torch.from_numpy(np.stack([doc_rows, group_keys(docs.texts)[doc_rows], group_keys(queries)], 1))
+        self.train_rows = np.stack([np.arange(len(queries)), doc_rows], axis=1)
+        self.val_rows = np.arange(len(val_texts))
+        self.info.update({"similarity": "cosine", "scale": args.scale, "symmetric": args.symmetric,
+                          "query_max_length": args.query_max_length})
+
+    def train_lengths(self):
+        return self.queries.lengths()[self.train_rows[:, 0]] + self.docs.lengths()[self.train_rows[:, 1]]
+
+    def _embed_inputs(self, rows):
+        q_groups, q_row = self.queries.groups(rows[:, 0], self.args.length_groups)
+        d_groups, d_row = self.docs.groups(rows[:, 1], self.args.length_groups)
+        return {"groups": q_groups + d_groups, "q_index": q_row, "d_index": d_row + len(rows)}
+
+    def collate(self, rows):
+        rows = np.asarray(rows)
+        if rows.ndim == 1:  # validation rows: validate() embeds its own queries and the corpus
+            return {}
+        batch = {"keys": self.keys[rows[:, 0]]}
+        chunk = self.args.cache_chunk
+        if chunk > 0:
+            batch["chunks"] = [self._embed_inputs(rows[s:s + chunk]) for s in range(0, len(rows), chunk)]
+        else:
+            batch.update(self._embed_inputs(rows))
+        return batch
+
+    def _loss(self, queries, docs, keys):
+        offset = 0
+        if self.args.gather:
+            offset = process_rank() * len(queries)
+            all_queries, docs = all_gather_with_grad(queries), all_gather_with_grad(docs)
+            col_keys = all_gather(keys)
+        else:
+            all_queries, col_keys = queries, keys
+        mask = false_negative_mask(keys, col_keys, offset) if self.args.mask_duplicates else None
+        return losses.multiple_negatives_ranking(queries, docs, all_queries, offset, self.args.scale, mask,
+                                                 self.args.symmetric)
+
+    def losses(self, model, batch):
+        if "chunks" in batch:
+            return self._cached_loss(model, batch)
+        emb = model(batch["groups"])
+        return self._loss(emb[batch["q_index"]], emb[batch["d_index"]], batch["keys"])
+
+    # -- GradCache -----------------------------------------------------------------------------------------------
+
+    def _cached_loss(self, model, batch):
+        """Step 1: embed every chunk without gradient, remembering its random state; step 2: the loss on those
+        embeddings and its gradient with respect to them. The loss returned is detached; its hook runs step 3
+        when the loop back-propagates, so the loop's scaling (accumulation, fp16 scaler) reaches every chunk."""
+        states, q_parts, d_parts = [], [], []
+        with torch.no_grad():
+            for chunk in batch["chunks"]:
+                states.append(_RandomState())
+                emb = model(chunk["groups"])
+                q_parts.append(emb[chunk["q_index"]])
+                d_parts.append(emb[chunk["d_index"]])
+        queries = torch.cat(q_parts).detach().requires_grad_()
+        docs = torch.cat(d_parts).detach().requires_grad_()
+        with torch.enable_grad():
+            loss = self._loss(queries, docs, batch["keys"].to(queries.device)).mean()
+            loss.backward()
+        out = loss.detach().requires_grad_()
+        out.register_hook(functools.partial(self._backward_chunks, model, batch["chunks"], states, queries.grad,
+                                            docs.grad))
+        return out
+
+    @staticmethod
+    def _backward_chunks(model, chunks, states, q_grad, d_grad, grad_output):
+        """Step 3: each chunk embedded again with gradient under its saved random state; the cached embedding
+        gradients (times the upstream gradient) are back-propagated through it. Under DDP only the last chunk
+        synchronises the parameter gradients."""
+        no_sync = getattr(model, "no_sync", None)
+        start = 0
+        for n, (chunk, state) in enumerate(zip(chunks, states)):
+            size = len(chunk["q_index"])
+            state.restore()
+            last = n == len(chunks) - 1
+            # the engine runs hooks with gradients off
+            with torch.enable_grad(), no_sync() if no_sync is not None and not last else contextlib.nullcontext():
+                emb = model(chunk["groups"])
+                surrogate = (emb[chunk["q_index"]].float() * q_grad[start:start + size]).sum() \
+                    + (emb[chunk["d_index"]].float() * d_grad[start:start + size]).sum()
+                (surrogate * grad_output).backward()
+            start += size
+
+    # -- validation ----------------------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def validate(self, model, loader, accelerator):
+        """Validation titles against the whole corpus, exact cosine search; the corpus is embedded in one shard
+        per process."""
+        from common.eval.retrieval import dense_retrieval
+        from common.models.encoder import embed, embed_sharded
+        if not len(self.val_queries):
+            return {}
+        encoder = self.encoder_of(accelerator.unwrap_model(model))
+        docs = embed_sharded(encoder, self.docs, self.args.eval_batch_size)
+        queries = embed(encoder, self.val_queries, self.args.eval_batch_size)
+        metrics = dense_retrieval(queries, docs, self.val_qids, self.doc_ids, self.val_qrels)
+        return {f"val_{name}": value for name, value in metrics.items()}

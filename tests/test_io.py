@@ -1,0 +1,98 @@
+"""common.io: the names that may become file names, and output folders that are written whole or not at all."""
+
+import errno
+import json
+import os
+
+import pytest
+
+from common.io import InputError, Outputs, safe_name
+from conftest import script_error
+
+
+def write_articles(tmp_path):
+    path = tmp_path / "articles.jsonl"
+    path.write_text("".join(json.dumps({"id": f"d{i}", "title": f"T{i}", "text": "x", "links": [f"d{(i + 1) % 9}"]})
+                            + "\n" for i in range(9)), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("name", ["top", "second", "fi-2", "Äiti.1", "a_b", "x" * 100])
+def test_safe_names_are_kept(name):
+    assert safe_name(name, "level") == name
+
+
+@pytest.mark.parametrize("name", ["", ".hidden", "..", "a/b", "x/../../../PWNED", "a\\b", "a b", "/abs", "x" * 101,
+                                  None, 3])
+def test_names_that_could_leave_the_folder_or_hide_are_refused(name):
+    with pytest.raises(InputError) as e:
+        safe_name(name, "f.jsonl:3: label level")
+    assert str(e.value) == (f"f.jsonl:3: label level {name!r} cannot be a file name: use at most 100 letters, "
+                            "digits, '_', '-' and '.' (not first)")
+
+
+def test_outputs_never_opens_a_path_outside_its_folder(tmp_path):
+    with pytest.raises(ValueError), Outputs(tmp_path / "out") as outputs:
+        outputs.open("../escaped.txt")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_an_existing_file_as_the_output_folder_is_a_one_line_error(tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"id": "a", "text": "One. Two.", "key_sentences": ["Two."]}\n', encoding="utf-8")
+    out = tmp_path / "out"
+    out.write_text("mine\n")
+    assert script_error("01_extract.py", "sentences", "--input", src, "--out", out) == \
+        f"error: {out}: exists and is not a directory"
+    assert out.read_text() == "mine\n"
+
+
+def test_an_output_folder_that_cannot_be_made_or_written_is_a_one_line_error(tmp_path, monkeypatch):
+    src = write_articles(tmp_path)
+    ok = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: False if str(path).endswith("readonly") else ok(path, mode))
+    (tmp_path / "readonly").mkdir()
+    assert script_error("02_build_graph.py", "--articles", src, "--out", tmp_path / "readonly") == \
+        f"error: {tmp_path / 'readonly'}: not writable"
+
+    def refuse(path, exist_ok=False):
+        raise PermissionError(errno.EACCES, "Permission denied", str(path))
+    monkeypatch.setattr(os, "makedirs", refuse)
+    assert script_error("02_build_graph.py", "--articles", src, "--out", tmp_path / "new") == \
+        f"error: {tmp_path / 'new'}: cannot be created: Permission denied"
+
+
+class FullDisk:
+    """A file whose writes fail as on a full disk."""
+
+    def __init__(self, f):
+        self.f = f
+
+    def write(self, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    writelines = write
+
+    def __getattr__(self, name):
+        return getattr(self.f, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.f.close()
+
+
+def test_a_full_disk_is_a_one_line_error_and_leaves_nothing(tmp_path, monkeypatch):
+    src = write_articles(tmp_path)
+    out = tmp_path / "data"
+    opened = Outputs.open
+    monkeypatch.setattr(Outputs, "open", lambda self, name, mode="w": FullDisk(opened(self, name, mode)))
+    assert script_error("02_build_graph.py", "--articles", src, "--out", out) == \
+        f"error: {out}: cannot write: No space left on device"
+    assert list(out.iterdir()) == []
+
+
+def test_a_directory_given_as_an_input_file_is_a_one_line_error(tmp_path):
+    assert script_error("02_build_graph.py", "--articles", tmp_path, "--out", tmp_path / "data") == \
+        f"error: {tmp_path}: is a directory, not a file"

@@ -1,0 +1,464 @@
+"""Paper search: arXiv extraction, the by-paper split, the MLM and MNRL objectives (held against Hugging Face's
+collator and sentence-transformers' losses), the retrieval metrics (against pytrec_eval and
+sentence-transformers' evaluator), sharded embedding and the search command."""
+
+import gzip
+import importlib.util
+import json
+import os
+import socket
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from conftest import ROOT, WORDS, corpus_text, read_jsonl, st_losses
+
+from common.io import InputError
+from common.train import run
+
+
+def script(name):
+    spec = importlib.util.spec_from_file_location(name.replace(".py", "").lstrip("0123456789_"),
+                                                  os.path.join(ROOT, name))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def record(i, title=None, abstract=None, categories="cs.CL stat.ML", **extra):
+    return {"id": f"0704.{i:04d}", "title": title or f"Title  {i}\n  of paper", "categories": categories,
+            "abstract": f"  Abstract {i} with $x^2$\n  wrapped text.\n" if abstract is None else abstract,
+            "authors": "A. Author and\n  B. Author", "update_date": "2008-11-26", **extra}
+
+
+def write_lines(path, lines, gz=False):
+    data = "".join(line + "\n" for line in lines).encode("utf-8")
+    path.write_bytes(gzip.compress(data) if gz else data)
+    return path
+
+
+# -- 01 arxiv -------------------------------------------------------------------------------------------------
+
+def test_arxiv_extraction_normalises_whitespace_keeps_latex_and_drops_withdrawn_empty_and_duplicate_abstracts(
+        tmp_path):
+    records = [record(1), record(2, abstract="  This paper has been withdrawn by the authors.\n"),
+               record(3, abstract="   \n"), record(4, abstract="Abstract 1 with $x^2$ wrapped\n text."),
+               record(5, categories="hep-th"), record(6, categories="math.CO cs.CG", abstract="Other.")]
+    path = write_lines(tmp_path / "snapshot.json.gz", [json.dumps(r) for r in records], gz=True)
+    script("01_extract.py").main(["arxiv", "--input", str(path), "--out", str(tmp_path / "out"),
+                                  "--categories", "cs.,stat.ML"])
+    articles = read_jsonl(tmp_path / "out" / "articles.jsonl")
+    assert articles[0] == {"id": "0704.0001", "title": "Title 1 of paper",
+                           "text": "Abstract 1 with $x^2$ wrapped text.", "links": [],
+                           "categories": ["cs.CL", "stat.ML"], "labels": {"top": "cs", "second": "cs.CL"},
+                           "authors": "A. Author and B. Author", "update_date": "2008-11-26"}
+    assert [a["id"] for a in articles] == ["0704.0001", "0704.0006"]
+    assert articles[1]["labels"] == {"top": "math", "second": "math.CO"}
+    counts = json.loads((tmp_path / "out" / "manifest.json").read_text())["counts"]
+    assert counts == {"records": 6, "articles": 2, "withdrawn": 1, "empty_abstract": 1, "duplicate_abstract": 1,
+                      "other_categories": 1}
+
+
+@pytest.mark.parametrize("case, expected", [
+    ("missing", "snapshot.json:2: missing field 'abstract'"),
+    ("json", "snapshot.json:2: invalid JSON"),
+    ("truncated", "snapshot.json.gz:"),
+])
+def test_arxiv_bad_input_names_file_and_line_and_writes_nothing(tmp_path, case, expected):
+    good = json.dumps(record(1))
+    if case == "missing":
+        path = write_lines(tmp_path / "snapshot.json", [good, json.dumps({"id": "x", "title": "t", "categories": "a"})])
+    elif case == "json":
+        path = write_lines(tmp_path / "snapshot.json", [good, '{"id": "0704.0002", "title": '])
+    else:
+        data = gzip.compress("".join(json.dumps(record(i)) + "\n" for i in range(1, 200)).encode())
+        path = tmp_path / "snapshot.json.gz"
+        path.write_bytes(data[:len(data) // 2])
+    with pytest.raises(InputError) as e:
+        script("01_extract.py").main(["arxiv", "--input", str(path), "--out", str(tmp_path / "out")])
+    assert str(e.value).startswith(str(tmp_path / expected)) if case != "truncated" else \
+        str(e.value).startswith(str(path) + ":") and "truncated" in str(e.value)
+    assert os.listdir(tmp_path / "out") == []
+
+
+# -- 02 retrieval ---------------------------------------------------------------------------------------------
+
+def paper_articles(n=60, seed=3):
+    texts = corpus_text(seed, n)
+    return [{"id": f"p{i}", "title": f"{WORDS[(7 * i) % len(WORDS)]} {WORDS[(3 * i + 1) % len(WORDS)]} {i}",
+             "text": texts[i], "links": [], "labels": {"top": ("tiede", "taide")[i % 2]}} for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def paper_data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("papers")
+    articles = paper_articles()
+    articles[5]["text"] = articles[4]["text"]  # a duplicate abstract: a false negative when both share a batch
+    write_lines(root / "articles.jsonl", [json.dumps(a) for a in articles])
+    script("02_build_graph.py").main(["retrieval", "--articles", str(root / "articles.jsonl"), "--out",
+                                      str(root / "data"), "--test", "0.2", "--val", "0.2", "--topic-min", "5"])
+    return root / "data"
+
+
+def test_retrieval_data_splits_by_paper_and_query_ids_never_equal_document_ids(paper_data):
+    docs = read_jsonl(paper_data / "docs.jsonl")
+    assert len(docs) == 60 and set(docs[0]) == {"id", "title", "text"}
+    splits = json.loads((paper_data / "splits.json").read_text())
+    assert [len(splits[s]) for s in ("train", "val", "test")] == [36, 12, 12]
+    pairs = read_jsonl(paper_data / "pairs.train.jsonl")
+    titles = {d["id"]: d["title"] for d in docs}
+    assert sorted(p["doc"] for p in pairs) == sorted(splits["train"])
+    assert all(p["query"] == titles[p["doc"]] for p in pairs)
+    for part in ("val", "test"):
+        queries = read_jsonl(paper_data / f"queries.{part}.jsonl")
+        qrels = [line.split() for line in (paper_data / f"retrieval.{part}.qrels").read_text().splitlines()]
+        assert [q["qid"] for q in queries] == [f"q:{d}" for _, _, d, _ in qrels]
+        assert {d for _, _, d, _ in qrels} == set(splits[part])
+        assert not {q["qid"] for q in queries} & set(titles)
+    assert (paper_data / "topics.top.train.jsonl").exists()
+
+
+def test_retrieval_pairs_file_groups_equal_queries_of_a_split_into_one_query(tmp_path, paper_data):
+    splits = json.loads((paper_data / "splits.json").read_text())
+    a, b = splits["test"][:2]
+    lines = [{"query": "first sentence", "doc": a}, {"query": "First  sentence", "doc": b},
+             {"query": "something", "doc": splits["train"][0]}]
+    write_lines(tmp_path / "pairs.jsonl", [json.dumps(x) for x in lines])
+    write_lines(tmp_path / "articles.jsonl", [json.dumps(x) for x in paper_articles()])
+    out = tmp_path / "data"
+    script("02_build_graph.py").main(["retrieval", "--articles", str(tmp_path / "articles.jsonl"), "--out", str(out),
+                                      "--test", "0.2", "--val", "0.2", "--pairs", str(tmp_path / "pairs.jsonl")])
+    assert read_jsonl(out / "queries.test.jsonl") == [{"qid": "q:1", "text": "first sentence"}]
+    assert (out / "retrieval.test.qrels").read_text() == f"q:1 0 {a} 1\nq:1 0 {b} 1\n"
+    assert read_jsonl(out / "pairs.train.jsonl") == [lines[2]]
+
+
+# -- losses ---------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_mnrl_loss_equals_sentence_transformers(symmetric):
+    from common.train.losses import multiple_negatives_ranking
+    torch.manual_seed(0)
+    q, d = torch.randn(8, 16, dtype=torch.float64), torch.randn(8, 16, dtype=torch.float64)
+    kwargs = {"directions": ("query_to_doc", "doc_to_query"), "partition_mode": "per_direction"} if symmetric else {}
+    reference = st_losses().MultipleNegativesRankingLoss(model=None, scale=20.0, **kwargs)
+    expected = reference.compute_loss_from_embeddings([q.float(), d.float()], None)
+    ours = multiple_negatives_ranking(q.float(), d.float(), scale=20.0, symmetric=symmetric)
+    torch.testing.assert_close(ours.mean(), expected, rtol=1e-6, atol=1e-6)
+
+
+def test_a_masked_false_negative_is_as_if_the_duplicate_were_not_in_the_batch():
+    from common.train.losses import multiple_negatives_ranking
+    from common.train.objectives.mnrl import false_negative_mask
+    torch.manual_seed(1)
+    q, d = torch.randn(4, 8), torch.randn(4, 8)
+    keys = torch.tensor([[0, 0, 0], [1, 1, 1], [2, 1, 2], [3, 3, 3]])  # docs 1 and 2 share an abstract
+    mask = false_negative_mask(keys, keys, 0)
+    assert mask.nonzero().tolist() == [[1, 2], [2, 1]]
+    loss = multiple_negatives_ranking(q, d, false_negatives=mask)
+    keep = [0, 1, 3]
+    expected = torch.nn.functional.cross_entropy(
+        20 * torch.nn.functional.normalize(q[[1]]) @ torch.nn.functional.normalize(d[keep]).T, torch.tensor([1]))
+    torch.testing.assert_close(loss[1], expected)
+
+
+def _two_process_worker(rank, world, port, queries, docs, keys, model, texts, out):
+    import torch.distributed as dist
+    from types import SimpleNamespace
+
+    from common.models.encoder import embed_sharded, load_encoder
+    from common.models.tokens import TokenStore
+    from common.train.objectives.mnrl import MNRLObjective
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    objective = MNRLObjective.__new__(MNRLObjective)
+    objective.args = SimpleNamespace(gather=True, scale=20.0, symmetric=True, mask_duplicates=True)
+    half = len(queries) // world
+    q = queries[rank * half:(rank + 1) * half].clone().requires_grad_(True)
+    d = docs[rank * half:(rank + 1) * half].clone().requires_grad_(True)
+    objective._loss(q, d, keys[rank * half:(rank + 1) * half]).mean().backward()
+    encoder, tok, _ = load_encoder(model, pooling="mean", max_length=32)
+    vecs = torch.from_numpy(embed_sharded(encoder, TokenStore(tok, texts, 32), batch_size=4))
+    torch.save({"q": q.grad, "d": d.grad, "vecs": vecs}, os.path.join(out, f"rank_{rank}.pt"))
+    dist.destroy_process_group()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def two_processes(tiny_model, tmp_path_factory):
+    """One gloo run of two processes: gathered MNRL gradients, and the corpus embedded in two shards."""
+    out = tmp_path_factory.mktemp("gloo")
+    torch.manual_seed(0)
+    queries, docs = torch.randn(8, 6), torch.randn(8, 6)
+    keys = torch.tensor([[i, i, i] for i in range(8)])
+    keys[6, 1] = keys[1, 1]  # a duplicate abstract across the two processes
+    texts = corpus_text(9, 23)
+    torch.multiprocessing.spawn(_two_process_worker, args=(2, free_port(), queries, docs, keys, str(tiny_model),
+                                                           texts, str(out)), nprocs=2)
+    return {"queries": queries, "docs": docs, "keys": keys, "texts": texts,
+            "ranks": [torch.load(out / f"rank_{r}.pt") for r in range(2)]}
+
+
+def test_mnrl_gathered_on_two_processes_has_the_gradients_of_one_process_with_the_whole_batch(two_processes):
+    from types import SimpleNamespace
+
+    from common.train.objectives.mnrl import MNRLObjective
+    objective = MNRLObjective.__new__(MNRLObjective)
+    objective.args = SimpleNamespace(gather=True, scale=20.0, symmetric=True, mask_duplicates=True)
+    q = two_processes["queries"].clone().requires_grad_(True)
+    d = two_processes["docs"].clone().requires_grad_(True)
+    objective._loss(q, d, two_processes["keys"]).mean().backward()
+    grads = two_processes["ranks"]
+    # DDP averages the two processes' parameter gradients
+    torch.testing.assert_close(torch.cat([g["q"] for g in grads]) / 2, q.grad)
+    torch.testing.assert_close(torch.cat([g["d"] for g in grads]) / 2, d.grad)
+
+
+def test_sharded_embedding_on_two_processes_gives_the_vectors_of_one(tiny_model, two_processes):
+    from common.models.encoder import embed, load_encoder
+    from common.models.tokens import TokenStore
+    encoder, tok, _ = load_encoder(str(tiny_model), pooling="mean", max_length=32)
+    one = embed(encoder, TokenStore(tok, two_processes["texts"], 32), batch_size=4)
+    for rank in two_processes["ranks"]:
+        np.testing.assert_allclose(rank["vecs"].numpy(), one, rtol=1e-5, atol=1e-6)
+
+
+# -- MLM masking ----------------------------------------------------------------------------------------------
+
+def test_mlm_masks_like_the_hugging_face_collator_and_never_masks_special_tokens(tiny_model):
+    from transformers import AutoTokenizer, DataCollatorForLanguageModeling
+
+    from common.train.objectives.mlm import IGNORE, mask_tokens
+    tok = AutoTokenizer.from_pretrained(str(tiny_model))
+    enc = tok(corpus_text(5, 200), truncation=True, max_length=64)["input_ids"]
+    special_ids = np.array(tok.all_special_ids)
+    ours = {"chosen": 0, "mask": 0, "random_or_kept": 0, "tokens": 0}
+    for i, ids in enumerate(enc):
+        ids = np.array(ids)
+        special = np.isin(ids, special_ids)
+        out, labels = mask_tokens(ids, special, np.ones(len(ids), bool), np.random.default_rng([0, 0, i]),
+                                  mask_id=tok.mask_token_id, vocab_size=len(tok))
+        chosen = labels != IGNORE
+        assert not chosen[special].any() and (out[~chosen] == ids[~chosen]).all()
+        ours["chosen"] += chosen.sum()
+        ours["mask"] += (out[chosen] == tok.mask_token_id).sum()
+        ours["tokens"] += (~special).sum()
+    collator = DataCollatorForLanguageModeling(tok, mlm_probability=0.15, seed=0)
+    batch = collator([{"input_ids": ids} for ids in enc])
+    theirs_chosen = (batch["labels"] != -100).sum().item()
+    theirs_mask = ((batch["input_ids"] == tok.mask_token_id) & (batch["labels"] != -100)).sum().item()
+    n = ours["tokens"]
+    sigma = np.sqrt(n * 0.15 * 0.85)
+    assert abs(ours["chosen"] - 0.15 * n) < 3 * sigma and abs(theirs_chosen - 0.15 * n) < 3 * sigma
+    sigma_mask = np.sqrt(ours["chosen"] * 0.8 * 0.2)
+    assert abs(ours["mask"] - 0.8 * ours["chosen"]) < 3 * sigma_mask
+    assert abs(theirs_mask - 0.8 * theirs_chosen) < 3 * np.sqrt(theirs_chosen * 0.16)
+
+
+def test_blocks_are_cut_from_the_concatenated_texts_and_only_the_final_remainder_is_dropped():
+    from common.train.objectives.mlm import Part
+    ids, offsets = np.arange(12), np.array([0, 3, 7, 12])
+    part = Part.of_texts(ids, ids % 2 == 0, offsets, np.array([0, 2]))  # texts 0 and 2
+    assert part.ids.tolist() == [0, 1, 2, 7, 8, 9, 10, 11] and part.offsets.tolist() == [0, 3, 8]
+    blocks = part.blocks(3)
+    assert len(blocks) == 2 and [blocks.get(i)[0].tolist() for i in range(2)] == [[0, 1, 2], [7, 8, 9]]
+    assert blocks.get(1)[1].tolist() == [False, True, False]
+
+
+def test_whole_word_masking_masks_every_token_of_a_chosen_word_with_mask():
+    from common.train.objectives.mlm import IGNORE, mask_tokens
+    ids = np.arange(10, 30)
+    special = np.zeros(20, bool)
+    special[[0, 19]] = True
+    word_start = np.array([1, 1, 0, 0, 1, 0, 1, 1, 0, 1, 1, 0, 0, 0, 1, 1, 0, 1, 0, 1], bool)
+    word = np.cumsum(word_start) - 1
+    for seed in range(30):
+        out, labels = mask_tokens(ids, special, word_start, np.random.default_rng(seed), probability=0.3,
+                                  whole_word=True, mask_id=1)
+        chosen = labels != IGNORE
+        for w in np.unique(word[~special]):
+            assert chosen[word == w].all() or not chosen[word == w].any()
+        assert (out[chosen] == 1).all() and not chosen[special].any()
+
+
+# -- training -------------------------------------------------------------------------------------------------
+
+def train(data, model, out, objective, *extra):
+    argv = ["--objective", objective, "--data", str(data), "--model", str(model), "--out", str(out),
+            "--log-every", "1", *map(str, extra)]
+    return run.train(run.parse(argv, "", ["mlm", "mnrl"]), "03_train.py")
+
+
+def test_mlm_trains_resumes_bit_identically_and_saves_a_masked_lm_that_sentence_transformers_loads(
+        tiny_model, paper_data, tmp_path):
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoModelForMaskedLM
+    extra = ["--max-length", "32", "--epochs", "2", "--batch-size", "16", "--checkpoint-every", "2", "--keep", "10",
+             "--eval-every", "0",
+             "--cache-dir", tmp_path / "cache", "--whole-word-mask"]
+    ref = tmp_path / "ref"
+    counts = train(paper_data, tiny_model, ref, "mlm", *extra)
+    assert counts["steps"] >= 4
+    log = read_jsonl(ref / "log.jsonl")
+    assert {"val_loss", "perplexity"} <= set(log[-1]) and log[-1]["perplexity"] == pytest.approx(
+        np.exp(log[-1]["val_loss"]))
+    out = tmp_path / "resumed"
+    import shutil
+    shutil.copytree(ref, out)
+    shutil.rmtree(out / "model")
+    for path in sorted((out / "checkpoints").iterdir(), key=lambda p: int(p.name.split("_")[1]))[1:]:
+        shutil.rmtree(path)  # resume from step 2
+    train(paper_data, tiny_model, out, "mlm", *extra)
+    a, b = load_file(str(ref / "model" / "model.safetensors")), load_file(str(out / "model" / "model.safetensors"))
+    assert set(a) == set(b) and any(k.startswith("cls.") for k in a)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert AutoModelForMaskedLM.from_pretrained(str(ref / "model")).config.architectures == ["BertForMaskedLM"]
+    from common.models.encoder import embed, load_encoder
+    from common.models.tokens import TokenStore
+    encoder, tok, settings = load_encoder(str(ref / "model"))
+    assert (settings["pooling"], settings["max_length"]) == ("mean", 32)
+    texts = corpus_text(4, 5)
+    st = SentenceTransformer(str(ref / "model"), device="cpu")
+    np.testing.assert_allclose(st.encode(texts), embed(encoder, TokenStore(tok, texts, 32)), rtol=1e-5, atol=1e-5)
+
+
+def test_mnrl_with_gradcache_has_the_gradients_of_the_plain_loss(tiny_model, paper_data):
+    from types import SimpleNamespace
+
+    from common.train.objectives.mnrl import MNRLObjective
+    grads = []
+    for chunk in (0, 3):
+        args = SimpleNamespace(model=str(tiny_model), data=str(paper_data), pooling="mean", normalize=False,
+                               max_length=32, query_max_length=16, length_groups=2, cache_chunk=chunk, gather=True,
+                               scale=20.0, symmetric=True, mask_duplicates=True)
+        objective = MNRLObjective(args, None)
+        model = objective.build()
+        objective.load_data()
+        model.eval()  # dropout off: the two computations then see the same network
+        batch = objective.collate(objective.train_rows[:10])
+        objective.losses(model, batch).mean().backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys()
+    for name in grads[0]:
+        torch.testing.assert_close(grads[1][name], grads[0][name], rtol=1e-4, atol=1e-6)
+
+
+def test_mnrl_trains_selects_on_validation_ndcg_and_resumes_bit_identically(tiny_model, paper_data, tmp_path):
+    extra = ["--max-length", "32", "--batch-size", "8", "--epochs", "2", "--checkpoint-every", "4", "--keep", "10",
+             "--eval-every", "0", "--cache-chunk", "4", "--symmetric"]
+    ref = tmp_path / "ref"
+    counts = train(paper_data, tiny_model, ref, "mnrl", *extra)
+    assert counts["steps"] == 8  # 36 pairs, batch 8, the last partial batch dropped
+    validations = [r for r in read_jsonl(ref / "log.jsonl") if "val_ndcg@10" in r]
+    assert counts["best_val_ndcg@10"] == max(r["val_ndcg@10"] for r in validations)
+    assert json.loads((ref / "model" / "docembed.json").read_text())["similarity"] == "cosine"
+    out = tmp_path / "resumed"
+    import shutil
+    shutil.copytree(ref, out)  # RUN/model stays: it holds the best model of the steps before the checkpoint
+    shutil.rmtree(out / "checkpoints" / "step_8")
+    train(paper_data, tiny_model, out, "mnrl", *extra)
+    final = "checkpoints/step_8/model.safetensors"
+    a, b = load_file(str(ref / final)), load_file(str(out / final))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+    def log(run):
+        return [{k: v for k, v in r.items() if k != "steps_per_s"} for r in read_jsonl(run / "log.jsonl")]
+    assert log(out) == log(ref)
+
+
+# -- evaluation and search ------------------------------------------------------------------------------------
+
+def random_run(seed, n_queries=12, n_docs=30, ties=False):
+    rng = np.random.default_rng(seed)
+    doc_ids = [f"d{j:02d}" for j in range(n_docs)]
+    qrels = {f"q:{i}": set(rng.choice(doc_ids, rng.integers(1, 4), replace=False).tolist())
+             for i in range(n_queries)}
+    scores = rng.integers(0, 5, (n_queries, n_docs)).astype(float) if ties else rng.random((n_queries, n_docs))
+    return doc_ids, qrels, scores
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_retrieval_metrics_equal_pytrec_eval(ties):
+    import pytrec_eval
+
+    from common.eval.retrieval import retrieval_metrics, tie_order
+    doc_ids, qrels, scores = random_run(0, ties=ties)
+    run = {qid: [doc_ids[j] for j in tie_order(doc_ids, list(row))] for qid, row in zip(qrels, scores)}
+    ours = retrieval_metrics(run, qrels)
+    judged = {q: {d: 1 for d in rel} for q, rel in qrels.items()}
+    full = {q: {d: float(s) for d, s in zip(doc_ids, row)} for q, row in zip(qrels, scores)}
+    top10 = {q: {d: full[q][d] for d in run[q][:10]} for q in qrels}
+    evaluate = pytrec_eval.RelevanceEvaluator(judged, {"ndcg_cut_10", "recall_1", "recall_5", "recall_10",
+                                                       "recall_100", "map_cut_100"}).evaluate(full)
+    mrr = pytrec_eval.RelevanceEvaluator(judged, {"recip_rank"}).evaluate(top10)
+    mean = {m: np.mean([evaluate[q][m] for q in qrels]) for m in evaluate["q:0"]}
+    assert ours["ndcg@10"] == pytest.approx(mean["ndcg_cut_10"], abs=1e-12)
+    assert ours["map@100"] == pytest.approx(mean["map_cut_100"], abs=1e-12)
+    for k in (1, 5, 10, 100):
+        assert ours[f"recall@{k}"] == pytest.approx(mean[f"recall_{k}"], abs=1e-12)
+    assert ours["mrr@10"] == pytest.approx(np.mean([mrr[q]["recip_rank"] for q in qrels]), abs=1e-12)
+
+
+def test_retrieval_metrics_equal_sentence_transformers_evaluator_without_ties_and_with_few_relevant():
+    from sentence_transformers.sentence_transformer.evaluation import InformationRetrievalEvaluator
+
+    from common.eval.retrieval import retrieval_metrics, tie_order
+    doc_ids, qrels, scores = random_run(1)
+    evaluator = InformationRetrievalEvaluator({q: "x" for q in qrels}, {d: "x" for d in doc_ids}, qrels,
+                                              precision_recall_at_k=[1, 5, 10], accuracy_at_k=[1])
+    results = [[{"corpus_id": d, "score": float(s)} for d, s in zip(doc_ids, row)] for row in scores]
+    theirs = evaluator.compute_metrics(results)
+    run = {qid: [doc_ids[j] for j in tie_order(doc_ids, list(row))] for qid, row in zip(qrels, scores)}
+    ours = retrieval_metrics(run, qrels)
+    assert ours["mrr@10"] == pytest.approx(theirs["mrr@k"][10])
+    assert ours["ndcg@10"] == pytest.approx(theirs["ndcg@k"][10])
+    assert ours["map@100"] == pytest.approx(theirs["map@k"][100])  # R ≤ 3 < 100: the denominators agree
+    for k in (1, 5, 10):
+        assert ours[f"recall@{k}"] == pytest.approx(theirs["recall@k"][k])
+
+
+def test_chunked_search_equals_a_full_sort_with_ties_by_position_descending():
+    from common.eval.retrieval import search
+    rng = np.random.default_rng(0)
+    docs = rng.standard_normal((50, 8)).astype(np.float32)
+    docs[10] = docs[40]  # an exact tie
+    queries = np.concatenate([docs[[40]], rng.standard_normal((4, 8)).astype(np.float32)])
+    idx, scores = search(queries, docs, k=7, chunk=16, query_chunk=2)
+    unit = docs / np.linalg.norm(docs, axis=1, keepdims=True)
+    full = (queries / np.linalg.norm(queries, axis=1, keepdims=True)) @ unit.T
+    for row, expected in zip(idx, full):
+        order = sorted(range(50), key=lambda j: (-expected[j], -j))[:7]
+        assert row.tolist() == order
+    assert idx[0][:2].tolist() == [40, 10]
+
+
+def test_evaluate_retrieval_and_search_reuse_the_index(tiny_model, paper_data, tmp_path, capsys):
+    evaluate = script("05_evaluate.py")
+    out = tmp_path / "eval"
+    evaluate.main(["--data", str(paper_data), "--model", f"base={tiny_model}", "--out", str(out),
+                   "--pooling", "base=mean", "--max-length", "32", "--task", "retrieval", "bm25"])
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert set(metrics) == {"base", "bm25"}
+    assert set(metrics["base"]["retrieval"]) == {"mrr@10", "ndcg@10", "recall@1", "recall@5", "recall@10",
+                                                 "recall@100", "map@100"}
+    assert metrics["bm25"]["retrieval"]["settings"]["k1"] == 1.5
+    assert metrics["bm25"]["retrieval"]["recall@100"] == 1.0  # 60 documents: every one is in the top 100
+    ids = (out / "base.ids.txt").read_text().split()
+    assert len(ids) == 60 and np.load(out / "base.npy").shape == (60, 32)
+    capsys.readouterr()
+    docs = {d["id"]: d for d in read_jsonl(paper_data / "docs.jsonl")}
+    evaluate.main(["search", "--model", str(tiny_model), "--data", str(paper_data), "--index", str(out),
+                   "--pooling", "mean", "--max-length", "32", "--top", "3", docs["p7"]["text"]])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"query: {docs['p7']['text']}" and len(lines) == 4
+    assert lines[1].split("\t")[0] == "  1. p7" and lines[1].endswith(docs["p7"]["title"])
+    (tmp_path / "queries.txt").write_text("gene cell\n\nriver\n")
+    with pytest.raises(InputError, match=r"queries.txt:2: empty query"):
+        evaluate.main(["search", "--model", str(tiny_model), "--data", str(paper_data), "--queries",
+                       str(tmp_path / "queries.txt")])
