@@ -86,17 +86,16 @@ def run_wiki(args):
     cli.check(args, {"--min-chars": cli.AT_LEAST_0, "--topic-depth": cli.AT_LEAST_0, "--workers": cli.AT_LEAST_0})
     started = io.now()
     counts = collections.Counter()
-    with io.Outputs(args.out) as outputs:
+    with io.Outputs(args.out, __file__) as outputs:
         reader, labelled = extract_wiki(args, outputs, counts)
         rows = topic_labels.label_counts(labelled)
         if rows:
             with outputs.open("topic_labels.tsv") as f:
                 f.write("top\tsecond\tarticles\n")
                 f.writelines(f"{top}\t{second}\t{n}\n" for top, second, n in rows)
-        with outputs.open("manifest.json") as f:
-            f.write(io.dumps_line(io.manifest(
-                __file__, args, started, inputs=[args.dump], counts=dict(counts), language=reader.language,
-                topic_labels=[{"top": top, "second": second or None, "articles": n} for top, second, n in rows])))
+        outputs.write_manifest(io.manifest(
+            __file__, args, started, inputs=[args.dump], counts=dict(counts), language=reader.language,
+            topic_labels=[{"top": top, "second": second or None, "articles": n} for top, second, n in rows]))
     print(f"{counts['articles']} articles ({counts['pages']} pages, {counts['redirects']} redirects, "
           f"{counts['disambiguation']} disambiguation, {counts['too_short']} too short); "
           f"{counts['links_resolved']} links kept ({counts['links_via_redirect']} through redirects), "
@@ -111,11 +110,10 @@ def run_sentences(args):
     from common.data.sentences import extract_sentences
     started = io.now()
     counts = collections.Counter()
-    with io.Outputs(args.out) as outputs:
+    with io.Outputs(args.out, __file__) as outputs:
         with outputs.open("sentences.jsonl") as out:
             extract_sentences(args.input, out, args.splitter, counts)
-        with outputs.open("manifest.json") as f:
-            f.write(io.dumps_line(io.manifest(__file__, args, started, inputs=[args.input], counts=dict(counts))))
+        outputs.write_manifest(io.manifest(__file__, args, started, inputs=[args.input], counts=dict(counts)))
     print(f"{counts['articles']} articles, {counts['sentences']} sentences ({counts['key_sentences']} key); "
           f"{counts['dropped_articles']} articles dropped → {os.path.join(args.out, 'sentences.jsonl')}")
 
@@ -125,12 +123,11 @@ def run_arxiv(args):
     started = io.now()
     counts = collections.Counter()
     prefixes = tuple(p.strip() for p in args.categories.split(",") if p.strip())
-    with io.Outputs(args.out) as outputs:
+    with io.Outputs(args.out, __file__) as outputs:
         with outputs.open("articles.jsonl") as out:
             extract_arxiv(args.input, out, prefixes, counts)
-        with outputs.open("manifest.json") as f:
-            f.write(io.dumps_line(io.manifest(__file__, args, started, inputs=[args.input], counts=dict(counts),
-                                              language="en")))
+        outputs.write_manifest(io.manifest(__file__, args, started, inputs=[args.input], counts=dict(counts),
+                                           language="en"))
     print(f"{counts['articles']} articles of {counts['records']} records ({counts['other_categories']} in other "
           f"categories, {counts['empty_abstract']} empty, {counts['withdrawn']} withdrawn, "
           f"{counts['duplicate_abstract']} duplicate abstracts) → {os.path.join(args.out, 'articles.jsonl')}")

@@ -239,10 +239,10 @@ def write_topics(args, corpus, outputs, rng_topics, counts):
     return topic_parts
 
 
+TOPIC_LIMITS = {"--topic-min": cli.AT_LEAST_1, "--topic-test": cli.OPEN_SHARE}
 LINKS_LIMITS = {"--holdout": cli.SHARE, "--val": cli.SHARE, "--per-query": cli.AT_LEAST_1, "--hard": cli.AT_LEAST_0,
                 "--crossref-queries": cli.AT_LEAST_0, "--crossref-min-links": cli.AT_LEAST_1,
-                "--crossref-positives": cli.AT_LEAST_1, "--crossref-negatives": cli.AT_LEAST_0,
-                "--topic-min": cli.AT_LEAST_1, "--topic-test": cli.OPEN_SHARE}
+                "--crossref-positives": cli.AT_LEAST_1, "--crossref-negatives": cli.AT_LEAST_0, **TOPIC_LIMITS}
 
 
 def run_graph(args):
@@ -252,14 +252,13 @@ def run_graph(args):
         raise io.InputError(f"--hard {args.hard} exceeds --per-query {args.per_query}")
     started = io.now()
     counts = collections.Counter()
-    with io.Outputs(args.out) as outputs:
+    with io.Outputs(args.out, __file__) as outputs:
         with outputs.open("docs.jsonl", "wb") as docs:
             corpus = graph.read_articles(args.articles, docs, counts)
         build_graph(args, corpus, outputs, counts)
         source = io.read_manifest(os.path.dirname(os.path.abspath(args.articles)))
-        with outputs.open("manifest.json") as f:
-            f.write(io.dumps_line(io.manifest(__file__, args, started, inputs=[args.articles], counts=dict(counts),
-                                              seed=args.seed, language=source.get("language"))))
+        outputs.write_manifest(io.manifest(__file__, args, started, inputs=[args.articles], counts=dict(counts),
+                                           seed=args.seed, language=source.get("language")))
     print(f"{counts['documents']} documents, {counts['edges']} links, {counts['two_hop_pairs']} two-hop pairs; "
           f"queries train/val/holdout {counts['queries_train']}/{counts['queries_val']}/{counts['queries_holdout']};"
           f" triplets {counts['triplets_train']}/{counts['triplets_val']}; "
@@ -283,12 +282,11 @@ def run_sentences(args):
     started = io.now()
     counts = collections.Counter()
     articles = keysent_splits.read_sentences(args.sentences)
-    with io.Outputs(args.out) as outputs:
+    with io.Outputs(args.out, __file__) as outputs:
         splits = keysent_splits.split_articles(articles, args.test, args.val, args.seed)
         keysent_splits.write_splits(splits, outputs, counts)
-        with outputs.open("manifest.json") as f:
-            f.write(io.dumps_line(io.manifest(__file__, args, started, inputs=[args.sentences], counts=dict(counts),
-                                              seed=args.seed)))
+        outputs.write_manifest(io.manifest(__file__, args, started, inputs=[args.sentences], counts=dict(counts),
+                                           seed=args.seed))
     print(f"articles train/val/test {counts['articles_train']}/{counts['articles_val']}/{counts['articles_test']}, "
           f"sentences {counts['sentences_train']}/{counts['sentences_val']}/{counts['sentences_test']} → {args.out}")
 
@@ -308,9 +306,11 @@ def add_retrieval_arguments(p):
 
 def run_retrieval(args):
     from common.data import retrieval
+    cli.check(args, {"--test": cli.SHARE, "--val": cli.SHARE, **TOPIC_LIMITS})
+    _caps(args.topic_cap)
     started = io.now()
     counts = collections.Counter()
-    with io.Outputs(args.out) as outputs:
+    with io.Outputs(args.out, __file__) as outputs:
         with outputs.open("docs.jsonl", "wb") as docs:
             corpus = graph.read_articles(args.articles, docs, counts)
         rng_split, rng_topics = (np.random.default_rng(s) for s in np.random.SeedSequence(args.seed).spawn(2))
@@ -327,9 +327,8 @@ def run_retrieval(args):
         write_topics(args, corpus, outputs, rng_topics, counts)
         source = io.read_manifest(os.path.dirname(os.path.abspath(args.articles)))
         inputs = [args.articles] + ([args.pairs] if args.pairs else [])
-        with outputs.open("manifest.json") as f:
-            f.write(io.dumps_line(io.manifest(__file__, args, started, inputs=inputs, counts=dict(counts),
-                                              seed=args.seed, language=source.get("language"))))
+        outputs.write_manifest(io.manifest(__file__, args, started, inputs=inputs, counts=dict(counts),
+                                           seed=args.seed, language=source.get("language")))
     print(f"{counts['documents']} documents; {counts['pairs_train']} training pairs, queries val/test "
           f"{counts['queries_val']}/{counts['queries_test']} → {args.out}")
 
@@ -347,10 +346,9 @@ def run_testsets(args):
     for name, build in (("lee", lambda out: testsets.lee(out, args.lee_threshold)),
                         ("newsgroups", lambda out: testsets.newsgroups(out, args.seed))):
         directory = os.path.join(args.out, name)
-        with io.Outputs(directory) as outputs:
+        with io.Outputs(directory, __file__) as outputs:
             counts = build(outputs)
-            with outputs.open("manifest.json") as f:
-                f.write(io.dumps_line(io.manifest(__file__, args, started, counts=counts, seed=args.seed)))
+            outputs.write_manifest(io.manifest(__file__, args, started, counts=counts, seed=args.seed))
         print(f"{name}: {', '.join(f'{k} {v}' for k, v in counts.items())} → {directory}")
 
 

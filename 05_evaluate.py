@@ -213,7 +213,7 @@ def run_evaluate(args):
         return retrieval.follow(args) if "retrieval" in wanted else None
     started = io.now()
     metrics, counts, written = {}, {}, []
-    with io.Outputs(args.out) as outputs:
+    with io.Outputs(args.out, __file__) as outputs:
         if wanted & {"retrieval", "bm25"}:
             retrieval.evaluate_retrieval(args, outputs, wanted, metrics, counts)
         if wanted & EMBEDDING_TASKS:
@@ -226,9 +226,8 @@ def run_evaluate(args):
         table = report.markdown(metrics)
         with outputs.open("report.md") as f:
             f.write(report.document(table, written))
-        with outputs.open("manifest.json") as f:
-            inputs = [os.path.join(args.data, n) for n in sorted(os.listdir(args.data)) if not n.endswith(".json")]
-            f.write(io.dumps_line(io.manifest(__file__, args, started, inputs=inputs, counts=counts, seed=args.seed)))
+        inputs = [os.path.join(args.data, n) for n in sorted(os.listdir(args.data)) if not n.endswith(".json")]
+        outputs.write_manifest(io.manifest(__file__, args, started, inputs=inputs, counts=counts, seed=args.seed))
     print(table, end="")
     if written:
         print(f"figures (linked from report.md): {', '.join(name for _, name in written)}")

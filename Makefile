@@ -40,8 +40,8 @@ demo: $(STAMP)
 	@echo "   --topic-map: the sample has no category pages to walk, so a hand-made map gives the topic labels"
 	$(PY) 01_extract.py wiki --dump "$(SAMPLE)" --out $(DEMO)/wiki --links all --topic-map data/enwiki-sample-topics.tsv
 	@echo "== 02: relaxed: --crossref-min-links 1 (no sample article has the 5 links SciDocs asks of a query);"
-	@echo "   --eval-docs shared: the 11 cross-reference queries with their 5 + 25 candidates and the topic documents"
-	@echo "   cover all 95 articles, so holding them out of training (the thesis) would leave no training query"
+	@echo "   --eval-docs shared: the 11 cross-reference queries with their linked and 25 random candidates and the"
+	@echo "   topic documents cover all 95 articles, so holding them out of training (the thesis) leaves no training query"
 	$(PY) 02_build_graph.py --articles $(DEMO)/wiki/articles.jsonl --out $(DEMO)/data --crossref-min-links 1 \
 		--eval-docs shared
 	@echo "== 03: all-MiniLM-L6-v2 fine-tuned with SPECTER's triplet loss (margin 1, L2), its other defaults unchanged."

@@ -98,11 +98,17 @@ class Outputs:
     name (the manifest last), while an exception removes the temporaries, so a crash never leaves a partial
     file under a final name. A folder that cannot be made or written (an existing file, no permission, a full disk)
     is an InputError naming it.
+
+    With ``script``, the folder is that script's own: a non-empty folder is refused unless its manifest.json comes
+    from the same script, and once the new files are in place, those the previous manifest lists and this run did
+    not write again are removed (with temporaries a killed run left), so no stale file outlives its run.
     """
 
-    def __init__(self, directory):
+    def __init__(self, directory, script=None):
         self.directory = directory
+        self.script = script and os.path.basename(script)
         self._files = {}
+        self._previous = []
 
     def __enter__(self):
         if os.path.exists(self.directory) and not os.path.isdir(self.directory):
@@ -113,7 +119,43 @@ class Outputs:
             raise InputError(f"{self.directory}: cannot be created: {e.strerror}") from None
         if not os.access(self.directory, os.W_OK | os.X_OK):
             raise InputError(f"{self.directory}: not writable")
+        if self.script:
+            self._claim()
         return self
+
+    def _claim(self):
+        """Refuse a folder that is not this script's; note what its previous run wrote."""
+        names = [n for n in os.listdir(self.directory) if not n.endswith(".tmp")]
+        if not names:
+            return
+        if "manifest.json" not in names:
+            raise InputError(f"{self.directory}: not empty and not an output folder of this project (no "
+                             "manifest.json); give a new or empty folder")
+        try:
+            previous = read_json_or_empty(os.path.join(self.directory, "manifest.json"))
+        except (OSError, ValueError):
+            previous = {}
+        if not isinstance(previous, dict) or previous.get("script") != self.script:
+            owner = previous.get("script") if isinstance(previous, dict) else None
+            raise InputError(f"{self.directory}: holds the output of {owner or 'another program'}; {self.script} "
+                             "writes to a folder of its own")
+        self._previous = [n for n in previous.get("files", []) if isinstance(n, str)]
+
+    def write_manifest(self, manifest):
+        """manifest.json, the last file, with the list of files this run wrote (the next run removes those it does
+        not write again)."""
+        files = sorted(n for n in self._files if n != "manifest.json")
+        with self.open("manifest.json") as f:
+            f.write(dumps_line({**manifest, "files": files}))
+
+    def _remove_stale(self):
+        stale = set(self._previous) - set(self._files)
+        leftovers = [n for n in os.listdir(self.directory) if n.endswith(".tmp")]
+        for name in sorted(stale) + leftovers:
+            try:
+                os.remove(self.path(name))
+            except (OSError, ValueError):  # gone already, or a name no run of ours writes
+                pass
 
     def path(self, name):
         if os.path.isabs(name) or ".." in name.replace("\\", "/").split("/"):  # names pass safe_name first
@@ -143,6 +185,8 @@ class Outputs:
             if exc_type is None:
                 for name in sorted(self._files, key=lambda n: n == "manifest.json"):
                     os.replace(self.path(name) + ".tmp", self.path(name))
+                if self.script:
+                    self._remove_stale()
                 return False
         except OSError as e:
             exc = e

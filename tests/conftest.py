@@ -34,14 +34,19 @@ def script_error(script, *args, in_subprocess=False):
         assert proc.returncode == 2, proc.stderr
         return one_error_line(proc.stderr)
     from common.io import InputError
+    with pytest.raises(InputError) as e:
+        script_main(script)([str(a) for a in args])
+    return f"error: {e.value}"
+
+
+def script_main(script):
+    """A numbered script's ``main(argv)``, to run it in this process."""
     if script not in _MAINS:
         spec = importlib.util.spec_from_file_location(f"script_{script.split('_')[0]}", os.path.join(ROOT, script))
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         _MAINS[script] = module.main
-    with pytest.raises(InputError) as e:
-        _MAINS[script]([str(a) for a in args])
-    return f"error: {e.value}"
+    return _MAINS[script]
 
 
 def st_losses():

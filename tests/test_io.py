@@ -7,7 +7,7 @@ import os
 import pytest
 
 from common.io import InputError, Outputs, safe_name
-from conftest import script_error
+from conftest import script_error, script_main
 
 
 def write_articles(tmp_path):
@@ -96,3 +96,48 @@ def test_a_full_disk_is_a_one_line_error_and_leaves_nothing(tmp_path, monkeypatc
 def test_a_directory_given_as_an_input_file_is_a_one_line_error(tmp_path):
     assert script_error("02_build_graph.py", "--articles", tmp_path, "--out", tmp_path / "data") == \
         f"error: {tmp_path}: is a directory, not a file"
+
+
+def graph(tmp_path, out, levels):
+    src = tmp_path / "articles.jsonl"
+    src.write_text("".join(json.dumps({"id": f"d{i}", "title": f"T{i}", "text": "x", "links": [f"d{(i + 1) % 12}"],
+                                       "labels": {level: f"{level}{i % 2}" for level in levels}}) + "\n"
+                           for i in range(12)), encoding="utf-8")
+    script_main("02_build_graph.py")(["--articles", str(src), "--out", str(out), "--topic-min", "2"])
+    return sorted(p.name for p in out.iterdir())
+
+
+def test_a_rerun_removes_what_the_previous_run_wrote_and_this_one_does_not(tmp_path, capsys):
+    out = tmp_path / "data"
+    assert "topics.second.train.jsonl" in graph(tmp_path, out, ["top", "second"])
+    (out / "triplets.val.jsonl.tmp").write_text("left by a killed run")
+    files = graph(tmp_path, out, ["top"])
+    assert not any(name.startswith("topics.second") or name.endswith(".tmp") for name in files)
+    assert json.loads((out / "manifest.json").read_text())["files"] == [n for n in files if n != "manifest.json"]
+
+
+def test_a_previous_manifest_cannot_make_a_rerun_remove_files_outside_its_folder(tmp_path, capsys):
+    out = tmp_path / "data"
+    graph(tmp_path, out, ["top"])
+    manifest = json.loads((out / "manifest.json").read_text())
+    (tmp_path / "precious").write_text("keep")
+    (out / "manifest.json").write_text(json.dumps({**manifest, "files": ["../precious", "/etc/hostname"]}))
+    graph(tmp_path, out, ["top"])
+    assert (tmp_path / "precious").read_text() == "keep"
+
+
+def test_a_folder_that_is_not_this_scripts_own_run_is_refused(tmp_path):
+    src = write_articles(tmp_path)
+    foreign = tmp_path / "notes"
+    foreign.mkdir()
+    (foreign / "todo.txt").write_text("mine")
+    assert script_error("02_build_graph.py", "--articles", src, "--out", foreign) == (
+        f"error: {foreign}: not empty and not an output folder of this project (no manifest.json); give a new or "
+        "empty folder")
+    other = tmp_path / "wiki"
+    other.mkdir()
+    (other / "manifest.json").write_text(json.dumps({"script": "01_extract.py", "files": ["articles.jsonl"]}))
+    (other / "articles.jsonl").write_text("")
+    assert script_error("02_build_graph.py", "--articles", src, "--out", other) == (
+        f"error: {other}: holds the output of 01_extract.py; 02_build_graph.py writes to a folder of its own")
+    assert sorted(p.name for p in other.iterdir()) == ["articles.jsonl", "manifest.json"]

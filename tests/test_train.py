@@ -181,3 +181,8 @@ def test_two_processes_stop_together_on_sigterm_and_resume_bit_identically(tiny_
     assert proc.returncode == 0, err
     ref, ours = weights(reference), weights(run)
     assert all((ref[k] == ours[k]).all() for k in ref)
+
+
+def test_a_model_that_does_not_exist_is_a_one_line_error(tiny_data, tmp_path):
+    assert script_error("03_train.py", *train_args(tiny_data, tmp_path / "none", tmp_path / "run")) == \
+        f"error: {tmp_path / 'none'}: no such model folder, nor a model of that name in the local Hugging Face cache"

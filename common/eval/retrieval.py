@@ -262,7 +262,7 @@ def run_search(args):
     args.model = {"model": args.model_path}
     args.pooling = {"model": args.pooling} if args.pooling else {}
     if args.index:
-        doc_vecs = np.asarray(saved_index(args.index, args.model_path, docs.ids))
+        doc_vecs = np.array(saved_index(args.index, args.model_path, docs.ids))  # read into writable memory
         encoder, tokenizer, settings = load_model(args, "model", args.model_path)
     else:
         print(f"note: embedding all {len(docs.ids)} documents; --index EVAL reuses the vectors 05_evaluate.py wrote")

@@ -8,7 +8,6 @@ before torch is imported or a model is loaded; the second adds the chosen object
 import argparse
 import hashlib
 import json
-import math
 import os
 
 from common import cli, io
@@ -99,28 +98,15 @@ def parse(argv, description, names, fixed=None):
         if getattr(args, key, None) is None:
             setattr(args, key, value)
     cls.complete_args(args)
-    check_settings(args)
+    cli.check(args, LIMITS)  # settings that cannot train are refused before anything loads
     return args
 
 
-AT_LEAST_ONE = ("batch_size", "grad_accum", "epochs", "log_every", "length_groups", "max_length")
-NOT_NEGATIVE = ("max_steps", "eval_every", "checkpoint_every", "keep", "length_buckets", "clip", "weight_decay",
-                "warmup")
-
-
-def check_settings(args):
-    """Refuse settings that cannot train, before anything is loaded."""
-    def flag(key):
-        return f"--{key.replace('_', '-')} {getattr(args, key)}"
-    for key in AT_LEAST_ONE:
-        if getattr(args, key) is not None and getattr(args, key) < 1:
-            raise io.InputError(f"{flag(key)}: must be at least 1")
-    for key in NOT_NEGATIVE:
-        value = getattr(args, key)
-        if value is not None and (not math.isfinite(value) or value < 0):
-            raise io.InputError(f"{flag(key)}: must be a finite number, 0 or more")
-    if args.lr is None or not math.isfinite(args.lr) or args.lr <= 0:
-        raise io.InputError(f"{flag('lr')}: must be a finite number above 0")
+LIMITS = {"--batch-size": cli.AT_LEAST_1, "--grad-accum": cli.AT_LEAST_1, "--epochs": cli.AT_LEAST_1,
+          "--max-length": cli.AT_LEAST_1, "--log-every": cli.AT_LEAST_1, "--length-groups": cli.AT_LEAST_1,
+          "--lr": cli.POSITIVE, "--max-steps": cli.AT_LEAST_0, "--eval-every": cli.AT_LEAST_0,
+          "--checkpoint-every": cli.AT_LEAST_0, "--keep": cli.AT_LEAST_0, "--length-buckets": cli.AT_LEAST_0,
+          "--clip": cli.AT_LEAST_0, "--weight-decay": cli.AT_LEAST_0, "--warmup": cli.AT_LEAST_0}
 
 
 def data_fingerprint(name, data_dir):
