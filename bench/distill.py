@@ -83,6 +83,7 @@ def throughput(data, teach, student, args):
         padded = [len(r) * int(lengths[r].max()) for r in rows][args.warm:]
         out[f"buckets={buckets}"] = {"tokens_per_s": sum(real) / sum(times), "s_per_step": statistics.mean(times),
                                      "padding_share": 1 - sum(real) / sum(padded)}
+        print(f"buckets={buckets}", json.dumps(out[f"buckets={buckets}"]), flush=True)
     return out
 
 
@@ -114,8 +115,9 @@ def memory(data, teach, args):
             seconds, peak, status, err = run_measured(cmd, cwd=ROOT)
             if status:
                 raise SystemExit(err[-2000:])
-            found[f"batch={batch}{' checkpointing' if extra else ''}"] = {"peak_rss_gb": peak / 1e9,
-                                                                         "seconds": seconds}
+            key = f"batch={batch}{' checkpointing' if extra else ''}"
+            found[key] = {"peak_rss_gb": peak / 1e9, "seconds": seconds}
+            print(key, json.dumps(found[key]), flush=True)
     return found
 
 
