@@ -117,11 +117,11 @@ def test_in_fp32_computes_a_loss_head_in_float32_under_bf16_autocast():
     torch.testing.assert_close(y, torch.logsumexp(x.bfloat16().float() @ x.bfloat16().float().T * 20, dim=1))
 
 
-def _gather_worker(rank, world, port, shards, out):
+def _gather_worker(rank, world, store, shards, out):
     import torch.distributed as dist
 
     from common.train.distributed import all_gather_with_grad
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     queries = shards[rank][0].clone().requires_grad_(True)
     docs = shards[rank][1].clone().requires_grad_(True)
     all_docs = all_gather_with_grad(docs)
@@ -132,14 +132,11 @@ def _gather_worker(rank, world, port, shards, out):
 
 
 def test_all_gather_with_grad_on_two_processes_equals_one_process_holding_both_shards(tmp_path):
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     torch.manual_seed(0)
     queries, docs = torch.randn(6, 5), torch.randn(6, 5)
     shards = [(queries[:3], docs[:3]), (queries[3:], docs[3:])]
-    torch.multiprocessing.spawn(_gather_worker, args=(2, port, shards, str(tmp_path)), nprocs=2)
+    # a file store rather than a TCP port: no race with other tests for a free port
+    torch.multiprocessing.spawn(_gather_worker, args=(2, str(tmp_path / "store"), shards, str(tmp_path)), nprocs=2)
     q, d = queries.clone().requires_grad_(True), docs.clone().requires_grad_(True)
     torch.nn.functional.cross_entropy(q @ d.T, torch.arange(6)).backward()
     grads = [torch.load(tmp_path / f"grad_{r}.pt") for r in range(2)]

@@ -169,6 +169,7 @@ class Trainer:
                                   num_training_steps=self.total_steps * acc.num_processes)
         self.scheduler = acc.prepare(scheduler)
         self.step, self.epoch, self.batch_in_epoch, self.best, self.log_lines = 0, 0, 0, None, 0
+        self.validated_step = None
 
     # -- state ------------------------------------------------------------------------------------------------
 
@@ -272,8 +273,9 @@ class Trainer:
     # -- loop -------------------------------------------------------------------------------------------------
 
     def _validate(self):
-        if not len(self.objective.val_rows):
-            return
+        if not len(self.objective.val_rows) or self.validated_step == self.step:
+            return  # an epoch's end or --max-steps may fall on an --eval-every step: validate once
+        self.validated_step = self.step
         self.model.eval()
         metrics = self.objective.validate(self.model, self.val_dl, self.accelerator)
         self.model.train()
