@@ -85,9 +85,8 @@ def parse_args(argv=None):
 def run_wiki(args):
     cli.check(args, {"--min-chars": cli.AT_LEAST_0, "--topic-depth": cli.AT_LEAST_0, "--workers": cli.AT_LEAST_0})
     started = io.now()
-    counts = collections.Counter()
     with io.Outputs(args.out, __file__) as outputs:
-        reader, labelled = extract_wiki(args, outputs, counts)
+        reader, labelled, counts = extract_wiki(args, outputs)
         rows = topic_labels.label_counts(labelled)
         if rows:
             with outputs.open("topic_labels.tsv") as f:

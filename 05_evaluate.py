@@ -132,9 +132,9 @@ def embed_documents(args, name, path, docs):
     return emb, tokenizer, settings["max_length"]
 
 
-def evaluate_documents(args, outputs, wanted, metrics, counts):
-    """Embed the documents with every model and score the WikiSpecter tasks into ``metrics``; returns the figures
-    written, as ``(caption, file name)``."""
+def evaluate_documents(args, outputs, wanted):
+    """Embed the documents with every model and score the WikiSpecter tasks; returns the metrics, the counts and
+    the figures written, as ``(caption, file name)``."""
     from common.data.documents import Documents
     from common.eval import classify, figures, similarity
     docs = Documents(args.data)
@@ -147,8 +147,8 @@ def evaluate_documents(args, outputs, wanted, metrics, counts):
     classify_splits = {task: [classify.read_split(p, index) for p in paths]
                        for task, paths in classify.splits(args.data).items()} if "classify" in wanted else {}
     similar = similarity.read(args.data, index) if "similarity" in wanted else (None, None)
-    counts.update({"documents": len(docs.ids), "crossref_queries": len(qrels)})
-    embeddings, predictions, written = {}, {}, []
+    counts = {"documents": len(docs.ids), "crossref_queries": len(qrels)}
+    metrics, embeddings, predictions, written = {}, {}, {}, []
     for name, path in args.model.items():
         emb, tokenizer, max_length = embed_documents(args, name, path, docs)
         with outputs.open(f"{name}.npy", "wb") as f:
@@ -187,7 +187,7 @@ def evaluate_documents(args, outputs, wanted, metrics, counts):
         if embeddings:
             figures.topic_tsne(outputs.tmp_path(f"tsne_{level}.png"), embeddings, topic_rows[level], level, args.seed)
             written.append((f"t-SNE of the topic documents (topics.{level})", f"tsne_{level}.png"))
-    return written
+    return metrics, counts, written
 
 
 def run_evaluate(args):
@@ -214,13 +214,19 @@ def run_evaluate(args):
     started = io.now()
     metrics, counts, written = {}, {}, []
     with io.Outputs(args.out, __file__) as outputs:
+        parts = []
         if wanted & {"retrieval", "bm25"}:
-            retrieval.evaluate_retrieval(args, outputs, wanted, metrics, counts)
+            parts.append(retrieval.evaluate_retrieval(args, outputs, wanted))
         if wanted & EMBEDDING_TASKS:
-            written += evaluate_documents(args, outputs, wanted, metrics, counts)
+            parts.append(evaluate_documents(args, outputs, wanted))
         if "keysent" in wanted:
             from common.eval.keysent import evaluate_keysent
-            written += evaluate_keysent(args, outputs, metrics, counts)
+            parts.append(evaluate_keysent(args, outputs))
+        for part_metrics, part_counts, part_figures in parts:
+            for name, values in part_metrics.items():
+                metrics.setdefault(name, {}).update(values)
+            counts.update(part_counts)
+            written += part_figures
         with outputs.open("metrics.json") as f:
             f.write(io.dumps_line(metrics))
         table = report.markdown(metrics)

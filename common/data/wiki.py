@@ -171,9 +171,10 @@ def pass_two(tmp_path, out, resolver, label_of, counts):
     return labelled
 
 
-def extract_wiki(args, outputs, counts):
-    """The whole of ``01_extract.py wiki``; writes ``articles.jsonl`` through ``outputs``. Returns the dump reader
-    and the articles per label (:func:`pass_two`)."""
+def extract_wiki(args, outputs):
+    """The whole of ``01_extract.py wiki``; writes ``articles.jsonl`` through ``outputs``. Returns the dump reader,
+    the articles per label (:func:`pass_two`) and the counts of what was read, written and skipped."""
+    counts = collections.Counter()
     index = TitleIndex()
     tree = topic_labels.CategoryTree() if (args.topic_root and not args.topic_map) else None
     topic_map = topic_labels.read_topic_map(args.topic_map) if args.topic_map else None
@@ -213,4 +214,4 @@ def extract_wiki(args, outputs, counts):
     finally:
         if os.path.exists(tmp_path):
             os.remove(tmp_path)
-    return reader, labelled
+    return reader, labelled, counts

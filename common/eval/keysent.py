@@ -121,9 +121,10 @@ def _model_path(run):
     return os.path.join(run, "model") if os.path.isdir(os.path.join(run, "model")) else run
 
 
-def evaluate_keysent(args, outputs, metrics, counts):
-    """Score every model (and the --runs) on the test articles into ``metrics`` and draw the thesis's figures;
-    returns the figures written, as ``(caption, file name)``."""
+def evaluate_keysent(args, outputs):
+    """Score every model (and the --runs) on the test articles and draw the thesis's figures; returns the metrics,
+    the counts and the figures written, as ``(caption, file name)``."""
+    metrics, counts = {}, {}
     from common.eval import figures
     train = read_sentences(os.path.join(args.data, "keysent.train.jsonl"))
     test = read_sentences(os.path.join(args.data, "keysent.test.jsonl"))
@@ -167,7 +168,7 @@ def evaluate_keysent(args, outputs, metrics, counts):
         figures.validation_ap(outputs.tmp_path("keysent_validation.png"), dict(list(logs.items())[:6]))
         written.append(("Validation average precision of each similarity over training (log.jsonl)",
                         "keysent_validation.png"))
-    return written
+    return metrics, counts, written
 
 
 def extract(args):
