@@ -6,14 +6,13 @@ import gzip
 import importlib.util
 import json
 import os
-import socket
 
 import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import ROOT, WORDS, corpus_text, read_jsonl, st_losses
+from conftest import ROOT, WORDS, corpus_text, free_port, read_jsonl, st_losses
 
 from common.io import InputError
 from common.train import run
@@ -182,12 +181,6 @@ def _two_process_worker(rank, world, port, queries, docs, keys, model, texts, ou
     vecs = torch.from_numpy(embed_sharded(encoder, TokenStore(tok, texts, 32), batch_size=4))
     torch.save({"q": q.grad, "d": d.grad, "vecs": vecs}, os.path.join(out, f"rank_{rank}.pt"))
     dist.destroy_process_group()
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

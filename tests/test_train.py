@@ -11,7 +11,7 @@ import time
 import pytest
 from safetensors.torch import load_file
 
-from conftest import ENV, ROOT, one_error_line, read_jsonl, run_script, script_error
+from conftest import ENV, ROOT, free_port, one_error_line, read_jsonl, run_script, script_error
 
 TRAIN = ["--objective", "triplet", "--pooling", "mean", "--max-length", "32", "--batch-size", "4", "--epochs", "2",
          "--log-every", "1", "--eval-every", "20", "--checkpoint-every", "5", "--keep", "2", "--length-groups", "2"]
@@ -142,18 +142,11 @@ def test_bad_data_is_a_one_line_error(tiny_model, tiny_data, tmp_path, case):
     assert script_error("03_train.py", *train_args(data, tiny_model, tmp_path / "run")) == expected
 
 
-def _free_port():
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_two_processes(args):
     """Two training processes (DDP over gloo on the CPU), started as `accelerate launch` would on a node."""
     env = dict(ENV, ACCELERATE_USE_CPU="1", OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-           str(_free_port()), os.path.join(ROOT, "03_train.py"), *map(str, args)]
+           str(free_port()), os.path.join(ROOT, "03_train.py"), *map(str, args)]
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
 
