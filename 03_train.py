@@ -21,13 +21,11 @@ the same --out resumes from the newest checkpoint. SIGTERM saves a checkpoint an
 import sys
 
 from common import cli
-from common.train import run
-
-OBJECTIVES = ("triplet", "contrastive", "cosine", "mlm", "mnrl")
+from common.train import objectives, run
 
 
 def main(argv):
-    args = run.parse(argv, __doc__, OBJECTIVES)
+    args = run.parse(argv, __doc__, objectives.names("03_train.py"))
     if args.seeds:
         return run.train_seeds(args, __file__)
     return run.train(args, __file__)
