@@ -2,12 +2,14 @@
 
 import datetime
 import errno
+import gzip
 import hashlib
 import json
 import os
 import re
 import subprocess
 import sys
+import zlib
 from importlib import metadata
 
 import orjson
@@ -37,34 +39,43 @@ def safe_name(name, what):
 
 def open_input(path, mode="r"):
     """An input file opened for reading (text as UTF-8); a missing or unreadable file, or a directory, is an
-    InputError."""
+    InputError. In binary mode a gzip file (known by its magic bytes, not its name) is read decompressed."""
     if not os.path.exists(path):
         raise InputError(f"{path}: no such file")
     if os.path.isdir(path):
         raise InputError(f"{path}: is a directory, not a file")
     try:
+        if "b" in mode:
+            with open(path, "rb") as f:
+                if f.read(2) == b"\x1f\x8b":
+                    return gzip.open(path, "rb")
         return open(path, mode, encoding=None if "b" in mode else "utf-8")
     except OSError as e:
         raise InputError(f"{path}: {e.strerror}") from None
 
 
 def read_jsonl(path, required=()):
-    """Yield ``(line_number, object)`` for each non-empty line; any defect names ``path:line``."""
+    """Yield ``(line_number, object)`` for each non-empty line of a plain or gzip file; any defect, a truncated
+    compressed file included, names ``path:line``."""
     loads = orjson.loads
+    lineno = 0
     with open_input(path, "rb") as f:
-        for lineno, raw in enumerate(f, 1):
-            try:
-                obj = loads(raw)
-            except orjson.JSONDecodeError as e:
-                if not raw.strip():
-                    continue
-                raise InputError(f"{path}:{lineno}: invalid JSON: {e.msg} (column {e.colno})") from None
-            if type(obj) is not dict:
-                raise InputError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
-            for field in required:
-                if field not in obj:
-                    raise InputError(f"{path}:{lineno}: missing field {field!r}")
-            yield lineno, obj
+        try:
+            for lineno, raw in enumerate(f, 1):
+                try:
+                    obj = loads(raw)
+                except orjson.JSONDecodeError as e:
+                    if not raw.strip():
+                        continue
+                    raise InputError(f"{path}:{lineno}: invalid JSON: {e.msg} (column {e.colno})") from None
+                if type(obj) is not dict:
+                    raise InputError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+                for field in required:
+                    if field not in obj:
+                        raise InputError(f"{path}:{lineno}: missing field {field!r}")
+                yield lineno, obj
+        except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+            raise InputError(f"{path}:{lineno + 1}: truncated or corrupt compressed file ({e})") from None
 
 
 def read_trec_qrels(path):

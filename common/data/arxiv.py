@@ -7,14 +7,11 @@ and leading spaces (``"  A fully differential calculation ...\\n presented for .
 LaTeX is kept as written.
 """
 
-import gzip
 import hashlib
 import re
-import zlib
 
-import orjson
 
-from common.io import InputError, dumps_line
+from common.io import InputError, dumps_line, read_jsonl
 
 REQUIRED = ("id", "title", "abstract", "categories")
 # withdrawn papers keep their id, their abstract replaced by a notice ("This paper has been withdrawn by the
@@ -33,43 +30,20 @@ def text_key(text):
     return int.from_bytes(hashlib.blake2b(normalise(text).lower().encode("utf-8"), digest_size=8).digest(), "little")
 
 
-def open_lines(path):
-    """Binary line iterator over a plain or gzip file (by its magic bytes, not its name)."""
-    with open(path, "rb") as f:
-        gz = f.read(2) == b"\x1f\x8b"
-    return gzip.open(path, "rb") if gz else open(path, "rb")
-
-
 def parse_categories(value):
     return value.split() if isinstance(value, str) else value
 
 
 def read_records(path):
-    """Yield ``(line_number, record)`` for each non-empty line; a bad line or a truncated file names
-    ``path:line``."""
-    lineno = 0
-    with open_lines(path) as f:
-        try:
-            for lineno, raw in enumerate(f, 1):
-                if not raw.strip():
-                    continue
-                try:
-                    obj = orjson.loads(raw)
-                except orjson.JSONDecodeError as e:
-                    raise InputError(f"{path}:{lineno}: invalid JSON: {e.msg} (column {e.colno})") from None
-                if type(obj) is not dict:
-                    raise InputError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
-                for field in REQUIRED:
-                    if field not in obj:
-                        raise InputError(f"{path}:{lineno}: missing field {field!r}")
-                for field in ("id", "title", "categories"):
-                    if not isinstance(obj[field], str):
-                        raise InputError(f"{path}:{lineno}: field {field!r} must be a string")
-                if obj["abstract"] is not None and not isinstance(obj["abstract"], str):
-                    raise InputError(f"{path}:{lineno}: field 'abstract' must be a string")
-                yield lineno, obj
-        except (EOFError, zlib.error, gzip.BadGzipFile, OSError) as e:
-            raise InputError(f"{path}:{lineno + 1}: truncated or corrupt compressed file ({e})") from None
+    """Yield ``(line_number, record)`` for each non-empty line (``io.read_jsonl``, plain or gzip), with the
+    snapshot's field types checked; a bad line or a truncated file names ``path:line``."""
+    for lineno, obj in read_jsonl(path, REQUIRED):
+        for field in ("id", "title", "categories"):
+            if not isinstance(obj[field], str):
+                raise InputError(f"{path}:{lineno}: field {field!r} must be a string")
+        if obj["abstract"] is not None and not isinstance(obj["abstract"], str):
+            raise InputError(f"{path}:{lineno}: field 'abstract' must be a string")
+        yield lineno, obj
 
 
 def extract_arxiv(path, out, prefixes, counts):
