@@ -17,6 +17,7 @@
 """
 
 import collections
+import contextlib
 import os
 import sys
 
@@ -52,6 +53,9 @@ def add_links_arguments(parser):
                              "heldout = every cross-reference query and candidate and every topic document (the "
                              "thesis: evaluation on documents not seen in fine-tuning); test = cross-reference "
                              "documents and topic test documents only; shared = none (triplets from every document)")
+    parser.add_argument("--graph-json", action="store_true",
+                        help="also write graph.json, SPECTER's format of the training graph, for SPECTER's own tools "
+                             "(tens of GB for a full Wikipedia; graph.npz holds the same graph)")
 
 
 def add_topic_arguments(parser):
@@ -83,23 +87,16 @@ class _GraphText:
                                     + [b', %s: {"count": 1}' % e for e in enc] + [b"}"])
         self.head, self.first, self.direct, self.hop, self.end = 0, n, 2 * n, 3 * n, 4 * n
 
-    def rows(self, links, chunk, hop_indptr, hop_indices):
-        """The rows of a chunk of queries: head, direct links, two-hop documents, closing brace."""
-        start = links.indptr[chunk]
-        n_direct = links.indptr[chunk + 1] - start
-        n_hop = np.diff(hop_indptr)
-        row_start = np.concatenate([[0], np.cumsum(n_direct + n_hop + 2)])
+    def rows(self, chunk, lengths, docs, direct):
+        """The rows of a chunk of queries (:func:`graph.training_rows`): head, entries, closing brace."""
+        row_start = np.concatenate([[0], np.cumsum(lengths + 2)])
         idx = np.empty(row_start[-1], dtype=np.int64)
-        rows = np.arange(len(chunk))
         idx[row_start[:-1]] = self.head + chunk
         idx[row_start[1:] - 1] = self.end
-        d_row = np.repeat(rows, n_direct)
-        d_rank = np.arange(len(d_row)) - np.concatenate([[0], np.cumsum(n_direct)[:-1]])[d_row]
-        idx[row_start[d_row] + 1 + d_rank] = np.where(d_rank == 0, self.first, self.direct) \
-            + links.indices[start[d_row] + d_rank]
-        h_row = np.repeat(rows, n_hop)
-        idx[row_start[h_row] + 1 + n_direct[h_row] + (np.arange(len(h_row)) - hop_indptr[h_row])] = \
-            self.hop + hop_indices
+        row = np.repeat(np.arange(len(chunk)), lengths)
+        position = np.arange(len(row)) + 2 * row + 1
+        first = position == row_start[row] + 1  # a query has a link, so its first entry is a direct one
+        idx[position] = np.where(first, self.first, np.where(direct, self.direct, self.hop)) + docs
         return self.tokens.render(idx)
 
 
@@ -114,20 +111,27 @@ class _TripletText:
         return self.tokens.render(np.stack([q, self.n + p, 2 * self.n + n, 3 * self.n + hard], axis=1).ravel())
 
 
-def write_graph_json(path, encoded_ids, links, queries):
-    """graph.json, a chunk of queries at a time; returns the number of two-hop pairs."""
-    text = _GraphText(encoded_ids)
+def write_training_graph(npz_path, json_path, ids, encoded_ids, links, queries):
+    """graph.npz and, with ``json_path``, graph.json, a chunk of queries at a time; returns the number of two-hop
+    pairs."""
+    out = graph.GraphFile(npz_path, ids)
+    text = _GraphText(encoded_ids) if json_path else None
     pairs = 0
-    with open(path, "wb") as g:
-        g.write(b"{")
-        for start in tqdm(range(0, len(queries), graph.CHUNK_ROWS), desc="graph.json", unit=" chunks",
-                          mininterval=1.0):
+    with open(json_path, "wb") if json_path else contextlib.nullcontext() as g:
+        if g:
+            g.write(b"{")
+        for start in tqdm(range(0, len(queries), graph.CHUNK_ROWS), desc="graph", unit=" chunks", mininterval=1.0):
             chunk = queries[start:start + graph.CHUNK_ROWS]
             hop_indptr, hop_indices = graph.two_hop(links, chunk)
             pairs += len(hop_indices)
-            rows = text.rows(links, chunk, hop_indptr, hop_indices)
-            g.write(rows[2:] if start == 0 else rows)  # the first row has no separating comma
-        g.write(b"}\n")
+            rows = graph.training_rows(links, chunk, hop_indptr, hop_indices)
+            out.add(chunk, *rows)
+            if g:
+                text_rows = text.rows(chunk, *rows)
+                g.write(text_rows[2:] if start == 0 else text_rows)  # the first row has no separating comma
+        if g:
+            g.write(b"}\n")
+    out.close()
     return pairs
 
 
@@ -200,11 +204,13 @@ def build_graph(args, corpus, outputs, counts):
               f"{corpus.n} documents; {kept} of {queries_before} training queries remain. Use --eval-docs test or "
               "shared, or fewer --crossref-queries, on a corpus this small")
 
-    # graph.json (the largest output) is written by a second process while this one samples triplets; both see
-    # only the training corpus
+    # the training graph is written by a second process while this one samples triplets; both see only the
+    # training corpus
     queries = np.flatnonzero(np.diff(train_corpus.links.indptr) > 0)
     encoded_ids = [io.json_bytes(i) for i in train_corpus.ids]  # once, before the fork, for both writers
-    writer = Background(write_graph_json, outputs.tmp_path("graph.json"), encoded_ids, train_corpus.links, queries)
+    writer = Background(write_training_graph, outputs.tmp_path("graph.npz"),
+                        outputs.tmp_path("graph.json") if args.graph_json else None, train_corpus.ids, encoded_ids,
+                        train_corpus.links, queries)
     try:
         text = _TripletText(encoded_ids)
         for name, rng in (("train", rng_train), ("val", rng_val)):

@@ -2,6 +2,7 @@
 
     python bench/graph.py                       # 1M articles, 10M links (goal: < 60 s, < 4 GB)
     python bench/graph.py --articles 100000     # a quicker look
+    python bench/graph.py --articles 7000000 --links-per-article 14.3   # enwiki-sized (goal: < 10 min, < 8 GB)
 
 Links point to targets drawn from a Zipf-like popularity, as Wikipedia links do (a few hubs, a long tail);
 every article has 0-20 links (mean --links-per-article). Peak RSS is the sum over 02's process tree (it
@@ -44,6 +45,7 @@ def main():
     parser.add_argument("--articles", type=int, default=1_000_000)
     parser.add_argument("--links-per-article", type=float, default=10.0)
     parser.add_argument("--work", default=os.path.join(ROOT, "bench", "out", "graph"))
+    parser.add_argument("--graph-json", action="store_true", help="let 02 write graph.json too")
     args = parser.parse_args()
     os.makedirs(args.work, exist_ok=True)
     src = os.path.join(args.work, f"articles.{args.articles}.jsonl")
@@ -53,16 +55,17 @@ def main():
         os.replace(src + ".tmp", src)
     out = os.path.join(args.work, "data")
     seconds, peak, rc, _ = run_measured([sys.executable, os.path.join(ROOT, "02_build_graph.py"), "--articles", src,
-                                         "--out", out], poll=0.1)
+                                         "--out", out] + ["--graph-json"] * args.graph_json, poll=0.1)
     if rc:
         sys.exit(f"02_build_graph.py failed ({rc})")
     peak_gb = peak / 1e9
     counts = json.load(open(os.path.join(out, "manifest.json")))["counts"]
-    graph_gb = os.path.getsize(os.path.join(out, "graph.json")) / 1e9
+    sizes = ", ".join(f"{name} {os.path.getsize(os.path.join(out, name)) / 1e9:.2f} GB"
+                      for name in ("graph.npz", "graph.json") if os.path.exists(os.path.join(out, name)))
     print(f"02_build_graph: {counts['documents']} articles, {counts['edges']} links, "
           f"{counts['two_hop_pairs']} two-hop pairs, {counts['triplets_train']} train triplets")
     print(f"  wall {seconds:.1f} s (goal < 60 s), peak RSS {peak_gb:.2f} GB (goal < 4 GB), "
-          f"graph.json {graph_gb:.2f} GB")
+          f"{sizes}")
 
 
 if __name__ == "__main__":

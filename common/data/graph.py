@@ -6,6 +6,8 @@ million-article graph is never held. All sampling draws from numpy generators sp
 order, so the same seed gives byte-identical files.
 """
 
+import os
+import zipfile
 from array import array
 
 import numpy as np
@@ -23,7 +25,7 @@ class Corpus:
 
     def __init__(self, ids, links, labels, label_names):
         self.ids = ids
-        self.links = links  # scipy CSR, N×N, int32 ones
+        self.links = links  # scipy CSR, N×N, boolean (only the structure is used)
         self.labels = labels  # {level: int32 array, -1 = none}
         self.label_names = label_names  # {level: [name by code]}
 
@@ -143,8 +145,7 @@ def _link_matrix(src, doc_of_node, dst_nodes, n, counts):
     counts["edges"] = int(len(keys))
     rows, cols = keys // n if n else keys, keys % n if n else keys
     indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=n))]).astype(np.int64)
-    data = np.ones(len(cols), dtype=np.int32)
-    return sp.csr_matrix((data, cols.astype(np.int32), indptr), shape=(n, n))
+    return sp.csr_matrix((np.ones(len(cols), dtype=bool), cols.astype(np.int32), indptr), shape=(n, n))
 
 
 def two_hop(links, rows):
@@ -161,6 +162,68 @@ def two_hop(links, rows):
     counts = np.bincount(r_rows[keep], minlength=len(rows))
     indptr = np.concatenate([[0], np.cumsum(counts)])
     return indptr, reach.indices[keep].astype(np.int64)
+
+
+def training_rows(links, rows, hop_indptr, hop_indices):
+    """graph.json's entries of some rows, flat: per row its direct links, then its two-hop documents (each part
+    sorted). Returns ``(entries per row, documents, is_direct)``."""
+    start = links.indptr[rows]
+    n_direct = links.indptr[rows + 1] - start
+    lengths = n_direct + np.diff(hop_indptr)
+    row_start = np.concatenate([[0], np.cumsum(lengths)])
+    row = np.repeat(np.arange(len(rows)), lengths)
+    rank = np.arange(len(row)) - row_start[row]
+    direct = rank < n_direct[row]
+    docs = np.empty(len(row), dtype=np.int64)
+    docs[direct] = links.indices[(start[row] + rank)[direct]]
+    docs[~direct] = hop_indices[(hop_indptr[row] + rank - n_direct[row])[~direct]]
+    return lengths, docs, direct
+
+
+class GraphFile:
+    """graph.npz, the training graph as CSR, written a chunk of rows at a time (rows in increasing order) so that
+    memory holds one chunk and a count per document. The entries go to two part files beside it and are copied
+    into an uncompressed ``.npz`` on ``close``; every zip entry carries a fixed date, so that the same graph gives
+    the same bytes.
+
+    | array   | dtype, shape          | content                                                            |
+    |---------|-----------------------|--------------------------------------------------------------------|
+    | ids     | ``S<width>``, [N]     | document ids, UTF-8, NUL-padded, the training documents in docs.jsonl order |
+    | indptr  | int64, [N + 1]        | row ``i``'s entries are ``indptr[i]:indptr[i + 1]``                  |
+    | indices | int32, [E]            | per row its direct links, then its two-hop documents, each part ascending |
+    | counts  | uint8, [E]            | SPECTER's ``count``: 5 for a direct link, 1 for a two-hop document |
+    """
+
+    def __init__(self, path, ids):
+        self.path, self.ids = path, ids
+        self.lengths = np.zeros(len(ids), dtype=np.int64)
+        self.parts = {name: open(f"{path}.{name}.tmp", "wb") for name in ("indices", "counts")}
+
+    def add(self, rows, lengths, docs, direct):
+        self.lengths[rows] = lengths
+        self.parts["indices"].write(docs.astype("<i4").tobytes())
+        self.parts["counts"].write(np.where(direct, 5, 1).astype(np.uint8).tobytes())
+
+    def close(self):
+        width = max((len(i.encode("utf-8")) for i in self.ids), default=1)
+        ids = np.empty(len(self.ids), dtype=f"S{width}")
+        for start in range(0, len(self.ids), 65536):
+            ids[start:start + 65536] = [i.encode("utf-8") for i in self.ids[start:start + 65536]]
+        indptr = np.concatenate([[0], np.cumsum(self.lengths)]).astype(np.int64)
+        with zipfile.ZipFile(self.path, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
+            for name, array_ in (("ids", ids), ("indptr", indptr)):
+                with z.open(zipfile.ZipInfo(f"{name}.npy"), "w", force_zip64=True) as f:
+                    np.lib.format.write_array(f, array_, allow_pickle=False)
+            for name, dtype in (("indices", "<i4"), ("counts", "|u1")):
+                part = self.parts[name]
+                part.close()
+                with z.open(zipfile.ZipInfo(f"{name}.npy"), "w", force_zip64=True) as f, open(part.name, "rb") as src:
+                    np.lib.format.write_array_header_1_0(f, {"descr": dtype, "fortran_order": False,
+                                                             "shape": (int(indptr[-1]),)})
+                    while block := src.read(1 << 24):
+                        f.write(block)
+                os.remove(part.name)
+        return int(indptr[-1])
 
 
 def split_queries(corpus, holdout, val, rng):
@@ -290,17 +353,44 @@ def qrels_lines(corpus, candidates):
 def training_corpus(corpus, excluded, counts):
     """The corpus without the documents in ``excluded`` (document numbers) and every link to or from them, so no
     triplet can take one as query, positive or negative. Returns the smaller corpus (renumbered, no labels) and,
-    per document of the full corpus, its number there (-1 for an excluded one)."""
+    per document of the full corpus, its number there (-1 for an excluded one).
+
+    The links are filtered in place, a chunk of rows at a time, so the link matrix is never held twice; the full
+    corpus keeps no links afterwards (``corpus.links`` is None) where documents were excluded."""
     keep = np.ones(corpus.n, dtype=bool)
     keep[excluded] = False
     kept = np.flatnonzero(keep)
     new_number = np.full(corpus.n, -1, dtype=np.int64)
     new_number[kept] = np.arange(len(kept))
-    links = corpus.links[kept][:, kept].tocsr() if len(kept) < corpus.n else corpus.links
-    links.sort_indices()
+    links = corpus.links
     counts["eval_documents"] = int(corpus.n - len(kept))
-    counts["eval_links_dropped"] = int(corpus.links.nnz - links.nnz)
+    counts["eval_links_dropped"] = int(links.nnz)
+    if len(kept) < corpus.n:
+        links = _drop_documents(links, keep, new_number, len(kept))
+        corpus.links = None
+    counts["eval_links_dropped"] -= int(links.nnz)
     return Corpus([corpus.ids[i] for i in kept.tolist()], links, {}, {}), new_number
+
+
+def _drop_documents(links, keep, new_number, n_kept):
+    """``links`` restricted to the rows and columns in ``keep``, renumbered, reusing its own arrays: the kept
+    entries of a chunk are moved to the front of ``indices`` (never past the chunk being read), and the columns
+    stay sorted within rows because the renumbering keeps their order."""
+    indptr, indices = links.indptr, links.indices
+    n = len(keep)
+    kept_per_row = np.zeros(n, dtype=np.int64)
+    written = 0
+    for start in range(0, n, CHUNK_ROWS * 16):
+        stop = min(start + CHUNK_ROWS * 16, n)
+        lo, hi = indptr[start], indptr[stop]
+        rows = np.repeat(np.arange(start, stop), np.diff(indptr[start:stop + 1]))
+        ok = keep[rows] & keep[indices[lo:hi]]
+        moved = new_number[indices[lo:hi][ok]].astype(np.int32)
+        indices[written:written + len(moved)] = moved
+        kept_per_row[start:stop] = np.bincount(rows[ok] - start, minlength=stop - start)
+        written += len(moved)
+    new_indptr = np.concatenate([[0], np.cumsum(kept_per_row[keep])]).astype(np.int64)
+    return sp.csr_matrix((links.data[:written], indices[:written], new_indptr), shape=(n_kept, n_kept))
 
 
 def topic_splits(corpus, level, min_count, cap, test_size, rng, seed):
