@@ -57,9 +57,11 @@ def read_articles(path, docs_out, counts):
     """Read articles.jsonl once: validate every line, write docs.jsonl (``docs_out``, binary), build the link
     matrix."""
     interner = _Interner(path)
-    doc_nodes, degrees, dst = array("q"), array("q"), array("q")
+    doc_nodes, degrees, dst = array("i"), array("q"), array("i")  # node numbers fit 32 bits, as in the matrix
     ids = []
-    label_docs, label_names = {}, {}  # level → document numbers, label strings
+    # level → document numbers, their label codes in order of first sight, {label: code}; a code per document
+    # rather than its label string, which would be one string object per labelled document
+    label_docs, label_seen, label_code = {}, {}, {}
     batch = []
     for lineno, obj in read_jsonl(path, required=("id", "title", "text", "links")):
         interner.lineno = lineno
@@ -96,25 +98,27 @@ def read_articles(path, docs_out, counts):
                     raise InputError(f"{path}:{lineno}: label {level!r} must be a string")
                 if level not in label_docs:  # a level names the topics.<level>.*.jsonl files
                     safe_name(level, f"{path}:{lineno}: label level")
+                code_of = label_code.setdefault(level, {})
                 label_docs.setdefault(level, array("q")).append(index)
-                label_names.setdefault(level, []).append(name)
+                label_seen.setdefault(level, array("i")).append(code_of.setdefault(name, len(code_of)))
     docs_out.writelines(batch)
     n = len(ids)
-    doc_nodes = np.frombuffer(doc_nodes, dtype=np.int64)
+    doc_nodes = np.frombuffer(doc_nodes, dtype=np.int32)
     _check_unique(path, doc_nodes, ids)
-    doc_of_node = np.full(len(interner), -1, dtype=np.int64)
+    doc_of_node = np.full(len(interner), -1, dtype=np.int32)
     doc_of_node[doc_nodes] = np.arange(n)
     del interner
     counts["documents"] = n
     counts["links_read"] = len(dst)
-    src = np.repeat(np.arange(n, dtype=np.int64), np.frombuffer(degrees, dtype=np.int64))
-    links = _link_matrix(src, doc_of_node, np.frombuffer(dst, dtype=np.int64), n, counts)
+    links = _link_matrix(np.frombuffer(degrees, dtype=np.int64), doc_of_node, np.frombuffer(dst, dtype=np.int32), n,
+                         counts)
     labels, names_by_code = {}, {}
     for level, docs in label_docs.items():
-        names = sorted(set(label_names[level]))
-        code_of = {name: code for code, name in enumerate(names)}
+        names = sorted(label_code[level])  # codes follow the sorted label names
+        sorted_code = np.empty(len(names), dtype=np.int32)
+        sorted_code[[label_code[level][name] for name in names]] = np.arange(len(names))
         arr = np.full(n, -1, dtype=np.int32)
-        arr[np.frombuffer(docs, dtype=np.int64)] = [code_of[name] for name in label_names[level]]
+        arr[np.frombuffer(docs, dtype=np.int64)] = sorted_code[np.frombuffer(label_seen[level], dtype=np.int32)]
         labels[level], names_by_code[level] = arr, names
     return Corpus(ids, links, labels, names_by_code)
 
@@ -130,22 +134,37 @@ def _check_unique(path, doc_nodes, ids):
         seen.add(obj["id"])
 
 
-def _link_matrix(src, doc_of_node, dst_nodes, n, counts):
-    dst = doc_of_node[dst_nodes] if len(dst_nodes) else np.zeros(0, dtype=np.int64)
-    known = dst >= 0
-    counts["links_unknown_id"] = int((~known).sum())
-    src, dst = src[known], dst[known]
-    self_loop = src == dst
-    counts["links_self"] = int(self_loop.sum())
-    src, dst = src[~self_loop], dst[~self_loop]
-    keys = np.sort(src * n + dst)  # rows in order, columns sorted within rows
-    if len(keys):
-        keys = keys[np.concatenate([[True], keys[1:] != keys[:-1]])]
-    counts["links_duplicate"] = int(len(src) - len(keys))
-    counts["edges"] = int(len(keys))
-    rows, cols = keys // n if n else keys, keys % n if n else keys
-    indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=n))]).astype(np.int64)
-    return sp.csr_matrix((np.ones(len(cols), dtype=bool), cols.astype(np.int32), indptr), shape=(n, n))
+def _link_matrix(degrees, doc_of_node, dst_nodes, n, counts):
+    """The CSR link matrix, a chunk of rows at a time: links to unknown ids, self-loops and repeats are dropped
+    (counted), columns sorted within rows. Memory: the links read and the matrix, 4 bytes a link each."""
+    indptr_in = np.concatenate([[0], np.cumsum(degrees)])
+    cols = np.empty(len(dst_nodes), dtype=np.int32)  # the pages past the links kept are never touched
+    kept_per_row = np.zeros(n, dtype=np.int64)
+    written = 0
+    for key in ("links_unknown_id", "links_self", "links_duplicate"):
+        counts[key] = 0
+    step = CHUNK_ROWS * 16
+    for start in range(0, n, step):
+        stop = min(start + step, n)
+        lo, hi = indptr_in[start], indptr_in[stop]
+        src = np.repeat(np.arange(stop - start, dtype=np.int64), degrees[start:stop])
+        dst = doc_of_node[dst_nodes[lo:hi]].astype(np.int64)
+        known = dst >= 0
+        counts["links_unknown_id"] += int((~known).sum())
+        src, dst = src[known], dst[known]
+        self_loop = src + start == dst
+        counts["links_self"] += int(self_loop.sum())
+        src, dst = src[~self_loop], dst[~self_loop]
+        keys = np.sort(src * n + dst)  # rows in order, columns sorted within rows
+        if len(keys):
+            keys = keys[np.concatenate([[True], keys[1:] != keys[:-1]])]
+        counts["links_duplicate"] += int(len(src) - len(keys))
+        cols[written:written + len(keys)] = keys % n
+        kept_per_row[start:stop] = np.bincount(keys // n, minlength=stop - start)
+        written += len(keys)
+    counts["edges"] = written
+    indptr = np.concatenate([[0], np.cumsum(kept_per_row)]).astype(np.int64)
+    return sp.csr_matrix((np.ones(written, dtype=bool), cols[:written], indptr), shape=(n, n))
 
 
 def two_hop(links, rows):
