@@ -82,9 +82,8 @@ class _GraphText:
 
     def __init__(self, enc):
         self.n = n = len(enc)
-        self.tokens = io.TokenTable([b', %s: {' % e for e in enc] + [b'%s: {"count": 5}' % e for e in enc]
-                                    + [b', %s: {"count": 5}' % e for e in enc]
-                                    + [b', %s: {"count": 1}' % e for e in enc] + [b"}"])
+        self.tokens = io.TokenTable([b', %s: {', b'%s: {"count": 5}', b', %s: {"count": 5}', b', %s: {"count": 1}'],
+                                    enc, [b"}"])
         self.head, self.first, self.direct, self.hop, self.end = 0, n, 2 * n, 3 * n, 4 * n
 
     def rows(self, chunk, lengths, docs, direct):
@@ -103,9 +102,8 @@ class _GraphText:
 class _TripletText:
     def __init__(self, enc):
         self.n = len(enc)
-        self.tokens = io.TokenTable([b'{"query": %s' % e for e in enc] + [b', "pos": %s' % e for e in enc]
-                                    + [b', "neg": %s' % e for e in enc]
-                                    + [b', "hard": false}\n', b', "hard": true}\n'])
+        self.tokens = io.TokenTable([b'{"query": %s', b', "pos": %s', b', "neg": %s'], enc,
+                                    [b', "hard": false}\n', b', "hard": true}\n'])
 
     def lines(self, q, p, n, hard):
         return self.tokens.render(np.stack([q, self.n + p, 2 * self.n + n, 3 * self.n + hard], axis=1).ravel())
