@@ -10,7 +10,7 @@ import pytest
 
 from conftest import read_jsonl, run_script, script_error
 
-DATA_FILES = ["crossref.qrels", "docs.jsonl", "graph.json", "manifest.json", "splits.json", "topics.top.test.jsonl",
+DATA_FILES = ["crossref.qrels", "docs.jsonl", "graph.npz", "manifest.json", "splits.json", "topics.top.test.jsonl",
               "topics.top.train.jsonl", "triplets.train.jsonl", "triplets.val.jsonl"]
 
 
@@ -25,6 +25,19 @@ def article(i, links, **extra):
     return {"id": i, "title": f"Title {i}", "text": f"Text of {i}.", "links": links, **extra}
 
 
+def read_graph_npz(path):
+    """graph.npz as graph.json's dict, read by its documented format (README, "Files between the scripts")."""
+    import numpy as np
+    with np.load(path, allow_pickle=False) as z:
+        assert sorted(z.files) == ["counts", "ids", "indices", "indptr"]
+        assert (z["indptr"].dtype, z["indices"].dtype, z["counts"].dtype) == (np.int64, np.int32, np.uint8)
+        ids = [i.decode("utf-8") for i in z["ids"].tolist()]
+        indptr, indices, counts = z["indptr"], z["indices"].tolist(), z["counts"].tolist()
+    return {ids[q]: {ids[d]: {"count": c} for d, c in zip(indices[indptr[q]:indptr[q + 1]],
+                                                           counts[indptr[q]:indptr[q + 1]])}
+            for q in range(len(ids)) if indptr[q + 1] > indptr[q]}
+
+
 def build(tmp_path, articles, *flags, name="data"):
     src = write_articles(tmp_path / "articles.jsonl", articles)
     out = tmp_path / name
@@ -35,8 +48,9 @@ def build(tmp_path, articles, *flags, name="data"):
 def test_graph_json_has_direct_links_and_two_hop_hard_negatives(tmp_path):
     articles = [article("a", ["b", "c", "a"]), article("b", ["c", "d"]), article("c", ["e", "zz"]),
                 article("d", []), article("e", ["a", "a"])]
-    out = build(tmp_path, articles)
+    out = build(tmp_path, articles, "--graph-json")
     graph = json.loads((out / "graph.json").read_text())
+    assert list(read_graph_npz(out / "graph.npz").items()) == list(graph.items())  # the same rows, in order
     # a → b, c; two hops: b → d, c → e (c is direct, a itself is never a candidate)
     assert graph == {"a": {"b": {"count": 5}, "c": {"count": 5}, "d": {"count": 1}, "e": {"count": 1}},
                      "b": {"c": {"count": 5}, "d": {"count": 5}, "e": {"count": 1}},
@@ -86,7 +100,7 @@ def test_splits_are_disjoint_and_cover_all_queries(random_data):
 def test_triplets_follow_the_specter_definition(random_data):
     out, articles = random_data
     links = _links(articles)
-    graph = json.loads((out / "graph.json").read_text())
+    graph = read_graph_npz(out / "graph.npz")
     splits = json.loads((out / "splits.json").read_text())
     for part in ("train", "val"):
         triplets = read_jsonl(out / f"triplets.{part}.jsonl")
@@ -192,7 +206,7 @@ def test_no_evaluation_document_is_in_any_triplet(tmp_path, mode, parts):
     triplets = read_jsonl(out / "triplets.train.jsonl") + read_jsonl(out / "triplets.val.jsonl")
     assert len(triplets) > 300
     assert not evaluation & {t[k] for t in triplets for k in ("query", "pos", "neg")}
-    graph = json.loads((out / "graph.json").read_text())
+    graph = read_graph_npz(out / "graph.npz")
     assert not evaluation & (set(graph) | {d for row in graph.values() for d in row})
     splits = json.loads((out / "splits.json").read_text())
     assert not evaluation & (set(splits["train"]) | set(splits["val"]))
@@ -226,6 +240,44 @@ def test_same_seed_gives_byte_identical_outputs(tmp_path):
         if name != "manifest.json":
             assert (a / name).read_bytes() == (b / name).read_bytes(), name
     assert (a / "triplets.train.jsonl").read_bytes() != (c / "triplets.train.jsonl").read_bytes()
+
+
+# SHA-256 of every file 02 wrote for these corpora before graph.npz (the link matrix built whole, the held-out
+# matrix a copy, graph.json always written): the rewrite changed memory, not a byte of these files.
+RECORDED = {
+    "heldout": {
+        "crossref.qrels": "123f29996670b521ecdfd1eb33bb23fd1187864097b8036759c34b9e6c083741",
+        "docs.jsonl": "7f197f5d40d287747b8c7d90f2f23dc9a071e7e6646756d066c276bb374cf668",
+        "graph.json": "a127ae3c6bfe59e7c69747359e750aaae3f1f5b526c830f51ae099580234c26e",
+        "splits.json": "8f63d1b1a0eca9045d6c2fa4a76012ba7c3ec83deeecef9333f53a8851147704",
+        "topics.second.test.jsonl": "7fa57413eb9bf7866baee21e935cefeed4d949f33dc6ee18a510103ff0f345ff",
+        "topics.second.train.jsonl": "ea64672d2ceff15eaf114e972922eebc6dfe8a91eaa78251630784b20323223d",
+        "topics.top.test.jsonl": "6e3ae9fb841776b082d5b43f795c1b417f481b1c4f10eb1744f513671f1e5141",
+        "topics.top.train.jsonl": "de464d2ed6829803958c38fce75f93e126eadab39c29c6b66eb0732af6df7df8",
+        "triplets.train.jsonl": "1b94075c3e578e6eb543bdbe790e72cd665a286cd6885f023bc4b1b747a0e875",
+        "triplets.val.jsonl": "5899220ac89dc292a0a43f5db4418eb49275e5a8b4a7c2e583c375f98438ffb6"},
+    "shared": {
+        "crossref.qrels": "9cd8409993060e54f7e73db74c155a51e04f147958983660d61d768c61e59025",
+        "docs.jsonl": "7abfd4415823a41ffebe5030e58f7c5eb7bb7eaa6266485fe2677463bacf0c0d",
+        "splits.json": "2344bdeaf86a29135ce2d52c4f0526c98e7d9b35603c823b8e160b9ab9666dfb",
+        "topics.second.test.jsonl": "29a1279638f0e69eaf2e38bc8ec9b40a478e0d44e9fc3a1aec01eb718b410187",
+        "topics.second.train.jsonl": "7998060a3a191606f0787d0a320fb64ff0a6a46bd85887304a1faba7efb79495",
+        "topics.top.test.jsonl": "8722787b4ed543b49fce72b6b60b9fe7a4db872789b776724b2129dc149285d6",
+        "topics.top.train.jsonl": "6dc7bbf9c62012b4b2ca64b491a7aa6fee02c2ab1a72fe6416db818ff9df0aac",
+        "triplets.train.jsonl": "a145b06d0d4698a94feef01030fd0eaea016ad14f5b65daa3ec17299ef22773f",
+        "triplets.val.jsonl": "be89b1863227eb605d2c75ae38e9a607fe24e9b2d7a06b8f3b42d65e6a0570c1"},
+}
+
+
+@pytest.mark.parametrize("mode,articles,flags", [
+    ("heldout", partly_labelled_corpus, ("--seed", "3", *EVAL_FLAGS, "--graph-json")),
+    ("shared", random_corpus, ("--seed", "7", "--eval-docs", "shared"))])
+def test_outputs_are_those_recorded_before_the_compact_graph(tmp_path, mode, articles, flags):
+    import hashlib
+    out = build(tmp_path, articles(), *flags)
+    written = {name: hashlib.sha256((out / name).read_bytes()).hexdigest() for name in os.listdir(out)
+               if name not in ("manifest.json", "graph.npz")}
+    assert written == RECORDED[mode]
 
 
 @pytest.mark.parametrize("lines,expected", [
@@ -283,8 +335,9 @@ def test_a_label_level_that_is_no_safe_file_name_is_refused_and_nothing_is_writt
 def test_ids_with_quotes_backslashes_and_non_ascii_round_trip_through_every_file(tmp_path):
     odd = ["<&>", 'quote"d', "back\\slash", "ä-ö", "x"]
     articles = [article(odd[i], [odd[(i + 1) % 5], odd[(i + 2) % 5]]) for i in range(5)]
-    out = build(tmp_path, articles, "--holdout", "0", "--val", "0")
+    out = build(tmp_path, articles, "--holdout", "0", "--val", "0", "--graph-json")
     graph = json.loads((out / "graph.json").read_text(encoding="utf-8"))
+    assert read_graph_npz(out / "graph.npz") == graph
     assert graph[odd[0]] == {odd[1]: {"count": 5}, odd[2]: {"count": 5}, odd[3]: {"count": 1}, odd[4]: {"count": 1}}
     assert set(graph) == set(odd)
     triplets = read_jsonl(out / "triplets.train.jsonl")
