@@ -265,6 +265,10 @@ def add_search_arguments(p):
                    help="evaluation directory from 05_evaluate.py holding this model's vectors of the same documents")
     p.add_argument("--queries", default=None, help="text file, one query per line")
     p.add_argument("--top", type=int, default=10, help="documents per query")
+    p.add_argument("--index-type", choices=("exact", "flat", "hnsw"), default="exact",
+                   help="exact: every document scored (the reference); flat or hnsw: a faiss index (faiss-cpu) "
+                        "built beside --index's vectors on first use; hnsw is approximate and fast past a million "
+                        "documents")
     p.add_argument("--pooling", choices=("cls", "mean"), default=None,
                    help="pooling (default: the model's sentence-transformers config, else cls)")
     p.add_argument("--max-length", type=int, default=None, help="tokens per text (default: the model's setting)")

@@ -455,3 +455,28 @@ def test_evaluate_retrieval_and_search_reuse_the_index(tiny_model, paper_data, t
     with pytest.raises(InputError, match=r"queries.txt:2: empty query"):
         evaluate.main(["search", "--model", str(tiny_model), "--data", str(paper_data), "--queries",
                        str(tmp_path / "queries.txt")])
+
+
+@pytest.mark.parametrize("kind", ["flat", "hnsw"])
+def test_a_faiss_index_beside_the_vectors_finds_what_exact_search_finds(tiny_model, paper_data, tmp_path, capsys,
+                                                                       kind):
+    pytest.importorskip("faiss")
+    evaluate = script("05_evaluate.py")
+    out = tmp_path / "eval"
+    evaluate.main(["--data", str(paper_data), "--model", f"base={tiny_model}", "--out", str(out),
+                   "--pooling", "base=mean", "--max-length", "32", "--task", "retrieval"])
+    search = ["search", "--model", str(tiny_model), "--data", str(paper_data), "--index", str(out), "--pooling",
+              "mean", "--max-length", "32", "--top", "5", "gene expression in cells", "rivers and lakes"]
+    capsys.readouterr()
+
+    def ranked(*flags):
+        evaluate.main(search + list(flags))
+        return [line.split("\t")[0] for line in capsys.readouterr().out.splitlines()]
+
+    exact = ranked()
+    assert ranked("--index-type", kind) == exact  # 60 documents: HNSW's search reaches every one
+    built = (out / f"base.{kind}.faiss").stat().st_mtime_ns
+    assert ranked("--index-type", kind) == exact
+    assert (out / f"base.{kind}.faiss").stat().st_mtime_ns == built  # read back, not built again
+    with pytest.raises(InputError, match=f"--index-type {kind} needs --index EVAL"):
+        evaluate.main(search[:5] + ["--index-type", kind, "a query"])

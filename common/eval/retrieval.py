@@ -31,22 +31,26 @@ CUTOFFS = {"mrr": (10,), "ndcg": (10,), "recall": (1, 5, 10, 100), "map": (100,)
 def search(queries, docs, k=K, chunk=65536, query_chunk=1024):
     """Top ``k`` documents per query by cosine: ``(indices [Q, k], scores [Q, k])``, best first, equal scores by
     document position descending. Documents are scored ``chunk`` rows at a time and merged into a running top k
-    (``torch.topk``, linear in the chunk), so memory is O(query_chunk × chunk) besides the vectors; an exact tie
-    across the k-th place is resolved arbitrarily."""
+    (``torch.topk``, linear in the chunk), so memory is O(query_chunk × chunk) besides the vectors, which may be
+    a read-only memory map (a chunk is copied as it is scored); an exact tie across the k-th place is resolved
+    arbitrarily."""
     import torch
-    docs = torch.as_tensor(np.asarray(docs, dtype=np.float32))
+
+    def rows(start):
+        return torch.from_numpy(np.array(docs[start:start + chunk], dtype=np.float32))
+
     queries = torch.nn.functional.normalize(torch.as_tensor(np.asarray(queries), dtype=torch.float32), dim=1)
     # cosine = dot product scaled by each document's inverse norm: no normalised copy of the documents
-    inverse_norm = torch.cat([1 / torch.linalg.vector_norm(docs[s:s + chunk], dim=1).clamp_min(1e-12)
+    inverse_norm = torch.cat([1 / torch.linalg.vector_norm(rows(s), dim=1).clamp_min(1e-12)
                               for s in range(0, len(docs), chunk)]) if len(docs) else torch.empty(0)
     k = min(k, len(docs))
     all_idx, all_scores = [], []
     for qs in range(0, len(queries), query_chunk):
-        q = queries[qs:qs + query_chunk].to(docs.device)
-        best_s = torch.empty((len(q), 0), device=docs.device)
-        best_i = torch.empty((len(q), 0), dtype=torch.long, device=docs.device)
+        q = queries[qs:qs + query_chunk]
+        best_s = torch.empty((len(q), 0))
+        best_i = torch.empty((len(q), 0), dtype=torch.long)
         for ds in range(0, len(docs), chunk):
-            scores = (q @ docs[ds:ds + chunk].T) * inverse_norm[ds:ds + chunk].to(docs.device)
+            scores = (q @ rows(ds).T) * inverse_norm[ds:ds + chunk]
             top_s, top_i = torch.topk(scores, min(k, scores.shape[1]), dim=1)
             best_s, best_i = torch.cat([best_s, top_s], 1), torch.cat([best_i, top_i + ds], 1)
             keep = torch.topk(best_s, k, dim=1).indices if best_s.shape[1] > k else None
@@ -263,14 +267,22 @@ def run_search(args):
     docs = Documents(args.data)
     args.model = {"model": args.model_path}
     args.pooling = {"model": args.pooling} if args.pooling else {}
+    if args.index_type != "exact" and not args.index:
+        raise InputError(f"--index-type {args.index_type} needs --index EVAL: the faiss index is built beside the "
+                         "vectors 05_evaluate.py wrote")
     if args.index:
-        doc_vecs = np.array(saved_index(args.index, args.model_path, docs.ids))  # read into writable memory
+        doc_vecs = saved_index(args.index, args.model_path, docs.ids)
         encoder, tokenizer, settings = load_model(args, "model", args.model_path)
     else:
         print(f"note: embedding all {len(docs.ids)} documents; --index EVAL reuses the vectors 05_evaluate.py wrote")
         encoder, tokenizer, settings, doc_vecs = embed_corpus(args, "model", args.model_path, docs)
     query_vecs = embed_queries(encoder, tokenizer, settings, queries, args.batch_size)
-    indices, scores = search(query_vecs, doc_vecs, k=args.top)
+    if args.index_type == "exact":
+        indices, scores = search(query_vecs, doc_vecs, k=args.top)
+    else:
+        from common.eval import ann
+        index = ann.open_index(doc_vecs, doc_vecs.filename, args.index_type)
+        indices, scores = ann.search(index, query_vecs, args.top)
     for text, row, row_scores in zip(queries, indices.tolist(), scores.tolist()):
         print(f"query: {text}")
         for rank, (j, score) in enumerate(zip(row, row_scores), 1):
