@@ -2,6 +2,8 @@
 
     python bench/search.py                      # 1M documents, 384 dimensions
     python bench/search.py --docs 200000 --queries 500
+    python bench/search.py --docs 200000 --hnsw         # also faiss HNSW (05 search --index-type hnsw): recall@10
+    python bench/search.py --vectors EVAL/minilm.npy --hnsw   # real vectors: the last --queries rows are the queries
 
 Reports the time for one query, the queries/s for a batch of --queries, and the process's peak RSS above the
 document matrix itself, against one dense ``queries @ docs.T`` + ``topk`` (what a short script would do), whose
@@ -36,15 +38,24 @@ def main():
     parser.add_argument("--queries", type=int, default=1000)
     parser.add_argument("--k", type=int, default=100)
     parser.add_argument("--dense", action="store_true", help="also time the one-matrix baseline")
+    parser.add_argument("--hnsw", action="store_true",
+                        help="also build 05's HNSW index and report its recall@10 against exact search")
+    parser.add_argument("--vectors", default=None, help="an NPY of real vectors instead of random ones")
+    parser.add_argument("--work", default=os.path.join(ROOT, "bench", "out", "search"))
     args = parser.parse_args()
     import torch
 
     from common.eval.retrieval import search
     rng = np.random.default_rng(0)
-    docs = rng.standard_normal((args.docs, args.dim), dtype=np.float32)
-    for s in range(0, args.docs, 65536):  # in place, a chunk at a time: no second copy raises the peak
-        docs[s:s + 65536] /= np.linalg.norm(docs[s:s + 65536], axis=1, keepdims=True)
-    queries = rng.standard_normal((args.queries, args.dim), dtype=np.float32)
+    if args.vectors:
+        vectors = np.load(args.vectors)
+        docs, queries = vectors[:-args.queries], vectors[-args.queries:]
+        args.docs, args.dim = docs.shape
+    else:
+        docs = rng.standard_normal((args.docs, args.dim), dtype=np.float32)
+        for s in range(0, args.docs, 65536):  # in place, a chunk at a time: no second copy raises the peak
+            docs[s:s + 65536] /= np.linalg.norm(docs[s:s + 65536], axis=1, keepdims=True)
+        queries = rng.standard_normal((args.queries, args.dim), dtype=np.float32)
     base = peak_rss()
     print(f"{args.docs} × {args.dim} float32 documents ({docs.nbytes / 2**30:.2f} GiB); peak RSS so far "
           f"{base / 2**30:.2f} GiB; {torch.get_num_threads()} threads")
@@ -62,6 +73,8 @@ def main():
     took, took_cpu = time.perf_counter() - start, time.process_time() - start_cpu
     print(f"{args.queries} queries: {took:.2f} s wall ({args.queries / took:.0f} queries/s), {took_cpu:.2f} s CPU; "
           f"peak RSS above the start {(peak_rss() - base) / 2**20:.0f} MiB")
+    if args.hnsw:
+        hnsw_recall(args, docs, queries)
     if args.dense:
         before = peak_rss()
         start = time.perf_counter()
@@ -71,6 +84,27 @@ def main():
         same = bool((np.sort(dense, 1) == np.sort(idx, 1)).all())
         print(f"dense matmul + topk: {took:.2f} s, {args.queries / took:.0f} queries/s; peak RSS grew "
               f"{(peak_rss() - before) / 2**20:.0f} MiB; same top {args.k}: {same}")
+
+
+def hnsw_recall(args, docs, queries):
+    from common.eval import ann
+    from common.eval.retrieval import search
+    os.makedirs(args.work, exist_ok=True)
+    path = os.path.join(args.work, "vectors.npy")
+    np.save(path, docs)
+    if os.path.exists(ann.index_path(path, "hnsw")):
+        os.remove(ann.index_path(path, "hnsw"))
+    start = time.perf_counter()
+    index = ann.open_index(np.load(path, mmap_mode="r"), path, "hnsw")
+    built = time.perf_counter() - start
+    start = time.perf_counter()
+    found, _ = ann.search(index, queries, 10)
+    took = time.perf_counter() - start
+    exact, _ = search(queries, docs, k=10)
+    recall = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(found.tolist(), exact.tolist())])
+    print(f"HNSW (M {ann.HNSW_M}, efConstruction {ann.HNSW_EF_CONSTRUCTION}, efSearch {ann.HNSW_EF_SEARCH}): built in "
+          f"{built:.1f} s ({os.path.getsize(ann.index_path(path, 'hnsw')) / 2**20:.0f} MiB); {len(queries)} queries "
+          f"{took:.2f} s ({len(queries) / took:.0f} queries/s); recall@10 against exact search {recall:.3f}")
 
 
 if __name__ == "__main__":
