@@ -1,9 +1,9 @@
 """Step 2: documents → a data directory for training (03) and evaluation (05).
 
   python 02_build_graph.py [links] --articles work/fi/articles.jsonl --out work/fi/data
-      The cross-reference graph (SPECTER's graph.json), query splits, training triplets, cross-reference qrels
-      and topic classification splits. Defaults are the WikiSpecter thesis / SPECTER settings; the evaluation
-      documents are chosen first and kept out of every triplet (--eval-docs).
+      The training graph (graph.npz; SPECTER's graph.json with --graph-json), query splits, training triplets,
+      cross-reference qrels and topic classification splits. Defaults are the WikiSpecter thesis / SPECTER
+      settings; the evaluation documents are chosen first and kept out of every triplet (--eval-docs).
 
   python 02_build_graph.py sentences --sentences work/keysent/sentences.jsonl --out work/keysent/data
       Article-level train/validation/test splits for key-sentence extraction (keysent.{train,val,test}.jsonl).
