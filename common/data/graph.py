@@ -242,7 +242,6 @@ class GraphFile:
                     while block := src.read(1 << 24):
                         f.write(block)
                 os.remove(part.name)
-        return int(indptr[-1])
 
 
 def split_queries(corpus, holdout, val, rng):
