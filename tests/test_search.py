@@ -480,3 +480,19 @@ def test_a_faiss_index_beside_the_vectors_finds_what_exact_search_finds(tiny_mod
     assert (out / f"base.{kind}.faiss").stat().st_mtime_ns == built  # read back, not built again
     with pytest.raises(InputError, match=f"--index-type {kind} needs --index EVAL"):
         evaluate.main(search[:5] + ["--index-type", kind, "a query"])
+
+
+def test_a_second_mlm_run_reads_the_tokenised_texts_from_the_cache_without_tokenising(tiny_model, tmp_path):
+    from unittest import mock
+
+    from transformers import AutoTokenizer
+
+    from common.train.objectives.mlm import tokenize
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model))
+    texts = corpus_text(3, 20)
+    first = tokenize(texts, tokenizer, 32, False, str(tmp_path / "cache"))
+    with mock.patch.object(type(tokenizer), "__call__", side_effect=AssertionError("tokenised again")):
+        second = tokenize(texts, tokenizer, 32, False, str(tmp_path / "cache"))
+    for a, b in zip(first, second):
+        np.testing.assert_array_equal(a, b)
+    assert len(first[2]) == len(texts) + 1 and first[2][-1] == len(first[0]) > 0
