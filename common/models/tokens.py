@@ -53,7 +53,6 @@ class TokenStore:
         row[order] = np.arange(len(order))
         return [self.pad(indices[p]) for p in parts], torch.from_numpy(row)
 
-
     def packed(self, indices):
         """``(input_ids, lengths)`` of these texts laid end to end, without padding (for variable-length
         attention)."""
