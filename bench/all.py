@@ -176,6 +176,34 @@ def gpu_section(args):
             "|---|---|---|---|---|---|", *rows, ""]
 
 
+def write_results(args, cases, results, started, done, gpu=()):
+    """bench/results.md from the rounds done so far (rewritten after each round, so a stopped run leaves its
+    finished rounds); ``gpu``: the GPU section's lines."""
+    lines = ["# Benchmarks against sentence-transformers", "",
+             f"`{' '.join(['python bench/all.py', *args.passed])}`", "",
+             f"Measured {started}, {done} of {args.rounds} interleaved rounds, each side a fresh process. "
+             f"Machine: {machine()}.",
+             "", "| case | settings | ours | theirs | ratio (median of rounds) | goal | rounds | load average "
+                 "(start → end of each round) |", "|---|---|---|---|---|---|---|---|"]
+    for case in cases:
+        res, unit = results[case], CASES[case][0]
+        ratios = [a / b for a, b in zip(res["ours"], res["theirs"])]
+        if case == "embed":
+            import numpy as np
+            a, b = (np.load(os.path.join(args.work, f"embed-{s}.npy")) for s in ("ours", "theirs"))
+            res["diff"] = float(np.abs(a - b).max())
+        settings = CASES[case][2](args) + (f"; vectors agree to {res['diff']:.1e}" if "diff" in res else "")
+        lines.append(f"| {case} | {settings} | {statistics.median(res['ours']):.3f} {unit} | "
+                     f"{statistics.median(res['theirs']):.3f} {unit} | **{statistics.median(ratios):.2f}×** | "
+                     f"≥ {GOALS[case]}× | {', '.join(f'{x:.2f}×' for x in ratios)} | "
+                     f"{', '.join(f'{a:.1f} → {b:.1f}' for a, b in res['load'])} |")
+    lines += ["", *(gpu or ["No GPU section: no CUDA device on this machine.", ""])]
+    with tempfile.NamedTemporaryFile("w", dir=os.path.dirname(args.out), delete=False, encoding="utf-8") as f:
+        f.write("\n".join(lines))
+    os.replace(f.name, args.out)
+    return lines
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
@@ -217,34 +245,10 @@ def main():
             ratio = results[case]["ours"][-1] / results[case]["theirs"][-1]
             print(f"round {r + 1} {case:8s} ours {results[case]['ours'][-1]:8.3f}  theirs "
                   f"{results[case]['theirs'][-1]:8.3f} {CASES[case][0]}  ratio {ratio:.2f}x", flush=True)
-    lines = ["# Benchmarks against sentence-transformers", "",
-             f"`{' '.join(['python bench/all.py', *args.passed])}`", "",
-             f"Measured {started}, {args.rounds} interleaved rounds, each side a fresh process. Machine: {machine()}.",
-             "", "| case | settings | ours | theirs | ratio (median of rounds) | goal | rounds | load average "
-                 "(start → end of each round) |", "|---|---|---|---|---|---|---|---|"]
-    for case in cases:
-        res, unit = results[case], CASES[case][0]
-        ratios = [a / b for a, b in zip(res["ours"], res["theirs"])]
-        if case == "embed":
-            import numpy as np
-            a, b = (np.load(os.path.join(args.work, f"embed-{s}.npy")) for s in ("ours", "theirs"))
-            print(f"embed: largest absolute difference between the two sides' vectors {np.abs(a - b).max():.2e}")
-            res["diff"] = float(np.abs(a - b).max())
-        settings = CASES[case][2](args) + (f"; vectors agree to {res['diff']:.1e}" if "diff" in res else "")
-        lines.append(f"| {case} | {settings} | {statistics.median(res['ours']):.3f} {unit} | "
-                     f"{statistics.median(res['theirs']):.3f} {unit} | **{statistics.median(ratios):.2f}×** | "
-                     f"≥ {GOALS[case]}× | {', '.join(f'{x:.2f}×' for x in ratios)} | "
-                     f"{', '.join(f'{a:.1f} → {b:.1f}' for a, b in res['load'])} |")
-    lines.append("")
+        write_results(args, cases, results, started, r + 1)
     import torch
-    if torch.cuda.is_available():
-        lines += gpu_section(args)
-    else:
-        lines += ["No GPU section: no CUDA device on this machine.", ""]
-    with tempfile.NamedTemporaryFile("w", dir=os.path.dirname(args.out), delete=False, encoding="utf-8") as f:
-        f.write("\n".join(lines))
-    os.replace(f.name, args.out)
-    print("\n".join(lines))
+    gpu = gpu_section(args) if torch.cuda.is_available() else []
+    print("\n".join(write_results(args, cases, results, started, args.rounds, gpu)))
     print(f"→ {args.out}")
 
 
