@@ -20,6 +20,7 @@ import sys
 
 from common import cli, io
 from common.io import InputError
+from common.models.batching import add_batch_arguments
 
 PV_PRESETS = {  # the thesis's chosen Paragraph-Vector configurations (Tab. 4.5, §5.1.2)
     "dm-100d": {"pv": "dm", "pv_vector_size": 100, "pv_preprocess": "lowercase"},
@@ -35,7 +36,7 @@ def add_teachers_arguments(p):
                    help="structural teacher: a sentence-transformers checkpoint (the thesis's)")
     p.add_argument("--teacher-max-length", type=int, default=384,
                    help="structural-teacher tokens per document (the thesis's text; its code used 512)")
-    p.add_argument("--batch-size", type=int, default=32, help="documents per structural-teacher forward pass")
+    add_batch_arguments(p, 32, "documents (structural teacher)")
     p.add_argument("--pv-preset", choices=tuple(PV_PRESETS), default="dm-100d",
                    help="Paragraph-Vector configuration the thesis chose (fills --pv, --pv-vector-size, "
                         "--pv-preprocess where not given): dm-100d for MSE-contextual, pv-2048d for cosine-masked")
@@ -78,8 +79,7 @@ def run_teachers(args):
     with io.Outputs(args.out) as outputs:
         with tqdm(total=len(docs.ids), desc="structural teacher", unit=" docs", mininterval=1.0) as bar:
             vectors, lengths, max_length = teachers.structural_teacher(
-                docs, args.teacher, args.teacher_max_length, args.batch_size, bar)
-        teachers.write_rows(outputs, teachers.STRUCTURAL, vectors, docs.ids)
+                outputs, docs, args.teacher, args.teacher_max_length, args.batch_size, args.batch_tokens, bar)
         teachers.write_rows(outputs, teachers.LENGTHS, lengths, docs.ids)
         counts.update({"teacher_max_length": max_length, "longer_than_teacher": int((lengths > max_length).sum())})
         # Paragraph Vector reads words, so the separator token is a space

@@ -29,12 +29,12 @@
 import os
 import sys
 
-import numpy as np
 from tqdm import tqdm
 
 from common import cli, io
 from common.eval import report, retrieval, wikispecter
 from common.io import InputError
+from common.models.batching import BATCH_LIMITS, add_batch_arguments
 
 TASKS = ("crossref", "topics", "lexical", "keysent", "classify", "similarity", "retrieval", "bm25")
 EMBEDDING_TASKS = {"crossref", "topics", "lexical", "classify", "similarity"}
@@ -65,7 +65,7 @@ def add_evaluate_arguments(p):
                    help="pooling for a model (default: its sentence-transformers config, else cls)")
     p.add_argument("--max-length", type=int, default=None,
                    help="tokens per document for every model (default: each model's own setting, else 128)")
-    p.add_argument("--batch-size", type=int, default=64, help="documents per forward pass")
+    add_batch_arguments(p, 64, "documents")
     p.add_argument("--language", default=None,
                    help="Snowball stemmer language for the lexical baseline (default: the dump's language)")
     p.add_argument("--seed", type=int, default=42, help="seed of the classifier and t-SNE")
@@ -111,22 +111,29 @@ def default_tasks(data_dir, available):
     return available
 
 
-def embed_documents(args, name, path, docs):
+def embed_documents(args, outputs, name, path, docs):
+    """NAME.npy and NAME.ids.txt: the model's vectors of every document, written row by row into a memory-mapped
+    NPY; returns the vectors (that memory map), the tokenizer and the token length (None, None for a Paragraph
+    Vector)."""
     from common.distill.paragraph_vector import ParagraphVector, is_paragraph_vector
     from common.models.encoder import default_device, embed, document_text, load_encoder
     from common.models.tokens import TokenStore
+    io.write_ids(outputs, name, docs.ids)
     if is_paragraph_vector(path):
         with tqdm(total=len(docs.ids), desc=f"embed {name}", unit=" docs", mininterval=1.0) as bar:
-            emb = ParagraphVector.load(path).embed([document_text(t, x, " ") for t, x in zip(docs.titles, docs.texts)],
-                                                   bar)
+            vectors = ParagraphVector.load(path).embed(
+                [document_text(t, x, " ") for t, x in zip(docs.titles, docs.texts)], bar)
+        emb = io.open_npy(outputs, f"{name}.npy", vectors.shape)
+        emb[:] = vectors
         print(f"{name}: {emb.shape[0]} documents, {emb.shape[1]} dimensions (Paragraph Vector, inferred)")
         return emb, None, None
     encoder, tokenizer, settings = load_encoder(path, pooling=args.pooling.get(name), max_length=args.max_length,
                                                 default_max_length=128)
     encoder.to(default_device())
     store = TokenStore(tokenizer, docs.inputs(tokenizer.sep_token or ""), settings["max_length"])
+    emb = io.open_npy(outputs, f"{name}.npy", (len(store), encoder.dimension))
     with tqdm(total=len(store), desc=f"embed {name}", unit=" docs", mininterval=1.0) as bar:
-        emb = embed(encoder, store, args.batch_size, bar)
+        embed(encoder, store, args.batch_size, args.batch_tokens, bar, out=emb)
     print(f"{name}: {emb.shape[0]} documents, {emb.shape[1]} dimensions ({settings['pooling']} pooling"
           f"{', normalised' if settings['normalize'] else ''}, {settings['max_length']} tokens)")
     return emb, tokenizer, settings["max_length"]
@@ -150,11 +157,7 @@ def evaluate_documents(args, outputs, wanted):
     counts = {"documents": len(docs.ids), "crossref_queries": len(qrels)}
     metrics, embeddings, predictions, written = {}, {}, {}, []
     for name, path in args.model.items():
-        emb, tokenizer, max_length = embed_documents(args, name, path, docs)
-        with outputs.open(f"{name}.npy", "wb") as f:
-            np.save(f, emb)
-        with outputs.open(f"{name}.ids.txt") as f:
-            f.writelines(f"{i}\n" for i in docs.ids)
+        emb, tokenizer, max_length = embed_documents(args, outputs, name, path, docs)
         if tokenizer is not None and not written:  # the thesis's Fig. 4.1, under the first model's tokenizer
             lengths = wikispecter.token_lengths(tokenizer, docs.inputs(tokenizer.sep_token or ""))
             figures.token_lengths(outputs.tmp_path("token_lengths.png"), lengths, max_length, name)
@@ -191,7 +194,7 @@ def evaluate_documents(args, outputs, wanted):
 
 
 def run_evaluate(args):
-    cli.check(args, {"--max-length": cli.AT_LEAST_1, "--batch-size": cli.AT_LEAST_1, "--head-epochs": cli.AT_LEAST_1})
+    cli.check(args, {"--max-length": cli.AT_LEAST_1, "--head-epochs": cli.AT_LEAST_1, **BATCH_LIMITS})
     _check_names(args)
     if not os.path.isdir(args.data):
         raise InputError(f"{args.data}: no such data directory")
@@ -272,7 +275,7 @@ def add_search_arguments(p):
     p.add_argument("--pooling", choices=("cls", "mean"), default=None,
                    help="pooling (default: the model's sentence-transformers config, else cls)")
     p.add_argument("--max-length", type=int, default=None, help="tokens per text (default: the model's setting)")
-    p.add_argument("--batch-size", type=int, default=64, help="texts per forward pass")
+    add_batch_arguments(p, 64, "texts")
 
 
 COMMANDS = {

@@ -217,6 +217,20 @@ class Outputs:
 _WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
 
 
+def open_npy(outputs, name, shape, dtype="float32"):
+    """A memory-mapped NPY under ``outputs``' temporary path for ``name``, written row by row by its producer and
+    committed with the folder's other files: the same bytes as ``np.save`` of the finished array, never the whole
+    array in memory."""
+    from numpy.lib.format import open_memmap
+    return open_memmap(outputs.tmp_path(name), mode="w+", dtype=dtype, shape=tuple(shape))
+
+
+def write_ids(outputs, name, ids):
+    """``name.ids.txt``: the id of each row of ``name.npy``, one a line."""
+    with outputs.open(f"{name}.ids.txt") as f:
+        f.writelines(f"{i}\n" for i in ids)
+
+
 def write_json(path, obj):
     """Atomically write one JSON file."""
     tmp = path + ".tmp"

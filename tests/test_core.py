@@ -58,6 +58,43 @@ def test_a_registered_objective_trains_its_head_and_buffers_resumes_bit_identica
     assert log(out) == log(ref)
 
 
+def test_report_to_sends_every_log_record_to_the_trackers_and_the_run_draws_its_curves(
+        toy, tiny_model, tiny_data, tmp_path, monkeypatch):
+    from accelerate.tracking import GeneralTracker
+    seen = []
+
+    class Recording(GeneralTracker):
+        name, requires_logging_directory, tracker = "recording", False, None
+
+        def store_init_configuration(self, values):
+            seen.append(("config", values))
+
+        def log(self, values, step=None, **kwargs):
+            seen.append((step, values))
+
+    monkeypatch.setattr(run, "trackers", lambda report_to: [Recording()] if report_to == "recording" else [])
+    out = tmp_path / "run"
+    toy(tiny_data, tiny_model, out, "--report-to", "recording", "--max-steps", "3", "--checkpoint-every", "0")
+    log = read_jsonl(out / "log.jsonl")
+    assert seen[0][0] == "config" and seen[0][1]["objective"] == "toy" and seen[0][1]["lr"] == 1e-3
+    assert seen[1:] == [(r["step"], {k: v for k, v in r.items() if k != "step"}) for r in log]
+    assert [r["step"] for r in log if "loss" in r] == [1, 2, 3]
+    assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_to_names_installed_trackers_only():
+    from accelerate.tracking import LOGGER_TYPE_TO_CLASS, get_available_trackers
+    assert run.trackers("none") == [] and run.trackers("all") == ["all"]
+    with pytest.raises(InputError) as e:
+        run.trackers("nonesuch")
+    assert str(e.value).startswith("--report-to nonesuch: not a tracker Accelerate knows (one of ")
+    missing = sorted(set(LOGGER_TYPE_TO_CLASS) - {t.value for t in get_available_trackers()})
+    if missing:
+        with pytest.raises(InputError) as e:
+            run.trackers(missing[0])
+        assert str(e.value) == f"--report-to {missing[0]}: not installed (pip install {missing[0].replace('_', '-')})"
+
+
 def test_cosine_schedule_warms_up_then_follows_half_a_cosine(toy, tiny_model, tiny_data, tmp_path):
     toy(tiny_data, tiny_model, tmp_path / "run", "--schedule", "cosine", "--checkpoint-every", "0", "--epochs", "1",
         "--warmup", "2")

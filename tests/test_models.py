@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from common.train.losses import triplet_margin
+from common.models.batching import length_batches
 from common.models.encoder import Encoder, document_text, embed, load_encoder, st_config
 from common.models.saving import save_model
 from common.models.tokens import TokenStore
@@ -50,6 +51,42 @@ def test_saved_model_gives_the_same_embeddings_in_sentence_transformers(tiny_mod
     assert st.max_seq_length == 12
     theirs = st.encode(inputs, batch_size=5, convert_to_numpy=True)
     np.testing.assert_allclose(ours, theirs, atol=1e-5, rtol=0)
+
+
+def test_length_batches_sort_once_and_cut_by_count_and_by_padded_tokens():
+    lengths = [3, 10, 7, 10, 2, 5]
+    assert [b.tolist() for b in length_batches(lengths, 3)] == [[1, 3, 2], [5, 0, 4]]
+    # 20 padded tokens: two texts of 10, two of 7, then three of at most 3
+    assert [b.tolist() for b in length_batches(lengths, 3, batch_tokens=20)] == [[1, 3], [2, 5], [0, 4]]
+    assert [b.tolist() for b in length_batches([30, 5], 8, batch_tokens=20)] == [[0], [1]]  # over budget: alone
+
+
+@pytest.mark.parametrize("batch_size,batch_tokens", [(64, 0), (1, 0), (64, 40), (3, 100)])
+def test_embedding_equals_sentence_transformers_encode_in_fp32_under_any_batching(tiny_model, tmp_path, batch_size,
+                                                                                  batch_tokens):
+    from sentence_transformers import SentenceTransformer
+    from conftest import corpus_text
+    encoder, tokenizer, _ = load_encoder(str(tiny_model), pooling="mean", normalize=True)
+    save_model(encoder, tokenizer, str(tmp_path / "model"), max_length=16)
+    texts = corpus_text(6, 30) + ["meri", "joki " * 40]  # mixed lengths, one cut at 16 tokens
+    reloaded, tok, settings = load_encoder(str(tmp_path / "model"))
+    ours = embed(reloaded, TokenStore(tok, texts, settings["max_length"]), batch_size, batch_tokens)
+    theirs = SentenceTransformer(str(tmp_path / "model"), device="cpu").encode(texts, batch_size=8)
+    np.testing.assert_allclose(ours, theirs, atol=1e-5, rtol=0)
+
+
+def test_embed_writes_its_rows_into_a_memory_mapped_npy_with_the_bytes_of_np_save(tiny_model, tmp_path):
+    from common import io
+    from conftest import corpus_text
+    encoder, tokenizer, _ = load_encoder(str(tiny_model), pooling="mean")
+    store = TokenStore(tokenizer, corpus_text(5, 30), 24)
+    expected = embed(encoder, store, 64, 50)
+    with io.Outputs(str(tmp_path / "out")) as outputs:
+        out = io.open_npy(outputs, "v.npy", expected.shape)
+        assert embed(encoder, store, 64, 50, out=out) is out
+        assert not (tmp_path / "out" / "v.npy").exists()  # committed with the folder
+    np.save(tmp_path / "reference.npy", expected)
+    assert (tmp_path / "out" / "v.npy").read_bytes() == (tmp_path / "reference.npy").read_bytes()
 
 
 def test_triplet_loss_equals_torch_and_sentence_transformers():

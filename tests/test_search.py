@@ -334,7 +334,12 @@ def test_mnrl_with_gradcache_has_the_gradients_of_the_plain_loss(tiny_model, pap
         model = objective.build()
         objective.load_data()
         model.eval()  # dropout off: the two computations then see the same network
-        batch = objective.collate(objective.train_rows[:10])
+        rows = objective.train_rows[:10]
+        batch = objective.collate(rows)
+        for n, part in enumerate(batch.get("chunks", [])):  # each chunk padded to its own longest document
+            mine = rows[n * chunk:(n + 1) * chunk]
+            documents = part["groups"][min(args.length_groups, len(mine)):]
+            assert max(ids.shape[1] for ids, _ in documents) == objective.docs.lengths()[mine[:, 1]].max()
         objective.losses(model, batch).mean().backward()
         grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
     assert grads[0].keys() == grads[1].keys()

@@ -10,6 +10,7 @@ import os
 
 import numpy as np
 
+from common import io
 from common.io import InputError
 
 STRUCTURAL, CONTEXTUAL, LENGTHS = "sbert", "pv", "lengths"
@@ -18,8 +19,7 @@ STRUCTURAL, CONTEXTUAL, LENGTHS = "sbert", "pv", "lengths"
 def write_rows(outputs, name, array, ids):
     with outputs.open(f"{name}.npy", "wb") as f:
         np.save(f, array)
-    with outputs.open(f"{name}.ids.txt") as f:
-        f.writelines(f"{i}\n" for i in ids)
+    io.write_ids(outputs, name, ids)
 
 
 def read_rows(directory, name, ids):
@@ -53,10 +53,11 @@ def read_vectors(directory, name, ids):
     return array.astype(np.float32, copy=False)
 
 
-def structural_teacher(docs, model, max_length, batch_size=32, progress=None):
-    """(vectors, lengths, max_length) of ``docs`` (``Documents``) read as ``title + sep + text``: the mean of the
-    last hidden states over the attention mask, not normalised (the thesis's SBERT teacher), over the first
-    ``max_length`` tokens (or the model's limit); lengths count every token, special tokens excluded."""
+def structural_teacher(outputs, docs, model, max_length, batch_size=32, batch_tokens=0, progress=None):
+    """Writes ``sbert.npy`` (row by row, memory-mapped) and its ids: the vectors of ``docs`` (``Documents``) read
+    as ``title + sep + text``, the mean of the last hidden states over the attention mask, not normalised (the
+    thesis's SBERT teacher), over the first ``max_length`` tokens (or the model's limit). Returns (vectors, the memory
+    map; lengths; max_length); lengths count every token, special tokens excluded."""
     from common.models.encoder import default_device, embed, load_encoder
     from common.models.tokens import TokenStore
     encoder, tokenizer, settings = load_encoder(model, pooling="mean", normalize=False, max_length=max_length)
@@ -65,4 +66,8 @@ def structural_teacher(docs, model, max_length, batch_size=32, progress=None):
     lengths = np.array([len(ids) for ids in tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]],
                        dtype=np.int64)
     store = TokenStore(tokenizer, texts, settings["max_length"])
-    return embed(encoder, store, batch_size, progress), lengths, settings["max_length"]
+    io.write_ids(outputs, STRUCTURAL, docs.ids)
+    out = io.open_npy(outputs, f"{STRUCTURAL}.npy", (len(store), encoder.dimension))
+    embed(encoder, store, batch_size, batch_tokens, progress, out=out)
+    out.flush()
+    return out, lengths, settings["max_length"]

@@ -1,6 +1,6 @@
 """The theses' figures as PNG files (matplotlib, no display): topic t-SNE, confusion matrix, label distribution and
 token lengths for WikiSpecter; cosine histograms, sentence t-SNE, validation AP and threshold curves for key
-sentences. Each function takes what it draws and a path, and writes one file."""
+sentences; a training run's curves. Each function takes what it draws and a path, and writes one file."""
 
 import numpy as np
 
@@ -176,4 +176,21 @@ def threshold_curves(path, scored):
     ax.set_xlabel("cosine threshold")
     ax.set_ylim(0, 1.02)
     ax.legend(fontsize=7)
+    _save(fig, path)
+
+
+def training_curves(path, records):
+    """A training run's log (``log.jsonl`` records): the training loss, the learning rate and each validation
+    metric against the optimizer step, one panel each."""
+    plt = _pyplot()
+    train = [r for r in records if "loss" in r]
+    metrics = sorted({k for r in records for k in r if k.startswith("val_") and isinstance(r[k], (int, float))})
+    panels = [("loss", "training loss"), ("lr", "learning rate")] + [(m, m) for m in metrics]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.2), squeeze=False)
+    for ax, (key, title) in zip(axes[0], panels):
+        points = [(r["step"], r[key]) for r in (train if key in ("loss", "lr") else records) if key in r]
+        if points:
+            ax.plot(*zip(*points), marker="." if len(points) < 50 else None)
+        ax.set_title(title)
+        ax.set_xlabel("step")
     _save(fig, path)

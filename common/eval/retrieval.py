@@ -163,21 +163,28 @@ def load_model(args, name, path):
     return encoder, tokenizer, settings
 
 
-def embed_corpus(args, name, path, docs):
-    """The model and its vectors of every document, the corpus cut into one shard per process."""
+def embed_corpus(args, name, path, docs, outputs=None):
+    """The model and its vectors of every document, the corpus cut into one shard per process; with ``outputs``,
+    the vectors are written row by row into its memory-mapped NAME.npy (and NAME.ids.txt beside it)."""
+    from common.io import open_npy, write_ids
     from common.models.encoder import embed_sharded
     from common.models.tokens import TokenStore
     encoder, tokenizer, settings = load_model(args, name, path)
     store = TokenStore(tokenizer, document_inputs(args.data, docs, tokenizer.sep_token or ""),
                        settings["max_length"])
+    out = None
+    if outputs is not None:
+        write_ids(outputs, name, docs.ids)
+        out = open_npy(outputs, f"{name}.npy", (len(store), encoder.dimension))
     with tqdm(total=len(store), desc=f"embed {name}", unit=" docs", mininterval=1.0) as bar:
-        return encoder, tokenizer, settings, embed_sharded(encoder, store, args.batch_size, bar)
+        return encoder, tokenizer, settings, embed_sharded(encoder, store, args.batch_size, args.batch_tokens, bar,
+                                                           out=out)
 
 
-def embed_queries(encoder, tokenizer, settings, texts, batch_size):
+def embed_queries(encoder, tokenizer, settings, texts, args):
     from common.models.encoder import embed
     from common.models.tokens import TokenStore
-    return embed(encoder, TokenStore(tokenizer, texts, settings["max_length"]), batch_size)
+    return embed(encoder, TokenStore(tokenizer, texts, settings["max_length"]), args.batch_size, args.batch_tokens)
 
 
 def follow(args):
@@ -205,12 +212,8 @@ def evaluate_retrieval(args, outputs, wanted):
     counts.update({"retrieval_documents": len(docs.ids), "retrieval_queries": len(qrels)})
     if "retrieval" in wanted:
         for name, path in args.model.items():
-            encoder, tokenizer, settings, emb = embed_corpus(args, name, path, docs)
-            with outputs.open(f"{name}.npy", "wb") as f:
-                np.save(f, emb)
-            with outputs.open(f"{name}.ids.txt") as f:
-                f.writelines(f"{i}\n" for i in docs.ids)
-            queries = embed_queries(encoder, tokenizer, settings, texts, args.batch_size)
+            encoder, tokenizer, settings, emb = embed_corpus(args, name, path, docs, outputs)
+            queries = embed_queries(encoder, tokenizer, settings, texts, args)
             metrics.setdefault(name, {})["retrieval"] = dense_retrieval(queries, emb, qids, docs.ids, qrels)
     if "bm25" in wanted:
         result, settings = bm25(docs.texts, docs.ids, texts, qids, qrels)
@@ -276,7 +279,7 @@ def run_search(args):
     else:
         print(f"note: embedding all {len(docs.ids)} documents; --index EVAL reuses the vectors 05_evaluate.py wrote")
         encoder, tokenizer, settings, doc_vecs = embed_corpus(args, "model", args.model_path, docs)
-    query_vecs = embed_queries(encoder, tokenizer, settings, queries, args.batch_size)
+    query_vecs = embed_queries(encoder, tokenizer, settings, queries, args)
     if args.index_type == "exact":
         indices, scores = search(query_vecs, doc_vecs, k=args.top)
     else:

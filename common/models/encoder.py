@@ -2,6 +2,7 @@
 tokenising once, embedding, and saving in Hugging Face + sentence-transformers form.
 """
 
+import contextlib
 import json
 import os
 
@@ -11,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from common.io import InputError
+from common.models.batching import length_batches
 
 POOLINGS = ("cls", "mean")
 
@@ -83,8 +85,7 @@ class Encoder(nn.Module):
             if name.startswith("pooler."):
                 param.requires_grad_(False)
 
-    def embed(self, input_ids, attention_mask):
-        hidden = self.transformer(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    def pool(self, hidden, attention_mask):
         if self.pooling == "cls":
             out = hidden[:, 0]
         else:
@@ -94,17 +95,53 @@ class Encoder(nn.Module):
             out = out.to(hidden.dtype)
         return F.normalize(out, p=2, dim=1) if self.normalize else out
 
+    def embed(self, input_ids, attention_mask):
+        hidden = self.transformer(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        return self.pool(hidden, attention_mask)
+
+    def embed_packed(self, input_ids, lengths):
+        """Embeddings of texts laid end to end in one row, without padding: ``input_ids`` ``[T]``, ``lengths``
+        ``[n]`` summing to T. Needs an attention that reads variable-length sequences from their cumulative
+        lengths (flash attention on a GPU)."""
+        cu = F.pad(torch.cumsum(lengths, 0, dtype=torch.int32), (1, 0))
+        starts = torch.repeat_interleave(cu[:-1].long(), lengths)
+        positions = torch.arange(len(input_ids), device=input_ids.device) - starts
+        longest = int(lengths.max())
+        hidden = self.transformer(input_ids=input_ids[None], position_ids=positions[None], cu_seq_lens_q=cu,
+                                  cu_seq_lens_k=cu, max_length_q=longest, max_length_k=longest).last_hidden_state[0]
+        if self.pooling == "cls":
+            out = hidden[cu[:-1].long()]
+        else:
+            segment = torch.repeat_interleave(torch.arange(len(lengths), device=hidden.device), lengths)
+            out = torch.zeros(len(lengths), hidden.shape[-1], dtype=torch.float32, device=hidden.device)
+            out = (out.index_add_(0, segment, hidden.float()) / lengths[:, None].float()).to(hidden.dtype)
+        return F.normalize(out, p=2, dim=1) if self.normalize else out
+
+    @property
+    def dimension(self):
+        return self.transformer.config.hidden_size
+
     def forward(self, groups):
         return torch.cat([self.embed(ids, mask) for ids, mask in groups])
 
 
-def _load_pretrained(auto_class, name_or_path):
+def _load_pretrained(auto_class, name_or_path, **kwargs):
     """``auto_class.from_pretrained``, its failures one line (transformers chains several tracebacks)."""
     try:
-        return auto_class.from_pretrained(name_or_path)
+        return auto_class.from_pretrained(name_or_path, **kwargs)
     except (OSError, ValueError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise InputError(f"{name_or_path}: cannot be loaded: {first}") from None
+
+
+def _load_model(name_or_path):
+    """The transformer with PyTorch's fused scaled-dot-product attention where transformers offers it for the
+    architecture (the same arithmetic as the eager softmax(QKᵀ)V, one kernel), else its default attention."""
+    from transformers import AutoModel
+    try:
+        return _load_pretrained(AutoModel, name_or_path, attn_implementation="sdpa")
+    except InputError:
+        return _load_pretrained(AutoModel, name_or_path)
 
 
 def _tokenizer_files(name_or_path, tokenizer):
@@ -123,7 +160,7 @@ def load_encoder(name_or_path, pooling=None, normalize=None, max_length=None, de
     """Model, tokenizer and the settings used: explicit arguments win, then the model's sentence-transformers
     config, then the defaults given. ``say`` prints notes (``accelerator.print`` prints them once). A model that
     cannot be found, or whose tokenizer is not saved beside it, is an InputError."""
-    from transformers import AutoModel, AutoTokenizer
+    from transformers import AutoTokenizer
     name_or_path = str(name_or_path)
     if model_file(name_or_path, "config.json") is None:
         raise InputError(f"{name_or_path}: no model there (no config.json)" if os.path.isdir(name_or_path) else
@@ -138,7 +175,7 @@ def load_encoder(name_or_path, pooling=None, normalize=None, max_length=None, de
     }
     tokenizer = _load_pretrained(AutoTokenizer, name_or_path)
     _tokenizer_files(name_or_path, tokenizer)
-    transformer = _load_pretrained(AutoModel, name_or_path)
+    transformer = _load_model(name_or_path)
     limit = tokenizer.model_max_length if tokenizer.model_max_length < 100_000 else getattr(
         transformer.config, "max_position_embeddings", settings["max_length"])
     if settings["max_length"] > limit:
@@ -156,42 +193,80 @@ def default_device():
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-@torch.no_grad()
-def embed(encoder, store, batch_size=64, progress=None, rows=None):
-    """Embeddings of every text in ``store`` (or of positions ``rows``), float32 ``[N, d]``, on the encoder's
-    device (in bfloat16 autocast on a GPU); batches sorted by length."""
+def _packed_attention(transformer):
+    """Whether this model can read unpadded (variable-length) batches here: flash attention on a GPU, for an
+    architecture transformers offers it for."""
+    from transformers.utils import is_flash_attn_2_available
+    return (transformer.device.type == "cuda" and getattr(transformer, "_supports_flash_attn", False)
+            and is_flash_attn_2_available())
+
+
+@contextlib.contextmanager
+def _attention(transformer, implementation):
+    before = transformer.config._attn_implementation
+    if implementation == before:
+        yield
+        return
+    transformer.set_attn_implementation(implementation)
+    try:
+        yield
+    finally:
+        transformer.set_attn_implementation(before)
+
+
+@torch.inference_mode()
+def embed(encoder, store, batch_size=64, batch_tokens=0, progress=None, rows=None, out=None):
+    """Embeddings of every text in ``store`` (or of positions ``rows``), float32 ``[N, d]``, in the store's order.
+
+    The texts are sorted by token length once and cut by ``length_batches``. Each batch's rows are written into
+    ``out`` as soon as they are computed, so ``out`` may be a memory-mapped NPY (``io.open_npy``) and the vectors
+    are never held whole in memory; without it a new array is returned. On a GPU the encoder runs in bfloat16 and,
+    where flash attention is installed, on unpadded batches."""
     device = next(encoder.parameters()).device
     encoder.eval()
     rows = np.arange(len(store)) if rows is None else np.asarray(rows)
-    order = np.argsort(-store.lengths()[rows], kind="stable")
-    out = np.zeros((len(rows), encoder.transformer.config.hidden_size), dtype=np.float32)
-    for start in range(0, len(order), batch_size):
-        idx = order[start:start + batch_size]
-        ids, mask = store.pad(rows[idx])
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-            out[idx] = encoder.embed(ids.to(device), mask.to(device)).float().cpu().numpy()
-        if progress is not None:
-            progress.update(len(idx))
+    if out is None:
+        out = np.zeros((len(rows), encoder.dimension), dtype=np.float32)
+    packed = _packed_attention(encoder.transformer)
+    with _attention(encoder.transformer, "flash_attention_2" if packed else
+                    encoder.transformer.config._attn_implementation), \
+            torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+        for idx in length_batches(store.lengths()[rows], batch_size, batch_tokens):
+            if packed:
+                ids, lengths = store.packed(rows[idx])
+                vectors = encoder.embed_packed(ids.to(device), lengths.to(device))
+            else:
+                ids, mask = store.pad(rows[idx])
+                vectors = encoder.embed(ids.to(device), mask.to(device))
+            out[np.sort(idx)] = vectors.float().cpu().numpy()[np.argsort(idx)]
+            if progress is not None:
+                progress.update(len(idx))
     return out
 
 
-def embed_sharded(encoder, store, batch_size=64, progress=None):
+def embed_sharded(encoder, store, batch_size=64, batch_tokens=0, progress=None, out=None, block=4096):
     """``embed`` with the texts cut into one contiguous shard per process (under ``accelerate launch`` or any
-    initialised process group) and the shards gathered in order: every process returns all ``[N, d]`` vectors.
-    Each text is embedded exactly as one process would embed it (same tokens, no gradient); only the length-sorted
-    batch it shares padding with differs, which the attention mask makes irrelevant."""
+    initialised process group) and the shards gathered in order, ``block`` rows of each at a time, into ``out`` (or
+    a new array) on every process. Each text is embedded exactly as one process would embed it (same tokens, no
+    gradient); only the length-sorted batch it shares padding with differs, which the attention mask makes
+    irrelevant."""
     import torch.distributed as dist
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return embed(encoder, store, batch_size, progress)
+        return embed(encoder, store, batch_size, batch_tokens, progress, out=out)
     world, rank = dist.get_world_size(), dist.get_rank()
     bounds = np.linspace(0, len(store), world + 1).astype(np.int64)
-    mine = torch.from_numpy(embed(encoder, store, batch_size, progress, np.arange(bounds[rank], bounds[rank + 1])))
-    width = int(np.diff(bounds).max())
+    sizes = np.diff(bounds)
+    mine = embed(encoder, store, batch_size, batch_tokens, progress, np.arange(bounds[rank], bounds[rank + 1]))
+    if out is None:
+        out = np.zeros((len(store), mine.shape[1]), dtype=np.float32)
     device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
-    padded = torch.zeros(width, mine.shape[1], device=device)
-    padded[:len(mine)] = mine.to(device)
-    parts = [torch.empty_like(padded) for _ in range(world)]
-    dist.all_gather(parts, padded)
-    return torch.cat([p[:bounds[r + 1] - bounds[r]] for r, p in enumerate(parts)]).cpu().numpy()
-
-
+    for start in range(0, int(sizes.max()), block):
+        padded = torch.zeros(min(block, int(sizes.max()) - start), mine.shape[1], device=device)
+        part = torch.from_numpy(mine[start:start + len(padded)])
+        padded[:len(part)] = part.to(device)
+        parts = [torch.empty_like(padded) for _ in range(world)]
+        dist.all_gather(parts, padded)
+        for r, p in enumerate(parts):
+            n = int(np.clip(sizes[r] - start, 0, len(padded)))
+            out[bounds[r] + start:bounds[r] + start + n] = p[:n].cpu().numpy()
+    return out

@@ -53,3 +53,9 @@ class TokenStore:
         row[order] = np.arange(len(order))
         return [self.pad(indices[p]) for p in parts], torch.from_numpy(row)
 
+    def packed(self, indices):
+        """``(input_ids, lengths)`` of these texts laid end to end, without padding (for variable-length
+        attention)."""
+        parts = [self.get(i) for i in indices]
+        return (torch.from_numpy(np.concatenate(parts).astype(np.int64)),
+                torch.tensor([len(p) for p in parts], dtype=torch.int64))

@@ -26,7 +26,8 @@ from common.io import InputError, Preempted
 
 STATE = "trainer_state.json"
 RUN_FILE = "run.json"  # marks a run folder as this project's, with the identity of the run that owns it
-WRITTEN = ("model", "checkpoints", "log.jsonl", "manifest.json")  # what a run writes besides RUN_FILE
+# what a run writes besides RUN_FILE
+WRITTEN = ("model", "checkpoints", "log.jsonl", "curves.png", "trackers", "manifest.json")
 
 
 @dataclass
@@ -135,8 +136,9 @@ class _Stop:
 class Trainer:
     """Trains ``model`` (what ``objective.build()`` returned) on the objective's rows with ``accelerator``."""
 
-    def __init__(self, cfg, objective, model, accelerator, run_dir, identity):
+    def __init__(self, cfg, objective, model, accelerator, run_dir, identity, tracked=False):
         self.cfg, self.objective, self.run_dir, self.accelerator = cfg, objective, run_dir, accelerator
+        self.tracked = tracked  # the accelerator has trackers: each log record goes to them too
         # the data each process sees depends on their number: a checkpoint resumes only with the same count
         self.identity = {**identity, "processes": accelerator.num_processes}
         rows = objective.train_rows
@@ -251,6 +253,16 @@ class Trainer:
         if self.accelerator.is_main_process:
             with open(os.path.join(self.run_dir, "log.jsonl"), "a", encoding="utf-8") as f:
                 f.write(json.dumps(record) + "\n")
+        if self.tracked:
+            self.accelerator.log({k: v for k, v in record.items() if k != "step"}, step=record["step"])
+
+    def _draw_curves(self):
+        """RUN/curves.png: training loss, learning rate and validation metrics against the step, from log.jsonl."""
+        from common.eval.figures import training_curves
+        with open(os.path.join(self.run_dir, "log.jsonl"), encoding="utf-8") as f:
+            records = [json.loads(line) for line in f if line.strip()]
+        training_curves(os.path.join(self.run_dir, "curves.png.tmp"), records)
+        os.replace(os.path.join(self.run_dir, "curves.png.tmp"), os.path.join(self.run_dir, "curves.png"))
 
     def _trim_log(self):
         """Drop log lines written after the checkpoint a run resumes from (they will be written again)."""
@@ -301,6 +313,9 @@ class Trainer:
         acc.print(f"effective batch {cfg.batch_size * acc.num_processes * cfg.grad_accum} = {cfg.batch_size} per "
                   f"process × {acc.num_processes} processes × {cfg.grad_accum} accumulation; {self.total_steps} steps")
         self._resume()
+        if self.tracked:
+            acc.init_trackers("docembed", config={k: v for k, v in self.identity.items()
+                                                  if isinstance(v, (int, float, str, bool))})
         stop = _Stop()
         bar = tqdm(total=self.total_steps, initial=self.step, desc="train", unit=" steps",
                    disable=not acc.is_main_process, mininterval=1.0)
@@ -364,6 +379,8 @@ class Trainer:
             self._save_checkpoint()
         if not self.objective.selection or self.best is None:
             self._save_model()
+        if acc.is_main_process:
+            self._draw_curves()
         acc.end_training()
         return self.best
 

@@ -17,7 +17,7 @@ from common.train import objectives
 RESULT_ARGS = ("model", "max_length", "pooling", "normalize", "lr", "weight_decay", "warmup", "schedule", "epochs",
                "max_steps", "batch_size", "grad_accum", "clip", "seed", "eval_every", "drop_last", "length_buckets")
 # flags that change only speed, memory or logging
-SPEED_ARGS = ("checkpoint_every", "keep", "log_every", "length_groups", "gradient_checkpointing")
+SPEED_ARGS = ("checkpoint_every", "keep", "log_every", "length_groups", "gradient_checkpointing", "report_to")
 
 
 def add_training_arguments(p):
@@ -66,6 +66,10 @@ def add_training_arguments(p):
     p.add_argument("--checkpoint-every", type=int, default=1000, help="save a checkpoint every N steps (0: never)")
     p.add_argument("--keep", type=int, default=2, help="checkpoints to keep (the newest)")
     p.add_argument("--log-every", type=int, default=10, help="write the mean training loss every N steps")
+    p.add_argument("--report-to", default="none",
+                   help="also log every log.jsonl record to these experiment trackers through Accelerate, "
+                        "comma-separated (tensorboard, wandb, mlflow, comet_ml, aim, clearml, dvclive, swanlab, "
+                        "trackio; all: every one installed; none); local ones write under RUN/trackers")
     p.add_argument("--length-groups", type=int, default=3,
                    help="pad a batch as this many length-sorted sub-batches (speed only: the loss is the same)")
 
@@ -122,14 +126,32 @@ def data_fingerprint(name, data_dir):
     return hashlib.sha256(json.dumps(found, sort_keys=True).encode()).hexdigest()
 
 
+def trackers(report_to):
+    """``--report-to`` as Accelerate's ``log_with``: known tracker names that are installed."""
+    from accelerate.tracking import LOGGER_TYPE_TO_CLASS, get_available_trackers
+    names = [n.strip() for n in report_to.split(",") if n.strip() and n.strip() != "none"]
+    if names == ["all"]:
+        return names
+    installed = {t.value for t in get_available_trackers()}
+    for name in names:
+        if name not in LOGGER_TYPE_TO_CLASS:
+            raise io.InputError(f"--report-to {name}: not a tracker Accelerate knows (one of "
+                                f"{', '.join(sorted(LOGGER_TYPE_TO_CLASS))}, all, none)")
+        if name not in installed:
+            raise io.InputError(f"--report-to {name}: not installed (pip install {name.replace('_', '-')})")
+    return names
+
+
 def train(args, script):
     """One training run as the scripts start it; returns the run's counts (also written to its manifest)."""
     from accelerate import Accelerator
-    from accelerate.utils import set_seed
+    from accelerate.utils import ProjectConfiguration, set_seed
 
     from common.train.loop import TrainConfig, Trainer
     started = io.now()
-    accelerator = Accelerator(gradient_accumulation_steps=args.grad_accum)
+    log_with = trackers(args.report_to)
+    accelerator = Accelerator(gradient_accumulation_steps=args.grad_accum, log_with=log_with or None,
+                              project_config=ProjectConfiguration(args.out, os.path.join(args.out, "trackers")))
     set_seed(args.seed)
     objective = objectives.get(args.objective)(args, accelerator)
     model = objective.build()
@@ -146,7 +168,8 @@ def train(args, script):
                       grad_accum=args.grad_accum, clip=args.clip, seed=args.seed, eval_every=args.eval_every,
                       checkpoint_every=args.checkpoint_every, keep=args.keep, log_every=args.log_every,
                       drop_last=args.drop_last, length_buckets=args.length_buckets)
-    trainer = Trainer(cfg, objective, model, accelerator, args.out, identity(args, objective))
+    trainer = Trainer(cfg, objective, model, accelerator, args.out, identity(args, objective),
+                      tracked=bool(log_with))
     best = trainer.train()
     counts = {"train_examples": len(objective.train_rows), "val_examples": len(objective.val_rows),
               "steps": trainer.total_steps, "warmup_steps": trainer.warmup, "processes": accelerator.num_processes}
