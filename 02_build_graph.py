@@ -30,6 +30,7 @@ from common.pool import Background
 
 def add_links_arguments(parser):
     parser.add_argument("--articles", required=True, help="articles.jsonl from 01_extract.py (CONTRACT.md)")
+    cli.add_max_line(parser)
     parser.add_argument("--out", required=True, help="data directory to write")
     parser.add_argument("--seed", type=int, default=42, help="seed for splits and sampling")
     parser.add_argument("--holdout", type=float, default=0.2,
@@ -269,6 +270,7 @@ def run_graph(args):
 
 def add_sentences_arguments(p):
     p.add_argument("--sentences", required=True, help="sentences.jsonl from 01_extract.py sentences")
+    cli.add_max_line(p)
     p.add_argument("--out", required=True, help="data directory to write")
     p.add_argument("--test", type=float, default=0.2, help="share of articles held out for testing (thesis)")
     p.add_argument("--val", type=float, default=0.25,
@@ -293,6 +295,7 @@ def run_sentences(args):
 
 def add_retrieval_arguments(p):
     p.add_argument("--articles", required=True, help="articles.jsonl from 01_extract.py (e.g. 01_extract.py arxiv)")
+    cli.add_max_line(p)
     p.add_argument("--out", required=True, help="data directory to write")
     p.add_argument("--test", type=float, default=0.1, help="share of papers whose title is a test query")
     p.add_argument("--val", type=float, default=0.1,

@@ -242,6 +242,7 @@ def run_evaluate(args):
 def add_extract_arguments(p):
     p.add_argument("--model", required=True, help="a model trained with --objective contrastive or cosine")
     p.add_argument("--input", required=True, help="JSONL of {id, text} (HTML and LaTeX are cleaned)")
+    cli.add_max_line(p)
     p.add_argument("--out", required=True, help="JSONL to write: {id, key_sentences: [{text, score, start, end}]}")
     p.add_argument("--top", type=int, default=1, help="sentences per article, best first")
     p.add_argument("--threshold", type=float, default=None, help="keep only sentences scoring at least this")

@@ -166,7 +166,7 @@ class FolderLock:
         return False
 
 
-def _remove(path):
+def remove_entry(path):
     """Remove a file, a symbolic link (never what it points to) or a real directory tree; absent is fine."""
     try:
         if os.path.isdir(path) and not os.path.islink(path):
@@ -251,7 +251,7 @@ class Outputs:
         leftovers = [n for n in os.listdir(self.directory) if n.endswith(".tmp")]
         for name in sorted(stale) + leftovers:
             try:
-                _remove(self.path(name))
+                remove_entry(self.path(name))
             except (OSError, ValueError, InputError):  # a name no run of ours writes, or one that leaves the folder
                 pass
 
@@ -275,7 +275,7 @@ class Outputs:
             tmp = self.path(name) + ".tmp"
             os.makedirs(os.path.dirname(tmp), exist_ok=True)
             self.path(name)  # made folders are checked again
-            _remove(tmp)
+            remove_entry(tmp)
         except OSError as e:
             raise InputError(f"{self.directory}: cannot write {name}: {e.strerror}") from None
         return tmp
@@ -312,7 +312,7 @@ class Outputs:
                 if exc_type is None:
                     for name in sorted(self._files, key=lambda n: n == "manifest.json"):
                         if name in self._dirs:
-                            _remove(self.path(name))
+                            remove_entry(self.path(name))
                         os.replace(self.path(name) + ".tmp", self.path(name))
                     if self.script:
                         self._remove_stale()
@@ -321,7 +321,7 @@ class Outputs:
                 exc = e
             for name in self._files:
                 try:
-                    _remove(os.path.join(self.directory, name) + ".tmp")
+                    remove_entry(os.path.join(self.directory, name) + ".tmp")
                 except OSError:
                     pass
             if isinstance(exc, OSError) and (exc_type is None or exc.errno in _WRITE_ERRNOS):

@@ -98,7 +98,7 @@ def parse(argv, description, names, fixed=None):
         if getattr(args, key, None) is None:
             setattr(args, key, value)
     cls.complete_args(args)
-    cli.check(args, LIMITS)  # settings that cannot train are refused before anything loads
+    cli.check(args, {**LIMITS, **cls.limits})  # settings that cannot train are refused before anything loads
     return args
 
 
