@@ -147,16 +147,21 @@ def train(args, script):
                       checkpoint_every=args.checkpoint_every, keep=args.keep, log_every=args.log_every,
                       drop_last=args.drop_last, length_buckets=args.length_buckets)
     trainer = Trainer(cfg, objective, model, accelerator, args.out, identity(args, objective))
-    best = trainer.train()
-    counts = {"train_examples": len(objective.train_rows), "val_examples": len(objective.val_rows),
-              "steps": trainer.total_steps, "warmup_steps": trainer.warmup, "processes": accelerator.num_processes}
-    if best is not None:
-        counts[f"best_{objective.selection}"] = best
-    if accelerator.is_main_process:
-        inputs = [os.path.join(args.data, name) for name in sorted(os.listdir(args.data)) if name.endswith(".jsonl")]
-        io.write_json(os.path.join(args.out, "manifest.json"),
-                      io.manifest(script, args, started, inputs=inputs, counts=counts, seed=args.seed))
-        print(f"model → {os.path.join(args.out, 'model')}")
+    try:  # the run folder stays locked until its manifest is written
+        best = trainer.train()
+        counts = {"train_examples": len(objective.train_rows), "val_examples": len(objective.val_rows),
+                  "steps": trainer.total_steps, "warmup_steps": trainer.warmup,
+                  "processes": accelerator.num_processes}
+        if best is not None:
+            counts[f"best_{objective.selection}"] = best
+        if accelerator.is_main_process:
+            inputs = [os.path.join(args.data, name) for name in sorted(os.listdir(args.data))
+                      if name.endswith(".jsonl")]
+            io.write_json(os.path.join(args.out, "manifest.json"),
+                          io.manifest(script, args, started, inputs=inputs, counts=counts, seed=args.seed))
+            print(f"model → {os.path.join(args.out, 'model')}")
+    finally:
+        trainer.release()
     return counts
 
 
