@@ -17,6 +17,7 @@
 """
 
 import collections
+import contextlib
 import os
 import sys
 
@@ -253,7 +254,7 @@ def run_graph(args):
         raise io.InputError(f"--hard {args.hard} exceeds --per-query {args.per_query}")
     started = io.now()
     counts = collections.Counter()
-    with io.Outputs(args.out, __file__) as outputs:
+    with io.Outputs(args.out, __file__, args.command) as outputs:
         with outputs.open("docs.jsonl", "wb") as docs:
             corpus = graph.read_articles(args.articles, docs, counts)
         build_graph(args, corpus, outputs, counts)
@@ -284,13 +285,26 @@ def run_sentences(args):
     started = io.now()
     counts = collections.Counter()
     articles = keysent_splits.read_sentences(args.sentences)
-    with io.Outputs(args.out, __file__) as outputs:
-        splits = keysent_splits.split_articles(articles, args.test, args.val, args.seed)
+    splits = keysent_splits.split_articles(articles, args.test, args.val, args.seed)
+    refuse_empty_splits(args.sentences, len(articles), "articles",
+                        {part: len(splits[part]) for part in keysent_splits.PARTS},
+                        {"test": args.test, "val": args.val, "train": 1})
+    with io.Outputs(args.out, __file__, args.command) as outputs:
         keysent_splits.write_splits(splits, outputs, counts)
         outputs.write_manifest(io.manifest(__file__, args, started, inputs=[args.sentences], counts=dict(counts),
                                            seed=args.seed))
     print(f"articles train/val/test {counts['articles_train']}/{counts['articles_val']}/{counts['articles_test']}, "
           f"sentences {counts['sentences_train']}/{counts['sentences_val']}/{counts['sentences_test']} → {args.out}")
+
+
+def refuse_empty_splits(source, total, what, sizes, shares):
+    """A split that a non-zero share asks for but that rounds down to nothing (a corpus too small for it) is
+    refused, naming it: 05 could not evaluate on it."""
+    empty = [part for part, n in sizes.items() if n == 0 and shares[part] > 0]
+    if empty:
+        found = ", ".join(f"{part} {n}" for part, n in sizes.items())
+        raise io.InputError(f"{source}: {total} {what} leave the {' and '.join(empty)} split(s) empty ({found}); "
+                            f"give more {what} or other shares")
 
 
 def add_retrieval_arguments(p):
@@ -310,15 +324,21 @@ def add_retrieval_arguments(p):
 def run_retrieval(args):
     from common.data import retrieval
     cli.check(args, {"--test": cli.SHARE, "--val": cli.SHARE, **TOPIC_LIMITS})
+    if args.test + args.val >= 1:
+        raise io.InputError(f"--test {args.test} and --val {args.val}: both are shares of all papers and must leave "
+                            "some for training (sum below 1)")
     _caps(args.topic_cap)
     started = io.now()
     counts = collections.Counter()
-    with io.Outputs(args.out, __file__) as outputs:
+    with io.Outputs(args.out, __file__, args.command) as outputs:
         with outputs.open("docs.jsonl", "wb") as docs:
             corpus = graph.read_articles(args.articles, docs, counts)
         rng_split, rng_topics = (np.random.default_rng(s) for s in np.random.SeedSequence(args.seed).spawn(2))
         index = {doc: i for i, doc in enumerate(corpus.ids)}
         split = retrieval.split_papers(corpus.n, args.test, args.val, rng_split)
+        refuse_empty_splits(args.articles, corpus.n, "papers",
+                            {name: int((split == code).sum()) for code, name in enumerate(retrieval.SPLITS)},
+                            {"train": 1, "val": args.val, "test": args.test})
         with outputs.open("splits.json") as f:
             f.write(io.dumps_line({name: [corpus.ids[i] for i in np.flatnonzero(split == code).tolist()]
                                    for code, name in enumerate(retrieval.SPLITS)}))
@@ -344,15 +364,23 @@ def add_testsets_arguments(p):
 
 
 def run_testsets(args):
+    """Both data directories inside --out, a folder of this command's own, committed only when both are built."""
     from common.data import testsets
+    cli.check(args, {"--lee-threshold": cli.SHARE})
     started = io.now()
-    for name, build in (("lee", lambda out: testsets.lee(out, args.lee_threshold)),
-                        ("newsgroups", lambda out: testsets.newsgroups(out, args.seed))):
-        directory = os.path.join(args.out, name)
-        with io.Outputs(directory, __file__) as outputs:
+    parts = {"lee": lambda out: testsets.lee(out, args.lee_threshold),
+             "newsgroups": lambda out: testsets.newsgroups(out, args.seed)}
+    with contextlib.ExitStack() as stack:
+        top = stack.enter_context(io.Outputs(args.out, __file__, args.command))
+        done = []
+        for name, build in parts.items():
+            directory = os.path.join(args.out, name)
+            outputs = stack.enter_context(io.Outputs(directory, __file__, args.command))
             counts = build(outputs)
             outputs.write_manifest(io.manifest(__file__, args, started, counts=counts, seed=args.seed))
-        print(f"{name}: {', '.join(f'{k} {v}' for k, v in counts.items())} → {directory}")
+            done.append(f"{name}: {', '.join(f'{k} {v}' for k, v in counts.items())} → {directory}")
+        top.write_manifest(io.manifest(__file__, args, started, seed=args.seed, parts=list(parts)))
+    print("\n".join(done))
 
 
 COMMANDS = {

@@ -146,6 +146,11 @@ def evaluate_documents(args, outputs, wanted):
     topic_rows = {level: wikispecter.read_topics(args.data, level, index) for level in levels}
     classify_splits = {task: [classify.read_split(p, index) for p in paths]
                        for task, paths in classify.splits(args.data).items()} if "classify" in wanted else {}
+    for task, (train, test) in classify_splits.items():
+        unseen = sorted(set(test[1]) - set(train[1]))
+        if unseen:
+            print(f"note: {task}: {len(unseen)} test label(s) never seen in training ({', '.join(unseen[:5])}); "
+                  "their documents can only be misclassified")
     similar = similarity.read(args.data, index) if "similarity" in wanted else (None, None)
     counts = {"documents": len(docs.ids), "crossref_queries": len(qrels)}
     metrics, embeddings, predictions, written = {}, {}, {}, []
@@ -254,7 +259,11 @@ def add_extract_arguments(p):
 
 def run_extract(args):
     from common.eval.keysent import extract
-    cli.check(args, {"--top": cli.AT_LEAST_1, "--batch-size": cli.AT_LEAST_1})
+    cli.check(args, {"--top": cli.AT_LEAST_1, "--batch-size": cli.AT_LEAST_1, "--threshold": cli.between(-1, 1)})
+    if os.path.isdir(args.out):
+        raise InputError(f"{args.out}: is a directory; --out names the JSONL file to write")
+    if os.path.isfile(args.input) and os.path.exists(args.out) and os.path.samefile(args.input, args.out):
+        raise InputError(f"{args.out}: is the --input file; write the key sentences to another file")
     return extract(args)
 
 

@@ -190,14 +190,16 @@ class Outputs:
     folder is a link, or resolves outside the folder, is refused.
 
     With ``script``, the folder is that script's own: it is locked for the run (a second run on it is refused),
-    a non-empty folder is refused unless its manifest.json comes from the same script, and once the new files are
+    a non-empty folder is refused unless its manifest.json comes from the same script (and ``command``, where the
+    script has several), and once the new files are
     in place, those the previous manifest lists and this run did not write again are removed (with temporaries
     a killed run left), so no stale file outlives its run.
     """
 
-    def __init__(self, directory, script=None):
+    def __init__(self, directory, script=None, command=None):
         self.directory = os.fspath(directory)
         self.script = script and os.path.basename(script)
+        self.command = command
         self._files = {}
         self._dirs = set()
         self._previous = []
@@ -237,6 +239,11 @@ class Outputs:
             owner = previous.get("script") if isinstance(previous, dict) else None
             raise InputError(f"{self.directory}: holds the output of {owner or 'another program'}; {self.script} "
                              "writes to a folder of its own")
+        previous_command = (previous.get("args") or {}).get("command") if isinstance(previous.get("args"), dict) \
+            else None
+        if self.command and previous_command and previous_command != self.command:
+            raise InputError(f"{self.directory}: holds the output of {self.script} {previous_command}; "
+                             f"{self.script} {self.command} writes to a folder of its own")
         self._previous = [n for n in previous.get("files", []) if isinstance(n, str)]
 
     def write_manifest(self, manifest):
