@@ -54,7 +54,8 @@ def read_vectors(directory, name, ids):
     array = array.astype(np.float32, copy=False)
     bad = np.flatnonzero(~np.isfinite(array).all(axis=1))
     if len(bad):
-        raise InputError(f"{path}: row {bad[0]} (document {ids[bad[0]]!r}) is not finite ({len(bad)} such rows)")
+        raise InputError(f"{path}: row {bad[0]} (document {ids[bad[0]]!r}) is not finite ({len(bad)} of "
+                         f"{len(array)} rows are not)")
     return array
 
 
