@@ -5,6 +5,7 @@ heads and running covariances, a student sentence-transformers loads, and bad te
 import importlib.util
 import os
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -207,3 +208,17 @@ def test_teachers_claim_their_folder_and_convert_long_never_replaces_a_user_fold
             distill()(["convert-long", "--model", str(model), "--out", str(tmp_path / "long")])
         assert str(e.value) == f"{model}: {message}"
     assert not (tmp_path / "long").exists()
+
+
+def test_teachers_stopped_while_saving_paragraph_vector_leave_no_temporary_folder(tiny_model, tiny_data, tmp_path,
+                                                                                 monkeypatch):
+    def stopped(self, directory):
+        os.makedirs(directory)
+        (Path(directory) / "dm.model").write_text("half")
+        raise SystemExit(143)  # what SIGTERM raises under cli.run
+    monkeypatch.setattr(ParagraphVector, "save", stopped)
+    out = tmp_path / "teach"
+    with pytest.raises(SystemExit):
+        distill()(["teachers", "--data", str(tiny_data), "--out", str(out), "--teacher", str(tiny_model),
+                   "--teacher-max-length", "64", "--pv-vector-size", "8", "--pv-epochs", "1", "--pv-min-count", "1"])
+    assert os.listdir(out) == []
