@@ -191,7 +191,8 @@ def test_teachers_claim_their_folder_and_convert_long_never_replaces_a_user_fold
     from transformers import GPT2Config, GPT2Model
     with pytest.raises(InputError) as e:
         distill()(["teachers", "--data", str(tiny_data), "--out", str(tiny_data), "--teacher", str(tiny_model)])
-    assert str(e.value) == f"{tiny_data}: holds the output of 02_build_graph.py; 04_distill.py writes to a folder of its own"
+    assert str(e.value) == f"{tiny_data}: holds the output of 02_build_graph.py; 04_distill.py writes to a folder of " \
+                           "its own"
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("keep")
@@ -202,8 +203,9 @@ def test_teachers_claim_their_folder_and_convert_long_never_replaces_a_user_fold
     assert os.listdir(mine) == ["notes.txt"]
     gpt2 = tmp_path / "gpt2"
     GPT2Model(GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=20)).save_pretrained(gpt2)
+    nowhere = tmp_path / "nowhere"
     for model, message in ((gpt2, "a gpt2 model; convert-long converts bert, roberta, xlm-roberta, camembert"),
-                           (tmp_path / "nowhere", "no such model folder (nor a model in the local Hugging Face cache)")):
+                           (nowhere, "no such model folder (nor a model in the local Hugging Face cache)")):
         with pytest.raises(InputError) as e:
             distill()(["convert-long", "--model", str(model), "--out", str(tmp_path / "long")])
         assert str(e.value) == f"{model}: {message}"

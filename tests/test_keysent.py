@@ -248,8 +248,8 @@ def test_a_split_too_small_to_hold_articles_is_refused_and_an_empty_test_split_i
     sentences = tmp_path / "sentences.jsonl"
     write(sentences, [{"id": f"a{i}", "sentences": ["One.", "Two."], "labels": [1, 0]} for i in range(2)])
     assert script_error("02_build_graph.py", "sentences", "--sentences", sentences, "--out", tmp_path / "d") == (
-        f"error: {sentences}: 2 articles leave the val and test split(s) empty (train 2, val 0, test 0); give more articles "
-        "or other shares")
+        f"error: {sentences}: 2 articles leave the val and test split(s) empty (train 2, val 0, test 0); give more "
+        "articles or other shares")
     assert not (tmp_path / "d").exists()
     data = tmp_path / "data"
     data.mkdir()
