@@ -187,7 +187,9 @@ def test_any_failing_output_step_is_a_one_line_error(tmp_path, monkeypatch):
     assert list(out.iterdir()) == []
 
 
-def test_a_line_longer_than_the_bound_names_file_and_line_without_being_read_whole(tmp_path):
+def test_a_line_longer_than_the_bound_names_file_and_line_without_being_read_whole(tmp_path, monkeypatch):
+    from common import io
+    monkeypatch.setattr(io, "MAX_LINE_BYTES", io.MAX_LINE_BYTES)  # the flag sets it for the process
     snapshot = tmp_path / "snapshot.json"
     good = json.dumps({"id": "1", "title": "t", "abstract": "a b", "categories": "cs.CL"})
     snapshot.write_text(good + "\n" + good.replace("a b", "a" * (2 << 20)) + "\n")

@@ -308,8 +308,9 @@ class Trainer:
         if bad.item():
             found = checkpoints(self.run_dir)
             kept = f"the last good checkpoint is {found[-1]}" if found else "no checkpoint was written"
-            raise InputError(f"step {self.step + 1}: training loss {loss.item()}, not finite; stopped, the model "
-                             f"not saved ({kept})")
+            value = loss.item()
+            what = f"training loss {value}" if not math.isfinite(value) else "the training loss of another process"
+            raise InputError(f"step {self.step + 1}: {what}, not finite; stopped, the model not saved ({kept})")
 
     def release(self):
         """Unlock the run folder (after the run's last file)."""
