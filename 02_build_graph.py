@@ -241,7 +241,7 @@ def write_topics(args, corpus, outputs, rng_topics, counts):
     return topic_parts
 
 
-TOPIC_LIMITS = {"--topic-min": cli.AT_LEAST_1, "--topic-test": cli.OPEN_SHARE}
+TOPIC_LIMITS = {"--topic-min": cli.AT_LEAST_1, "--topic-test": cli.OPEN_SHARE, "--seed": cli.SEED}
 LINKS_LIMITS = {"--holdout": cli.SHARE, "--val": cli.SHARE, "--per-query": cli.AT_LEAST_1, "--hard": cli.AT_LEAST_0,
                 "--crossref-queries": cli.AT_LEAST_0, "--crossref-min-links": cli.AT_LEAST_1,
                 "--crossref-positives": cli.AT_LEAST_1, "--crossref-negatives": cli.AT_LEAST_0, **TOPIC_LIMITS}
@@ -281,7 +281,7 @@ def add_sentences_arguments(p):
 
 def run_sentences(args):
     from common.data import keysent_splits
-    cli.check(args, {"--test": cli.SHARE, "--val": cli.SHARE})
+    cli.check(args, {"--test": cli.SHARE, "--val": cli.SHARE, "--seed": cli.SEED})
     started = io.now()
     counts = collections.Counter()
     articles = keysent_splits.read_sentences(args.sentences)
@@ -366,7 +366,7 @@ def add_testsets_arguments(p):
 def run_testsets(args):
     """Both data directories inside --out, a folder of this command's own, committed only when both are built."""
     from common.data import testsets
-    cli.check(args, {"--lee-threshold": cli.SHARE})
+    cli.check(args, {"--lee-threshold": cli.SHARE, "--seed": cli.SEED})
     started = io.now()
     parts = {"lee": lambda out: testsets.lee(out, args.lee_threshold),
              "newsgroups": lambda out: testsets.newsgroups(out, args.seed)}

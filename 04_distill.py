@@ -57,7 +57,7 @@ def add_teachers_arguments(p):
 TEACHER_LIMITS = {"--teacher-max-length": cli.AT_LEAST_1, "--batch-size": cli.AT_LEAST_1,
                   "--pv-vector-size": cli.AT_LEAST_1, "--pv-min-count": cli.AT_LEAST_1, "--pv-window": cli.AT_LEAST_1,
                   "--pv-negative": cli.AT_LEAST_1, "--pv-epochs": cli.AT_LEAST_1,
-                  "--pv-max-vocab-size": cli.AT_LEAST_1, "--pv-workers": cli.AT_LEAST_1}
+                  "--pv-max-vocab-size": cli.AT_LEAST_1, "--pv-workers": cli.AT_LEAST_1, "--seed": cli.SEED}
 
 
 def run_teachers(args):

@@ -196,7 +196,8 @@ def evaluate_documents(args, outputs, wanted):
 
 
 def run_evaluate(args):
-    cli.check(args, {"--max-length": cli.AT_LEAST_1, "--batch-size": cli.AT_LEAST_1, "--head-epochs": cli.AT_LEAST_1})
+    cli.check(args, {"--max-length": cli.AT_LEAST_1, "--batch-size": cli.AT_LEAST_1, "--head-epochs": cli.AT_LEAST_1,
+                     "--seed": cli.SEED})
     _check_names(args)
     if not os.path.isdir(args.data):
         raise InputError(f"{args.data}: no such data directory")

@@ -28,6 +28,7 @@ OPEN_SHARE = ("a share strictly between 0 and 1", lambda v: 0 < v < 1)
 AT_LEAST_1 = ("at least 1", lambda v: v >= 1)
 AT_LEAST_0 = ("at least 0", lambda v: v >= 0)
 POSITIVE = ("a positive number", lambda v: 0 < v < float("inf"))
+SEED = ("between 0 and 2**32 - 1 (NumPy's seed range)", lambda v: 0 <= v < 2 ** 32)
 NON_NEGATIVE = ("a finite number of at least 0", lambda v: 0 <= v < float("inf"))
 
 

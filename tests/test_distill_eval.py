@@ -73,7 +73,8 @@ def test_an_empty_classification_split_is_one_line(tmp_path):
                            "more documents"
 
 
-def test_testsets_refuse_a_foreign_folder_and_an_impossible_threshold(tmp_path):
+def test_testsets_refuse_a_foreign_folder_and_an_impossible_threshold_and_commit_both_parts_or_neither(
+        tmp_path, monkeypatch):
     spec = importlib.util.spec_from_file_location("graph_script", os.path.join(ROOT, "02_build_graph.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -87,3 +88,10 @@ def test_testsets_refuse_a_foreign_folder_and_an_impossible_threshold(tmp_path):
             module.main(["testsets", "--out", str(tmp_path / "t"), "--lee-threshold", value])
         assert str(e.value) == f"--lee-threshold {float(value)}: must be a share between 0 and 1"
     assert sorted(os.listdir(tmp_path)) == ["notes.txt"]
+
+    def unreadable(out, seed):
+        raise io.InputError("mini_newsgroup: unreadable")
+    monkeypatch.setattr(testsets, "newsgroups", unreadable)
+    with pytest.raises(io.InputError):
+        module.main(["testsets", "--out", str(tmp_path / "t")])
+    assert [(d, f) for d, _, f in os.walk(tmp_path / "t") if f] == []  # lee was built, but not committed

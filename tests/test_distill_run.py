@@ -162,6 +162,7 @@ def test_teacher_values_that_cannot_train_are_refused_when_read(teach, tiny_mode
     ("teachers", "--pv-window", "0", "--pv-window 0: must be at least 1"),
     ("teachers", "--teacher-max-length", "0", "--teacher-max-length 0: must be at least 1"),
     ("teachers", "--pv-vector-size", "0", "--pv-vector-size 0: must be at least 1"),
+    ("teachers", "--seed", "-1", "--seed -1: must be between 0 and 2**32 - 1 (NumPy's seed range)"),
     ("train", "--lambda", "nan", "--lambda nan: must be a share between 0 and 1"),
     ("train", "--gamma", "nan", "--gamma nan: must be a finite number of at least 0"),
     ("train", "--student-projection", "16x0",

@@ -99,6 +99,8 @@ def parse(argv, description, names, fixed=None):
             setattr(args, key, value)
     cls.complete_args(args)
     cli.check(args, {**LIMITS, **cls.limits})  # settings that cannot train are refused before anything loads
+    for seed in args.seeds or ():
+        cli.check(argparse.Namespace(seeds=seed), {"--seeds": cli.SEED})
     return args
 
 
@@ -106,7 +108,7 @@ LIMITS = {"--batch-size": cli.AT_LEAST_1, "--grad-accum": cli.AT_LEAST_1, "--epo
           "--max-length": cli.AT_LEAST_1, "--log-every": cli.AT_LEAST_1, "--length-groups": cli.AT_LEAST_1,
           "--lr": cli.POSITIVE, "--max-steps": cli.AT_LEAST_0, "--eval-every": cli.AT_LEAST_0,
           "--checkpoint-every": cli.AT_LEAST_0, "--keep": cli.AT_LEAST_0, "--length-buckets": cli.AT_LEAST_0,
-          "--clip": cli.AT_LEAST_0, "--weight-decay": cli.AT_LEAST_0, "--warmup": cli.AT_LEAST_0}
+          "--clip": cli.AT_LEAST_0, "--weight-decay": cli.AT_LEAST_0, "--warmup": cli.AT_LEAST_0, "--seed": cli.SEED}
 
 
 def data_fingerprint(name, data_dir):
