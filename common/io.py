@@ -191,9 +191,8 @@ class Outputs:
 
     With ``script``, the folder is that script's own: it is locked for the run (a second run on it is refused),
     a non-empty folder is refused unless its manifest.json comes from the same script (and ``command``, where the
-    script has several), and once the new files are
-    in place, those the previous manifest lists and this run did not write again are removed (with temporaries
-    a killed run left), so no stale file outlives its run.
+    script has several), and once the new files are in place, those the previous manifest lists and this run did
+    not write again are removed (with temporaries a killed run left), so no stale file outlives its run.
     """
 
     def __init__(self, directory, script=None, command=None):
