@@ -70,6 +70,7 @@ def parse_args(argv=None):
     sentences.add_argument("--splitter", choices=("punkt", "punkt-english"), default="punkt",
                            help="untrained Punkt (needs no data) or NLTK's pretrained English Punkt (needs punkt_tab "
                                 "data installed)")
+    cli.add_max_line(sentences)
 
     arxiv = sub.add_parser("arxiv", formatter_class=cli.HelpFormatter,
                            help="arXiv metadata snapshot → articles.jsonl",
@@ -79,6 +80,7 @@ def parse_args(argv=None):
     arxiv.add_argument("--out", required=True, help="output directory (articles.jsonl, manifest.json)")
     arxiv.add_argument("--categories", default="",
                        help="comma-separated category prefixes to keep, e.g. 'cs.,stat.ML' (empty: all papers)")
+    cli.add_max_line(arxiv)
     return parser.parse_args(argv)
 
 
@@ -134,6 +136,8 @@ def run_arxiv(args):
 
 def main(argv=None):
     args = parse_args(argv)
+    if hasattr(args, "max_line_mb"):
+        cli.set_max_line(args)
     {"wiki": run_wiki, "sentences": run_sentences, "arxiv": run_arxiv}[args.command](args)
 
 

@@ -31,6 +31,7 @@ from common.pool import Background
 
 def add_links_arguments(parser):
     parser.add_argument("--articles", required=True, help="articles.jsonl from 01_extract.py (CONTRACT.md)")
+    cli.add_max_line(parser)
     parser.add_argument("--out", required=True, help="data directory to write")
     parser.add_argument("--seed", type=int, default=42, help="seed for splits and sampling")
     parser.add_argument("--holdout", type=float, default=0.2,
@@ -243,7 +244,7 @@ def write_topics(args, corpus, outputs, rng_topics, counts):
     return topic_parts
 
 
-TOPIC_LIMITS = {"--topic-min": cli.AT_LEAST_1, "--topic-test": cli.OPEN_SHARE}
+TOPIC_LIMITS = {"--topic-min": cli.AT_LEAST_1, "--topic-test": cli.OPEN_SHARE, "--seed": cli.SEED}
 LINKS_LIMITS = {"--holdout": cli.SHARE, "--val": cli.SHARE, "--per-query": cli.AT_LEAST_1, "--hard": cli.AT_LEAST_0,
                 "--crossref-queries": cli.AT_LEAST_0, "--crossref-min-links": cli.AT_LEAST_1,
                 "--crossref-positives": cli.AT_LEAST_1, "--crossref-negatives": cli.AT_LEAST_0, **TOPIC_LIMITS}
@@ -256,7 +257,7 @@ def run_graph(args):
         raise io.InputError(f"--hard {args.hard} exceeds --per-query {args.per_query}")
     started = io.now()
     counts = collections.Counter()
-    with io.Outputs(args.out, __file__) as outputs:
+    with io.Outputs(args.out, __file__, args.command) as outputs:
         with outputs.open("docs.jsonl", "wb") as docs:
             corpus = graph.read_articles(args.articles, docs, counts)
         build_graph(args, corpus, outputs, counts)
@@ -273,6 +274,7 @@ def run_graph(args):
 
 def add_sentences_arguments(p):
     p.add_argument("--sentences", required=True, help="sentences.jsonl from 01_extract.py sentences")
+    cli.add_max_line(p)
     p.add_argument("--out", required=True, help="data directory to write")
     p.add_argument("--test", type=float, default=0.2, help="share of articles held out for testing (thesis)")
     p.add_argument("--val", type=float, default=0.25,
@@ -282,12 +284,15 @@ def add_sentences_arguments(p):
 
 def run_sentences(args):
     from common.data import keysent_splits
-    cli.check(args, {"--test": cli.SHARE, "--val": cli.SHARE})
+    cli.check(args, {"--test": cli.SHARE, "--val": cli.SHARE, "--seed": cli.SEED})
     started = io.now()
     counts = collections.Counter()
     articles = keysent_splits.read_sentences(args.sentences)
-    with io.Outputs(args.out, __file__) as outputs:
-        splits = keysent_splits.split_articles(articles, args.test, args.val, args.seed)
+    splits = keysent_splits.split_articles(articles, args.test, args.val, args.seed)
+    refuse_empty_splits(args.sentences, len(articles), "articles",
+                        {part: len(splits[part]) for part in keysent_splits.PARTS},
+                        {"test": args.test, "val": args.val, "train": 1})
+    with io.Outputs(args.out, __file__, args.command) as outputs:
         keysent_splits.write_splits(splits, outputs, counts)
         outputs.write_manifest(io.manifest(__file__, args, started, inputs=[args.sentences], counts=dict(counts),
                                            seed=args.seed))
@@ -295,8 +300,19 @@ def run_sentences(args):
           f"sentences {counts['sentences_train']}/{counts['sentences_val']}/{counts['sentences_test']} → {args.out}")
 
 
+def refuse_empty_splits(source, total, what, sizes, shares):
+    """A split that a non-zero share asks for but that rounds down to nothing (a corpus too small for it) is
+    refused, naming it: 05 could not evaluate on it."""
+    empty = [part for part, n in sizes.items() if n == 0 and shares[part] > 0]
+    if empty:
+        found = ", ".join(f"{part} {n}" for part, n in sizes.items())
+        raise io.InputError(f"{source}: {total} {what} leave the {' and '.join(empty)} split(s) empty ({found}); "
+                            f"give more {what} or other shares")
+
+
 def add_retrieval_arguments(p):
     p.add_argument("--articles", required=True, help="articles.jsonl from 01_extract.py (e.g. 01_extract.py arxiv)")
+    cli.add_max_line(p)
     p.add_argument("--out", required=True, help="data directory to write")
     p.add_argument("--test", type=float, default=0.1, help="share of papers whose title is a test query")
     p.add_argument("--val", type=float, default=0.1,
@@ -311,15 +327,21 @@ def add_retrieval_arguments(p):
 def run_retrieval(args):
     from common.data import retrieval
     cli.check(args, {"--test": cli.SHARE, "--val": cli.SHARE, **TOPIC_LIMITS})
+    if args.test + args.val >= 1:
+        raise io.InputError(f"--test {args.test} and --val {args.val}: both are shares of all papers and must leave "
+                            "some for training (sum below 1)")
     _caps(args.topic_cap)
     started = io.now()
     counts = collections.Counter()
-    with io.Outputs(args.out, __file__) as outputs:
+    with io.Outputs(args.out, __file__, args.command) as outputs:
         with outputs.open("docs.jsonl", "wb") as docs:
             corpus = graph.read_articles(args.articles, docs, counts)
         rng_split, rng_topics = (np.random.default_rng(s) for s in np.random.SeedSequence(args.seed).spawn(2))
         index = {doc: i for i, doc in enumerate(corpus.ids)}
         split = retrieval.split_papers(corpus.n, args.test, args.val, rng_split)
+        refuse_empty_splits(args.articles, corpus.n, "papers",
+                            {name: int((split == code).sum()) for code, name in enumerate(retrieval.SPLITS)},
+                            {"train": 1, "val": args.val, "test": args.test})
         with outputs.open("splits.json") as f:
             f.write(io.dumps_line({name: [corpus.ids[i] for i in np.flatnonzero(split == code).tolist()]
                                    for code, name in enumerate(retrieval.SPLITS)}))
@@ -345,15 +367,23 @@ def add_testsets_arguments(p):
 
 
 def run_testsets(args):
+    """Both data directories inside --out, a folder of this command's own, committed only when both are built."""
     from common.data import testsets
+    cli.check(args, {"--lee-threshold": cli.SHARE, "--seed": cli.SEED})
     started = io.now()
-    for name, build in (("lee", lambda out: testsets.lee(out, args.lee_threshold)),
-                        ("newsgroups", lambda out: testsets.newsgroups(out, args.seed))):
-        directory = os.path.join(args.out, name)
-        with io.Outputs(directory, __file__) as outputs:
+    parts = {"lee": lambda out: testsets.lee(out, args.lee_threshold),
+             "newsgroups": lambda out: testsets.newsgroups(out, args.seed)}
+    with contextlib.ExitStack() as stack:
+        top = stack.enter_context(io.Outputs(args.out, __file__, args.command))
+        done = []
+        for name, build in parts.items():
+            directory = os.path.join(args.out, name)
+            outputs = stack.enter_context(io.Outputs(directory, __file__, args.command))
             counts = build(outputs)
             outputs.write_manifest(io.manifest(__file__, args, started, counts=counts, seed=args.seed))
-        print(f"{name}: {', '.join(f'{k} {v}' for k, v in counts.items())} → {directory}")
+            done.append(f"{name}: {', '.join(f'{k} {v}' for k, v in counts.items())} → {directory}")
+        top.write_manifest(io.manifest(__file__, args, started, seed=args.seed, parts=list(parts)))
+    print("\n".join(done))
 
 
 COMMANDS = {

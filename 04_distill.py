@@ -15,12 +15,11 @@ Transformers").
 """
 
 import os
-import shutil
 import sys
 
 from common import cli, io
 from common.io import InputError
-from common.models.batching import add_batch_arguments
+from common.models.batching import BATCH_LIMITS, add_batch_arguments
 
 PV_PRESETS = {  # the thesis's chosen Paragraph-Vector configurations (Tab. 4.5, §5.1.2)
     "dm-100d": {"pv": "dm", "pv_vector_size": 100, "pv_preprocess": "lowercase"},
@@ -56,6 +55,12 @@ def add_teachers_arguments(p):
     p.add_argument("--seed", type=int, default=42, help="seed of Doc2Vec training and inference")
 
 
+TEACHER_LIMITS = {"--teacher-max-length": cli.AT_LEAST_1, **BATCH_LIMITS,
+                  "--pv-vector-size": cli.AT_LEAST_1, "--pv-min-count": cli.AT_LEAST_1, "--pv-window": cli.AT_LEAST_1,
+                  "--pv-negative": cli.AT_LEAST_1, "--pv-epochs": cli.AT_LEAST_1,
+                  "--pv-max-vocab-size": cli.AT_LEAST_1, "--pv-workers": cli.AT_LEAST_1, "--seed": cli.SEED}
+
+
 def run_teachers(args):
     from tqdm import tqdm
 
@@ -66,6 +71,7 @@ def run_teachers(args):
     for key, value in PV_PRESETS[args.pv_preset].items():
         if getattr(args, key) is None:
             setattr(args, key, value)
+    cli.check(args, TEACHER_LIMITS)
     preprocess = tuple(args.pv_preprocess.split(","))
     if any(p not in PREPROCESS for p in preprocess) or len(preprocess) not in (1, len(args.pv.split("+"))):
         raise InputError(f"--pv-preprocess {args.pv_preprocess!r}: one of {', '.join(PREPROCESS)} for each "
@@ -75,8 +81,7 @@ def run_teachers(args):
     started = io.now()
     docs = Documents(args.data)
     counts = {"documents": len(docs.ids)}
-    pv_dir = os.path.join(args.out, "pv")
-    with io.Outputs(args.out) as outputs:
+    with io.Outputs(args.out, __file__) as outputs:
         with tqdm(total=len(docs.ids), desc="structural teacher", unit=" docs", mininterval=1.0) as bar:
             vectors, lengths, max_length = teachers.structural_teacher(
                 outputs, docs, args.teacher, args.teacher_max_length, args.batch_size, args.batch_tokens, bar)
@@ -90,14 +95,10 @@ def run_teachers(args):
         with tqdm(total=len(texts), desc="contextual teacher", unit=" docs", mininterval=1.0) as bar:
             contextual = pv.embed(texts, bar)
         teachers.write_rows(outputs, teachers.CONTEXTUAL, contextual, docs.ids)
-        shutil.rmtree(pv_dir + ".tmp", ignore_errors=True)
-        pv.save(pv_dir + ".tmp")  # moved into place with the other files
+        pv.save(outputs.tmp_dir("pv"))  # moved into place with the other files
         counts["pv_vocabulary"] = {kind: len(m.wv) for kind, m in pv.models.items()}
-        with outputs.open("manifest.json") as f:
-            f.write(io.dumps_line(io.manifest(__file__, args, started, inputs=[os.path.join(args.data, "docs.jsonl")],
-                                              counts=counts, seed=args.seed, reproducible=args.pv_workers == 1)))
-    shutil.rmtree(pv_dir, ignore_errors=True)
-    os.replace(pv_dir + ".tmp", pv_dir)
+        outputs.write_manifest(io.manifest(__file__, args, started, inputs=[os.path.join(args.data, "docs.jsonl")],
+                                           counts=counts, seed=args.seed, reproducible=args.pv_workers == 1))
     print(f"{len(docs.ids)} documents: structural {vectors.shape[1]}d ({counts['longer_than_teacher']} longer than "
           f"its {max_length} tokens), contextual {contextual.shape[1]}d ({counts['pv_documents_chunked']} documents "
           f"over {10_000:,} words, inferred in chunks) → {args.out}")
@@ -116,18 +117,25 @@ def run_train(argv):
 
 
 def add_convert_arguments(p):
-    p.add_argument("--model", required=True, help="a BERT or RoBERTa model (hub name or folder)")
+    p.add_argument("--model", required=True,
+                   help="a BERT or RoBERTa model (hub name or folder; architectures: bert, roberta, xlm-roberta, "
+                        "camembert)")
     p.add_argument("--out", required=True, help="folder for the Longformer (Hugging Face + sentence-transformers)")
     p.add_argument("--max-length", type=int, default=4096, help="tokens the Longformer reads (Longformer paper)")
     p.add_argument("--window", type=int, default=512, help="sliding attention window in every layer (Longformer)")
 
 
 def run_convert(args):
+    # 2^17 tokens: 16 times Longformer's own 4096 and 32 times its largest published window; the position table
+    # alone grows by hidden size × this many floats
+    cli.check(args, {"--max-length": cli.between(1, 1 << 17), "--window": cli.between(2, 1 << 17)})
+    if args.window % 2:
+        raise InputError(f"--window {args.window}: must be an even number")
     from common.models.encoder import Encoder
-    from common.models.longformer import convert_to_longformer
-    from common.models.saving import save_model
-    if args.window % 2 or args.window <= 0:
-        raise InputError(f"--window {args.window}: a positive even number")
+    from common.models.longformer import check_convertible, convert_to_longformer
+    from common.models.saving import check_replaceable, save_model
+    check_replaceable(args.out)
+    check_convertible(args.model)
     model, tokenizer = convert_to_longformer(args.model, args.max_length, args.window)
     # mean pooling, not normalised: the student's pooling in the thesis
     save_model(Encoder(model, "mean", False), tokenizer, args.out, args.max_length,

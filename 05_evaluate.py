@@ -153,6 +153,11 @@ def evaluate_documents(args, outputs, wanted):
     topic_rows = {level: wikispecter.read_topics(args.data, level, index) for level in levels}
     classify_splits = {task: [classify.read_split(p, index) for p in paths]
                        for task, paths in classify.splits(args.data).items()} if "classify" in wanted else {}
+    for task, (train, test) in classify_splits.items():
+        unseen = sorted(set(test[1]) - set(train[1]))
+        if unseen:
+            print(f"note: {task}: {len(unseen)} test label(s) never seen in training ({', '.join(unseen[:5])}); "
+                  "their documents can only be misclassified")
     similar = similarity.read(args.data, index) if "similarity" in wanted else (None, None)
     counts = {"documents": len(docs.ids), "crossref_queries": len(qrels)}
     metrics, embeddings, predictions, written = {}, {}, {}, []
@@ -194,7 +199,8 @@ def evaluate_documents(args, outputs, wanted):
 
 
 def run_evaluate(args):
-    cli.check(args, {"--max-length": cli.AT_LEAST_1, "--head-epochs": cli.AT_LEAST_1, **BATCH_LIMITS})
+    cli.check(args, {"--max-length": cli.AT_LEAST_1, "--head-epochs": cli.AT_LEAST_1, "--seed": cli.SEED,
+                     **BATCH_LIMITS})
     _check_names(args)
     if not os.path.isdir(args.data):
         raise InputError(f"{args.data}: no such data directory")
@@ -245,6 +251,7 @@ def run_evaluate(args):
 def add_extract_arguments(p):
     p.add_argument("--model", required=True, help="a model trained with --objective contrastive or cosine")
     p.add_argument("--input", required=True, help="JSONL of {id, text} (HTML and LaTeX are cleaned)")
+    cli.add_max_line(p)
     p.add_argument("--out", required=True, help="JSONL to write: {id, key_sentences: [{text, score, start, end}]}")
     p.add_argument("--top", type=int, default=1, help="sentences per article, best first")
     p.add_argument("--threshold", type=float, default=None, help="keep only sentences scoring at least this")
@@ -256,7 +263,11 @@ def add_extract_arguments(p):
 
 def run_extract(args):
     from common.eval.keysent import extract
-    cli.check(args, {"--top": cli.AT_LEAST_1, "--batch-size": cli.AT_LEAST_1})
+    cli.check(args, {"--top": cli.AT_LEAST_1, "--batch-size": cli.AT_LEAST_1, "--threshold": cli.between(-1, 1)})
+    if os.path.isdir(args.out):
+        raise InputError(f"{args.out}: is a directory; --out names the JSONL file to write")
+    if os.path.isfile(args.input) and os.path.exists(args.out) and os.path.samefile(args.input, args.out):
+        raise InputError(f"{args.out}: is the --input file; write the key sentences to another file")
     return extract(args)
 
 

@@ -5,6 +5,7 @@ import os
 import signal
 import sys
 
+from common import io
 from common.io import InputError, Preempted
 
 
@@ -27,13 +28,32 @@ OPEN_SHARE = ("a share strictly between 0 and 1", lambda v: 0 < v < 1)
 AT_LEAST_1 = ("at least 1", lambda v: v >= 1)
 AT_LEAST_0 = ("at least 0", lambda v: v >= 0)
 POSITIVE = ("a positive number", lambda v: 0 < v < float("inf"))
+SEED = ("between 0 and 2**32 - 1 (NumPy's seed range)", lambda v: 0 <= v < 2 ** 32)
+NON_NEGATIVE = ("a finite number of at least 0", lambda v: 0 <= v < float("inf"))
+
+
+def between(low, high):
+    return (f"between {low} and {high}", lambda v: low <= v <= high)
+
+
+def add_max_line(p):
+    """``--max-line-mb``, for commands that read JSONL from outside the pipeline."""
+    p.add_argument("--max-line-mb", type=int, default=io.MAX_LINE_BYTES >> 20,
+                   help="refuse a JSONL line longer than this (a line is held whole in memory while read)")
+
+
+def set_max_line(args):
+    check(args, {"--max-line-mb": AT_LEAST_1})
+    io.MAX_LINE_BYTES = args.max_line_mb << 20
 
 
 def check(args, limits):
-    """Refuse settings that cannot work before any work starts: ``limits`` maps a flag to one of the ranges above
-    (an unset optional flag, None, is not checked; NaN is in no range)."""
+    """Refuse settings that cannot work before any work starts: ``limits`` maps a flag (or ``(flag, dest)`` where
+    argparse stores it under another name) to one of the ranges above (an unset optional flag, None, is not
+    checked; NaN is in no range)."""
     for flag, (what, ok) in limits.items():
-        value = getattr(args, flag.lstrip("-").replace("-", "_"))
+        flag, dest = flag if isinstance(flag, tuple) else (flag, flag.lstrip("-").replace("-", "_"))
+        value = getattr(args, dest)
         if value is not None and not ok(value):
             raise InputError(f"{flag} {value}: must be {what}")
 
@@ -52,6 +72,8 @@ def dispatch(description, commands, argv, default=None):
     if default and (not argv or (argv[0] not in commands and argv[0] not in ("-h", "--help"))):
         argv.insert(0, default)
     args = top.parse_args(argv)
+    if hasattr(args, "max_line_mb"):
+        set_max_line(args)
     return commands[args.command][2](args)
 
 

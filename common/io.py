@@ -2,11 +2,13 @@
 
 import datetime
 import errno
+import fcntl
 import gzip
 import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import zlib
@@ -54,14 +56,22 @@ def open_input(path, mode="r"):
         raise InputError(f"{path}: {e.strerror}") from None
 
 
+# the longest JSONL line read (``--max-line-mb``): a line is held whole while parsed, and a file without newlines
+# (a wrong file, /dev/zero) would otherwise be read into memory entire
+MAX_LINE_BYTES = 64 << 20
+
+
 def read_jsonl(path, required=()):
     """Yield ``(line_number, object)`` for each non-empty line of a plain or gzip file; any defect, a truncated
-    compressed file included, names ``path:line``."""
+    compressed file or a line longer than ``MAX_LINE_BYTES`` included, names ``path:line``."""
     loads = orjson.loads
+    limit = MAX_LINE_BYTES
     lineno = 0
     with open_input(path, "rb") as f:
         try:
-            for lineno, raw in enumerate(f, 1):
+            for lineno, raw in enumerate(iter(lambda: f.readline(limit + 1), b""), 1):
+                if len(raw) > limit and raw[-1:] != b"\n":
+                    raise InputError(f"{path}:{lineno}: line longer than {limit >> 20} MB (--max-line-mb)")
                 try:
                     obj = loads(raw)
                 except orjson.JSONDecodeError as e:
@@ -102,24 +112,97 @@ def json_bytes(value):
     return bytes(memoryview(orjson.dumps(value)))
 
 
+LOCK = ".lock"  # held (fcntl.flock) by the run writing a folder; removed when it ends
+
+
+class FolderLock:
+    """An advisory lock on an output folder for as long as one run writes it, so that a second run on the same
+    folder is refused instead of interleaving its files with the first's. The lock file holds the owner's process
+    id, for the error message, and is removed on release (a file left by a killed run is simply taken over)."""
+
+    def __init__(self, directory):
+        self.directory, self.path, self.fd = directory, os.path.join(directory, LOCK), None
+
+    def acquire(self):
+        while True:
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            except OSError as e:
+                raise InputError(f"{self.path}: cannot be opened as a lock file: {e.strerror}") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                owner = os.read(fd, 32).decode("ascii", "replace").strip()
+                os.close(fd)
+                raise InputError(f"{self.directory}: in use by another run (process {owner or 'unknown'}); wait "
+                                 "for it to end or give another folder") from None
+            try:
+                same = os.path.samestat(os.fstat(fd), os.lstat(self.path))
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)  # the previous owner removed the file between our open and our lock: lock the new one
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self.fd = fd
+        return self
+
+    def release(self):
+        if self.fd is None:
+            return
+        try:
+            os.remove(self.path)
+        except OSError:
+            pass
+        os.close(self.fd)
+        self.fd = None
+
+    def __enter__(self):
+        return self.acquire()
+
+    def __exit__(self, *exc):
+        self.release()
+        return False
+
+
+def remove_entry(path):
+    """Remove a file, a symbolic link (never what it points to) or a real directory tree; absent is fine."""
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
+    except FileNotFoundError:
+        pass
+
+
 class Outputs:
     """All files of one output directory, committed together.
 
     Each ``open`` writes to ``name.tmp``; leaving the ``with`` block normally renames every file to its final
     name (the manifest last), while an exception removes the temporaries, so a crash never leaves a partial
-    file under a final name. A folder that cannot be made or written (an existing file, no permission, a full disk)
-    is an InputError naming it.
+    file under a final name. A folder that cannot be made or written (an existing file, no permission, a full
+    disk, any failing file operation) is an InputError naming it, one line.
 
-    With ``script``, the folder is that script's own: a non-empty folder is refused unless its manifest.json comes
-    from the same script, and once the new files are in place, those the previous manifest lists and this run did
+    Nothing is written, replaced or removed through a symbolic link inside the folder: a temporary name that is
+    a link is removed (not followed) before the file is created with ``O_NOFOLLOW``, and a name whose parent
+    folder is a link, or resolves outside the folder, is refused.
+
+    With ``script``, the folder is that script's own: it is locked for the run (a second run on it is refused),
+    a non-empty folder is refused unless its manifest.json comes from the same script (and ``command``, where the
+    script has several), and once the new files are in place, those the previous manifest lists and this run did
     not write again are removed (with temporaries a killed run left), so no stale file outlives its run.
     """
 
-    def __init__(self, directory, script=None):
-        self.directory = directory
+    def __init__(self, directory, script=None, command=None):
+        self.directory = os.fspath(directory)
         self.script = script and os.path.basename(script)
+        self.command = command
         self._files = {}
+        self._dirs = set()
         self._previous = []
+        self._lock = None
 
     def __enter__(self):
         if os.path.exists(self.directory) and not os.path.isdir(self.directory):
@@ -131,25 +214,35 @@ class Outputs:
         if not os.access(self.directory, os.W_OK | os.X_OK):
             raise InputError(f"{self.directory}: not writable")
         if self.script:
-            self._claim()
+            self._lock = FolderLock(self.directory).acquire()
+            try:
+                self._claim()
+            except BaseException:
+                self._lock.release()
+                raise
         return self
 
     def _claim(self):
         """Refuse a folder that is not this script's; note what its previous run wrote."""
-        names = [n for n in os.listdir(self.directory) if not n.endswith(".tmp")]
+        names = [n for n in os.listdir(self.directory) if not n.endswith(".tmp") and n != LOCK]
         if not names:
             return
         if "manifest.json" not in names:
             raise InputError(f"{self.directory}: not empty and not an output folder of this project (no "
                              "manifest.json); give a new or empty folder")
         try:
-            previous = read_json_or_empty(os.path.join(self.directory, "manifest.json"))
-        except (OSError, ValueError):
+            previous = read_json_or_empty(self.path("manifest.json"))
+        except (OSError, ValueError, InputError):
             previous = {}
         if not isinstance(previous, dict) or previous.get("script") != self.script:
             owner = previous.get("script") if isinstance(previous, dict) else None
             raise InputError(f"{self.directory}: holds the output of {owner or 'another program'}; {self.script} "
                              "writes to a folder of its own")
+        previous_command = (previous.get("args") or {}).get("command") if isinstance(previous.get("args"), dict) \
+            else None
+        if self.command and previous_command and previous_command != self.command:
+            raise InputError(f"{self.directory}: holds the output of {self.script} {previous_command}; "
+                             f"{self.script} {self.command} writes to a folder of its own")
         self._previous = [n for n in previous.get("files", []) if isinstance(n, str)]
 
     def write_manifest(self, manifest):
@@ -164,20 +257,40 @@ class Outputs:
         leftovers = [n for n in os.listdir(self.directory) if n.endswith(".tmp")]
         for name in sorted(stale) + leftovers:
             try:
-                os.remove(self.path(name))
-            except (OSError, ValueError):  # gone already, or a name no run of ours writes
+                remove_entry(self.path(name))
+            except (OSError, ValueError, InputError):  # a name no run of ours writes, or one that leaves the folder
                 pass
 
     def path(self, name):
+        """``name`` inside the folder; a name that would leave it, by its text or through a symbolic link on the
+        way, is refused."""
         if os.path.isabs(name) or ".." in name.replace("\\", "/").split("/"):  # names pass safe_name first
             raise ValueError(f"{name!r} would leave {self.directory}")
-        return os.path.join(self.directory, name)
+        path = os.path.join(self.directory, name)
+        parent = os.path.dirname(path)
+        root, resolved = os.path.realpath(self.directory), os.path.realpath(parent)
+        through_link = any(os.path.islink(os.path.join(self.directory, *name.split("/")[:k]))
+                           for k in range(1, name.count("/") + 1))
+        if through_link or (resolved != root and not resolved.startswith(root + os.sep)):
+            raise InputError(f"{self.directory}: {name} would be written through a symbolic link; remove the link")
+        return path
+
+    def _fresh_tmp(self, name):
+        """``name.tmp``, its parent folder made and any file or link of that name removed first."""
+        try:
+            tmp = self.path(name) + ".tmp"
+            os.makedirs(os.path.dirname(tmp), exist_ok=True)
+            self.path(name)  # made folders are checked again
+            remove_entry(tmp)
+        except OSError as e:
+            raise InputError(f"{self.directory}: cannot write {name}: {e.strerror}") from None
+        return tmp
 
     def open(self, name, mode="w"):
-        tmp = self.path(name) + ".tmp"
+        tmp = self._fresh_tmp(name)
         try:
-            os.makedirs(os.path.dirname(tmp), exist_ok=True)
-            f = open(tmp, mode, encoding=None if "b" in mode else "utf-8")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+            f = os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8")
         except OSError as e:
             raise InputError(f"{self.directory}: cannot write {name}: {e.strerror}") from None
         self._files[name] = f
@@ -185,32 +298,46 @@ class Outputs:
 
     def tmp_path(self, name):
         """A temporary path for writers that want a file name (numpy, matplotlib); committed like the others."""
+        tmp = self._fresh_tmp(name)
         self._files[name] = None
-        return self.path(name) + ".tmp"
+        return tmp
+
+    def tmp_dir(self, name):
+        """A temporary folder for writers that save a folder (gensim's models); it replaces the folder ``name`` on
+        commit."""
+        tmp = self.tmp_path(name)
+        self._dirs.add(name)
+        return tmp
 
     def __exit__(self, exc_type, exc, tb):
         try:
-            for f in self._files.values():
-                if f is not None and not f.closed:
-                    f.close()  # flushes: a full disk may show only here
-            if exc_type is None:
-                for name in sorted(self._files, key=lambda n: n == "manifest.json"):
-                    os.replace(self.path(name) + ".tmp", self.path(name))
-                if self.script:
-                    self._remove_stale()
-                return False
-        except OSError as e:
-            exc = e
-        for name in self._files:
             try:
-                os.remove(self.path(name) + ".tmp")
-            except OSError:
-                pass
-        if isinstance(exc, OSError) and exc.errno in _WRITE_ERRNOS:
-            raise InputError(f"{self.directory}: cannot write: {exc.strerror}") from None
-        if exc is not None and exc_type is None:
-            raise exc
-        return False
+                for f in self._files.values():
+                    if f is not None and not f.closed:
+                        f.close()  # flushes: a full disk may show only here
+                if exc_type is None:
+                    for name in sorted(self._files, key=lambda n: n == "manifest.json"):
+                        if name in self._dirs:
+                            remove_entry(self.path(name))
+                        os.replace(self.path(name) + ".tmp", self.path(name))
+                    if self.script:
+                        self._remove_stale()
+                    return False
+            except OSError as e:
+                exc = e
+            for name in self._files:
+                try:
+                    remove_entry(os.path.join(self.directory, name) + ".tmp")
+                except OSError:
+                    pass
+            if isinstance(exc, OSError) and (exc_type is None or exc.errno in _WRITE_ERRNOS):
+                raise InputError(f"{self.directory}: cannot write: {exc.strerror}") from None
+            if exc is not None and exc_type is None:
+                raise exc
+            return False
+        finally:
+            if self._lock is not None:
+                self._lock.release()
 
 
 # what only writing can fail with (reading an input cannot), so it is reported against the output folder

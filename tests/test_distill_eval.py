@@ -62,3 +62,36 @@ def test_the_lee_corpus_becomes_a_similarity_data_directory_that_05_scores(tiny_
     unit = emb / np.linalg.norm(emb, axis=1, keepdims=True)
     expected = spearmanr((unit[pairs[:, 0]] * unit[pairs[:, 1]]).sum(1), scores).statistic
     assert metrics["tiny"]["similarity"]["spearman"] == pytest.approx(expected, abs=1e-6)
+
+
+def test_an_empty_classification_split_is_one_line(tmp_path):
+    index = {f"d{i}": i for i in range(4)}
+    (tmp_path / "classify.x.train.jsonl").write_text("")
+    with pytest.raises(io.InputError) as e:
+        classify.read_split(str(tmp_path / "classify.x.train.jsonl"), index)
+    assert str(e.value) == f"{tmp_path}/classify.x.train.jsonl: no rows (an empty split); rebuild the data with " \
+                           "more documents"
+
+
+def test_testsets_refuse_a_foreign_folder_and_an_impossible_threshold_and_commit_both_parts_or_neither(
+        tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location("graph_script", os.path.join(ROOT, "02_build_graph.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(io.InputError) as e:
+        module.main(["testsets", "--out", str(tmp_path)])
+    assert str(e.value) == f"{tmp_path}: not empty and not an output folder of this project (no manifest.json); " \
+                           "give a new or empty folder"
+    for value in ("-1", "nan"):
+        with pytest.raises(io.InputError) as e:
+            module.main(["testsets", "--out", str(tmp_path / "t"), "--lee-threshold", value])
+        assert str(e.value) == f"--lee-threshold {float(value)}: must be a share between 0 and 1"
+    assert sorted(os.listdir(tmp_path)) == ["notes.txt"]
+
+    def unreadable(out, seed):
+        raise io.InputError("mini_newsgroup: unreadable")
+    monkeypatch.setattr(testsets, "newsgroups", unreadable)
+    with pytest.raises(io.InputError):
+        module.main(["testsets", "--out", str(tmp_path / "t")])
+    assert [(d, f) for d, _, f in os.walk(tmp_path / "t") if f] == []  # lee was built, but not committed

@@ -5,6 +5,7 @@ heads and running covariances, a student sentence-transformers loads, and bad te
 import importlib.util
 import os
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -135,3 +136,92 @@ def test_teacher_files_that_do_not_match_docs_jsonl_are_refused_before_anything_
                       tiny_model, "--out", tmp_path / "run-cli", *TRAIN, check=False)
     assert proc.returncode == 2 and "sbert.ids.txt:1: id 'x'" in one_error_line(proc.stderr)
     assert not (tmp_path / "run-cli").exists()
+
+
+@pytest.mark.parametrize("name, change, message", [
+    ("inf", lambda d: np.save(d / "sbert.npy", np.where(np.arange(32) == 2, np.inf, np.load(d / "sbert.npy"))),
+     "sbert.npy: row 0 (document 'd0') is not finite (60 of 60 rows are not)"),
+    ("nan-row", lambda d: np.save(d / "pv.npy", np.where(np.arange(60)[:, None] == 4, np.nan, np.load(d / "pv.npy"))),
+     "pv.npy: row 4 (document 'd4') is not finite (1 of 60 rows are not)"),
+    ("2-d-lengths", lambda d: np.save(d / "lengths.npy", np.stack([np.load(d / "lengths.npy")] * 2, axis=1)),
+     "lengths.npy: expected one non-negative token count per document, got int64 [60, 2]"),
+])
+def test_teacher_values_that_cannot_train_are_refused_when_read(teach, tiny_model, tiny_data, tmp_path, name, change,
+                                                                message):
+    bad = tmp_path / "teach"
+    shutil.copytree(teach, bad)
+    change(bad)
+    with pytest.raises(InputError) as e:
+        distill()(["train", "--data", str(tiny_data), "--teachers", str(bad), "--model", str(tiny_model), "--out",
+                   str(tmp_path / "run"), *TRAIN])
+    assert str(e.value) == f"{bad}/{message}"
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("command, flag, value, message", [
+    ("teachers", "--pv-window", "0", "--pv-window 0: must be at least 1"),
+    ("teachers", "--teacher-max-length", "0", "--teacher-max-length 0: must be at least 1"),
+    ("teachers", "--pv-vector-size", "0", "--pv-vector-size 0: must be at least 1"),
+    ("teachers", "--seed", "-1", "--seed -1: must be between 0 and 2**32 - 1 (NumPy's seed range)"),
+    ("train", "--lambda", "nan", "--lambda nan: must be a share between 0 and 1"),
+    ("train", "--gamma", "nan", "--gamma nan: must be a finite number of at least 0"),
+    ("train", "--student-projection", "16x0",
+     "--student-projection '16x0': block '0' is not SIZE or SIZE(relu) with a SIZE of at least 1"),
+    ("convert-long", "--max-length", "1000000000", "--max-length 1000000000: must be between 1 and 131072"),
+])
+def test_settings_that_cannot_work_are_refused_before_any_input_is_read(tiny_data, tmp_path, command, flag, value,
+                                                                        message):
+    missing = tmp_path / "missing"  # the teachers and models, never read
+    args = {"teachers": ["--data", missing, "--teacher", missing],
+            "train": ["--data", tiny_data, "--teachers", missing, "--model", missing, *TRAIN],  # data: checked first
+            "convert-long": ["--model", missing]}[command]
+    with pytest.raises(InputError) as e:
+        distill()([command, *map(str, args), "--out", str(tmp_path / "out"), flag, value])
+    assert str(e.value) == message
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_dying_gensim_worker_is_an_error_not_a_wait():
+    with pytest.raises(InputError, match=r"Paragraph Vector \(dm\) training failed in a gensim worker: ValueError"):
+        ParagraphVector.train(["a b c d e f"] * 5, vector_size=4, window=0, min_count=1, epochs=1)
+    with pytest.raises(InputError, match="--pv-min-count 50: no word occurs that often"):
+        ParagraphVector.train(["a b c d e f"] * 5, vector_size=4, min_count=50, epochs=1)
+
+
+def test_teachers_claim_their_folder_and_convert_long_never_replaces_a_user_folder(tiny_model, tiny_data, tmp_path):
+    from transformers import GPT2Config, GPT2Model
+    with pytest.raises(InputError) as e:
+        distill()(["teachers", "--data", str(tiny_data), "--out", str(tiny_data), "--teacher", str(tiny_model)])
+    assert str(e.value) == f"{tiny_data}: holds the output of 02_build_graph.py; 04_distill.py writes to a folder of " \
+                           "its own"
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    with pytest.raises(InputError) as e:
+        distill()(["convert-long", "--model", str(tiny_model), "--out", str(mine)])
+    assert str(e.value) == f"{mine}: not empty and not a model saved by this project (no docembed.json); give a new " \
+                           "or empty folder"
+    assert os.listdir(mine) == ["notes.txt"]
+    gpt2 = tmp_path / "gpt2"
+    GPT2Model(GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=20)).save_pretrained(gpt2)
+    nowhere = tmp_path / "nowhere"
+    for model, message in ((gpt2, "a gpt2 model; convert-long converts bert, roberta, xlm-roberta, camembert"),
+                           (nowhere, "no such model folder (nor a model in the local Hugging Face cache)")):
+        with pytest.raises(InputError) as e:
+            distill()(["convert-long", "--model", str(model), "--out", str(tmp_path / "long")])
+        assert str(e.value) == f"{model}: {message}"
+    assert not (tmp_path / "long").exists()
+
+
+def test_teachers_stopped_while_saving_paragraph_vector_leave_no_temporary_folder(tiny_model, tiny_data, tmp_path,
+                                                                                 monkeypatch):
+    def stopped(self, directory):
+        os.makedirs(directory)
+        (Path(directory) / "dm.model").write_text("half")
+        raise SystemExit(143)  # what SIGTERM raises under cli.run
+    monkeypatch.setattr(ParagraphVector, "save", stopped)
+    out = tmp_path / "teach"
+    with pytest.raises(SystemExit):
+        distill()(["teachers", "--data", str(tiny_data), "--out", str(out), "--teacher", str(tiny_model),
+                   "--teacher-max-length", "64", "--pv-vector-size", "8", "--pv-epochs", "1", "--pv-min-count", "1"])
+    assert os.listdir(out) == []

@@ -141,3 +141,60 @@ def test_a_folder_that_is_not_this_scripts_own_run_is_refused(tmp_path):
     assert script_error("02_build_graph.py", "--articles", src, "--out", other) == (
         f"error: {other}: holds the output of 01_extract.py; 02_build_graph.py writes to a folder of its own")
     assert sorted(p.name for p in other.iterdir()) == ["articles.jsonl", "manifest.json"]
+
+
+def test_a_folder_in_use_by_another_run_is_refused_and_the_lock_goes_with_the_run(tmp_path, capsys):
+    from common.io import FolderLock
+    src = write_articles(tmp_path)
+    out = tmp_path / "data"
+    out.mkdir()
+    with FolderLock(out):
+        assert script_error("02_build_graph.py", "--articles", src, "--out", out) == \
+            f"error: {out}: in use by another run (process {os.getpid()}); wait for it to end or give another folder"
+        assert sorted(p.name for p in out.iterdir()) == [".lock"]
+    assert ".lock" not in graph(tmp_path, out, ["top"])
+
+
+def test_no_link_inside_an_output_folder_is_followed_and_no_stale_name_leaves_it(tmp_path, capsys):
+    out = tmp_path / "data"
+    graph(tmp_path, out, ["top"])
+    outside_file, outside_dir = tmp_path / "precious.txt", tmp_path / "elsewhere"
+    outside_file.write_text("keep")
+    outside_dir.mkdir()
+    (outside_dir / "file").write_text("keep")
+    (out / "docs.jsonl.tmp").symlink_to(outside_file)
+    (out / "sub").symlink_to(outside_dir)
+    manifest = json.loads((out / "manifest.json").read_text())
+    (out / "manifest.json").write_text(json.dumps({**manifest, "files": manifest["files"] + ["sub/file"]}))
+    graph(tmp_path, out, ["top"])
+    assert outside_file.read_text() == "keep" and (outside_dir / "file").read_text() == "keep"
+    assert not (out / "docs.jsonl.tmp").exists() and (out / "docs.jsonl").stat().st_size > 0
+    with pytest.raises(InputError) as e, Outputs(out) as outputs:
+        outputs.open("sub/new.txt")
+    assert str(e.value) == f"{out}: sub/new.txt would be written through a symbolic link; remove the link"
+    assert sorted(p.name for p in outside_dir.iterdir()) == ["file"]
+
+
+def test_any_failing_output_step_is_a_one_line_error(tmp_path, monkeypatch):
+    src = write_articles(tmp_path)
+    out = tmp_path / "data"
+
+    def refuse(src, dst):
+        raise PermissionError(errno.EACCES, "Permission denied")
+    monkeypatch.setattr(os, "replace", refuse)
+    assert script_error("02_build_graph.py", "--articles", src, "--out", out) == \
+        f"error: {out}: cannot write: Permission denied"
+    assert list(out.iterdir()) == []
+
+
+def test_a_line_longer_than_the_bound_names_file_and_line_without_being_read_whole(tmp_path, monkeypatch):
+    from common import io
+    monkeypatch.setattr(io, "MAX_LINE_BYTES", io.MAX_LINE_BYTES)  # the flag sets it for the process
+    snapshot = tmp_path / "snapshot.json"
+    good = json.dumps({"id": "1", "title": "t", "abstract": "a b", "categories": "cs.CL"})
+    snapshot.write_text(good + "\n" + good.replace("a b", "a" * (2 << 20)) + "\n")
+    assert script_error("01_extract.py", "arxiv", "--input", snapshot, "--out", tmp_path / "out", "--max-line-mb",
+                        "1") == f"error: {snapshot}:2: line longer than 1 MB (--max-line-mb)"
+    assert script_error("01_extract.py", "arxiv", "--input", "/dev/zero", "--out", tmp_path / "out",
+                        "--max-line-mb", "1") == "error: /dev/zero:1: line longer than 1 MB (--max-line-mb)"
+    assert list((tmp_path / "out").iterdir()) == []

@@ -242,3 +242,30 @@ def test_extract_with_a_model_that_does_not_exist_is_a_one_line_error(tmp_path):
     assert script_error("05_evaluate.py", "extract", "--model", tmp_path / "none", "--input", src, "--out",
                         tmp_path / "k.jsonl") == (f"error: {tmp_path / 'none'}: no such model folder, nor a model of "
                                                   "that name in the local Hugging Face cache")
+
+
+def test_a_split_too_small_to_hold_articles_is_refused_and_an_empty_test_split_is_one_line(tiny_model, tmp_path):
+    sentences = tmp_path / "sentences.jsonl"
+    write(sentences, [{"id": f"a{i}", "sentences": ["One.", "Two."], "labels": [1, 0]} for i in range(2)])
+    assert script_error("02_build_graph.py", "sentences", "--sentences", sentences, "--out", tmp_path / "d") == (
+        f"error: {sentences}: 2 articles leave the val and test split(s) empty (train 2, val 0, test 0); give more "
+        "articles or other shares")
+    assert not (tmp_path / "d").exists()
+    data = tmp_path / "data"
+    data.mkdir()
+    for part in ("train", "val", "test"):
+        (data / f"keysent.{part}.jsonl").write_text("" if part == "test" else sentences.read_text())
+    assert script_error("05_evaluate.py", "--data", data, "--model", f"m={tiny_model}", "--out", tmp_path / "eval") == (
+        f"error: {data / 'keysent.test.jsonl'}: no articles (an empty test split); rebuild it with 02_build_graph.py "
+        "sentences from more articles")
+
+
+def test_extract_never_writes_over_its_input_or_onto_a_folder(tiny_model, tmp_path):
+    articles = tmp_path / "new.jsonl"
+    write(articles, [{"id": "a", "text": "One sentence here. Another one there."}])
+    before = articles.read_text()
+    assert script_error("05_evaluate.py", "extract", "--model", tiny_model, "--input", articles, "--out",
+                        articles) == f"error: {articles}: is the --input file; write the key sentences to another file"
+    assert script_error("05_evaluate.py", "extract", "--model", tiny_model, "--input", articles, "--out",
+                        tmp_path) == f"error: {tmp_path}: is a directory; --out names the JSONL file to write"
+    assert articles.read_text() == before and sorted(os.listdir(tmp_path)) == ["new.jsonl"]

@@ -6,6 +6,7 @@ import gzip
 import importlib.util
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -501,3 +502,72 @@ def test_a_second_mlm_run_reads_the_tokenised_texts_from_the_cache_without_token
     for a, b in zip(first, second):
         np.testing.assert_array_equal(a, b)
     assert len(first[2]) == len(texts) + 1 and first[2][-1] == len(first[0]) > 0
+
+
+@pytest.fixture(scope="module")
+def index(tiny_model, paper_data, tmp_path_factory):
+    out = tmp_path_factory.mktemp("index") / "eval"
+    script("05_evaluate.py").main(["--data", str(paper_data), "--model", f"base={tiny_model}", "--out", str(out),
+                                   "--max-length", "32", "--task", "retrieval"])
+    return out
+
+
+@pytest.mark.parametrize("case, expected", [
+    ("half", "base.npy: float32 [30, 32], expected float vectors of the 60 documents of {index}/base.ids.txt"),
+    ("dims", "{index}: its vectors have 16 dimensions, {model} makes 32 (vectors of another model?)"),
+    ("ids", "base.ids.txt: its 1 documents are not the 60 of docs.jsonl (another data directory?)"),
+    ("no-ids", "base.ids.txt: no such file"),
+    ("run-folder", "{index}: not an evaluation directory of 05_evaluate.py (its manifest.json names no NAME=MODEL "
+                   "vectors; a run folder?)"),
+])
+def test_a_saved_index_that_does_not_fit_the_corpus_or_the_model_is_a_one_line_error(tiny_model, paper_data, index,
+                                                                                      tmp_path, case, expected):
+    bad = tmp_path / "eval"
+    shutil.copytree(index, bad)
+    vectors = np.load(bad / "base.npy")
+    if case == "half":
+        np.save(bad / "base.npy", vectors[:30])
+    elif case == "dims":
+        np.save(bad / "base.npy", vectors[:, :16])
+    elif case == "ids":
+        (bad / "base.ids.txt").write_text("p0\n")
+    elif case == "no-ids":
+        os.remove(bad / "base.ids.txt")
+    else:
+        (bad / "manifest.json").write_text(json.dumps({"script": "03_train.py", "args": {"model": str(tiny_model)}}))
+    with pytest.raises(InputError) as e:
+        script("05_evaluate.py").main(["search", "--model", str(tiny_model), "--data", str(paper_data), "--index",
+                                       str(bad), "--max-length", "32", "query"])
+    message = expected.format(index=bad, model=tiny_model)
+    assert str(e.value) == (message if message.startswith(str(bad)) else f"{bad}/{message}")
+
+
+@pytest.mark.parametrize("flag, value", [("--top", "0"), ("--top", "-1"), ("--batch-size", "0"),
+                                         ("--max-length", "0")])
+def test_search_settings_that_cannot_work_are_refused(tiny_model, paper_data, flag, value):
+    with pytest.raises(InputError) as e:
+        script("05_evaluate.py").main(["search", "--model", str(tiny_model), "--data", str(paper_data), flag, value,
+                                       "query"])
+    assert str(e.value) == f"{flag} {value}: must be at least 1"
+
+
+def test_splits_that_round_down_to_nothing_are_refused_and_an_empty_test_split_is_one_line(tmp_path, tiny_model):
+    articles = write_lines(tmp_path / "articles.jsonl", [json.dumps(a) for a in paper_articles(3)])
+    with pytest.raises(InputError) as e:
+        script("02_build_graph.py").main(["retrieval", "--articles", str(articles), "--out", str(tmp_path / "d")])
+    assert str(e.value) == (f"{articles}: 3 papers leave the val and test split(s) empty (train 3, val 0, test 0); "
+                            "give more papers or other shares")
+    with pytest.raises(InputError) as e:
+        script("02_build_graph.py").main(["retrieval", "--articles", str(articles), "--out", str(tmp_path / "d"),
+                                          "--test", "0.7", "--val", "0.7"])
+    assert str(e.value) == "--test 0.7 and --val 0.7: both are shares of all papers and must leave some for " \
+                           "training (sum below 1)"
+    assert list((tmp_path / "d").iterdir()) == []
+    data = tmp_path / "data"
+    script("02_build_graph.py").main(["retrieval", "--articles", str(articles), "--out", str(data), "--test", "0.34",
+                                      "--val", "0.34"])
+    (data / "retrieval.test.qrels").write_text("")
+    with pytest.raises(InputError) as e:
+        script("05_evaluate.py").main(["--data", str(data), "--task", "bm25", "--out", str(tmp_path / "eval")])
+    assert str(e.value) == f"{data}/retrieval.test.qrels: no test queries (an empty test split); rebuild the data " \
+                           "with 02_build_graph.py retrieval from more papers"

@@ -179,3 +179,34 @@ def test_two_processes_stop_together_on_sigterm_and_resume_bit_identically(tiny_
 def test_a_model_that_does_not_exist_is_a_one_line_error(tiny_data, tmp_path):
     assert script_error("03_train.py", *train_args(tiny_data, tmp_path / "none", tmp_path / "run")) == \
         f"error: {tmp_path / 'none'}: no such model folder, nor a model of that name in the local Hugging Face cache"
+
+
+def test_a_non_finite_loss_stops_the_run_in_one_line_keeping_the_good_checkpoints(tiny_model, tiny_data, tmp_path,
+                                                                                  monkeypatch):
+    from common.train.objectives.triplet import TripletObjective
+    calls = []
+    losses_of = TripletObjective.losses
+
+    def poisoned(self, model, batch):
+        calls.append(1)
+        loss = losses_of(self, model, batch)
+        return loss * float("nan") if len(calls) == 3 else loss
+    monkeypatch.setattr(TripletObjective, "losses", poisoned)
+    out = tmp_path / "run"
+    assert script_error("03_train.py", *train_args(tiny_data, tiny_model, out, "--checkpoint-every", "1")) == (
+        f"error: step 3: training loss nan, not finite; stopped, the model not saved (the last good checkpoint is "
+        f"{out / 'checkpoints' / 'step_2'})")
+    assert sorted(os.listdir(out / "checkpoints")) == ["step_1", "step_2"]
+    assert not (out / "model").exists() and not (out / ".lock").exists()
+
+
+def test_a_run_folder_in_use_is_refused_before_anything_is_removed(tiny_model, tiny_data, reference_run, tmp_path):
+    from common.io import FolderLock
+    out = tmp_path / "run"
+    shutil.copytree(reference_run, out)
+    shutil.rmtree(out / "checkpoints")  # a rerun without checkpoints would remove the log and the model
+    with FolderLock(out):
+        assert script_error("03_train.py", *train_args(tiny_data, tiny_model, out, "--lr", "1e-3")) == \
+            f"error: {out}: in use by another run (process {os.getpid()}); wait for it to end or give another folder"
+    assert (out / "log.jsonl").read_text() == (reference_run / "log.jsonl").read_text()
+    assert (out / "model").is_dir()

@@ -43,6 +43,9 @@ def read_records(path):
                 raise InputError(f"{path}:{lineno}: field {field!r} must be a string")
         if obj["abstract"] is not None and not isinstance(obj["abstract"], str):
             raise InputError(f"{path}:{lineno}: field 'abstract' must be a string")
+        if obj.get("authors") is not None and not isinstance(obj["authors"], str):
+            raise InputError(f"{path}:{lineno}: field 'authors' must be a string (the snapshot's list form is "
+                             "'authors_parsed')")
         yield lineno, obj
 
 

@@ -9,6 +9,7 @@ process: both are reseeded from the document's own words here. Multi-worker trai
 gensim; one worker is.
 """
 
+import contextlib
 import functools
 import json
 import os
@@ -16,6 +17,8 @@ import zlib
 from unittest import mock
 
 import numpy as np
+
+from common.io import InputError
 
 MAX_WORDS = 10_000  # gensim's MAX_DOCUMENT_LEN
 PREPROCESS = ("none", "lowercase", "stem")
@@ -37,6 +40,26 @@ def words(text, preprocess):
 
 def chunks(tokens, size=MAX_WORDS):
     return [tokens[i:i + size] for i in range(0, len(tokens), size)] or [[]]
+
+
+@contextlib.contextmanager
+def _watched_workers():
+    """gensim trains in worker threads and waits for each to report; a worker that dies of an exception never
+    reports, and the wait is endless. Here a dying worker records its exception and reports as finished, so
+    training returns and the caller raises it."""
+    from gensim.models.word2vec import Word2Vec
+    failures = []
+    loop = Word2Vec._worker_loop
+
+    def watched(model, job_queue, progress_queue):
+        try:
+            loop(model, job_queue, progress_queue)
+        except Exception as e:  # noqa: BLE001 (any failure of a worker ends training with it)
+            failures.append(f"{type(e).__name__}: {e}")
+            progress_queue.put(None)
+
+    with mock.patch.object(Word2Vec, "_worker_loop", watched):
+        yield failures
 
 
 def _stable_hash(text):
@@ -73,9 +96,18 @@ class ParagraphVector:
             if counts is not None:
                 counts["pv_documents_chunked"] = chunked
             # sample=0 explicitly: gensim's default is 1e-3, the thesis's grid used none
-            models[kind] = Doc2Vec(corpus, dm=int(kind == "dm"), vector_size=vector_size, window=window,
-                                   negative=negative, hs=0, sample=0, dbow_words=1, min_count=min_count,
-                                   epochs=epochs, workers=workers, seed=seed, max_vocab_size=max_vocab_size)
+            with _watched_workers() as failures:
+                try:
+                    models[kind] = Doc2Vec(corpus, dm=int(kind == "dm"), vector_size=vector_size, window=window,
+                                           negative=negative, hs=0, sample=0, dbow_words=1, min_count=min_count,
+                                           epochs=epochs, workers=workers, seed=seed, max_vocab_size=max_vocab_size)
+                except RuntimeError as e:
+                    if "vocabulary" not in str(e):
+                        raise
+                    raise InputError(f"--pv-min-count {min_count}: no word occurs that often in the documents "
+                                     f"({prep} preprocessing); Paragraph Vector has no vocabulary") from None
+            if failures:
+                raise InputError(f"Paragraph Vector ({kind}) training failed in a gensim worker: {failures[0]}")
         return cls(models, dict(zip(kinds, preprocess)), epochs, seed)
 
     def infer(self, text):

@@ -45,12 +45,27 @@ def read_rows(directory, name, ids):
 
 
 def read_vectors(directory, name, ids):
-    """Teacher vectors: a float ``[N, d]`` array as float32."""
+    """Teacher vectors: a float ``[N, d]`` array as float32, every value finite (one NaN or inf would make every
+    weight of the student NaN within a step)."""
     array = read_rows(directory, name, ids)
-    if array.ndim != 2 or not np.issubdtype(array.dtype, np.floating):
-        raise InputError(f"{os.path.join(directory, name + '.npy')}: expected float vectors [N, d], "
-                         f"got {array.dtype} {list(array.shape)}")
-    return array.astype(np.float32, copy=False)
+    path = os.path.join(directory, name + '.npy')
+    if array.ndim != 2 or array.shape[1] < 1 or not np.issubdtype(array.dtype, np.floating):
+        raise InputError(f"{path}: expected float vectors [N, d], got {array.dtype} {list(array.shape)}")
+    array = array.astype(np.float32, copy=False)
+    bad = np.flatnonzero(~np.isfinite(array).all(axis=1))
+    if len(bad):
+        raise InputError(f"{path}: row {bad[0]} (document {ids[bad[0]]!r}) is not finite ({len(bad)} of "
+                         f"{len(array)} rows are not)")
+    return array
+
+
+def read_lengths(directory, ids):
+    """Structural-teacher token counts: a non-negative integer ``[N]`` array."""
+    array = read_rows(directory, LENGTHS, ids)
+    if array.ndim != 1 or not np.issubdtype(array.dtype, np.integer) or (array < 0).any():
+        raise InputError(f"{os.path.join(directory, LENGTHS + '.npy')}: expected one non-negative token count per "
+                         f"document, got {array.dtype} {list(array.shape)}")
+    return array
 
 
 def structural_teacher(outputs, docs, model, max_length, batch_size=32, batch_tokens=0, progress=None):

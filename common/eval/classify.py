@@ -47,6 +47,8 @@ def read_split(path, index):
             raise InputError(f"{path}:{lineno}: id {missing[0] if missing else None!r} is not in docs.jsonl")
         rows.append([index[i] for i in ids])
         labels.append(str(obj["label"]))
+    if not rows:
+        raise InputError(f"{path}: no rows (an empty split); rebuild the data with more documents")
     if len({len(r) for r in rows}) > 1:
         raise InputError(f"{path}: mixes single documents and pairs")
     return np.array(rows, dtype=np.int64).reshape(len(rows), -1), labels

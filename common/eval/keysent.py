@@ -128,6 +128,9 @@ def evaluate_keysent(args, outputs):
     from common.eval import figures
     train = read_sentences(os.path.join(args.data, "keysent.train.jsonl"))
     test = read_sentences(os.path.join(args.data, "keysent.test.jsonl"))
+    if not test:
+        raise InputError(f"{os.path.join(args.data, 'keysent.test.jsonl')}: no articles (an empty test split); "
+                         "rebuild it with 02_build_graph.py sentences from more articles")
     counts.update({"test_articles": len(test), "test_sentences": sum(len(a["sentences"]) for a in test),
                    "test_key_sentences": sum(sum(a["labels"]) for a in test)})
     curves, points, logs = {}, {}, {}

@@ -22,6 +22,7 @@ import numpy as np
 from tqdm import tqdm
 
 from common.data.retrieval import read_qrels, read_queries
+from common import io
 from common.io import InputError
 
 K = 100
@@ -204,6 +205,9 @@ def evaluate_retrieval(args, outputs, wanted):
     docs = Documents(args.data)
     qids, texts = read_queries(os.path.join(args.data, "queries.test.jsonl"))
     qrels = read_qrels(os.path.join(args.data, "retrieval.test.qrels"))
+    if not qrels:
+        raise InputError(f"{os.path.join(args.data, 'retrieval.test.qrels')}: no test queries (an empty test split); "
+                         "rebuild the data with 02_build_graph.py retrieval from more papers")
     for qid, relevant in qrels.items():
         unknown = relevant - set(docs.index)
         if unknown:
@@ -240,15 +244,30 @@ def saved_index(index_dir, model, doc_ids):
     checked against the data directory's documents."""
     args = read_manifest_args(index_dir)
     wanted = os.path.abspath(model)
-    names = [name for name, path in (args.get("model") or {}).items() if os.path.abspath(path) == wanted]
+    models = args.get("model")
+    if not isinstance(models, dict):
+        raise InputError(f"{index_dir}: not an evaluation directory of 05_evaluate.py (its manifest.json names no "
+                         "NAME=MODEL vectors; a run folder?)")
+    names = [name for name, path in models.items() if isinstance(path, str) and os.path.abspath(path) == wanted]
     if not names:
         raise InputError(f"{index_dir}: holds no vectors of {model} (its manifest.json names no such --model)")
-    path = os.path.join(index_dir, f"{names[0]}.npy")
-    with open(os.path.join(index_dir, f"{names[0]}.ids.txt"), encoding="utf-8") as f:
+    name = io.safe_name(names[0], f"{index_dir}/manifest.json: model name")
+    path, ids_path = os.path.join(index_dir, f"{name}.npy"), os.path.join(index_dir, f"{name}.ids.txt")
+    with io.open_input(ids_path) as f:
         ids = f.read().splitlines()
     if ids != list(doc_ids):
-        raise InputError(f"{path}: its documents are not those of docs.jsonl (another data directory?)")
-    return np.load(path, mmap_mode="r")
+        raise InputError(f"{ids_path}: its {len(ids)} documents are not the {len(doc_ids)} of docs.jsonl (another "
+                         "data directory?)")
+    if not os.path.isfile(path):
+        raise InputError(f"{path}: no such file")
+    try:
+        vectors = np.load(path, mmap_mode="r")
+    except ValueError as e:
+        raise InputError(f"{path}: not a NumPy array file ({e})") from None
+    if vectors.ndim != 2 or len(vectors) != len(ids) or not np.issubdtype(vectors.dtype, np.floating):
+        raise InputError(f"{path}: {vectors.dtype} {list(vectors.shape)}, expected float vectors of the {len(ids)} "
+                         f"documents of {ids_path}")
+    return vectors
 
 
 def read_manifest_args(directory):
@@ -261,7 +280,10 @@ def read_manifest_args(directory):
 
 def run_search(args):
     """Print the top documents of each query: rank, id, cosine score, title."""
+    from common import cli
     from common.data.documents import Documents
+    from common.models.batching import BATCH_LIMITS
+    cli.check(args, {"--top": cli.AT_LEAST_1, "--max-length": cli.AT_LEAST_1, **BATCH_LIMITS})
     queries = list(args.query) + (read_query_file(args.queries) if args.queries else [])
     if not queries:
         raise InputError("give a query text or --queries FILE")
@@ -280,6 +302,9 @@ def run_search(args):
         print(f"note: embedding all {len(docs.ids)} documents; --index EVAL reuses the vectors 05_evaluate.py wrote")
         encoder, tokenizer, settings, doc_vecs = embed_corpus(args, "model", args.model_path, docs)
     query_vecs = embed_queries(encoder, tokenizer, settings, queries, args)
+    if query_vecs.shape[1] != doc_vecs.shape[1]:
+        raise InputError(f"{args.index}: its vectors have {doc_vecs.shape[1]} dimensions, {args.model_path} makes "
+                         f"{query_vecs.shape[1]} (vectors of another model?)")
     if args.index_type == "exact":
         indices, scores = search(query_vecs, doc_vecs, k=args.top)
     else:

@@ -7,7 +7,26 @@ tiling starts at that offset and token k still reads the position row it was tra
 than half the window every token sees every other, so the converted model computes what the original does.
 """
 
+import os
+
 import torch
+
+from common.io import InputError
+
+# what the recipe maps: BERT-style embeddings and self-attention (query, key, value) in every layer
+CONVERTIBLE = ("bert", "roberta", "xlm-roberta", "camembert")
+
+
+def check_convertible(source):
+    """Refuse, from its config alone, a model that is missing or whose architecture the recipe cannot map."""
+    from transformers import AutoConfig
+    try:
+        config = AutoConfig.from_pretrained(source)
+    except (OSError, ValueError):
+        where = "no such model folder" if not os.path.isdir(source) else "not a Hugging Face model folder"
+        raise InputError(f"{source}: {where} (nor a model in the local Hugging Face cache)") from None
+    if config.model_type not in CONVERTIBLE:
+        raise InputError(f"{source}: a {config.model_type} model; convert-long converts {', '.join(CONVERTIBLE)}")
 
 
 def convert_to_longformer(source, max_length=4096, window=512):

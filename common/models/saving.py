@@ -2,21 +2,36 @@
 
 import json
 import os
-import shutil
+
+from common.io import InputError, remove_entry
+
+INFO = "docembed.json"
+
+
+def check_replaceable(path):
+    """Refuse a model folder that exists, is not empty and was not saved here (no docembed.json): saving replaces
+    the whole folder, and a user's folder must never be what it replaces."""
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise InputError(f"{path}: exists and is not a folder")
+    if os.path.isdir(path) and os.listdir(path) and not os.path.isfile(os.path.join(path, INFO)):
+        raise InputError(f"{path}: not empty and not a model saved by this project (no {INFO}); give a new or "
+                         "empty folder")
+
 
 def read_run_info(path):
     """What this project recorded about a trained model (``docembed.json``), or {} for other models."""
     from common.io import read_json_or_empty
-    return read_json_or_empty(os.path.join(path, "docembed.json"))
+    return read_json_or_empty(os.path.join(path, INFO))
 
 
 def save_model(encoder, tokenizer, path, max_length, info=None, extra=None):
     """Hugging Face ``save_pretrained`` + tokenizer + sentence-transformers files, so that both
     ``AutoModel.from_pretrained(path)`` and ``SentenceTransformer(path)`` load it with the pooling, normalisation
     and length it was trained with. ``extra(folder)`` may add files (an objective's heads). Written to
-    ``path.tmp`` and moved into place."""
+    ``path.tmp`` and moved into place; a folder that is not a model saved here is never replaced."""
+    check_replaceable(path)
     tmp = path + ".tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
+    remove_entry(tmp)  # a link is removed, never written through
     encoder.transformer.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
@@ -34,16 +49,16 @@ def save_model(encoder, tokenizer, path, max_length, info=None, extra=None):
         "pooling_mode_max_tokens": False,
         "pooling_mode_mean_sqrt_len_tokens": False})
     _dump(os.path.join(tmp, "sentence_bert_config.json"), {"max_seq_length": int(max_length), "do_lower_case": False})
-    _dump(os.path.join(tmp, "docembed.json"), {"pooling": encoder.pooling, "normalize": encoder.normalize,
+    _dump(os.path.join(tmp, INFO), {"pooling": encoder.pooling, "normalize": encoder.normalize,
                                                "max_length": int(max_length), **(info or {})})
     if extra is not None:
         extra(tmp)
     old = path + ".old"
-    if os.path.exists(path):
-        shutil.rmtree(old, ignore_errors=True)
+    if os.path.lexists(path):
+        remove_entry(old)
         os.replace(path, old)
     os.replace(tmp, path)
-    shutil.rmtree(old, ignore_errors=True)
+    remove_entry(old)
 
 
 def _dump(path, obj):

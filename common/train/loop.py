@@ -22,7 +22,7 @@ import torch
 from torch.utils.data import DataLoader, Sampler
 from tqdm import tqdm
 
-from common.io import InputError, Preempted
+from common.io import LOCK, FolderLock, InputError, Preempted
 
 STATE = "trainer_state.json"
 RUN_FILE = "run.json"  # marks a run folder as this project's, with the identity of the run that owns it
@@ -172,21 +172,32 @@ class Trainer:
         self.scheduler = acc.prepare(scheduler)
         self.step, self.epoch, self.batch_in_epoch, self.best, self.log_lines = 0, 0, 0, None, 0
         self.validated_step = None
+        self.lock = None
 
     # -- state ------------------------------------------------------------------------------------------------
 
     def _claim(self):
-        """The run folder is this run's: a new or empty folder, or one with RUN_FILE. Without checkpoints to
-        resume from, what an earlier run wrote there is removed (a run killed before its first checkpoint leaves a
-        log that would otherwise get its steps twice); with checkpoints, ``_resume`` checks their settings."""
+        """The run folder is this run's: a new or empty folder, or one with RUN_FILE, locked for the run (a second
+        run on it is refused). Without checkpoints to resume from, what an earlier run wrote there is removed (a
+        run killed before its first checkpoint leaves a log that would otherwise get its steps twice); with
+        checkpoints, ``_resume`` checks their settings. Nothing is written through a symbolic link in it."""
         own = os.path.join(self.run_dir, RUN_FILE)
-        if os.path.isfile(self.run_dir):
+        if os.path.exists(self.run_dir) and not os.path.isdir(self.run_dir):
             raise InputError(f"{self.run_dir}: --out is a file, not a run folder")
-        if os.path.isdir(self.run_dir) and os.listdir(self.run_dir) and not os.path.exists(own):
+        if os.path.isdir(self.run_dir) and set(os.listdir(self.run_dir)) - {LOCK} and not os.path.exists(own):
             raise InputError(f"{self.run_dir}: not empty and not a run folder of this project (no {RUN_FILE}); "
                              "use another --out")
         if not self.accelerator.is_main_process:
             return
+        os.makedirs(self.run_dir, exist_ok=True)
+        self.lock = FolderLock(self.run_dir).acquire()
+        root = os.path.join(self.run_dir, "checkpoints")
+        inside = [os.path.join(self.run_dir, name) for name in WRITTEN + (RUN_FILE, RUN_FILE + ".tmp", "log.jsonl.tmp")]
+        inside += [os.path.join(root, name) for name in os.listdir(root)] if os.path.isdir(root) else []
+        for path in inside:
+            if os.path.islink(path):
+                raise InputError(f"{path}: a symbolic link in the run folder; remove it (a run never writes "
+                                 "through one)")
         if not checkpoints(self.run_dir):
             for name in WRITTEN:
                 path = os.path.join(self.run_dir, name)
@@ -300,6 +311,25 @@ class Trainer:
             self.best = metrics[key]
             self._save_model()
 
+    def _check_finite(self, loss):
+        """Stop before a non-finite loss reaches the weights: one NaN gradient makes every weight NaN, and the
+        checkpoints already written hold the last good state."""
+        bad = (~torch.isfinite(loss.detach())).float()
+        if self.accelerator.num_processes > 1:  # every process stops together
+            bad = self.accelerator.reduce(bad, reduction="sum")
+        if bad.item():
+            found = checkpoints(self.run_dir)
+            kept = f"the last good checkpoint is {found[-1]}" if found else "no checkpoint was written"
+            value = loss.item()
+            what = f"training loss {value}" if not math.isfinite(value) else "the training loss of another process"
+            raise InputError(f"step {self.step + 1}: {what}, not finite; stopped, the model not saved ({kept})")
+
+    def release(self):
+        """Unlock the run folder (after the run's last file)."""
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
     def _stop_requested(self, stop):
         if self.accelerator.num_processes == 1:
             return stop.requested
@@ -334,6 +364,7 @@ class Trainer:
                     self.batch_in_epoch += 1
                     with acc.accumulate(self.model):
                         loss = self.objective.losses(self.model, batch).mean()
+                        self._check_finite(loss)
                         acc.backward(loss)
                         if acc.sync_gradients and cfg.clip > 0:
                             acc.clip_grad_norm_(self.model.parameters(), cfg.clip)

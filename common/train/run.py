@@ -102,7 +102,9 @@ def parse(argv, description, names, fixed=None):
         if getattr(args, key, None) is None:
             setattr(args, key, value)
     cls.complete_args(args)
-    cli.check(args, LIMITS)  # settings that cannot train are refused before anything loads
+    cli.check(args, {**LIMITS, **cls.limits})  # settings that cannot train are refused before anything loads
+    for seed in args.seeds or ():
+        cli.check(argparse.Namespace(seeds=seed), {"--seeds": cli.SEED})
     return args
 
 
@@ -110,7 +112,7 @@ LIMITS = {"--batch-size": cli.AT_LEAST_1, "--grad-accum": cli.AT_LEAST_1, "--epo
           "--max-length": cli.AT_LEAST_1, "--log-every": cli.AT_LEAST_1, "--length-groups": cli.AT_LEAST_1,
           "--lr": cli.POSITIVE, "--max-steps": cli.AT_LEAST_0, "--eval-every": cli.AT_LEAST_0,
           "--checkpoint-every": cli.AT_LEAST_0, "--keep": cli.AT_LEAST_0, "--length-buckets": cli.AT_LEAST_0,
-          "--clip": cli.AT_LEAST_0, "--weight-decay": cli.AT_LEAST_0, "--warmup": cli.AT_LEAST_0}
+          "--clip": cli.AT_LEAST_0, "--weight-decay": cli.AT_LEAST_0, "--warmup": cli.AT_LEAST_0, "--seed": cli.SEED}
 
 
 def data_fingerprint(name, data_dir):
@@ -170,16 +172,21 @@ def train(args, script):
                       drop_last=args.drop_last, length_buckets=args.length_buckets)
     trainer = Trainer(cfg, objective, model, accelerator, args.out, identity(args, objective),
                       tracked=bool(log_with))
-    best = trainer.train()
-    counts = {"train_examples": len(objective.train_rows), "val_examples": len(objective.val_rows),
-              "steps": trainer.total_steps, "warmup_steps": trainer.warmup, "processes": accelerator.num_processes}
-    if best is not None:
-        counts[f"best_{objective.selection}"] = best
-    if accelerator.is_main_process:
-        inputs = [os.path.join(args.data, name) for name in sorted(os.listdir(args.data)) if name.endswith(".jsonl")]
-        io.write_json(os.path.join(args.out, "manifest.json"),
-                      io.manifest(script, args, started, inputs=inputs, counts=counts, seed=args.seed))
-        print(f"model → {os.path.join(args.out, 'model')}")
+    try:  # the run folder stays locked until its manifest is written
+        best = trainer.train()
+        counts = {"train_examples": len(objective.train_rows), "val_examples": len(objective.val_rows),
+                  "steps": trainer.total_steps, "warmup_steps": trainer.warmup,
+                  "processes": accelerator.num_processes}
+        if best is not None:
+            counts[f"best_{objective.selection}"] = best
+        if accelerator.is_main_process:
+            inputs = [os.path.join(args.data, name) for name in sorted(os.listdir(args.data))
+                      if name.endswith(".jsonl")]
+            io.write_json(os.path.join(args.out, "manifest.json"),
+                          io.manifest(script, args, started, inputs=inputs, counts=counts, seed=args.seed))
+            print(f"model → {os.path.join(args.out, 'model')}")
+    finally:
+        trainer.release()
     return counts
 
 

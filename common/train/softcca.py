@@ -27,19 +27,26 @@ from common.train.distributed import all_gather_with_grad
 _BLOCK = re.compile(r"(\d+)(?:\((relu)\))?")
 
 
+def projection_blocks(spec, flag="projection"):
+    """``[(size, relu)]`` of a projection spec, each size at least 1."""
+    blocks = []
+    for block in spec.split("x") if spec else []:
+        m = _BLOCK.fullmatch(block.strip())
+        if not m or int(m.group(1)) < 1:
+            raise InputError(f"{flag} {spec!r}: block {block!r} is not SIZE or SIZE(relu) with a SIZE of at least 1")
+        blocks.append((int(m.group(1)), bool(m.group(2))))
+    return blocks
+
+
 def projection(spec, in_features):
     """A projection head from a spec such as ``"768(relu)x4096(relu)x2048"``: one ``Linear`` per block (its
     output size), each followed by ReLU where marked. ``""`` is the identity. Returns (module, output size)."""
     if not spec:
         return nn.Identity(), in_features
     layers = []
-    for block in spec.split("x"):
-        m = _BLOCK.fullmatch(block.strip())
-        if not m:
-            raise InputError(f"projection {spec!r}: block {block!r} is not SIZE or SIZE(relu)")
-        size = int(m.group(1))
+    for size, relu in projection_blocks(spec):
         layers.append(nn.Linear(in_features, size))
-        if m.group(2):
+        if relu:
             layers.append(nn.ReLU())
         in_features = size
     return nn.Sequential(*layers), in_features

@@ -59,7 +59,8 @@ class Objective:
                             ``epochs``, ``warmup``, ``schedule``, ``pooling``, ``max_length``, ``drop_last``, ...)
       ``add_arguments``     its own flags (``complete_args`` fills those that depend on others, as presets do);
                             ``result_args`` names those that change the result (they enter the resume identity),
-                            ``speed_args`` those that change only speed or logging
+                            ``speed_args`` those that change only speed or logging; ``limits`` maps its
+                            flags to ``cli`` ranges, checked with the shared flags before anything loads
       ``selection``         a validation metric (higher is better) whose best value picks RUN/model; None: the final
                             model is RUN/model
     Called by the script and the loop, in this order:
@@ -80,6 +81,7 @@ class Objective:
     selection = None
     result_args = ()
     speed_args = ()
+    limits = {}
 
     @classmethod
     def add_arguments(cls, parser):

@@ -26,7 +26,8 @@ from common.distill import teachers
 from common.io import InputError
 from common.models.tokens import TokenStore
 from common.train.objectives import Objective
-from common.train.softcca import SoftCCA, projection
+from common import cli
+from common.train.softcca import SoftCCA, projection, projection_blocks
 from common.train.structural import STRUCTURAL_LOSSES, structural_loss
 
 # The thesis's three final models (§5.1); their contextual teachers are 04_distill.py teachers' PV presets.
@@ -80,6 +81,8 @@ class DistillObjective(Objective):
     defaults = {"lr": 3e-5, "batch_size": 6, "grad_accum": 10, "epochs": 1, "warmup": 500, "schedule": "cosine",
                 "weight_decay": 0.01, "pooling": "mean", "max_length": 4096, "normalize": False, "drop_last": True,
                 "length_buckets": 10}
+    limits = {"--gamma": cli.NON_NEGATIVE, ("--lambda", "lam"): cli.SHARE, "--max-structural-length": cli.AT_LEAST_0,
+              "--beta": cli.SHARE, "--delta": cli.NON_NEGATIVE}
     result_args = ("teachers", "preset", "structural_loss", "gamma", "lam", "max_structural_length",
                    "student_projection", "teacher_projection", "beta", "delta", "no_weighting")
 
@@ -111,6 +114,8 @@ class DistillObjective(Objective):
         for key, value in PRESETS[args.preset].items():
             if getattr(args, key) is None:
                 setattr(args, key, value)
+        projection_blocks(args.student_projection, "--student-projection")
+        projection_blocks(args.teacher_projection, "--teacher-projection")
 
     def uses_contextual(self):
         args = self.args
@@ -125,7 +130,7 @@ class DistillObjective(Objective):
         sbert_path = os.path.join(args.teachers, f"{teachers.STRUCTURAL}.npy")
         if self.structural.shape[1] != hidden:
             raise InputError(f"{sbert_path}: {self.structural.shape[1]} dimensions, the student has {hidden}")
-        self.lengths = teachers.read_rows(args.teachers, teachers.LENGTHS, self.docs.ids)
+        self.lengths = teachers.read_lengths(args.teachers, self.docs.ids)
         self.contextual = None
         student_head, teacher_head, softcca = nn.Identity(), nn.Identity(), nn.Identity()
         if self.uses_contextual():
