@@ -32,7 +32,7 @@ import sys
 from tqdm import tqdm
 
 from common import cli, io
-from common.eval import report, retrieval, wikispecter
+from common.eval import ann, report, retrieval, wikispecter
 from common.io import InputError
 from common.models.batching import BATCH_LIMITS, add_batch_arguments
 
@@ -258,12 +258,12 @@ def add_extract_arguments(p):
     p.add_argument("--query", default=None, help="query text, for a model that was not fine-tuned here")
     p.add_argument("--splitter", choices=("punkt", "punkt-english"), default="punkt",
                    help="sentence splitter (untrained Punkt, as in training)")
-    p.add_argument("--batch-size", type=int, default=64, help="sentences per forward pass")
+    add_batch_arguments(p, 64, "sentences")
 
 
 def run_extract(args):
     from common.eval.keysent import extract
-    cli.check(args, {"--top": cli.AT_LEAST_1, "--batch-size": cli.AT_LEAST_1, "--threshold": cli.between(-1, 1)})
+    cli.check(args, {"--top": cli.AT_LEAST_1, "--threshold": cli.between(-1, 1), **BATCH_LIMITS})
     if os.path.isdir(args.out):
         raise InputError(f"{args.out}: is a directory; --out names the JSONL file to write")
     if os.path.isfile(args.input) and os.path.exists(args.out) and os.path.samefile(args.input, args.out):
@@ -279,7 +279,7 @@ def add_search_arguments(p):
                    help="evaluation directory from 05_evaluate.py holding this model's vectors of the same documents")
     p.add_argument("--queries", default=None, help="text file, one query per line")
     p.add_argument("--top", type=int, default=10, help="documents per query")
-    p.add_argument("--index-type", choices=("exact", "flat", "hnsw"), default="exact",
+    p.add_argument("--index-type", choices=("exact", *ann.KINDS), default="exact",
                    help="exact: every document scored (the reference); flat or hnsw: a faiss index (faiss-cpu) "
                         "built beside --index's vectors on first use; hnsw is approximate and fast past a million "
                         "documents")

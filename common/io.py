@@ -238,8 +238,8 @@ class Outputs:
             owner = previous.get("script") if isinstance(previous, dict) else None
             raise InputError(f"{self.directory}: holds the output of {owner or 'another program'}; {self.script} "
                              "writes to a folder of its own")
-        previous_command = (previous.get("args") or {}).get("command") if isinstance(previous.get("args"), dict) \
-            else None
+        previous_args = previous.get("args")
+        previous_command = previous_args.get("command") if isinstance(previous_args, dict) else None
         if self.command and previous_command and previous_command != self.command:
             raise InputError(f"{self.directory}: holds the output of {self.script} {previous_command}; "
                              f"{self.script} {self.command} writes to a folder of its own")

@@ -20,11 +20,12 @@ class KeySentenceModel:
     """An encoder and its query vector: the trained query for a model fine-tuned here, else (the thesis's
     Table 4.6 protocol) the mean embedding of the training articles' key sentences."""
 
-    def __init__(self, path, pooling=None, max_length=None, batch_size=64, train_articles=None, query=None):
+    def __init__(self, path, pooling=None, max_length=None, batch_size=64, train_articles=None, query=None,
+                 batch_tokens=0):
         self.encoder, self.tokenizer, self.settings = load_encoder(path, pooling=pooling, max_length=max_length,
                                                                    default_pooling="mean")
         self.encoder.to(default_device())
-        self.batch_size = batch_size
+        self.batch_size, self.batch_tokens = batch_size, batch_tokens
         info = read_run_info(path)
         if query is not None:
             self.query, self.query_from = self.vectors([query])[0], "the given query"
@@ -42,7 +43,7 @@ class KeySentenceModel:
 
     def vectors(self, texts):
         store = TokenStore(self.tokenizer, texts, self.settings["max_length"])
-        return embed(self.encoder, store, self.batch_size)
+        return embed(self.encoder, store, self.batch_size, self.batch_tokens)
 
     def cosines(self, vectors):
         """Cosine similarity of each sentence vector to the query."""
@@ -136,7 +137,8 @@ def evaluate_keysent(args, outputs):
     curves, points, logs = {}, {}, {}
     sentences = [s for a in test for s in a["sentences"]]
     for name, path in args.model.items():
-        model = KeySentenceModel(path, args.pooling.get(name), args.max_length, args.batch_size, train)
+        model = KeySentenceModel(path, args.pooling.get(name), args.max_length, args.batch_size, train,
+                                 batch_tokens=args.batch_tokens)
         vectors = model.vectors(sentences)
         scored = by_article(model.cosines(vectors), test)
         metrics.setdefault(name, {})["keysent"] = keysent_metrics(scored)
@@ -149,7 +151,8 @@ def evaluate_keysent(args, outputs):
     if args.runs:
         per_run = []
         for run in args.runs:
-            model = KeySentenceModel(_model_path(run), None, args.max_length, args.batch_size, train)
+            model = KeySentenceModel(_model_path(run), None, args.max_length, args.batch_size, train,
+                                     batch_tokens=args.batch_tokens)
             scored = score_articles(model, test)
             per_run.append(keysent_metrics(scored))
             curves.setdefault(f"runs[{len(per_run) - 1}]", scored)
@@ -176,7 +179,8 @@ def evaluate_keysent(args, outputs):
 
 def extract(args):
     started = io.now()
-    model = KeySentenceModel(args.model, batch_size=args.batch_size, query=args.query)
+    model = KeySentenceModel(args.model, batch_size=args.batch_size, query=args.query,
+                             batch_tokens=args.batch_tokens)
     tokenizer = splitter(args.splitter)
     articles = []
     for lineno, obj in io.read_jsonl(args.input, required=("id", "text")):

@@ -125,23 +125,13 @@ class Encoder(nn.Module):
         return torch.cat([self.embed(ids, mask) for ids, mask in groups])
 
 
-def _load_pretrained(auto_class, name_or_path, **kwargs):
+def _load_pretrained(auto_class, name_or_path):
     """``auto_class.from_pretrained``, its failures one line (transformers chains several tracebacks)."""
     try:
-        return auto_class.from_pretrained(name_or_path, **kwargs)
+        return auto_class.from_pretrained(name_or_path)
     except (OSError, ValueError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise InputError(f"{name_or_path}: cannot be loaded: {first}") from None
-
-
-def _load_model(name_or_path):
-    """The transformer with PyTorch's fused scaled-dot-product attention where transformers offers it for the
-    architecture (the same arithmetic as the eager softmax(QKᵀ)V, one kernel), else its default attention."""
-    from transformers import AutoModel
-    try:
-        return _load_pretrained(AutoModel, name_or_path, attn_implementation="sdpa")
-    except InputError:
-        return _load_pretrained(AutoModel, name_or_path)
 
 
 def _tokenizer_files(name_or_path, tokenizer):
@@ -160,7 +150,7 @@ def load_encoder(name_or_path, pooling=None, normalize=None, max_length=None, de
     """Model, tokenizer and the settings used: explicit arguments win, then the model's sentence-transformers
     config, then the defaults given. ``say`` prints notes (``accelerator.print`` prints them once). A model that
     cannot be found, or whose tokenizer is not saved beside it, is an InputError."""
-    from transformers import AutoTokenizer
+    from transformers import AutoModel, AutoTokenizer
     name_or_path = str(name_or_path)
     if model_file(name_or_path, "config.json") is None:
         raise InputError(f"{name_or_path}: no model there (no config.json)" if os.path.isdir(name_or_path) else
@@ -175,7 +165,8 @@ def load_encoder(name_or_path, pooling=None, normalize=None, max_length=None, de
     }
     tokenizer = _load_pretrained(AutoTokenizer, name_or_path)
     _tokenizer_files(name_or_path, tokenizer)
-    transformer = _load_model(name_or_path)
+    # transformers loads PyTorch's fused scaled-dot-product attention by default where the architecture has it
+    transformer = _load_pretrained(AutoModel, name_or_path)
     limit = tokenizer.model_max_length if tokenizer.model_max_length < 100_000 else getattr(
         transformer.config, "max_position_embeddings", settings["max_length"])
     if settings["max_length"] > limit:
@@ -238,7 +229,7 @@ def embed(encoder, store, batch_size=64, batch_tokens=0, progress=None, rows=Non
             else:
                 ids, mask = store.pad(rows[idx])
                 vectors = encoder.embed(ids.to(device), mask.to(device))
-            out[np.sort(idx)] = vectors.float().cpu().numpy()[np.argsort(idx)]
+            out[idx] = vectors.float().cpu().numpy()
             if progress is not None:
                 progress.update(len(idx))
     return out

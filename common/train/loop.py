@@ -311,17 +311,19 @@ class Trainer:
             self.best = metrics[key]
             self._save_model()
 
-    def _check_finite(self, loss):
+    def _check_finite(self, losses):
         """Stop before a non-finite loss reaches the weights: one NaN gradient makes every weight NaN, and the
-        checkpoints already written hold the last good state."""
-        bad = (~torch.isfinite(loss.detach())).float()
+        checkpoints already written hold the last good state. ``losses``: the micro-batch losses of the optimizer
+        step about to be taken, checked once per step (one host sync, not one per micro-batch)."""
+        losses = torch.stack(losses)
+        bad = (~torch.isfinite(losses)).any().float()
         if self.accelerator.num_processes > 1:  # every process stops together
             bad = self.accelerator.reduce(bad, reduction="sum")
         if bad.item():
             found = checkpoints(self.run_dir)
             kept = f"the last good checkpoint is {found[-1]}" if found else "no checkpoint was written"
-            value = loss.item()
-            what = f"training loss {value}" if not math.isfinite(value) else "the training loss of another process"
+            local = losses[~torch.isfinite(losses)]
+            what = f"training loss {local[0].item()}" if len(local) else "the training loss of another process"
             raise InputError(f"step {self.step + 1}: {what}, not finite; stopped, the model not saved ({kept})")
 
     def release(self):
@@ -352,6 +354,7 @@ class Trainer:
         self.model.train()
         window, started = [], time.perf_counter()
         micro = self.step * cfg.grad_accum
+        pending = []  # this optimizer step's micro-batch losses
         try:
             while self.epoch < cfg.epochs and self.step < self.total_steps:
                 self.sampler.epoch = self.epoch
@@ -364,8 +367,11 @@ class Trainer:
                     self.batch_in_epoch += 1
                     with acc.accumulate(self.model):
                         loss = self.objective.losses(self.model, batch).mean()
-                        self._check_finite(loss)
                         acc.backward(loss)
+                        pending.append(loss.detach())
+                        if acc.sync_gradients:
+                            self._check_finite(pending)
+                            pending = []
                         if acc.sync_gradients and cfg.clip > 0:
                             acc.clip_grad_norm_(self.model.parameters(), cfg.clip)
                         self.optimizer.step()
