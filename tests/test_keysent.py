@@ -269,3 +269,19 @@ def test_extract_never_writes_over_its_input_or_onto_a_folder(tiny_model, tmp_pa
     assert script_error("05_evaluate.py", "extract", "--model", tiny_model, "--input", articles, "--out",
                         tmp_path) == f"error: {tmp_path}: is a directory; --out names the JSONL file to write"
     assert articles.read_text() == before and sorted(os.listdir(tmp_path)) == ["new.jsonl"]
+
+
+def test_a_contrastive_batch_run_in_parts_has_the_loss_and_gradients_of_the_whole_batch(tiny_model, keysent_data):
+    from types import SimpleNamespace
+
+    from common.train.objectives.pairs import KEYSENT_QUERY, ContrastiveObjective
+    from test_train import part_gradients
+    args = SimpleNamespace(model=str(tiny_model), data=str(keysent_data / "data"), pooling="mean", normalize=False,
+                           max_length=32, length_groups=2, margin=0.5, query=KEYSENT_QUERY, query_token=None, query_init="zero",
+                           seed=0)
+    objective = ContrastiveObjective(args, None)
+    (whole, grads, sizes), (loss, part_grads, part_sizes) = part_gradients(objective, slice(0, 12), [0, 40])
+    assert sizes is None and len(part_sizes) > 2 and sum(part_sizes) == 12
+    assert loss == pytest.approx(whole, rel=1e-6)
+    for name in grads:  # the query, embedded once per part, has the gradient of its one embedding per batch
+        torch.testing.assert_close(part_grads[name], grads[name], rtol=1e-4, atol=1e-6)

@@ -61,7 +61,13 @@ def test_length_batches_sort_once_and_cut_by_count_and_by_padded_tokens():
     assert [b.tolist() for b in length_batches([30, 5], 8, batch_tokens=20)] == [[0], [1]]  # over budget: alone
 
 
-@pytest.mark.parametrize("batch_size,batch_tokens", [(64, 0), (1, 0), (64, 40), (3, 100)])
+def test_the_token_budget_is_the_flag_where_given_else_the_devices_own():
+    from common.models.batching import token_budget
+    assert [token_budget(None, "cpu"), token_budget(None, "cuda"), token_budget(0, "cpu"), token_budget(40, "cuda")] \
+        == [2048, 16384, 0, 40]
+
+
+@pytest.mark.parametrize("batch_size,batch_tokens", [(64, 0), (1, 0), (64, 40), (3, 100), (64, None)])
 def test_embedding_equals_sentence_transformers_encode_in_fp32_under_any_batching(tiny_model, tmp_path, batch_size,
                                                                                   batch_tokens):
     from sentence_transformers import SentenceTransformer

@@ -210,3 +210,47 @@ def test_a_run_folder_in_use_is_refused_before_anything_is_removed(tiny_model, t
             f"error: {out}: in use by another run (process {os.getpid()}); wait for it to end or give another folder"
     assert (out / "log.jsonl").read_text() == (reference_run / "log.jsonl").read_text()
     assert (out / "model").is_dir()
+
+
+def part_gradients(objective, rows, budgets):
+    """Gradients of one training batch through the loop's ``backward``, whole and cut at each token budget, with
+    dropout off so that every computation sees the same network; and the parts each budget made."""
+    import torch
+    from accelerate import Accelerator
+
+    from common.train.loop import backward
+    model = objective.build()
+    objective.load_data()
+    model.eval()
+    found = []
+    for budget in budgets:
+        objective.chunk_tokens = budget
+        batch = objective.collate_train(objective.train_rows[rows])
+        model.zero_grad()
+        loss = backward(Accelerator(cpu=True), model, objective, batch)
+        found.append((loss.item(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None},
+                      batch.get("sizes")))
+    return found
+
+
+def test_a_triplet_batch_run_in_parts_has_the_loss_and_gradients_of_the_whole_batch(tiny_model, tiny_data):
+    from types import SimpleNamespace
+
+    import numpy as np
+    import torch
+
+    from common.train.objectives.triplet import TripletObjective
+    args = SimpleNamespace(model=str(tiny_model), data=str(tiny_data), pooling="mean", normalize=False, max_length=32,
+                           length_groups=2, margin=1.0)
+    objective = TripletObjective(args, None)
+    (whole, grads, sizes), *cut = part_gradients(objective, slice(0, 10), [0, 150, 1])
+    assert sizes is None
+    tokens = objective.store.lengths()[objective.train_rows[:10]].sum()  # queries, positives and negatives
+    parts = -(-tokens // 150)
+    assert 1 < parts < 10 and cut[0][2] == [len(p) for p in np.array_split(np.arange(10), parts)]
+    assert cut[1][2] == [1] * 10  # a budget below one row's tokens: a row per part
+    for loss, part_grads, _ in cut:
+        assert loss == pytest.approx(whole, rel=1e-6)
+        assert part_grads.keys() == grads.keys()
+        for name in grads:
+            torch.testing.assert_close(part_grads[name], grads[name], rtol=1e-4, atol=1e-6)

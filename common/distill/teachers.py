@@ -68,7 +68,7 @@ def read_lengths(directory, ids):
     return array
 
 
-def structural_teacher(outputs, docs, model, max_length, batch_size=32, batch_tokens=0, progress=None):
+def structural_teacher(outputs, docs, model, max_length, batch_size=32, batch_tokens=None, progress=None):
     """Writes ``sbert.npy`` (row by row, memory-mapped) and its ids: the vectors of ``docs`` (``Documents``) read
     as ``title + sep + text``, the mean of the last hidden states over the attention mask, not normalised (the
     thesis's SBERT teacher), over the first ``max_length`` tokens (or the model's limit). Returns (vectors, the memory

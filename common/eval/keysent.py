@@ -21,7 +21,7 @@ class KeySentenceModel:
     Table 4.6 protocol) the mean embedding of the training articles' key sentences."""
 
     def __init__(self, path, pooling=None, max_length=None, batch_size=64, train_articles=None, query=None,
-                 batch_tokens=0):
+                 batch_tokens=None):
         self.encoder, self.tokenizer, self.settings = load_encoder(path, pooling=pooling, max_length=max_length,
                                                                    default_pooling="mean")
         self.encoder.to(default_device())

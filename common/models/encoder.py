@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from common.io import InputError
-from common.models.batching import length_batches
+from common.models.batching import length_batches, token_budget
 
 POOLINGS = ("cls", "mean")
 
@@ -206,10 +206,11 @@ def _attention(transformer, implementation):
 
 
 @torch.inference_mode()
-def embed(encoder, store, batch_size=64, batch_tokens=0, progress=None, rows=None, out=None):
+def embed(encoder, store, batch_size=64, batch_tokens=None, progress=None, rows=None, out=None):
     """Embeddings of every text in ``store`` (or of positions ``rows``), float32 ``[N, d]``, in the store's order.
 
-    The texts are sorted by token length once and cut by ``length_batches``. Each batch's rows are written into
+    The texts are sorted by token length once and cut by ``length_batches`` (``batch_tokens`` None: the device's
+    default budget, ``batching.BATCH_TOKENS``; 0: ``batch_size`` alone). Each batch's rows are written into
     ``out`` as soon as they are computed, so ``out`` may be a memory-mapped NPY (``io.open_npy``) and the vectors
     are never held whole in memory; without it a new array is returned. On a GPU the encoder runs in bfloat16 and,
     where flash attention is installed, on unpadded batches."""
@@ -222,7 +223,7 @@ def embed(encoder, store, batch_size=64, batch_tokens=0, progress=None, rows=Non
     with _attention(encoder.transformer, "flash_attention_2" if packed else
                     encoder.transformer.config._attn_implementation), \
             torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-        for idx in length_batches(store.lengths()[rows], batch_size, batch_tokens):
+        for idx in length_batches(store.lengths()[rows], batch_size, token_budget(batch_tokens, device.type)):
             if packed:
                 ids, lengths = store.packed(rows[idx])
                 vectors = encoder.embed_packed(ids.to(device), lengths.to(device))
@@ -235,7 +236,7 @@ def embed(encoder, store, batch_size=64, batch_tokens=0, progress=None, rows=Non
     return out
 
 
-def embed_sharded(encoder, store, batch_size=64, batch_tokens=0, progress=None, out=None, block=4096):
+def embed_sharded(encoder, store, batch_size=64, batch_tokens=None, progress=None, out=None, block=4096):
     """``embed`` with the texts cut into one contiguous shard per process (under ``accelerate launch`` or any
     initialised process group) and the shards gathered in order, ``block`` rows of each at a time, into ``out`` (or
     a new array) on every process. Each text is embedded exactly as one process would embed it (same tokens, no

@@ -8,6 +8,7 @@ The module trained is whatever the objective built: encoder, heads and loss buff
 and resumed together.
 """
 
+import contextlib
 import json
 import math
 import os
@@ -48,6 +49,26 @@ class TrainConfig:
     log_every: int
     drop_last: bool = False  # in-batch-negative and batch-statistics losses need full batches
     length_buckets: int = 0  # > 0: batches of similar length, sorted within windows of this many batches
+    chunk_tokens: int = 0  # > 0: objectives with independent examples run a batch in parts of this many tokens
+
+
+def backward(accelerator, model, objective, batch):
+    """The micro-batch's mean loss, back-propagated; returns it detached. A batch that ``Objective.collate_train``
+    cut into parts runs forward and backward one part at a time, each part's loss summed and divided by the whole
+    batch's example count: the gradient of the batch mean, with the activations of one part alive at a time (on a
+    CPU, activations that stay in cache make the step faster). Under DDP only the last part synchronises."""
+    parts = batch.get("parts") if isinstance(batch, dict) else None
+    if not parts:
+        loss = objective.losses(model, batch).mean()
+        accelerator.backward(loss)
+        return loss.detach()
+    total, examples = 0.0, sum(batch["sizes"])
+    for n, part in enumerate(parts):
+        with accelerator.no_sync(model) if n < len(parts) - 1 else contextlib.nullcontext():
+            loss = objective.losses(model, part).sum() / examples
+            accelerator.backward(loss)
+        total = total + loss.detach()
+    return total
 
 
 class EpochSampler(Sampler):
@@ -142,16 +163,17 @@ class Trainer:
         # the data each process sees depends on their number: a checkpoint resumes only with the same count
         self.identity = {**identity, "processes": accelerator.num_processes}
         rows = objective.train_rows
+        objective.chunk_tokens = cfg.chunk_tokens
         if cfg.length_buckets > 0:
             lengths = objective.train_lengths()
             if lengths is None:
                 raise InputError(f"--length-buckets: the {objective.name} objective has no lengths to bucket by")
             self.sampler = BucketBatchSampler(lengths, cfg.batch_size, cfg.length_buckets, cfg.seed, cfg.drop_last)
-            train_dl = DataLoader(rows, batch_sampler=self.sampler, collate_fn=objective.collate)
+            train_dl = DataLoader(rows, batch_sampler=self.sampler, collate_fn=objective.collate_train)
         else:
             self.sampler = EpochSampler(len(rows), cfg.seed)
             train_dl = DataLoader(rows, batch_size=cfg.batch_size, sampler=self.sampler, drop_last=cfg.drop_last,
-                                  collate_fn=objective.collate)
+                                  collate_fn=objective.collate_train)
         if not len(train_dl):
             raise InputError(f"{len(rows)} training rows make no full batch of {cfg.batch_size}")
         val_dl = DataLoader(objective.val_rows, batch_size=cfg.batch_size, shuffle=False,
@@ -184,7 +206,9 @@ class Trainer:
         own = os.path.join(self.run_dir, RUN_FILE)
         if os.path.exists(self.run_dir) and not os.path.isdir(self.run_dir):
             raise InputError(f"{self.run_dir}: --out is a file, not a run folder")
-        if os.path.isdir(self.run_dir) and set(os.listdir(self.run_dir)) - {LOCK} and not os.path.exists(own):
+        # the main process may be claiming the folder meanwhile: its lock and RUN_FILE's temporary are no reason
+        if os.path.isdir(self.run_dir) and set(os.listdir(self.run_dir)) - {LOCK, RUN_FILE + ".tmp"} and \
+                not os.path.exists(own):
             raise InputError(f"{self.run_dir}: not empty and not a run folder of this project (no {RUN_FILE}); "
                              "use another --out")
         if not self.accelerator.is_main_process:
@@ -366,9 +390,8 @@ class Trainer:
                     micro += 1
                     self.batch_in_epoch += 1
                     with acc.accumulate(self.model):
-                        loss = self.objective.losses(self.model, batch).mean()
-                        acc.backward(loss)
-                        pending.append(loss.detach())
+                        loss = backward(acc, self.model, self.objective, batch)
+                        pending.append(loss)
                         if acc.sync_gradients:
                             self._check_finite(pending)
                             pending = []

@@ -17,7 +17,9 @@ from common.train import objectives
 RESULT_ARGS = ("model", "max_length", "pooling", "normalize", "lr", "weight_decay", "warmup", "schedule", "epochs",
                "max_steps", "batch_size", "grad_accum", "clip", "seed", "eval_every", "drop_last", "length_buckets")
 # flags that change only speed, memory or logging
-SPEED_ARGS = ("checkpoint_every", "keep", "log_every", "length_groups", "gradient_checkpointing", "report_to")
+SPEED_ARGS = ("checkpoint_every", "keep", "log_every", "length_groups", "chunk_tokens", "gradient_checkpointing",
+              "report_to")
+CPU_CHUNK_TOKENS = 2048  # on a CPU, parts this small keep a BERT layer's activations in cache
 
 
 def add_training_arguments(p):
@@ -72,6 +74,10 @@ def add_training_arguments(p):
                         "trackio; all: every one installed; none); local ones write under RUN/trackers")
     p.add_argument("--length-groups", type=int, default=3,
                    help="pad a batch as this many length-sorted sub-batches (speed only: the loss is the same)")
+    p.add_argument("--chunk-tokens", type=int, default=None,
+                   help="objectives whose examples are independent (triplet, contrastive, cosine): run forward and "
+                        "backward on parts of a batch of about this many tokens, one after another (speed only: "
+                        f"the gradient is the same) [{CPU_CHUNK_TOKENS} on a CPU; 0 (the whole batch) on a GPU]")
 
 
 FALLBACKS = {"weight_decay": 0.01, "schedule": "linear", "grad_accum": 1, "drop_last": False, "length_buckets": 0}
@@ -110,6 +116,7 @@ def parse(argv, description, names, fixed=None):
 
 LIMITS = {"--batch-size": cli.AT_LEAST_1, "--grad-accum": cli.AT_LEAST_1, "--epochs": cli.AT_LEAST_1,
           "--max-length": cli.AT_LEAST_1, "--log-every": cli.AT_LEAST_1, "--length-groups": cli.AT_LEAST_1,
+          "--chunk-tokens": cli.AT_LEAST_0,
           "--lr": cli.POSITIVE, "--max-steps": cli.AT_LEAST_0, "--eval-every": cli.AT_LEAST_0,
           "--checkpoint-every": cli.AT_LEAST_0, "--keep": cli.AT_LEAST_0, "--length-buckets": cli.AT_LEAST_0,
           "--clip": cli.AT_LEAST_0, "--weight-decay": cli.AT_LEAST_0, "--warmup": cli.AT_LEAST_0, "--seed": cli.SEED}
@@ -144,6 +151,13 @@ def trackers(report_to):
     return names
 
 
+def chunk_tokens(flag, device):
+    """--chunk-tokens as given, else by device: on a CPU small parts are faster, on a GPU whole batches."""
+    if flag is not None:
+        return flag
+    return CPU_CHUNK_TOKENS if device.type == "cpu" else 0
+
+
 def train(args, script):
     """One training run as the scripts start it; returns the run's counts (also written to its manifest)."""
     from accelerate import Accelerator
@@ -169,7 +183,8 @@ def train(args, script):
                       epochs=args.epochs, max_steps=args.max_steps, batch_size=args.batch_size,
                       grad_accum=args.grad_accum, clip=args.clip, seed=args.seed, eval_every=args.eval_every,
                       checkpoint_every=args.checkpoint_every, keep=args.keep, log_every=args.log_every,
-                      drop_last=args.drop_last, length_buckets=args.length_buckets)
+                      drop_last=args.drop_last, length_buckets=args.length_buckets,
+                      chunk_tokens=chunk_tokens(args.chunk_tokens, accelerator.device))
     trainer = Trainer(cfg, objective, model, accelerator, args.out, identity(args, objective),
                       tracked=bool(log_with))
     try:  # the run folder stays locked until its manifest is written

@@ -11,6 +11,8 @@ import importlib
 import os
 from typing import NamedTuple
 
+import numpy as np
+
 from common.io import InputError
 
 
@@ -71,6 +73,9 @@ class Objective:
       ``set_epoch(epoch)``  before each epoch (and on resume): per-example randomness is drawn from
                             (seed, epoch, example), never from a global stream
       ``collate(rows)``     a batch from a list of rows; ``losses(model, batch)`` → loss per example (or a scalar)
+      ``row_tokens(rows)``  tokens of each row, for an objective whose examples' losses do not depend on one another
+                            (``independent``): ``collate_train`` then cuts a batch over ``--chunk-tokens`` into
+                            parts that the loop runs forward and backward one at a time (same gradient)
       ``validate(model, loader, accelerator)`` → metrics
       ``save(model, path)`` RUN/model: the encoder in Hugging Face + sentence-transformers form, heads beside it
     """
@@ -79,6 +84,8 @@ class Objective:
     paper = None
     defaults = {}
     selection = None
+    independent = False  # each example's loss depends on that example alone (no in-batch negatives or statistics)
+    chunk_tokens = 0  # the trainer's --chunk-tokens
     result_args = ()
     speed_args = ()
     limits = {}
@@ -118,6 +125,24 @@ class Objective:
 
     def collate(self, rows):
         raise NotImplementedError
+
+    def row_tokens(self, rows):
+        """Tokens of each row (an ``independent`` objective says)."""
+        raise NotImplementedError
+
+    def collate_train(self, rows):
+        """A training batch: ``collate(rows)``, or for an ``independent`` objective whose batch holds more than
+        ``chunk_tokens`` tokens, ``{"parts": [collate(part), ...], "sizes": [...]}``: the fewest parts of
+        consecutive rows of near-equal count that keep each part near the budget (one row at least)."""
+        if not (self.independent and self.chunk_tokens > 0):
+            return self.collate(rows)
+        rows = np.asarray(rows)
+        tokens = int(self.row_tokens(rows).sum())
+        count = min(len(rows), -(-tokens // self.chunk_tokens))
+        if count <= 1:
+            return self.collate(rows)
+        parts = np.array_split(rows, count)
+        return {"parts": [self.collate(p) for p in parts], "sizes": [len(p) for p in parts]}
 
     def losses(self, model, batch):
         raise NotImplementedError

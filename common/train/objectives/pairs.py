@@ -46,6 +46,7 @@ class PairObjective(Objective):
     defaults = {"lr": 2e-5, "batch_size": 32, "epochs": 1, "warmup": 100, "pooling": "mean", "max_length": None,
                 "normalize": None}
     selection = "val_ap_max"
+    independent = True
     result_args = ("query", "query_token", "query_init")
 
     @classmethod
@@ -89,8 +90,11 @@ class PairObjective(Objective):
         self.train_rows = rows["train"]
         self.val_rows = rows.get("val", np.zeros((0, 2), dtype=np.int64))
 
+    def row_tokens(self, rows):
+        return self.store.lengths()[np.asarray(rows).reshape(-1, 2)[:, 0]]
+
     def train_lengths(self):
-        return self.store.lengths()[self.train_rows[:, 0]]
+        return self.row_tokens(self.train_rows)
 
     def collate(self, rows):
         rows = np.asarray(rows).reshape(-1, 2)

@@ -26,6 +26,7 @@ class TripletObjective(Objective):
     defaults = {"lr": 3e-5, "batch_size": 16, "epochs": 2, "warmup": 0.1, "pooling": "cls", "max_length": 128,
                 "normalize": False}
     result_args = ("margin",)
+    independent = True
 
     @classmethod
     def add_arguments(cls, parser):
@@ -55,8 +56,11 @@ class TripletObjective(Objective):
                                 self.max_length)
         self.train_rows, self.val_rows = position[train], position[val]
 
+    def row_tokens(self, rows):
+        return self.store.lengths()[np.asarray(rows).reshape(-1, 3)].sum(axis=1)
+
     def train_lengths(self):
-        return self.store.lengths()[self.train_rows].sum(axis=1)
+        return self.row_tokens(self.train_rows)
 
     def collate(self, rows):
         rows = np.asarray(rows).reshape(-1, 3)
