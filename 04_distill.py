@@ -67,7 +67,6 @@ def run_teachers(args):
     from common.data.documents import Documents
     from common.distill import teachers
     from common.distill.paragraph_vector import PREPROCESS, ParagraphVector
-    from common.models.encoder import document_text
     for key, value in PV_PRESETS[args.pv_preset].items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -87,14 +86,14 @@ def run_teachers(args):
                 outputs, docs, args.teacher, args.teacher_max_length, args.batch_size, args.batch_tokens, bar)
         teachers.write_rows(outputs, teachers.LENGTHS, lengths, docs.ids)
         counts.update({"teacher_max_length": max_length, "longer_than_teacher": int((lengths > max_length).sum())})
-        # Paragraph Vector reads words, so the separator token is a space
-        texts = [document_text(t, x, " ") for t, x in zip(docs.titles, docs.texts)]
-        pv = ParagraphVector.train(texts, args.pv, args.pv_vector_size, args.pv_window, args.pv_negative,
-                                   args.pv_min_count, args.pv_epochs, preprocess, args.pv_workers, args.seed,
-                                   args.pv_max_vocab_size, counts)
-        with tqdm(total=len(texts), desc="contextual teacher", unit=" docs", mininterval=1.0) as bar:
-            contextual = pv.embed(texts, bar)
-        teachers.write_rows(outputs, teachers.CONTEXTUAL, contextual, docs.ids)
+        pv = ParagraphVector.train(teachers.pv_texts(docs), args.pv, args.pv_vector_size, args.pv_window,
+                                   args.pv_negative, args.pv_min_count, args.pv_epochs, preprocess, args.pv_workers,
+                                   args.seed, args.pv_max_vocab_size, counts)
+        io.write_ids(outputs, teachers.CONTEXTUAL, docs.ids)
+        contextual = io.open_npy(outputs, f"{teachers.CONTEXTUAL}.npy", (len(docs.ids), pv.dim))
+        with tqdm(total=len(docs.ids), desc="contextual teacher", unit=" docs", mininterval=1.0) as bar:
+            pv.embed(teachers.pv_texts(docs), bar, out=contextual)
+        contextual.flush()
         pv.save(outputs.tmp_dir("pv"))  # moved into place with the other files
         counts["pv_vocabulary"] = {kind: len(m.wv) for kind, m in pv.models.items()}
         outputs.write_manifest(io.manifest(__file__, args, started, inputs=[os.path.join(args.data, "docs.jsonl")],

@@ -116,15 +116,15 @@ def embed_documents(args, outputs, name, path, docs):
     NPY; returns the vectors (that memory map), the tokenizer and the token length (None, None for a Paragraph
     Vector)."""
     from common.distill.paragraph_vector import ParagraphVector, is_paragraph_vector
-    from common.models.encoder import default_device, embed, document_text, load_encoder
+    from common.distill.teachers import pv_texts
+    from common.models.encoder import default_device, embed, load_encoder
     from common.models.tokens import TokenStore
     io.write_ids(outputs, name, docs.ids)
     if is_paragraph_vector(path):
+        pv = ParagraphVector.load(path)
+        emb = io.open_npy(outputs, f"{name}.npy", (len(docs.ids), pv.dim))
         with tqdm(total=len(docs.ids), desc=f"embed {name}", unit=" docs", mininterval=1.0) as bar:
-            vectors = ParagraphVector.load(path).embed(
-                [document_text(t, x, " ") for t, x in zip(docs.titles, docs.texts)], bar)
-        emb = io.open_npy(outputs, f"{name}.npy", vectors.shape)
-        emb[:] = vectors
+            pv.embed(pv_texts(docs), bar, out=emb)
         print(f"{name}: {emb.shape[0]} documents, {emb.shape[1]} dimensions (Paragraph Vector, inferred)")
         return emb, None, None
     encoder, tokenizer, settings = load_encoder(path, pooling=args.pooling.get(name), max_length=args.max_length,

@@ -225,3 +225,23 @@ def test_teachers_stopped_while_saving_paragraph_vector_leave_no_temporary_folde
         distill()(["teachers", "--data", str(tiny_data), "--out", str(out), "--teacher", str(tiny_model),
                    "--teacher-max-length", "64", "--pv-vector-size", "8", "--pv-epochs", "1", "--pv-min-count", "1"])
     assert os.listdir(out) == []
+
+
+def test_paragraph_vector_streams_its_corpus_from_a_words_file_with_the_vectors_of_an_in_memory_corpus(tmp_path):
+    from gensim.models.doc2vec import Doc2Vec, TaggedDocument
+
+    from common.distill.paragraph_vector import TaggedLines, write_words
+    rng = np.random.default_rng(1)
+    vocab = [f"W{i}" for i in range(30)] + ["Ärrä", "x\u00a0y"]  # a no-break space splits like any space
+    texts = [" ".join(rng.choice(vocab, rng.integers(0, 40))) for _ in range(25)] + ["", "  \t ", "a\x85b\u2028c"]
+    texts.append(" ".join(rng.choice(vocab, MAX_WORDS + 7)))
+    paths, chunked = write_words(iter(texts), ("none", "lowercase", "none"), str(tmp_path))
+    assert chunked == 1 and sorted(paths) == ["lowercase", "none"]
+    expected = [TaggedDocument(part, [tag]) for tag, text in enumerate(texts) for part in chunks(text.split())]
+    assert list(TaggedLines(paths["none"])) == expected  # line k is document k, words exactly as str.split gives
+    streamed = ParagraphVector.train(iter(texts), vector_size=8, min_count=1, epochs=2, work_dir=str(tmp_path))
+    assert sorted(os.listdir(tmp_path)) == ["words.lowercase.txt", "words.none.txt"]  # its own folder is gone
+    listed = Doc2Vec(expected, dm=1, vector_size=8, window=5, negative=5, hs=0, sample=0, dbow_words=1, min_count=1,
+                     epochs=2, workers=1, seed=42)
+    np.testing.assert_array_equal(streamed.models["dm"].dv.vectors, listed.dv.vectors)
+    np.testing.assert_array_equal(streamed.models["dm"].wv.vectors, listed.wv.vectors)

@@ -7,12 +7,16 @@ the chunk vectors averaged weighted by their word counts. And ``infer_vector`` d
 state and seeds its start vector from Python's salted ``hash``, so a vector would depend on call order and on the
 process: both are reseeded from the document's own words here. Multi-worker training is not reproducible in
 gensim; one worker is.
+
+The corpus is never held in memory: the documents' preprocessed words are written once to a file (one document a
+line, its tag the line number), and gensim reads that file once for the vocabulary and once per epoch.
 """
 
 import contextlib
 import functools
 import json
 import os
+import tempfile
 import zlib
 from unittest import mock
 
@@ -40,6 +44,40 @@ def words(text, preprocess):
 
 def chunks(tokens, size=MAX_WORDS):
     return [tokens[i:i + size] for i in range(0, len(tokens), size)] or [[]]
+
+
+class TaggedLines:
+    """gensim's corpus, read a pass at a time from a file of words: line k is document k, tagged k, cut into chunks
+    of at most ``MAX_WORDS`` words under that one tag. Words come from ``str.split``, so they hold no whitespace and
+    ``line.split()`` gives them back exactly."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __iter__(self):
+        from gensim.models.doc2vec import TaggedDocument
+        with open(self.path, encoding="utf-8", newline="\n") as f:
+            for tag, line in enumerate(f):
+                for part in chunks(line.split()):
+                    yield TaggedDocument(part, [tag])
+
+
+def write_words(texts, preprocess, directory):
+    """One pass over ``texts``: for each preprocessing in ``preprocess``, a file of the documents' words, a line
+    each. Returns {preprocessing: path} and the number of documents over ``MAX_WORDS`` words."""
+    paths = {prep: os.path.join(directory, f"words.{prep}.txt") for prep in dict.fromkeys(preprocess)}
+    chunked = 0
+    with contextlib.ExitStack() as stack:
+        files = {prep: stack.enter_context(open(path, "w", encoding="utf-8", newline="\n"))
+                 for prep, path in paths.items()}
+        for text in texts:
+            for n, (prep, f) in enumerate(files.items()):
+                tokens = words(text, prep)
+                if n == 0:
+                    chunked += len(tokens) > MAX_WORDS
+                f.write(" ".join(tokens))
+                f.write("\n")
+    return paths, chunked
 
 
 @contextlib.contextmanager
@@ -79,36 +117,41 @@ class ParagraphVector:
 
     @classmethod
     def train(cls, texts, mode="dm", vector_size=100, window=5, negative=5, min_count=2, epochs=10,
-              preprocess=("none",), workers=1, seed=42, max_vocab_size=None, counts=None):
-        """Train the models of ``mode`` (``dm``, ``dbow`` or ``dm+dbow``); ``preprocess`` gives one mode per
-        model, in that order (the thesis's PV;2048d stems for DM and not for DBOW)."""
-        from gensim.models.doc2vec import Doc2Vec, TaggedDocument
+              preprocess=("none",), workers=1, seed=42, max_vocab_size=None, counts=None, work_dir=None):
+        """Train the models of ``mode`` (``dm``, ``dbow`` or ``dm+dbow``) on ``texts`` (any iterable, read once);
+        ``preprocess`` gives one mode per model, in that order (the thesis's PV;2048d stems for DM and not for
+        DBOW). The words files live in a temporary folder under ``work_dir`` (default: the system's)."""
         kinds = mode.split("+")
         if len(preprocess) == 1:
             preprocess = tuple(preprocess) * len(kinds)
         models = {}
-        for kind, prep in zip(kinds, preprocess):
-            corpus, chunked = [], 0
-            for tag, text in enumerate(texts):
-                parts = chunks(words(text, prep))
-                chunked += len(parts) > 1
-                corpus.extend(TaggedDocument(part, [tag]) for part in parts)
+        with tempfile.TemporaryDirectory(prefix="docembed-pv-", dir=work_dir) as scratch:
+            paths, chunked = write_words(texts, preprocess, scratch)
             if counts is not None:
                 counts["pv_documents_chunked"] = chunked
-            # sample=0 explicitly: gensim's default is 1e-3, the thesis's grid used none
-            with _watched_workers() as failures:
-                try:
-                    models[kind] = Doc2Vec(corpus, dm=int(kind == "dm"), vector_size=vector_size, window=window,
-                                           negative=negative, hs=0, sample=0, dbow_words=1, min_count=min_count,
-                                           epochs=epochs, workers=workers, seed=seed, max_vocab_size=max_vocab_size)
-                except RuntimeError as e:
-                    if "vocabulary" not in str(e):
-                        raise
-                    raise InputError(f"--pv-min-count {min_count}: no word occurs that often in the documents "
-                                     f"({prep} preprocessing); Paragraph Vector has no vocabulary") from None
-            if failures:
-                raise InputError(f"Paragraph Vector ({kind}) training failed in a gensim worker: {failures[0]}")
+            for kind, prep in zip(kinds, preprocess):
+                models[kind] = cls._train_one(TaggedLines(paths[prep]), kind, prep, vector_size, window, negative,
+                                              min_count, epochs, workers, seed, max_vocab_size)
         return cls(models, dict(zip(kinds, preprocess)), epochs, seed)
+
+    @staticmethod
+    def _train_one(corpus, kind, prep, vector_size, window, negative, min_count, epochs, workers, seed,
+                   max_vocab_size):
+        from gensim.models.doc2vec import Doc2Vec
+        # sample=0 explicitly: gensim's default is 1e-3, the thesis's grid used none
+        with _watched_workers() as failures:
+            try:
+                model = Doc2Vec(corpus, dm=int(kind == "dm"), vector_size=vector_size, window=window,
+                                negative=negative, hs=0, sample=0, dbow_words=1, min_count=min_count, epochs=epochs,
+                                workers=workers, seed=seed, max_vocab_size=max_vocab_size)
+            except RuntimeError as e:
+                if "vocabulary" not in str(e):
+                    raise
+                raise InputError(f"--pv-min-count {min_count}: no word occurs that often in the documents "
+                                 f"({prep} preprocessing); Paragraph Vector has no vocabulary") from None
+        if failures:
+            raise InputError(f"Paragraph Vector ({kind}) training failed in a gensim worker: {failures[0]}")
+        return model
 
     def infer(self, text):
         """The document's vector: chunk vectors inferred from a per-chunk seed, mean weighted by chunk length;
@@ -124,10 +167,13 @@ class ParagraphVector:
             out.append(np.average(np.stack(vectors), axis=0, weights=weights))
         return np.concatenate(out).astype(np.float32)
 
-    def embed(self, texts, progress=None):
+    def embed(self, texts, progress=None, out=None):
+        """The vectors of ``texts``, each row written into ``out`` (a memory-mapped NPY, say) as it is inferred;
+        without ``out``, a new array (``texts`` then needs a length)."""
         import gensim.models.doc2vec as doc2vec
         stable = functools.partial(doc2vec.pseudorandom_weak_vector, hashfxn=_stable_hash)
-        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        if out is None:
+            out = np.empty((len(texts), self.dim), dtype=np.float32)
         with mock.patch.object(doc2vec, "pseudorandom_weak_vector", stable):
             for i, text in enumerate(texts):
                 out[i] = self.infer(text)

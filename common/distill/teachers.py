@@ -68,6 +68,13 @@ def read_lengths(directory, ids):
     return array
 
 
+def pv_texts(docs):
+    """The documents as Paragraph Vector reads them, one at a time: title and text, separated by a space (it reads
+    words, so the separator token is a space)."""
+    from common.models.encoder import document_text
+    return (document_text(t, x, " ") for t, x in zip(docs.titles, docs.texts))
+
+
 def structural_teacher(outputs, docs, model, max_length, batch_size=32, batch_tokens=None, progress=None):
     """Writes ``sbert.npy`` (row by row, memory-mapped) and its ids: the vectors of ``docs`` (``Documents``) read
     as ``title + sep + text``, the mean of the last hidden states over the attention mask, not normalised (the
