@@ -108,7 +108,7 @@ CASES = {
                     lambda a: f"the same at batch {a.small_batch} on both sides"),
     "triplet": ("steps/s", lambda side, args: one_train(side, args, "triplet"),
                 lambda a: f"batch {a.triplet_batch}, {a.triplet_length} tokens, {a.steps} steps, first {a.warm} "
-                          "left out; ours --chunk-tokens at its default"),
+                          "left out"),
     "mnrl": ("steps/s", lambda side, args: one_train(side, args, "mnrl"),
              lambda a: f"batch {a.mnrl_batch}, {a.mnrl_length} tokens, {a.steps} steps, first {a.warm} left out"),
 }

@@ -19,7 +19,6 @@ RESULT_ARGS = ("model", "max_length", "pooling", "normalize", "lr", "weight_deca
 # flags that change only speed, memory or logging
 SPEED_ARGS = ("checkpoint_every", "keep", "log_every", "length_groups", "chunk_tokens", "gradient_checkpointing",
               "report_to")
-CPU_CHUNK_TOKENS = 2048  # on a CPU, parts this small keep a BERT layer's activations in cache
 
 
 def add_training_arguments(p):
@@ -74,10 +73,10 @@ def add_training_arguments(p):
                         "trackio; all: every one installed; none); local ones write under RUN/trackers")
     p.add_argument("--length-groups", type=int, default=3,
                    help="pad a batch as this many length-sorted sub-batches (speed only: the loss is the same)")
-    p.add_argument("--chunk-tokens", type=int, default=None,
+    p.add_argument("--chunk-tokens", type=int, default=0,
                    help="objectives whose examples are independent (triplet, contrastive, cosine): run forward and "
-                        "backward on parts of a batch of about this many tokens, one after another (speed only: "
-                        f"the gradient is the same) [{CPU_CHUNK_TOKENS} on a CPU; 0 (the whole batch) on a GPU]")
+                        "backward on parts of a batch of about this many tokens, one after another, so that only "
+                        "one part's activations are in memory (the gradient is the same; 0: the whole batch)")
 
 
 FALLBACKS = {"weight_decay": 0.01, "schedule": "linear", "grad_accum": 1, "drop_last": False, "length_buckets": 0}
@@ -151,13 +150,6 @@ def trackers(report_to):
     return names
 
 
-def chunk_tokens(flag, device):
-    """--chunk-tokens as given, else by device: on a CPU small parts are faster, on a GPU whole batches."""
-    if flag is not None:
-        return flag
-    return CPU_CHUNK_TOKENS if device.type == "cpu" else 0
-
-
 def train(args, script):
     """One training run as the scripts start it; returns the run's counts (also written to its manifest)."""
     from accelerate import Accelerator
@@ -184,7 +176,7 @@ def train(args, script):
                       grad_accum=args.grad_accum, clip=args.clip, seed=args.seed, eval_every=args.eval_every,
                       checkpoint_every=args.checkpoint_every, keep=args.keep, log_every=args.log_every,
                       drop_last=args.drop_last, length_buckets=args.length_buckets,
-                      chunk_tokens=chunk_tokens(args.chunk_tokens, accelerator.device))
+                      chunk_tokens=args.chunk_tokens)
     trainer = Trainer(cfg, objective, model, accelerator, args.out, identity(args, objective),
                       tracked=bool(log_with))
     try:  # the run folder stays locked until its manifest is written
