@@ -89,8 +89,7 @@ def run_teachers(args):
         pv = ParagraphVector.train(teachers.pv_texts(docs), args.pv, args.pv_vector_size, args.pv_window,
                                    args.pv_negative, args.pv_min_count, args.pv_epochs, preprocess, args.pv_workers,
                                    args.seed, args.pv_max_vocab_size, counts)
-        io.write_ids(outputs, teachers.CONTEXTUAL, docs.ids)
-        contextual = io.open_npy(outputs, f"{teachers.CONTEXTUAL}.npy", (len(docs.ids), pv.dim))
+        contextual = io.open_rows(outputs, teachers.CONTEXTUAL, docs.ids, pv.dim)
         with tqdm(total=len(docs.ids), desc="contextual teacher", unit=" docs", mininterval=1.0) as bar:
             pv.embed(teachers.pv_texts(docs), bar, out=contextual)
         contextual.flush()

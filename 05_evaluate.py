@@ -113,27 +113,18 @@ def default_tasks(data_dir, available):
 
 def embed_documents(args, outputs, name, path, docs):
     """NAME.npy and NAME.ids.txt: the model's vectors of every document, written row by row into a memory-mapped
-    NPY; returns the vectors (that memory map), the tokenizer and the token length (None, None for a Paragraph
-    Vector)."""
+    NPY (under ``accelerate launch``, each process embeds one shard: ``retrieval.embed_corpus``); returns the
+    vectors (that memory map), the tokenizer and the token length (None, None for a Paragraph Vector)."""
     from common.distill.paragraph_vector import ParagraphVector, is_paragraph_vector
     from common.distill.teachers import pv_texts
-    from common.models.encoder import default_device, embed, load_encoder
-    from common.models.tokens import TokenStore
-    io.write_ids(outputs, name, docs.ids)
     if is_paragraph_vector(path):
         pv = ParagraphVector.load(path)
-        emb = io.open_npy(outputs, f"{name}.npy", (len(docs.ids), pv.dim))
+        emb = io.open_rows(outputs, name, docs.ids, pv.dim)
         with tqdm(total=len(docs.ids), desc=f"embed {name}", unit=" docs", mininterval=1.0) as bar:
             pv.embed(pv_texts(docs), bar, out=emb)
         print(f"{name}: {emb.shape[0]} documents, {emb.shape[1]} dimensions (Paragraph Vector, inferred)")
         return emb, None, None
-    encoder, tokenizer, settings = load_encoder(path, pooling=args.pooling.get(name), max_length=args.max_length,
-                                                default_max_length=128)
-    encoder.to(default_device())
-    store = TokenStore(tokenizer, docs.inputs(tokenizer.sep_token or ""), settings["max_length"])
-    emb = io.open_npy(outputs, f"{name}.npy", (len(store), encoder.dimension))
-    with tqdm(total=len(store), desc=f"embed {name}", unit=" docs", mininterval=1.0) as bar:
-        embed(encoder, store, args.batch_size, args.batch_tokens, bar, out=emb)
+    _, tokenizer, settings, emb = retrieval.embed_corpus(args, name, path, docs, outputs)
     print(f"{name}: {emb.shape[0]} documents, {emb.shape[1]} dimensions ({settings['pooling']} pooling"
           f"{', normalised' if settings['normalize'] else ''}, {settings['max_length']} tokens)")
     return emb, tokenizer, settings["max_length"]
@@ -219,7 +210,7 @@ def run_evaluate(args):
                          "separate --out directories")
     state = retrieval.process_state()
     if state is not None and not state.is_main_process:
-        return retrieval.follow(args) if "retrieval" in wanted else None
+        return retrieval.follow(args) if wanted & ({"retrieval"} | EMBEDDING_TASKS) else None
     started = io.now()
     metrics, counts, written = {}, {}, []
     with io.Outputs(args.out, __file__) as outputs:

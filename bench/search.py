@@ -4,6 +4,7 @@
     python bench/search.py --docs 200000 --queries 500
     python bench/search.py --docs 200000 --hnsw         # also faiss HNSW (05 search --index-type hnsw): recall@10
     python bench/search.py --vectors EVAL/minilm.npy --hnsw   # real vectors: the last --queries rows are the queries
+    python bench/search.py --sentences --hnsw --k 10          # MiniLM vectors of the shipped samples' sentences
 
 Reports the time for one query, the queries/s for a batch of --queries, and the process's peak RSS above the
 document matrix itself, against one dense ``queries @ docs.T`` + ``topk`` (what a short script would do), whose
@@ -11,6 +12,7 @@ score matrix alone is queries × docs floats.
 """
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -41,12 +43,17 @@ def main():
     parser.add_argument("--hnsw", action="store_true",
                         help="also build 05's HNSW index and report its recall@10 against exact search")
     parser.add_argument("--vectors", default=None, help="an NPY of real vectors instead of random ones")
+    parser.add_argument("--sentences", action="store_true",
+                        help="real vectors: all-MiniLM-L6-v2 on every distinct sentence of the arXiv sample's "
+                             "abstracts and the enwiki sample's articles (built once into --work)")
     parser.add_argument("--work", default=os.path.join(ROOT, "bench", "out", "search"))
     args = parser.parse_args()
     import torch
 
     from common.eval.retrieval import search
     rng = np.random.default_rng(0)
+    if args.sentences:
+        args.vectors = sentence_vectors(args.work)
     if args.vectors:
         vectors = np.load(args.vectors)
         docs, queries = vectors[:-args.queries], vectors[-args.queries:]
@@ -84,6 +91,32 @@ def main():
         same = bool((np.sort(dense, 1) == np.sort(idx, 1)).all())
         print(f"dense matmul + topk: {took:.2f} s, {args.queries / took:.0f} queries/s; peak RSS grew "
               f"{(peak_rss() - before) / 2**20:.0f} MiB; same top {args.k}: {same}")
+
+
+def sentence_vectors(work):
+    """MiniLM vectors (its own mean pooling, normalised, 256 tokens) of the distinct sentences of the shipped arXiv
+    sample's abstracts and of the enwiki sample's articles, in a random order; cached in ``work``."""
+    path = os.path.join(work, "sentences-minilm.npy")
+    if os.path.exists(path):
+        return path
+    from bench.embed import documents
+    from bench.train import ensure_arxiv, minilm
+    from common.data.documents import Documents
+    from common.data.sentences import split, splitter
+    from common.models.encoder import embed, load_encoder
+    from common.models.tokens import TokenStore
+    punkt = splitter()
+    documents(work, 0)  # extracts the enwiki sample into work/wiki
+    with open(os.path.join(work, "wiki", "articles.jsonl"), encoding="utf-8") as f:
+        texts = Documents(ensure_arxiv(work)).texts + [json.loads(line)["text"] for line in f]
+    sentences = sorted({s for text in texts for s, _, _ in split(text, punkt) if len(s.split()) >= 5})
+    sentences = [sentences[i] for i in np.random.default_rng(0).permutation(len(sentences))]
+    encoder, tokenizer, settings = load_encoder(minilm())
+    vectors = embed(encoder, TokenStore(tokenizer, sentences, settings["max_length"]))
+    os.makedirs(work, exist_ok=True)
+    np.save(path, vectors)
+    print(f"{len(sentences)} distinct sentences of five words or more embedded → {path}")
+    return path
 
 
 def hnsw_recall(args, docs, queries):

@@ -358,6 +358,37 @@ def write_ids(outputs, name, ids):
         f.writelines(f"{i}\n" for i in ids)
 
 
+def open_rows(outputs, name, ids, dim, dtype="float32"):
+    """``name.ids.txt`` written and ``name.npy`` opened memory-mapped (``open_npy``) for a ``dim``-wide row per
+    id, for its producer to fill."""
+    write_ids(outputs, name, ids)
+    return open_npy(outputs, f"{name}.npy", (len(ids), dim), dtype)
+
+
+def read_rows(directory, name, ids):
+    """``directory/name.npy``, memory-mapped, checked against ``directory/name.ids.txt`` and the documents'
+    ``ids`` (docs.jsonl's, line by line), so that rows are never paired with the wrong documents."""
+    import numpy as np
+    path, ids_path = os.path.join(directory, f"{name}.npy"), os.path.join(directory, f"{name}.ids.txt")
+    for p in (path, ids_path):
+        if not os.path.isfile(p):
+            raise InputError(f"{p}: no such file")
+    with open_input(ids_path) as f:
+        found = [line.rstrip("\n") for line in f]
+    for lineno, (got, want) in enumerate(zip(found, ids), 1):
+        if got != want:
+            raise InputError(f"{ids_path}:{lineno}: id {got!r}, but docs.jsonl has {want!r} there")
+    if len(found) != len(ids):
+        raise InputError(f"{ids_path}: {len(found)} ids, docs.jsonl has {len(ids)} documents")
+    try:
+        array = np.load(path, mmap_mode="r")
+    except ValueError as e:
+        raise InputError(f"{path}: not a NumPy array file ({e})") from None
+    if array.ndim == 0 or len(array) != len(ids):
+        raise InputError(f"{path}: {len(array) if array.ndim else 0} rows, {ids_path} names {len(ids)}")
+    return array
+
+
 def write_json(path, obj):
     """Atomically write one JSON file."""
     tmp = path + ".tmp"

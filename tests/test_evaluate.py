@@ -91,3 +91,26 @@ def test_hub_named_sentence_transformer_is_scored_with_its_own_pooling_and_lengt
     docs = Documents(str(tiny_data))
     expected = SentenceTransformer(str(folder), device="cpu").encode(docs.inputs(tokenizer.sep_token))
     np.testing.assert_allclose(np.load(tmp_path / "eval" / "hub.npy"), expected, atol=1e-5, rtol=0)
+
+
+def test_two_processes_evaluate_with_the_vectors_and_metrics_of_one(tiny_model, tiny_data, tmp_path):
+    """Under `accelerate launch`, each process embeds one shard of the documents; the main one writes the same
+    vectors and scores as a single process."""
+    import json
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    from conftest import ENV, ROOT, free_port, run_script
+    args = ["--data", tiny_data, "--model", f"base={tiny_model}", "--task", "crossref", "topics", "--batch-size", "4"]
+    run_script("05_evaluate.py", *args, "--out", tmp_path / "one")
+    env = dict(ENV, ACCELERATE_USE_CPU="1", OMP_NUM_THREADS="1")
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                    str(free_port()), os.path.join(ROOT, "05_evaluate.py"), *map(str, args), "--out",
+                    str(tmp_path / "two")], cwd=ROOT, env=env, check=True, capture_output=True, timeout=300)
+    one, two = np.load(tmp_path / "one" / "base.npy"), np.load(tmp_path / "two" / "base.npy")
+    np.testing.assert_allclose(two, one, rtol=1e-5, atol=1e-6)
+    assert (tmp_path / "two" / "base.ids.txt").read_text() == (tmp_path / "one" / "base.ids.txt").read_text()
+    scores = [json.loads((tmp_path / run / "metrics.json").read_text())["base"]["crossref"] for run in ("one", "two")]
+    assert scores[1] == pytest.approx(scores[0], rel=1e-6)

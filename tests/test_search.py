@@ -513,9 +513,9 @@ def index(tiny_model, paper_data, tmp_path_factory):
 
 
 @pytest.mark.parametrize("case, expected", [
-    ("half", "base.npy: float32 [30, 32], expected float vectors of the 60 documents of {index}/base.ids.txt"),
+    ("half", "base.npy: 30 rows, {index}/base.ids.txt names 60"),
     ("dims", "{index}: its vectors have 16 dimensions, {model} makes 32 (vectors of another model?)"),
-    ("ids", "base.ids.txt: its 1 documents are not the 60 of docs.jsonl (another data directory?)"),
+    ("ids", "base.ids.txt:1: id 'x0', but docs.jsonl has 'p0' there"),
     ("no-ids", "base.ids.txt: no such file"),
     ("run-folder", "{index}: not an evaluation directory of 05_evaluate.py (its manifest.json names no NAME=MODEL "
                    "vectors; a run folder?)"),
@@ -530,7 +530,7 @@ def test_a_saved_index_that_does_not_fit_the_corpus_or_the_model_is_a_one_line_e
     elif case == "dims":
         np.save(bad / "base.npy", vectors[:, :16])
     elif case == "ids":
-        (bad / "base.ids.txt").write_text("p0\n")
+        (bad / "base.ids.txt").write_text("x0\n")
     elif case == "no-ids":
         os.remove(bad / "base.ids.txt")
     else:

@@ -22,32 +22,10 @@ def write_rows(outputs, name, array, ids):
     io.write_ids(outputs, name, ids)
 
 
-def read_rows(directory, name, ids):
-    """``directory/name.npy`` checked against ``directory/name.ids.txt`` and the documents' ``ids``."""
-    path, ids_path = os.path.join(directory, f"{name}.npy"), os.path.join(directory, f"{name}.ids.txt")
-    for p in (path, ids_path):
-        if not os.path.isfile(p):
-            raise InputError(f"{p}: no such file")
-    with open(ids_path, encoding="utf-8") as f:
-        found = [line.rstrip("\n") for line in f]
-    for lineno, (got, want) in enumerate(zip(found, ids), 1):
-        if got != want:
-            raise InputError(f"{ids_path}:{lineno}: id {got!r}, but docs.jsonl has {want!r} there")
-    if len(found) != len(ids):
-        raise InputError(f"{ids_path}: {len(found)} ids, docs.jsonl has {len(ids)} documents")
-    try:
-        array = np.load(path, mmap_mode="r")
-    except ValueError as e:
-        raise InputError(f"{path}: not a NumPy array file ({e})") from None
-    if len(array) != len(ids):
-        raise InputError(f"{path}: {len(array)} rows, {ids_path} names {len(ids)}")
-    return np.asarray(array)
-
-
 def read_vectors(directory, name, ids):
     """Teacher vectors: a float ``[N, d]`` array as float32, every value finite (one NaN or inf would make every
     weight of the student NaN within a step)."""
-    array = read_rows(directory, name, ids)
+    array = np.asarray(io.read_rows(directory, name, ids))
     path = os.path.join(directory, name + '.npy')
     if array.ndim != 2 or array.shape[1] < 1 or not np.issubdtype(array.dtype, np.floating):
         raise InputError(f"{path}: expected float vectors [N, d], got {array.dtype} {list(array.shape)}")
@@ -61,7 +39,7 @@ def read_vectors(directory, name, ids):
 
 def read_lengths(directory, ids):
     """Structural-teacher token counts: a non-negative integer ``[N]`` array."""
-    array = read_rows(directory, LENGTHS, ids)
+    array = np.asarray(io.read_rows(directory, LENGTHS, ids))
     if array.ndim != 1 or not np.issubdtype(array.dtype, np.integer) or (array < 0).any():
         raise InputError(f"{os.path.join(directory, LENGTHS + '.npy')}: expected one non-negative token count per "
                          f"document, got {array.dtype} {list(array.shape)}")
@@ -88,8 +66,7 @@ def structural_teacher(outputs, docs, model, max_length, batch_size=32, batch_to
     lengths = np.array([len(ids) for ids in tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]],
                        dtype=np.int64)
     store = TokenStore(tokenizer, texts, settings["max_length"])
-    io.write_ids(outputs, STRUCTURAL, docs.ids)
-    out = io.open_npy(outputs, f"{STRUCTURAL}.npy", (len(store), encoder.dimension))
+    out = io.open_rows(outputs, STRUCTURAL, docs.ids, encoder.dimension)
     embed(encoder, store, batch_size, batch_tokens, progress, out=out)
     out.flush()
     return out, lengths, settings["max_length"]

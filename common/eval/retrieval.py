@@ -151,8 +151,11 @@ def process_state():
     """Accelerate's process state when started by ``accelerate launch`` on several processes, else None."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return None
+    import torch
     from accelerate import PartialState
-    return PartialState()
+    # without cpu=True, Accelerate joins the processes only where there is a GPU: on CPUs each would run alone
+    cpu = not torch.cuda.is_available() or os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes")
+    return PartialState(cpu=cpu)
 
 
 def load_model(args, name, path):
@@ -167,16 +170,13 @@ def load_model(args, name, path):
 def embed_corpus(args, name, path, docs, outputs=None):
     """The model and its vectors of every document, the corpus cut into one shard per process; with ``outputs``,
     the vectors are written row by row into its memory-mapped NAME.npy (and NAME.ids.txt beside it)."""
-    from common.io import open_npy, write_ids
+    from common.io import open_rows
     from common.models.encoder import embed_sharded
     from common.models.tokens import TokenStore
     encoder, tokenizer, settings = load_model(args, name, path)
     store = TokenStore(tokenizer, document_inputs(args.data, docs, tokenizer.sep_token or ""),
                        settings["max_length"])
-    out = None
-    if outputs is not None:
-        write_ids(outputs, name, docs.ids)
-        out = open_npy(outputs, f"{name}.npy", (len(store), encoder.dimension))
+    out = None if outputs is None else open_rows(outputs, name, docs.ids, encoder.dimension)
     with tqdm(total=len(store), desc=f"embed {name}", unit=" docs", mininterval=1.0) as bar:
         return encoder, tokenizer, settings, embed_sharded(encoder, store, args.batch_size, args.batch_tokens, bar,
                                                            out=out)
@@ -190,11 +190,14 @@ def embed_queries(encoder, tokenizer, settings, texts, args):
 
 def follow(args):
     """A process other than the main one under ``accelerate launch``: embed its shard of the corpus for each model,
-    in the main process's order, and write nothing."""
+    in the main process's order, and write nothing (a Paragraph Vector, inferred by the main process alone, is
+    skipped)."""
     from common.data.documents import Documents
+    from common.distill.paragraph_vector import is_paragraph_vector
     docs = Documents(args.data)
     for name, path in args.model.items():
-        embed_corpus(args, name, path, docs)
+        if not is_paragraph_vector(path):
+            embed_corpus(args, name, path, docs)
 
 
 def evaluate_retrieval(args, outputs, wanted):
@@ -252,21 +255,10 @@ def saved_index(index_dir, model, doc_ids):
     if not names:
         raise InputError(f"{index_dir}: holds no vectors of {model} (its manifest.json names no such --model)")
     name = io.safe_name(names[0], f"{index_dir}/manifest.json: model name")
-    path, ids_path = os.path.join(index_dir, f"{name}.npy"), os.path.join(index_dir, f"{name}.ids.txt")
-    with io.open_input(ids_path) as f:
-        ids = f.read().splitlines()
-    if ids != list(doc_ids):
-        raise InputError(f"{ids_path}: its {len(ids)} documents are not the {len(doc_ids)} of docs.jsonl (another "
-                         "data directory?)")
-    if not os.path.isfile(path):
-        raise InputError(f"{path}: no such file")
-    try:
-        vectors = np.load(path, mmap_mode="r")
-    except ValueError as e:
-        raise InputError(f"{path}: not a NumPy array file ({e})") from None
-    if vectors.ndim != 2 or len(vectors) != len(ids) or not np.issubdtype(vectors.dtype, np.floating):
-        raise InputError(f"{path}: {vectors.dtype} {list(vectors.shape)}, expected float vectors of the {len(ids)} "
-                         f"documents of {ids_path}")
+    vectors = io.read_rows(index_dir, name, doc_ids)
+    if vectors.ndim != 2 or not np.issubdtype(vectors.dtype, np.floating):
+        raise InputError(f"{os.path.join(index_dir, name + '.npy')}: {vectors.dtype} {list(vectors.shape)}, expected "
+                         "float vectors [N, d]")
     return vectors
 
 
