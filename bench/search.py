@@ -14,6 +14,7 @@ score matrix alone is queries × docs floats.
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -45,7 +46,7 @@ def main():
     parser.add_argument("--vectors", default=None, help="an NPY of real vectors instead of random ones")
     parser.add_argument("--sentences", action="store_true",
                         help="real vectors: all-MiniLM-L6-v2 on every distinct sentence of the arXiv sample's "
-                             "abstracts and the enwiki sample's articles (built once into --work)")
+                             "abstracts and the enwiki sample's articles, whole (built once into --work)")
     parser.add_argument("--work", default=os.path.join(ROOT, "bench", "out", "search"))
     args = parser.parse_args()
     import torch
@@ -99,15 +100,18 @@ def sentence_vectors(work):
     path = os.path.join(work, "sentences-minilm.npy")
     if os.path.exists(path):
         return path
-    from bench.embed import documents
+    from bench.extract import sample_path
     from bench.train import ensure_arxiv, minilm
     from common.data.documents import Documents
     from common.data.sentences import split, splitter
     from common.models.encoder import embed, load_encoder
     from common.models.tokens import TokenStore
     punkt = splitter()
-    documents(work, 0)  # extracts the enwiki sample into work/wiki
-    with open(os.path.join(work, "wiki", "articles.jsonl"), encoding="utf-8") as f:
+    wiki = os.path.join(work, "wiki-full")
+    if not os.path.exists(os.path.join(wiki, "articles.jsonl")):
+        subprocess.run([sys.executable, "01_extract.py", "wiki", "--dump", sample_path(), "--out", wiki, "--text",
+                        "full"], cwd=ROOT, check=True, capture_output=True)
+    with open(os.path.join(wiki, "articles.jsonl"), encoding="utf-8") as f:
         texts = Documents(ensure_arxiv(work)).texts + [json.loads(line)["text"] for line in f]
     sentences = sorted({s for text in texts for s, _, _ in split(text, punkt) if len(s.split()) >= 5})
     sentences = [sentences[i] for i in np.random.default_rng(0).permutation(len(sentences))]
