@@ -179,8 +179,12 @@ def _two_process_worker(rank, world, port, queries, docs, keys, model, texts, ou
     d = docs[rank * half:(rank + 1) * half].clone().requires_grad_(True)
     objective._loss(q, d, keys[rank * half:(rank + 1) * half]).mean().backward()
     encoder, tok, _ = load_encoder(model, pooling="mean", max_length=32)
-    vecs = torch.from_numpy(embed_sharded(encoder, TokenStore(tok, texts, 32), batch_size=4))
-    torch.save({"q": q.grad, "d": d.grad, "vecs": vecs}, os.path.join(out, f"rank_{rank}.pt"))
+    store = TokenStore(tok, texts, 32)
+    vecs = torch.from_numpy(embed_sharded(encoder, store, batch_size=4))
+    # a helping process (05's followers) takes part in the gathering and keeps nothing
+    kept = embed_sharded(encoder, store, batch_size=4, block=5, collect=rank == 0)
+    torch.save({"q": q.grad, "d": d.grad, "vecs": vecs, "kept": None if kept is None else torch.from_numpy(kept)},
+               os.path.join(out, f"rank_{rank}.pt"))
     dist.destroy_process_group()
 
 
@@ -221,6 +225,9 @@ def test_sharded_embedding_on_two_processes_gives_the_vectors_of_one(tiny_model,
     one = embed(encoder, TokenStore(tok, two_processes["texts"], 32), batch_size=4)
     for rank in two_processes["ranks"]:
         np.testing.assert_allclose(rank["vecs"].numpy(), one, rtol=1e-5, atol=1e-6)
+    main, helper = two_processes["ranks"]
+    assert helper["kept"] is None
+    np.testing.assert_allclose(main["kept"].numpy(), one, rtol=1e-5, atol=1e-6)  # gathered 5 rows at a time
 
 
 # -- MLM masking ----------------------------------------------------------------------------------------------

@@ -167,9 +167,10 @@ def load_model(args, name, path):
     return encoder, tokenizer, settings
 
 
-def embed_corpus(args, name, path, docs, outputs=None):
+def embed_corpus(args, name, path, docs, outputs=None, collect=True):
     """The model and its vectors of every document, the corpus cut into one shard per process; with ``outputs``,
-    the vectors are written row by row into its memory-mapped NAME.npy (and NAME.ids.txt beside it)."""
+    the vectors are written row by row into its memory-mapped NAME.npy (and NAME.ids.txt beside it); with
+    ``collect=False`` (a helping process) no vectors are kept (None)."""
     from common.io import open_rows
     from common.models.encoder import embed_sharded
     from common.models.tokens import TokenStore
@@ -179,7 +180,7 @@ def embed_corpus(args, name, path, docs, outputs=None):
     out = None if outputs is None else open_rows(outputs, name, docs.ids, encoder.dimension)
     with tqdm(total=len(store), desc=f"embed {name}", unit=" docs", mininterval=1.0) as bar:
         return encoder, tokenizer, settings, embed_sharded(encoder, store, args.batch_size, args.batch_tokens, bar,
-                                                           out=out)
+                                                           out=out, collect=collect)
 
 
 def embed_queries(encoder, tokenizer, settings, texts, args):
@@ -197,7 +198,7 @@ def follow(args):
     docs = Documents(args.data)
     for name, path in args.model.items():
         if not is_paragraph_vector(path):
-            embed_corpus(args, name, path, docs)
+            embed_corpus(args, name, path, docs, collect=False)
 
 
 def evaluate_retrieval(args, outputs, wanted):

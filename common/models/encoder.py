@@ -236,12 +236,14 @@ def embed(encoder, store, batch_size=64, batch_tokens=None, progress=None, rows=
     return out
 
 
-def embed_sharded(encoder, store, batch_size=64, batch_tokens=None, progress=None, out=None, block=4096):
+def embed_sharded(encoder, store, batch_size=64, batch_tokens=None, progress=None, out=None, block=4096,
+                  collect=True):
     """``embed`` with the texts cut into one contiguous shard per process (under ``accelerate launch`` or any
     initialised process group) and the shards gathered in order, ``block`` rows of each at a time, into ``out`` (or
-    a new array) on every process. Each text is embedded exactly as one process would embed it (same tokens, no
-    gradient); only the length-sorted batch it shares padding with differs, which the attention mask makes
-    irrelevant."""
+    a new array) on every process; with ``collect=False`` this process takes part in the gathering but keeps
+    nothing and returns None (a process that only helps need not hold every vector). Each text is embedded exactly
+    as one process would embed it (same tokens, no gradient); only the length-sorted batch it shares padding with
+    differs, which the attention mask makes irrelevant."""
     import torch.distributed as dist
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return embed(encoder, store, batch_size, batch_tokens, progress, out=out)
@@ -249,7 +251,7 @@ def embed_sharded(encoder, store, batch_size=64, batch_tokens=None, progress=Non
     bounds = np.linspace(0, len(store), world + 1).astype(np.int64)
     sizes = np.diff(bounds)
     mine = embed(encoder, store, batch_size, batch_tokens, progress, np.arange(bounds[rank], bounds[rank + 1]))
-    if out is None:
+    if out is None and collect:
         out = np.zeros((len(store), mine.shape[1]), dtype=np.float32)
     device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
     for start in range(0, int(sizes.max()), block):
@@ -258,7 +260,9 @@ def embed_sharded(encoder, store, batch_size=64, batch_tokens=None, progress=Non
         padded[:len(part)] = part.to(device)
         parts = [torch.empty_like(padded) for _ in range(world)]
         dist.all_gather(parts, padded)
+        if not collect:
+            continue
         for r, p in enumerate(parts):
             n = int(np.clip(sizes[r] - start, 0, len(padded)))
             out[bounds[r] + start:bounds[r] + start + n] = p[:n].cpu().numpy()
-    return out
+    return out if collect else None
