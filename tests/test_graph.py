@@ -294,6 +294,7 @@ def test_outputs_are_those_recorded_before_the_compact_graph(tmp_path, mode, art
     (['{"id": "a", "title": "A", "text": "x", "links": []}', '{"id": "tab\\there", "title": "B", "text": "y", '
       '"links": []}'], ":2: id 'tab\\there' holds whitespace, which the qrels files cannot carry"),
     (['{"id": "", "title": "A", "text": "x", "links": []}'], ":1: id '' is empty"),
+    (['{"id": "a\\u0000", "title": "A", "text": "x", "links": []}'], ":1: id 'a\\x00' holds a control character"),
 ])
 def test_bad_articles_fail_with_file_and_line(tmp_path, lines, expected):
     src = tmp_path / "articles.jsonl"

@@ -7,6 +7,7 @@ order, so the same seed gives byte-identical files.
 """
 
 import os
+import re
 import zipfile
 from array import array
 
@@ -16,6 +17,8 @@ import scipy.sparse as sp
 import orjson
 
 from common.io import InputError, read_jsonl, safe_name
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 CHUNK_ROWS = 4096  # fixed: the random streams are consumed chunk by chunk, so it is part of the seed's meaning
 
@@ -73,6 +76,8 @@ def read_articles(path, docs_out, counts):
         if doc_id.split() != [doc_id]:  # qrels and run files are whitespace-separated
             raise InputError(f"{path}:{lineno}: id {doc_id!r} " + (
                 "holds whitespace, which the qrels files cannot carry" if doc_id else "is empty"))
+        if _CONTROL.search(doc_id):  # graph.npz's fixed-width ids would lose a trailing NUL
+            raise InputError(f"{path}:{lineno}: id {doc_id!r} holds a control character")
         if type(links) is not list:
             raise InputError(f"{path}:{lineno}: field 'links' must be a list of strings")
         index = len(ids)
