@@ -8,18 +8,20 @@ from common.io import InputError, read_jsonl
 from common.models.encoder import document_text
 
 class Documents:
-    """docs.jsonl: ids, their positions, titles and texts."""
+    """docs.jsonl: ids, their positions, titles and texts (``texts=False``: not kept, None; the texts are most of a
+    corpus's memory, and searching saved vectors needs only ids and titles)."""
 
-    def __init__(self, data_dir):
+    def __init__(self, data_dir, texts=True):
         path = os.path.join(data_dir, "docs.jsonl")
-        self.ids, self.titles, self.texts, self.index = [], [], [], {}
+        self.ids, self.titles, self.texts, self.index = [], [], [] if texts else None, {}
         for lineno, obj in read_jsonl(path, required=("id", "title", "text")):
             if obj["id"] in self.index:
                 raise InputError(f"{path}:{lineno}: duplicate id {obj['id']!r}")
             self.index[obj["id"]] = len(self.ids)
             self.ids.append(obj["id"])
             self.titles.append(obj["title"])
-            self.texts.append(obj["text"])
+            if texts:
+                self.texts.append(obj["text"])
 
     def inputs(self, sep_token, which=None):
         """Model input strings (title + sep + text) of all documents, or of the positions in ``which``."""

@@ -282,7 +282,7 @@ def run_search(args):
         raise InputError("give a query text or --queries FILE")
     if not os.path.isdir(args.data):
         raise InputError(f"{args.data}: no such data directory")
-    docs = Documents(args.data)
+    docs = Documents(args.data, texts=not args.index)
     args.model = {"model": args.model_path}
     args.pooling = {"model": args.pooling} if args.pooling else {}
     if args.index_type != "exact" and not args.index:
