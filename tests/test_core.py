@@ -226,6 +226,17 @@ def test_settings_that_cannot_train_are_refused_before_anything_loads(tiny_data,
     assert str(e.value) == expected
 
 
+def test_chunk_tokens_is_refused_for_an_objective_whose_examples_are_not_independent(tiny_data):
+    with pytest.raises(InputError) as e:
+        run.parse(["--objective", "mlm", "--data", str(tiny_data), "--model", "nowhere", "--out", "o",
+                   "--chunk-tokens", "512"], "", ["mlm"])
+    assert str(e.value) == ("--chunk-tokens 512: the mlm objective's loss is not a mean of independent per-example "
+                            "losses, so a batch cannot be run in parts")
+    args = run.parse(["--data", str(tiny_data), "--model", "m", "--out", "o", "--chunk-tokens", "512"], "",
+                     ["triplet"])
+    assert args.chunk_tokens == 512
+
+
 def _weights(run_dir):
     return [load_file(str(run_dir / "model" / name)) for name in ("model.safetensors", "heads.safetensors")]
 

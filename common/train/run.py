@@ -108,6 +108,10 @@ def parse(argv, description, names, fixed=None):
             setattr(args, key, value)
     cls.complete_args(args)
     cli.check(args, {**LIMITS, **cls.limits})  # settings that cannot train are refused before anything loads
+    if args.chunk_tokens and not cls.independent:
+        raise io.InputError(f"--chunk-tokens {args.chunk_tokens}: the {name} objective's loss is not a mean of "
+                            "independent per-example losses, so a batch cannot be run in parts"
+                            + (" (--cache-chunk runs it in GradCache chunks)" if name == "mnrl" else ""))
     for seed in args.seeds or ():
         cli.check(argparse.Namespace(seeds=seed), {"--seeds": cli.SEED})
     return args
