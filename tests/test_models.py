@@ -161,3 +161,39 @@ def test_a_model_that_cannot_be_loaded_whole_is_one_line(tiny_model, tmp_path, c
     with pytest.raises(InputError) as e:
         load_encoder(path)
     assert str(e.value).startswith(expected) and "\n" not in str(e.value)
+
+
+class _PositionalTokens(torch.nn.Module):
+    """A stand-in transformer without attention: each token's state depends on its id and its position only, so an
+    unpadded (packed) batch and a padded one must give the same states where the padded one has tokens."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.tokens, self.positions = torch.nn.Embedding(50, 6), torch.nn.Embedding(20, 6)
+        self.config = type("Config", (), {"hidden_size": 6})()
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, **flash_kwargs):
+        from types import SimpleNamespace
+        if position_ids is None:
+            position_ids = torch.arange(input_ids.shape[1])[None].expand_as(input_ids)
+        return SimpleNamespace(last_hidden_state=self.tokens(input_ids) * 2 + self.positions(position_ids))
+
+
+@pytest.mark.parametrize("pooling,normalize", [("mean", False), ("mean", True), ("cls", False)])
+def test_unpadded_embedding_pools_each_text_as_the_padded_one(pooling, normalize):
+    """``Encoder.embed_packed`` (the GPU's variable-length path): positions restart at each text and each text's
+    states pool alone, so the vectors equal ``embed`` on padded batches."""
+    encoder = Encoder(_PositionalTokens(), pooling, normalize)
+    texts = [[2, 7, 9, 3], [2, 5, 3], [2, 11, 12, 13, 14, 15, 16, 3], [2, 3]]
+    store = TokenStore.__new__(TokenStore)
+    store.ids = np.concatenate(texts).astype(np.int32)
+    store.offsets = np.concatenate([[0], np.cumsum([len(t) for t in texts])]).astype(np.int64)
+    store.pad_id = 0
+    rows = [2, 0, 3, 1]
+    ids, lengths = store.packed(rows)
+    assert ids.tolist() == [t for r in rows for t in texts[r]] and lengths.tolist() == [8, 4, 2, 3]
+    with torch.no_grad():
+        packed = encoder.embed_packed(ids, lengths)
+        padded = encoder.embed(*store.pad(rows))
+    torch.testing.assert_close(packed, padded, rtol=1e-6, atol=1e-6)
