@@ -99,9 +99,9 @@ def retrieval_metrics(run, qrels):
 def ranked_ids(indices, scores, doc_ids, qids):
     """{qid: ranked document ids} from a top-k search, rows in ``qids`` order, ties in trec_eval's order."""
     run = {}
-    for qid, row, row_scores in zip(qids, indices.tolist(), scores.tolist()):
-        ids = [doc_ids[j] for j in row]
-        run[qid] = [ids[j] for j in tie_order(ids, row_scores)]
+    for qid, row, row_scores in zip(qids, indices, scores):  # a row at a time: no Python copy of the whole arrays
+        ids = [doc_ids[j] for j in row.tolist()]
+        run[qid] = [ids[j] for j in tie_order(ids, row_scores.tolist())]
     return run
 
 
