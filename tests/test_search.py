@@ -578,3 +578,23 @@ def test_splits_that_round_down_to_nothing_are_refused_and_an_empty_test_split_i
         script("05_evaluate.py").main(["--data", str(data), "--task", "bm25", "--out", str(tmp_path / "eval")])
     assert str(e.value) == f"{data}/retrieval.test.qrels: no test queries (an empty test split); rebuild the data " \
                            "with 02_build_graph.py retrieval from more papers"
+
+
+def test_paper_texts_stream_from_docs_jsonl_into_the_token_store_as_the_list_would(tiny_model, paper_data, tmp_path):
+    from transformers import AutoTokenizer
+
+    from common.data.documents import Documents
+    from common.models.tokens import TokenStore
+    kept, streamed = Documents(paper_data), Documents(paper_data, texts=False)
+    assert streamed.texts is None and list(streamed.stream_texts()) == kept.texts
+    tok = AutoTokenizer.from_pretrained(str(tiny_model))
+    a, b = TokenStore(tok, kept.texts, 32, batch=7), TokenStore(tok, streamed.stream_texts(), 32, batch=7)
+    assert np.array_equal(a.ids, b.ids) and np.array_equal(a.offsets, b.offsets) and len(b) == len(kept.ids)
+    changed = tmp_path / "data"
+    shutil.copytree(paper_data, changed)
+    docs = Documents(changed, texts=False)
+    lines = (changed / "docs.jsonl").read_text().splitlines()
+    (changed / "docs.jsonl").write_text("\n".join(lines[:-1]) + "\n")  # a document gone since it was read
+    with pytest.raises(InputError) as e:
+        list(docs.stream_texts())
+    assert str(e.value) == f"{changed / 'docs.jsonl'}: changed while it was being read"

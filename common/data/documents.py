@@ -12,7 +12,7 @@ class Documents:
     corpus's memory, and searching saved vectors needs only ids and titles)."""
 
     def __init__(self, data_dir, texts=True):
-        path = os.path.join(data_dir, "docs.jsonl")
+        path = self.path = os.path.join(data_dir, "docs.jsonl")
         self.ids, self.titles, self.texts, self.index = [], [], [] if texts else None, {}
         for lineno, obj in read_jsonl(path, required=("id", "title", "text")):
             if obj["id"] in self.index:
@@ -22,6 +22,19 @@ class Documents:
             self.titles.append(obj["title"])
             if texts:
                 self.texts.append(obj["text"])
+
+    def stream_texts(self):
+        """The texts, read again from docs.jsonl one at a time (for a ``Documents`` that did not keep them)."""
+        if self.texts is not None:
+            yield from self.texts
+            return
+        n = -1
+        for n, (_, obj) in enumerate(read_jsonl(self.path, required=("id", "title", "text"))):
+            if n >= len(self.ids) or obj["id"] != self.ids[n]:
+                raise InputError(f"{self.path}: changed while it was being read")
+            yield obj["text"]
+        if n + 1 != len(self.ids):
+            raise InputError(f"{self.path}: changed while it was being read")
 
     def inputs(self, sep_token, which=None):
         """Model input strings (title + sep + text) of all documents, or of the positions in ``which``."""

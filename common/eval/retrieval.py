@@ -143,8 +143,9 @@ def is_retrieval_data(data_dir):
 
 def document_inputs(data_dir, docs, sep_token):
     """What a document is to the model: the abstract alone in paper-search data (titles are its queries), else
-    the contract's title + sep + text."""
-    return list(docs.texts) if is_retrieval_data(data_dir) else docs.inputs(sep_token)
+    the contract's title + sep + text. For paper-search data, a ``Documents`` without its texts streams them from
+    docs.jsonl."""
+    return docs.stream_texts() if is_retrieval_data(data_dir) else docs.inputs(sep_token)
 
 
 def process_state():
@@ -195,7 +196,7 @@ def follow(args):
     skipped)."""
     from common.data.documents import Documents
     from common.distill.paragraph_vector import is_paragraph_vector
-    docs = Documents(args.data)
+    docs = Documents(args.data, texts=not is_retrieval_data(args.data))
     for name, path in args.model.items():
         if not is_paragraph_vector(path):
             embed_corpus(args, name, path, docs, collect=False)
@@ -206,7 +207,7 @@ def evaluate_retrieval(args, outputs, wanted):
     model's corpus vectors. Returns the metrics, the counts and the figures (none)."""
     metrics, counts = {}, {}
     from common.data.documents import Documents
-    docs = Documents(args.data)
+    docs = Documents(args.data, texts="bm25" in wanted)  # the embedding streams them
     qids, texts = read_queries(os.path.join(args.data, "queries.test.jsonl"))
     qrels = read_qrels(os.path.join(args.data, "retrieval.test.qrels"))
     if not qrels:
@@ -282,7 +283,7 @@ def run_search(args):
         raise InputError("give a query text or --queries FILE")
     if not os.path.isdir(args.data):
         raise InputError(f"{args.data}: no such data directory")
-    docs = Documents(args.data, texts=not args.index)
+    docs = Documents(args.data, texts=not (args.index or is_retrieval_data(args.data)))
     args.model = {"model": args.model_path}
     args.pooling = {"model": args.pooling} if args.pooling else {}
     if args.index_type != "exact" and not args.index:

@@ -9,9 +9,14 @@ class TokenStore:
     """Token ids of many texts in one flat int32 array plus offsets (no Python list per token)."""
 
     def __init__(self, tokenizer, texts, max_length, batch=4096):
+        """``texts``: any iterable (a generator streaming them is read once, ``batch`` at a time)."""
         lengths, chunks = [], []
-        for start in range(0, len(texts), batch):
-            enc = tokenizer(texts[start:start + batch], truncation="longest_first", max_length=max_length,
+        texts = iter(texts)
+        while True:
+            part = list(itertools.islice(texts, batch))
+            if not part:
+                break
+            enc = tokenizer(part, truncation="longest_first", max_length=max_length,
                             add_special_tokens=True)["input_ids"]
             sizes = list(map(len, enc))
             lengths.extend(sizes)
