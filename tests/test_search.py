@@ -185,7 +185,9 @@ def _two_process_worker(rank, world, port, queries, docs, keys, model, texts, ou
     kept = embed_sharded(encoder, store, batch_size=4, block=5, collect=rank == 0)
     torch.save({"q": q.grad, "d": d.grad, "vecs": vecs, "kept": None if kept is None else torch.from_numpy(kept)},
                os.path.join(out, f"rank_{rank}.pt"))
+    dist.barrier()  # neither process tears gloo down while the other is still in a collective
     dist.destroy_process_group()
+    os._exit(0)  # past the results: skip interpreter teardown, where gloo's threads can abort the process
 
 
 @pytest.fixture(scope="module")
