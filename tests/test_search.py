@@ -354,7 +354,8 @@ def test_mnrl_with_gradcache_has_the_gradients_of_the_plain_loss(tiny_model, pap
         grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
     assert grads[0].keys() == grads[1].keys()
     for name in grads[0]:
-        torch.testing.assert_close(grads[1][name], grads[0][name], rtol=1e-4, atol=1e-6)
+        # fp32 sums in another order: torch's own float32 atol
+        torch.testing.assert_close(grads[1][name], grads[0][name], rtol=1e-4, atol=1e-5)
 
 
 def test_mnrl_trains_selects_on_validation_ndcg_and_resumes_bit_identically(tiny_model, paper_data, tmp_path):
