@@ -55,8 +55,9 @@ class TrainConfig:
 def backward(accelerator, model, objective, batch):
     """The micro-batch's mean loss, back-propagated; returns it detached. A batch that ``Objective.collate_train``
     cut into parts runs forward and backward one part at a time, each part's loss summed and divided by the whole
-    batch's example count: the gradient of the batch mean, with the activations of one part alive at a time (on a
-    CPU, activations that stay in cache make the step faster). Under DDP only the last part synchronises."""
+    batch's example count: the gradient of the batch mean, with the activations of one part alive at a time (a
+    memory bound, not a speed-up: parts lose the batch's shared documents). Under DDP only the last part
+    synchronises."""
     parts = batch.get("parts") if isinstance(batch, dict) else None
     if not parts:
         loss = objective.losses(model, batch).mean()
