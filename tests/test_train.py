@@ -224,7 +224,7 @@ def part_gradients(objective, rows, budgets):
     model.eval()
     found = []
     for budget in budgets:
-        objective.chunk_tokens = budget
+        objective.args.chunk_tokens = budget
         batch = objective.collate_train(objective.train_rows[rows])
         model.zero_grad()
         loss = backward(Accelerator(cpu=True), model, objective, batch)

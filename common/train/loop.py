@@ -49,7 +49,6 @@ class TrainConfig:
     log_every: int
     drop_last: bool = False  # in-batch-negative and batch-statistics losses need full batches
     length_buckets: int = 0  # > 0: batches of similar length, sorted within windows of this many batches
-    chunk_tokens: int = 0  # > 0: objectives with independent examples run a batch in parts of this many tokens
 
 
 def backward(accelerator, model, objective, batch):
@@ -164,7 +163,6 @@ class Trainer:
         # the data each process sees depends on their number: a checkpoint resumes only with the same count
         self.identity = {**identity, "processes": accelerator.num_processes}
         rows = objective.train_rows
-        objective.chunk_tokens = cfg.chunk_tokens
         if cfg.length_buckets > 0:
             lengths = objective.train_lengths()
             if lengths is None:

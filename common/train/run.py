@@ -179,8 +179,7 @@ def train(args, script):
                       epochs=args.epochs, max_steps=args.max_steps, batch_size=args.batch_size,
                       grad_accum=args.grad_accum, clip=args.clip, seed=args.seed, eval_every=args.eval_every,
                       checkpoint_every=args.checkpoint_every, keep=args.keep, log_every=args.log_every,
-                      drop_last=args.drop_last, length_buckets=args.length_buckets,
-                      chunk_tokens=args.chunk_tokens)
+                      drop_last=args.drop_last, length_buckets=args.length_buckets)
     trainer = Trainer(cfg, objective, model, accelerator, args.out, identity(args, objective),
                       tracked=bool(log_with))
     try:  # the run folder stays locked until its manifest is written

@@ -85,7 +85,6 @@ class Objective:
     defaults = {}
     selection = None
     independent = False  # each example's loss depends on that example alone (no in-batch negatives or statistics)
-    chunk_tokens = 0  # the trainer's --chunk-tokens
     result_args = ()
     speed_args = ()
     limits = {}
@@ -132,13 +131,14 @@ class Objective:
 
     def collate_train(self, rows):
         """A training batch: ``collate(rows)``, or for an ``independent`` objective whose batch holds more than
-        ``chunk_tokens`` tokens, ``{"parts": [collate(part), ...], "sizes": [...]}``: the fewest parts of
+        ``--chunk-tokens`` tokens, ``{"parts": [collate(part), ...], "sizes": [...]}``: the fewest parts of
         consecutive rows of near-equal count that keep each part near the budget (one row at least)."""
-        if not (self.independent and self.chunk_tokens > 0):
+        budget = self.args.chunk_tokens if self.independent else 0
+        if budget <= 0:
             return self.collate(rows)
         rows = np.asarray(rows)
         tokens = int(self.row_tokens(rows).sum())
-        count = min(len(rows), -(-tokens // self.chunk_tokens))
+        count = min(len(rows), -(-tokens // budget))
         if count <= 1:
             return self.collate(rows)
         parts = np.array_split(rows, count)
