@@ -284,4 +284,4 @@ def test_a_contrastive_batch_run_in_parts_has_the_loss_and_gradients_of_the_whol
     assert sizes is None and len(part_sizes) > 2 and sum(part_sizes) == 12
     assert loss == pytest.approx(whole, rel=1e-6)
     for name in grads:  # the query, embedded once per part, has the gradient of its one embedding per batch
-        torch.testing.assert_close(part_grads[name], grads[name], rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(part_grads[name], grads[name], rtol=1e-4, atol=1e-5)

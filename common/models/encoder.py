@@ -122,7 +122,58 @@ class Encoder(nn.Module):
         return self.transformer.config.hidden_size
 
     def forward(self, groups):
-        return torch.cat([self.embed(ids, mask) for ids, mask in groups])
+        words = self.transformer.get_input_embeddings()
+        if not (torch.is_grad_enabled() and type(words) is nn.Embedding and words.weight.requires_grad
+                and words.max_norm is None and not words.scale_grad_by_freq and not words.sparse
+                and self.transformer.config.model_type in WORD_LOOKUP_TYPES):
+            return torch.cat([self.embed(ids, mask) for ids, mask in groups])
+        # Training: the word vectors of every group are looked up at once, so that their gradient is one
+        # [vocabulary, d] tensor a step, not one a group (_WordLookup)
+        vectors = _WordLookup.apply(torch.cat([ids.reshape(-1) for ids, _ in groups]), words.weight, words, self)
+        out, start = [], 0
+        for ids, mask in groups:
+            embeds = vectors[start:start + ids.numel()].view(*ids.shape, -1)
+            start += ids.numel()
+            hidden = self.transformer(inputs_embeds=embeds, attention_mask=mask).last_hidden_state
+            out.append(self.pool(hidden, mask))
+        return torch.cat(out)
+
+
+# Architectures whose positions count from the first token whatever the token ids, so that ``inputs_embeds`` gives
+# what ``input_ids`` gives (tests/test_dropout.py). RoBERTa-style models number positions by skipping padding ids,
+# which a text can hold, and keep the ordinary path.
+WORD_LOOKUP_TYPES = ("bert", "distilbert", "electra")
+
+
+class _WordLookup(torch.autograd.Function):
+    """``F.embedding`` whose weight gradient, on a CPU, is summed into a ``[vocabulary, d]`` buffer the encoder keeps
+    between steps. PyTorch's own backward allocates a new zeroed tensor of that size each time (47 MB for a BERT
+    vocabulary at d = 384), and fresh pages are what made it cost 60–70 ms a step on two cores. Autograd takes the
+    returned tensor as the parameter's ``.grad`` where there is none yet; where there is one (gradient
+    accumulation), the ordinary backward runs, so that the buffer is never written while it is a live gradient."""
+
+    @staticmethod
+    def forward(ctx, ids, weight, embedding, owner):
+        ctx.save_for_backward(ids)
+        ctx.embedding, ctx.owner = embedding, owner
+        return nn.functional.embedding(ids, weight, embedding.padding_idx)
+
+    @staticmethod
+    def backward(ctx, grad):
+        ids, = ctx.saved_tensors
+        weight, padding = ctx.embedding.weight, ctx.embedding.padding_idx
+        buffer = getattr(ctx.owner, "_word_grad", None)
+        if grad.device.type != "cpu" or weight.grad is not None or (
+                buffer is not None and (buffer.shape != weight.shape or buffer.dtype != grad.dtype)):
+            return None, torch.ops.aten.embedding_backward(grad, ids, weight.shape[0], -1 if padding is None
+                                                           else padding, False, False), None, None
+        if buffer is None:
+            buffer = ctx.owner._word_grad = torch.empty(weight.shape, dtype=grad.dtype)
+        rows, grad = ids.reshape(-1), grad.reshape(-1, grad.shape[-1])
+        if padding is not None:
+            grad = grad.masked_fill((rows == padding)[:, None], 0)
+        buffer.zero_().index_add_(0, rows, grad)
+        return None, buffer.view_as(buffer), None, None
 
 
 def _load_pretrained(auto_class, name_or_path):

@@ -159,6 +159,7 @@ def train(args, script):
     from accelerate import Accelerator
     from accelerate.utils import ProjectConfiguration, set_seed
 
+    from common.models.dropout import fast_dropout
     from common.train.loop import TrainConfig, Trainer
     started = io.now()
     log_with = trackers(args.report_to)
@@ -166,7 +167,7 @@ def train(args, script):
                               project_config=ProjectConfiguration(args.out, os.path.join(args.out, "trackers")))
     set_seed(args.seed)
     objective = objectives.get(args.objective)(args, accelerator)
-    model = objective.build()
+    model = fast_dropout(objective.build())
     if args.gradient_checkpointing:
         transformer = objective.encoder_of(model).transformer
         if hasattr(transformer, "activation_checkpointing_enable"):  # the name since transformers 5
