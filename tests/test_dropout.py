@@ -169,12 +169,22 @@ def test_training_forward_looks_words_up_once_with_the_per_group_embeddings_and_
     assert torch.allclose(words.grad, 2 * first, rtol=1e-6, atol=1e-7)
 
 
-@pytest.mark.parametrize("kind,grad", [("bert", False), ("roberta", True)])
-def test_without_gradient_or_with_positions_from_the_ids_each_group_reads_its_own_ids(kind, grad):
+@pytest.mark.parametrize("kind,grad", [("bert", True), ("bert", False), ("roberta", True)])
+def test_the_single_lookup_runs_only_with_gradient_and_where_positions_ignore_the_ids(kind, grad, monkeypatch):
     """RoBERTa numbers positions by skipping padding ids (one sits inside the first text here): its groups keep
-    the ordinary path, bit for bit."""
+    the ordinary path, bit for bit, as does any forward without gradient."""
+    from common.models import encoder as E
+    calls = []
+    apply = E._WordLookup.apply
+    monkeypatch.setattr(E._WordLookup, "apply", lambda *a: calls.append(1) or apply(*a))
     encoder, pad = tiny_encoder(kind)
     groups = groups_of(pad)
     with torch.set_grad_enabled(grad):
-        assert torch.equal(encoder(groups), torch.cat([encoder.embed(ids, mask) for ids, mask in groups]))
-    assert getattr(encoder, "_word_grad", None) is None
+        out = encoder(groups)
+        expected = torch.cat([encoder.embed(ids, mask) for ids, mask in groups])
+    assert len(calls) == int(kind == "bert" and grad)
+    if not calls:
+        assert torch.equal(out, expected)
+    if grad:
+        out.sum().backward()
+        assert (getattr(encoder, "_word_grad", None) is None) == (not calls)

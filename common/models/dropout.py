@@ -11,7 +11,7 @@ Reproducibility: each mask's generator is seeded with one draw from PyTorch's gl
 follow from ``torch.manual_seed`` and resume with the checkpointed RNG state like PyTorch's own. On a GPU, and in
 evaluation, PyTorch's own dropout and attention run unchanged.
 
-``fast_dropout(model)`` puts both into a loaded model: its ``nn.Dropout`` modules become ``Dropout``, and a
+``fast_dropout(model)`` (which training calls on a CPU) puts both into a loaded model: its ``nn.Dropout`` modules become ``Dropout``, and a
 model with transformers' attention interface on ``"sdpa"`` moves to ``ATTENTION`` (SDPA itself wherever no mask
 is drawn).
 """
@@ -97,7 +97,7 @@ class _Attention(torch.autograd.Function):
         grad_q = torch.bmm(grad_scores, k)
         grad_k = torch.bmm(q.transpose(1, 2), grad_scores).transpose(1, 2)
         return (grad_q.view(b, h, *grad_q.shape[1:]), grad_k.view(b, h, *grad_k.shape[1:]),
-                grad_v.reshape(b, h, *grad_v.shape[1:]), None, None, None)
+                grad_v.view(b, h, *grad_v.shape[1:]), None, None, None)
 
 
 def sdpa_cpu_dropout(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None,
@@ -137,9 +137,9 @@ def fast_dropout(model):
         for name, child in list(module.named_children()):
             if type(child) is nn.Dropout:
                 setattr(module, name, Dropout(child.p, child.inplace).train(child.training))
+    _register()
     for module in model.modules():  # outermost first: setting a model sets the models inside it
         if getattr(module, "_supports_attention_backend", False) and \
                 getattr(getattr(module, "config", None), "_attn_implementation", None) == "sdpa":
-            _register()
             module.set_attn_implementation(ATTENTION)
     return model

@@ -167,7 +167,9 @@ def train(args, script):
                               project_config=ProjectConfiguration(args.out, os.path.join(args.out, "trackers")))
     set_seed(args.seed)
     objective = objectives.get(args.objective)(args, accelerator)
-    model = fast_dropout(objective.build())
+    model = objective.build()
+    if accelerator.device.type == "cpu":  # on a GPU PyTorch's own dropout is fused and fast
+        fast_dropout(model)
     if args.gradient_checkpointing:
         transformer = objective.encoder_of(model).transformer
         if hasattr(transformer, "activation_checkpointing_enable"):  # the name since transformers 5
