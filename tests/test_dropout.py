@@ -10,47 +10,59 @@ from torch import nn
 from common.models import dropout as D
 
 
-def test_drop_mask_is_bernoulli_p_and_follows_torchs_seed():
+def test_keep_mask_is_bernoulli_p_scaled_follows_torchs_seed_and_not_the_thread_count():
     torch.manual_seed(7)
-    a = D.drop_mask((1000, 1000), 0.1)
+    a = D.keep_mask((1000, 1000), 0.1)
     torch.manual_seed(7)
-    b = D.drop_mask((1000, 1000), 0.1)
-    assert a.dtype == torch.bool and a.shape == (1000, 1000)
+    b = D.keep_mask((1000, 1000), 0.1)
+    assert a.dtype == torch.float32 and a.shape == (1000, 1000)
+    assert set(a.unique().tolist()) == {0.0, torch.tensor(1 / 0.9, dtype=torch.float32).item()}
     assert torch.equal(a, b)
-    assert not torch.equal(a, D.drop_mask((1000, 1000), 0.1))  # the generator moved on
+    assert not torch.equal(a, D.keep_mask((1000, 1000), 0.1))  # the generator moved on
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        torch.manual_seed(7)
+        assert torch.equal(D.keep_mask((1000, 1000), 0.1), a)
+    finally:
+        torch.set_num_threads(threads)
     for p in (0.1, 0.5, 0.9):
-        frac = D.drop_mask((1000, 1000), p).float().mean().item()
+        frac = (D.keep_mask((1000, 1000), p) == 0).float().mean().item()
         assert abs(frac - p) < 5 * (p * (1 - p) / 1e6) ** 0.5, (p, frac)
-    # neighbouring elements are independent: P(both dropped) = p²
-    m = D.drop_mask((1_000_000,), 0.5)
+    # neighbouring elements are independent, within and across the random streams' blocks: P(both dropped) = p²
+    m = D.keep_mask((1_000_000,), 0.5) == 0
+    assert 1_000_000 > 3 * D.BLOCK
     assert abs((m[1:] & m[:-1]).float().mean().item() - 0.25) < 5 * (0.25 * 0.75 / 1e6) ** 0.5
+    blocks = m[:3 * D.BLOCK].view(3, D.BLOCK).float()
+    assert abs((blocks[0] * blocks[1]).mean().item() - 0.25) < 5 * (0.25 * 0.75 / D.BLOCK) ** 0.5
 
 
-def test_dropout_zeroes_the_mask_scales_the_rest_and_passes_the_gradient_the_same_way():
+def test_dropout_multiplies_by_the_mask_and_passes_the_gradient_the_same_way():
     x = torch.randn(4, 6, 8, requires_grad=True)
     g = torch.randn(4, 6, 8)
     torch.manual_seed(3)
     y = D.dropout(x, 0.25)
     y.backward(g)
     torch.manual_seed(3)
-    drop = D.drop_mask(x.shape, 0.25)
+    keep = D.keep_mask(x.shape, 0.25)
+    drop = keep == 0
     assert 0 < drop.sum() < drop.numel()
-    assert torch.equal(y, torch.where(drop, 0.0, x.detach()) * (1 / 0.75))
-    assert torch.allclose(y, x.detach() * ~drop / 0.75, rtol=1e-6, atol=0)
-    assert torch.equal(x.grad, torch.where(drop, 0.0, g) * (1 / 0.75))
+    assert torch.allclose(y, torch.where(drop, 0.0, x.detach()) / 0.75, rtol=1e-6, atol=0)
+    assert torch.equal(y == 0, drop | (x == 0))
+    assert torch.allclose(x.grad, torch.where(drop, 0.0, g) / 0.75, rtol=1e-6, atol=0)
     # evaluation, p = 0 and p = 1 are PyTorch's own
     assert torch.equal(D.dropout(x, 0.25, training=False), x)
     assert torch.equal(D.dropout(x, 0.0), x)
     assert torch.equal(D.dropout(x, 1.0), torch.zeros_like(x))
 
 
-def reference_attention(q, k, v, allowed, drop, p):
+def reference_attention(q, k, v, allowed, keep, p):
     """softmax(q kᵀ / √d, masked) with the dropped probabilities zeroed and the rest scaled, times v: the
     definition, in plain autograd operations."""
     scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
     scores = scores.masked_fill(~allowed, float("-inf"))
     probs = torch.softmax(scores, dim=-1)
-    return (probs.masked_fill(drop, 0) / (1 - p)) @ v
+    return (probs.masked_fill(keep == 0, 0) / (1 - p)) @ v
 
 
 class _Module(nn.Module):
@@ -66,9 +78,9 @@ def test_attention_with_dropout_equals_the_definition_in_value_and_gradient():
     torch.manual_seed(5)
     out, weights = D.sdpa_cpu_dropout(_Module(), q, k, v, allowed, dropout=p, scaling=d ** -0.5)
     torch.manual_seed(5)
-    drop = D.drop_mask((b, h, n, n), p)
+    keep = D.keep_mask((b, h, n, n), p, torch.float64)
     assert weights is None and out.shape == (b, n, h, d)
-    expected = reference_attention(q, k, v, allowed, drop, p).transpose(1, 2)
+    expected = reference_attention(q, k, v, allowed, keep, p).transpose(1, 2)
     assert torch.allclose(out, expected, rtol=0, atol=1e-12)
     g = torch.randn_like(out)
     ours = torch.autograd.grad(out, (q, k, v), g)
@@ -78,8 +90,7 @@ def test_attention_with_dropout_equals_the_definition_in_value_and_gradient():
     # the written-out backward against finite differences, with no mask and with an additive one
     bias = torch.zeros(b, 1, 1, n, dtype=torch.float64).masked_fill(~allowed[:, :, :1], torch.finfo(torch.float64).min)
     for mask in (None, bias):
-        assert torch.autograd.gradcheck(lambda q, k, v: D._Attention.apply(q, k, v, mask, drop, 1 / (1 - p)),
-                                        (q, k, v))
+        assert torch.autograd.gradcheck(lambda q, k, v: D._Attention.apply(q, k, v, mask, keep), (q, k, v))
 
 
 def test_attention_without_dropout_is_sdpa_itself():

@@ -13,6 +13,8 @@ from torch import nn
 
 from common.io import InputError
 from common.models.batching import length_batches, token_budget
+from common.models.dropout import ATTENTION
+from common.models.packing import Packing
 
 POOLINGS = ("cls", "mean")
 
@@ -129,6 +131,16 @@ class Encoder(nn.Module):
             return torch.cat([self.embed(ids, mask) for ids, mask in groups])
         # Training: the word vectors of every group are looked up at once, so that their gradient is one
         # [vocabulary, d] tensor a step, not one a group (_WordLookup)
+        if self.transformer.config._attn_implementation == ATTENTION:
+            # on the CPU, every group's texts in one packed row (packing.py)
+            lengths = torch.cat([mask.sum(1) for _, mask in groups])
+            ids = torch.cat([ids[mask.bool()] for ids, mask in groups])
+            packing = Packing(lengths.numpy())
+            vectors = _WordLookup.apply(ids, words.weight, words, self)
+            hidden = self.transformer(inputs_embeds=vectors[None], position_ids=packing.positions[None],
+                                      packing=packing).last_hidden_state[0]
+            out = packing.pool(hidden, self.pooling)
+            return F.normalize(out, p=2, dim=1) if self.normalize else out
         vectors = _WordLookup.apply(torch.cat([ids.reshape(-1) for ids, _ in groups]), words.weight, words, self)
         out, start = [], 0
         for ids, mask in groups:
