@@ -135,12 +135,17 @@ def test_the_packed_training_forward_gives_the_per_group_embeddings_and_gradient
             assert torch.allclose(p.grad, reference[name], rtol=1e-4, atol=1e-5), name
 
 
-def test_packed_training_with_dropout_repeats_under_a_seed_and_differs_from_evaluation():
+def test_packed_training_with_dropout_repeats_under_a_seed_with_or_without_gradient():
+    """GradCache embeds a chunk without gradient, then again with gradient under the same random state: both
+    forwards must take the packed path and draw the same masks."""
     encoder = D.fast_dropout(tiny("bert", "mean")).train()
     batch = groups()
     torch.manual_seed(3)
     a = encoder(batch)
     torch.manual_seed(3)
     assert torch.equal(encoder(batch), a)
+    torch.manual_seed(3)
     with torch.no_grad():
+        assert torch.allclose(encoder(batch), a, rtol=0, atol=1e-6)
+        assert not torch.allclose(encoder(batch), a)  # the next masks differ
         assert not torch.allclose(encoder.eval()(batch), a)

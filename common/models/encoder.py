@@ -125,22 +125,25 @@ class Encoder(nn.Module):
 
     def forward(self, groups):
         words = self.transformer.get_input_embeddings()
-        if not (torch.is_grad_enabled() and type(words) is nn.Embedding and words.weight.requires_grad
-                and words.max_norm is None and not words.scale_grad_by_freq and not words.sparse
-                and self.transformer.config.model_type in WORD_LOOKUP_TYPES):
-            return torch.cat([self.embed(ids, mask) for ids, mask in groups])
+        known = self.transformer.config.model_type in WORD_LOOKUP_TYPES and type(words) is nn.Embedding
         # Training: the word vectors of every group are looked up at once, so that their gradient is one
         # [vocabulary, d] tensor a step, not one a group (_WordLookup)
-        if self.transformer.config._attn_implementation == ATTENTION:
-            # on the CPU, every group's texts in one packed row (packing.py)
+        lookup = (known and torch.is_grad_enabled() and words.weight.requires_grad and words.max_norm is None
+                  and not words.scale_grad_by_freq and not words.sparse)
+        if known and self.transformer.config._attn_implementation == ATTENTION:
+            # training on the CPU (dropout.fast_dropout): every group's texts in one packed row (packing.py), with
+            # or without gradient, so that a forward replayed under the same random state (GradCache) draws the
+            # same dropout masks
             lengths = torch.cat([mask.sum(1) for _, mask in groups])
             ids = torch.cat([ids[mask.bool()] for ids, mask in groups])
             packing = Packing(lengths.numpy())
-            vectors = _WordLookup.apply(ids, words.weight, words, self)
+            vectors = _WordLookup.apply(ids, words.weight, words, self) if lookup else words(ids)
             hidden = self.transformer(inputs_embeds=vectors[None], position_ids=packing.positions[None],
                                       packing=packing).last_hidden_state[0]
             out = packing.pool(hidden, self.pooling)
             return F.normalize(out, p=2, dim=1) if self.normalize else out
+        if not lookup:
+            return torch.cat([self.embed(ids, mask) for ids, mask in groups])
         vectors = _WordLookup.apply(torch.cat([ids.reshape(-1) for ids, _ in groups]), words.weight, words, self)
         out, start = [], 0
         for ids, mask in groups:

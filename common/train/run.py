@@ -72,7 +72,9 @@ def add_training_arguments(p):
                         "comma-separated (tensorboard, wandb, mlflow, comet_ml, aim, clearml, dvclive, swanlab, "
                         "trackio; all: every one installed; none); local ones write under RUN/trackers")
     p.add_argument("--length-groups", type=int, default=3,
-                   help="pad a batch as this many length-sorted sub-batches (speed only: the loss is the same)")
+                   help="pad a batch as this many length-sorted sub-batches (speed only: the loss is the same). "
+                        "Training on a CPU packs a batch without padding instead for BERT, DistilBERT and ELECTRA "
+                        "models, where this has no effect")
     p.add_argument("--chunk-tokens", type=int, default=0,
                    help="objectives whose examples are independent (triplet, contrastive, cosine): run forward and "
                         "backward on parts of a batch of about this many tokens, one after another, so that only "
