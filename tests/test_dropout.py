@@ -21,9 +21,12 @@ def test_keep_mask_is_bernoulli_p_scaled_follows_torchs_seed_and_not_the_thread_
     assert not torch.equal(a, D.keep_mask((1000, 1000), 0.1))  # the generator moved on
     threads = torch.get_num_threads()
     try:
-        torch.set_num_threads(1)
-        torch.manual_seed(7)
-        assert torch.equal(D.keep_mask((1000, 1000), 0.1), a)
+        masks = []
+        for n in (1, 3):  # serial, and a pool of 3 threads over the 4 blocks
+            torch.set_num_threads(n)
+            torch.manual_seed(7)
+            masks.append(D.keep_mask((1000, 1000), 0.1))
+        assert torch.equal(masks[0], a) and torch.equal(masks[1], a)
     finally:
         torch.set_num_threads(threads)
     for p in (0.1, 0.5, 0.9):
@@ -199,3 +202,26 @@ def test_the_single_lookup_runs_only_with_gradient_and_where_positions_ignore_th
     if grad:
         out.sum().backward()
         assert (getattr(encoder, "_word_grad", None) is None) == (not calls)
+
+
+def test_a_forked_child_draws_masks_with_its_own_threads():
+    """A child forked after the parent's pool started inherits the pool object without its threads."""
+    import os
+    import time
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        D.keep_mask((3 * D.BLOCK,), 0.1)  # the parent's pool exists
+        pid = os.fork()
+        if pid == 0:
+            D.keep_mask((3 * D.BLOCK,), 0.1)
+            os._exit(0)
+        deadline = time.time() + 30
+        while not os.waitpid(pid, os.WNOHANG)[0]:
+            if time.time() > deadline:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                pytest.fail("the forked child hung drawing a mask")
+            time.sleep(0.05)
+    finally:
+        torch.set_num_threads(threads)

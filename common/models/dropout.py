@@ -13,7 +13,8 @@ keep for the backward pass where PyTorch's own keeps 1.
 Reproducibility: each mask is seeded with one draw from PyTorch's global generator, and each block of
 ``BLOCK`` elements has its own stream from that seed and the block's number, so a run's masks follow from
 ``torch.manual_seed``, resume with the checkpointed RNG state like PyTorch's own, and do not depend on the number
-of threads. On a GPU, and in evaluation, PyTorch's own dropout and attention run unchanged.
+of threads. On a GPU PyTorch's own dropout and attention run unchanged; in evaluation no mask is drawn and SDPA
+runs (per bucket of texts where a batch is packed, ``packing.py``).
 
 ``fast_dropout(model)`` (which training calls on a CPU) puts both into a loaded model: its ``nn.Dropout`` modules
 become ``Dropout``, and a model with transformers' attention interface on ``"sdpa"`` moves to ``ATTENTION`` (SDPA
@@ -21,6 +22,7 @@ itself wherever no mask is drawn).
 """
 
 import concurrent.futures
+import os
 
 import numpy as np
 import torch
@@ -31,6 +33,15 @@ BLOCK = 1 << 18  # elements per random stream (and per task of the thread pool)
 _pool = None
 
 
+def _forget_pool():
+    """A forked child inherits the pool object but not its threads; it builds its own."""
+    global _pool
+    _pool = None
+
+
+os.register_at_fork(after_in_child=_forget_pool)
+
+
 def _fill(out, seed, block, cut, scale):
     """``out`` (a block) ← ``scale`` where the block's random bits are >= ``cut``, else 0."""
     bits = np.random.SFC64([seed, block]).random_raw((len(out) + 1) // 2).view(np.int32)[:len(out)]
@@ -38,7 +49,7 @@ def _fill(out, seed, block, cut, scale):
 
 
 def keep_mask(shape, p, dtype=torch.float32):
-    """A tensor of ``shape`` and ``dtype`` (float32 or float64): each element 0 (dropped) with probability p (to
+    """A tensor of ``shape`` and ``dtype`` (float64 drawn as such; other dtypes from a float32 mask): each element 0 (dropped) with probability p (to
     2⁻³²), independently, else 1 / (1 - p)."""
     global _pool
     n = int(np.prod(shape, dtype=np.int64))
@@ -50,6 +61,8 @@ def keep_mask(shape, p, dtype=torch.float32):
     threads = torch.get_num_threads()
     if len(tasks) > 1 and threads > 1:
         if _pool is None or _pool._max_workers != threads:
+            if _pool is not None:
+                _pool.shutdown(wait=False)
             _pool = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="dropout")
         list(_pool.map(lambda task: _fill(*task), tasks))  # NumPy releases the GIL in both steps
     else:

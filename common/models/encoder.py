@@ -14,7 +14,7 @@ from torch import nn
 from common.io import InputError
 from common.models.batching import length_batches, token_budget
 from common.models.dropout import ATTENTION
-from common.models.packing import Packing
+from common.models import packing
 
 POOLINGS = ("cls", "mean")
 
@@ -105,18 +105,12 @@ class Encoder(nn.Module):
         """Embeddings of texts laid end to end in one row, without padding: ``input_ids`` ``[T]``, ``lengths``
         ``[n]`` summing to T. Needs an attention that reads variable-length sequences from their cumulative
         lengths (flash attention on a GPU)."""
-        cu = F.pad(torch.cumsum(lengths, 0, dtype=torch.int32), (1, 0))
-        starts = torch.repeat_interleave(cu[:-1].long(), lengths)
-        positions = torch.arange(len(input_ids), device=input_ids.device) - starts
-        longest = int(lengths.max())
-        hidden = self.transformer(input_ids=input_ids[None], position_ids=positions[None], cu_seq_lens_q=cu,
-                                  cu_seq_lens_k=cu, max_length_q=longest, max_length_k=longest).last_hidden_state[0]
-        if self.pooling == "cls":
-            out = hidden[cu[:-1].long()]
-        else:
-            segment = torch.repeat_interleave(torch.arange(len(lengths), device=hidden.device), lengths)
-            out = torch.zeros(len(lengths), hidden.shape[-1], dtype=torch.float32, device=hidden.device)
-            out = (out.index_add_(0, segment, hidden.float()) / lengths[:, None].float()).to(hidden.dtype)
+        cu, positions = packing.offsets(lengths)
+        flash_cu, longest = cu.to(torch.int32), int(lengths.max())
+        hidden = self.transformer(input_ids=input_ids[None], position_ids=positions[None], cu_seq_lens_q=flash_cu,
+                                  cu_seq_lens_k=flash_cu, max_length_q=longest,
+                                  max_length_k=longest).last_hidden_state[0]
+        out = packing.pool(hidden, lengths, cu, self.pooling)
         return F.normalize(out, p=2, dim=1) if self.normalize else out
 
     @property
@@ -130,17 +124,18 @@ class Encoder(nn.Module):
         # [vocabulary, d] tensor a step, not one a group (_WordLookup)
         lookup = (known and torch.is_grad_enabled() and words.weight.requires_grad and words.max_norm is None
                   and not words.scale_grad_by_freq and not words.sparse)
-        if known and self.transformer.config._attn_implementation == ATTENTION:
-            # training on the CPU (dropout.fast_dropout): every group's texts in one packed row (packing.py), with
-            # or without gradient, so that a forward replayed under the same random state (GradCache) draws the
-            # same dropout masks
+        if (known and self.transformer.config._attn_implementation == ATTENTION and words.weight.device.type == "cpu"
+                and not getattr(self.transformer.config, "is_decoder", False)):
+            # a model prepared for CPU training (dropout.fast_dropout): every group's texts in one packed row
+            # (packing.py), with or without gradient and in evaluation too, so that a forward replayed under the
+            # same random state (GradCache) draws the same dropout masks
             lengths = torch.cat([mask.sum(1) for _, mask in groups])
             ids = torch.cat([ids[mask.bool()] for ids, mask in groups])
-            packing = Packing(lengths.numpy())
+            plan = packing.Packing(lengths.numpy())
             vectors = _WordLookup.apply(ids, words.weight, words, self) if lookup else words(ids)
-            hidden = self.transformer(inputs_embeds=vectors[None], position_ids=packing.positions[None],
-                                      packing=packing).last_hidden_state[0]
-            out = packing.pool(hidden, self.pooling)
+            hidden = self.transformer(inputs_embeds=vectors[None], position_ids=plan.positions[None],
+                                      packing=plan).last_hidden_state[0]
+            out = packing.pool(hidden, plan.lengths, plan.cu, self.pooling)
             return F.normalize(out, p=2, dim=1) if self.normalize else out
         if not lookup:
             return torch.cat([self.embed(ids, mask) for ids, mask in groups])
