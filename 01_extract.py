@@ -10,6 +10,21 @@
   python 01_extract.py arxiv --input arxiv-metadata-oai-snapshot.json.gz --out work/arxiv [--categories cs.,stat.ML]
       arXiv metadata (Kaggle snapshot, JSON lines, plain or gzip) → articles.jsonl: the abstract as text, the
       title, categories and topic labels (paper search).
+
+  python 01_extract.py dictd --input /usr/share/dictd/foldoc --out work/foldoc
+      A dictionary in the DICT server's format (FOLDOC, the Jargon File) → articles.jsonl: each entry a document,
+      its {cross-references} the links, its <category> tags the categories and topic label (WikiSpecter on a
+      linked, categorised corpus).
+
+  python 01_extract.py rst --input /usr/share/doc/python3.11/html/_sources --out work/pydoc
+      reStructuredText sources (a Sphinx project's, e.g. the Python documentation) → articles.jsonl, one document
+      a file, the prose only.
+
+  python 01_extract.py folder --input bbcnews/data --out work/bbc
+      A folder of label folders of text files (first line the title; the BBC News corpus) → articles.jsonl.
+
+  python 01_extract.py csv --input NewsArticles.zip --out work/news --id-column article_id
+      A CSV table (plain, gzip, or inside a zip) → articles.jsonl, one document a row.
 """
 
 import collections
@@ -81,7 +96,48 @@ def parse_args(argv=None):
     arxiv.add_argument("--categories", default="",
                        help="comma-separated category prefixes to keep, e.g. 'cs.,stat.ML' (empty: all papers)")
     cli.add_max_line(arxiv)
+
+    dictd = sub.add_parser("dictd", formatter_class=cli.HelpFormatter,
+                           help="a DICT-format dictionary (FOLDOC, the Jargon File) → articles.jsonl",
+                           description="A dictionary in the DICT server's format (NAME.index + NAME.dict or "
+                                       "NAME.dict.dz) → articles.jsonl: entries, cross-references, categories.")
+    dictd.add_argument("--input", required=True,
+                       help="the dictionary's path without suffix (reads INPUT.index and INPUT.dict.dz or INPUT.dict)")
+    dictd.add_argument("--out", required=True, help="output directory (articles.jsonl, manifest.json)")
+    add_min_chars(dictd)
+
+    rst = sub.add_parser("rst", formatter_class=cli.HelpFormatter,
+                         help="reStructuredText sources → articles.jsonl",
+                         description="reStructuredText sources (.rst, or the .rst.txt copies built Sphinx "
+                                     "documentation ships) under a folder → articles.jsonl, one document a file.")
+    rst.add_argument("--input", required=True, help="the folder of sources (read recursively)")
+    rst.add_argument("--out", required=True, help="output directory (articles.jsonl, manifest.json)")
+    add_min_chars(rst)
+
+    folder = sub.add_parser("folder", formatter_class=cli.HelpFormatter,
+                            help="label folders of text files → articles.jsonl",
+                            description="A folder whose sub-folders are labels, each holding *.txt documents "
+                                        "(first non-empty line the title) → articles.jsonl.")
+    folder.add_argument("--input", required=True, help="the folder of label folders")
+    folder.add_argument("--out", required=True, help="output directory (articles.jsonl, manifest.json)")
+    add_min_chars(folder)
+
+    table = sub.add_parser("csv", formatter_class=cli.HelpFormatter, help="a CSV table → articles.jsonl",
+                           description="A CSV table with a header row (plain, gzip, or the one .csv inside a "
+                                       ".zip) → articles.jsonl, one document a row.")
+    table.add_argument("--input", required=True, help="the table (.csv, .csv.gz or .zip)")
+    table.add_argument("--out", required=True, help="output directory (articles.jsonl, manifest.json)")
+    table.add_argument("--id-column", default=None, help="column of document ids (default: row numbers from 1)")
+    table.add_argument("--title-column", default="title", help="column of titles")
+    table.add_argument("--text-column", default="text", help="column of texts")
+    table.add_argument("--label-column", default=None, help="column of topic labels (default: none)")
+    add_min_chars(table)
     return parser.parse_args(argv)
+
+
+def add_min_chars(p):
+    p.add_argument("--min-chars", type=int, default=90,
+                   help="drop documents whose cleaned text is shorter (as 01 wiki drops short leads)")
 
 
 def run_wiki(args):
@@ -134,11 +190,50 @@ def run_arxiv(args):
           f"{counts['duplicate_abstract']} duplicate abstracts) → {os.path.join(args.out, 'articles.jsonl')}")
 
 
+def run_corpus(args):
+    """dictd, rst, folder, csv: one reader each, the same output and summary."""
+    from common.data import dictd, plaintext, rst
+    cli.check(args, {"--min-chars": cli.AT_LEAST_0})
+    inputs = [args.input]
+    if args.command == "dictd":
+        index = args.input + ".index"
+        body = next((args.input + s for s in (".dict.dz", ".dict") if os.path.exists(args.input + s)),
+                    args.input + ".dict.dz")
+        inputs = [index, body]
+        read = lambda out, counts: dictd.extract_dictd(index, body, out, counts, args.min_chars)  # noqa: E731
+    elif args.command == "rst":
+        if not os.path.isdir(args.input):
+            raise io.InputError(f"{args.input}: no such folder")
+        inputs = [path for _, path in rst.source_files(args.input)]
+        if not inputs:
+            raise io.InputError(f"{args.input}: no .rst or .rst.txt files")
+        read = lambda out, counts: rst.extract_rst(args.input, out, counts, args.min_chars)  # noqa: E731
+    elif args.command == "folder":
+        inputs = [path for _, _, path in plaintext.labelled_files(args.input)]
+        read = lambda out, counts: plaintext.extract_folder(args.input, out, counts, args.min_chars)  # noqa: E731
+    else:
+        read = lambda out, counts: plaintext.extract_csv(  # noqa: E731
+            args.input, out, counts, args.id_column, args.title_column, args.text_column, args.label_column,
+            args.min_chars)
+    started = io.now()
+    counts = collections.Counter()
+    with io.Outputs(args.out, __file__) as outputs:
+        with outputs.open("articles.jsonl") as out:
+            read(out, counts)
+        if not counts["articles"]:
+            raise io.InputError(f"{args.input}: no document of at least --min-chars {args.min_chars} characters")
+        outputs.write_manifest(io.manifest(__file__, args, started, inputs=inputs, counts=dict(counts),
+                                           language="en"))
+    details = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in sorted(counts.items()) if k != "articles")
+    print(f"{counts['articles']} articles ({details}) → {os.path.join(args.out, 'articles.jsonl')}")
+
+
 def main(argv=None):
     args = parse_args(argv)
     if hasattr(args, "max_line_mb"):
         cli.set_max_line(args)
-    {"wiki": run_wiki, "sentences": run_sentences, "arxiv": run_arxiv}[args.command](args)
+    {"wiki": run_wiki, "sentences": run_sentences, "arxiv": run_arxiv, "dictd": run_corpus, "rst": run_corpus,
+     "folder": run_corpus, "csv": run_corpus}[args.command](args)
 
 
 if __name__ == "__main__":

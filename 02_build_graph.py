@@ -12,6 +12,10 @@
       Paper search: a seeded split by paper, training pairs (title → paper), validation and test queries with
       qrels over the whole corpus, and topic splits.
 
+  python 02_build_graph.py corpus --articles foldoc=work/foldoc/articles.jsonl --articles pydoc=... --out work/lm
+      One docs.jsonl from several articles files, ids prefixed by each source's name, for masked-LM training
+      (03_train.py --objective mlm).
+
   python 02_build_graph.py testsets --out work/testsets
       gensim's Lee corpus (human similarity ratings) and 20 Newsgroups sample (labels) as data directories.
 """
@@ -19,6 +23,7 @@
 import collections
 import contextlib
 import os
+import re
 import sys
 
 import numpy as np
@@ -359,6 +364,37 @@ def run_retrieval(args):
           f"{counts['queries_val']}/{counts['queries_test']} → {args.out}")
 
 
+def add_corpus_arguments(p):
+    p.add_argument("--articles", action="extend", nargs="+", required=True, metavar="NAME=PATH",
+                   help="an articles.jsonl and the name that prefixes its ids (NAME:id); repeatable")
+    cli.add_max_line(p)
+    p.add_argument("--out", required=True, help="data directory to write (docs.jsonl)")
+
+
+def run_corpus(args):
+    from common.data.documents import write_corpus
+    sources = []
+    for value in args.articles:
+        name, sep, path = value.partition("=")
+        if not sep or not name or not path:
+            raise io.InputError(f"--articles {value!r}: expected NAME=PATH")
+        if not re.fullmatch(r"[A-Za-z0-9_.-]{1,40}", name) or name in {n for n, _ in sources}:
+            raise io.InputError(f"--articles {value!r}: NAME must be unique, 1-40 letters, digits, '_', '-', '.'")
+        sources.append((name, path))
+    started = io.now()
+    counts = collections.Counter()
+    with io.Outputs(args.out, __file__, args.command) as outputs:
+        with outputs.open("docs.jsonl", "wb") as docs:
+            write_corpus(sources, docs, counts)
+        if not counts["documents"]:
+            raise io.InputError(f"{', '.join(p for _, p in sources)}: no documents")
+        outputs.write_manifest(io.manifest(__file__, args, started, inputs=[p for _, p in sources],
+                                           counts=dict(counts)))
+    per_source = ", ".join(f"{name} {counts[f'documents_{name}']}" for name, _ in sources)
+    print(f"{counts['documents']} documents ({per_source}; {counts['duplicate_text']} duplicate texts dropped), "
+          f"{counts['words']} words → {os.path.join(args.out, 'docs.jsonl')}")
+
+
 def add_testsets_arguments(p):
     p.add_argument("--out", required=True, help="folder for the data directories lee/ and newsgroups/")
     p.add_argument("--lee-threshold", type=float, default=0.5,
@@ -393,6 +429,8 @@ COMMANDS = {
                   add_sentences_arguments, run_sentences),
     "retrieval": ("articles → paper-search data: split by paper, training pairs (title → paper), validation and "
                   "test queries with qrels, topic splits", add_retrieval_arguments, run_retrieval),
+    "corpus": ("several articles files → one docs.jsonl (ids NAME:id), a corpus for masked-LM training",
+               add_corpus_arguments, run_corpus),
     "testsets": ("gensim's installed test corpora as data directories: Lee (similarity ratings) and a 20 Newsgroups "
                  "sample (classification)", add_testsets_arguments, run_testsets),
 }

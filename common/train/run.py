@@ -25,7 +25,9 @@ def add_training_arguments(p):
     """The shared flags. Those whose default depends on the objective default to None here and take the
     objective's value (its paper's) after parsing; the help text names them per objective."""
     p.add_argument("--data", required=True, help="data directory from 02_build_graph.py")
-    p.add_argument("--model", required=True, help="Hugging Face model name or local folder to start from")
+    p.add_argument("--model", default=None,
+                   help="Hugging Face model name or local folder to start from (required, except for an objective "
+                        "that can start from a configuration: mlm's --model-type / --config-name)")
     p.add_argument("--out", required=True, help="run directory (model, checkpoints, log)")
     p.add_argument("--max-length", type=int, default=None, help="tokens per text [objective's default]")
     p.add_argument("--pooling", choices=("cls", "mean"), default=None, help="document vector [objective's default]")
@@ -109,6 +111,9 @@ def parse(argv, description, names, fixed=None):
         if getattr(args, key, None) is None:
             setattr(args, key, value)
     cls.complete_args(args)
+    if args.model is None and cls.needs_model(args):
+        raise io.InputError("--model is required" + (" (or --model-type / --config-name to train a new model)"
+                                                     if name == "mlm" else ""))
     cli.check(args, {**LIMITS, **cls.limits})  # settings that cannot train are refused before anything loads
     if args.chunk_tokens and not cls.independent:
         raise io.InputError(f"--chunk-tokens {args.chunk_tokens}: the {name} objective's loss is not a mean of "

@@ -97,6 +97,11 @@ class Objective:
     def complete_args(cls, args):
         """Fill flags whose defaults depend on other flags (presets), after parsing."""
 
+    @classmethod
+    def needs_model(cls, args):
+        """Whether this command line must name a model to start from (``--model``)."""
+        return True
+
     def __init__(self, args, accelerator):
         self.args, self.accelerator = args, accelerator
         self.say = print if accelerator is None else accelerator.print  # notes once, not once per process

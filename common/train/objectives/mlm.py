@@ -19,10 +19,19 @@ token-weighted mean loss.
 RUN/model is the masked-LM model (encoder and head, ``save_pretrained``) with sentence-transformers files for mean
 pooling: ``AutoModel`` and ``SentenceTransformer`` load the encoder from it and drop the head, so 05 scores the
 adapted encoder and stage 2 starts from it.
+
+A new model (no ``--model``): as ``run_mlm_no_trainer.py`` trains one from scratch, from ``--config-name`` (a model
+whose configuration is copied, not its weights) or ``--model-type`` (transformers' default configuration of that
+architecture), changed by ``--config-overrides`` (``run_mlm.py``'s ``"n_layer=4,hidden_size=256"`` form), with
+randomly initialised weights (seeded by ``--seed``). Its tokenizer is ``--tokenizer-name``'s, or a WordPiece
+vocabulary of ``--vocab-size`` learnt from the training texts (``common/models/vocabulary.py``).
 """
 
+import argparse
+import contextlib
 import json
 import os
+import re
 
 import numpy as np
 import torch
@@ -145,7 +154,9 @@ class MLMObjective(Objective):
     defaults = {"lr": 5e-5, "batch_size": 8, "epochs": 3, "warmup": 0, "weight_decay": 0.0, "schedule": "linear",
                 "pooling": "mean", "max_length": None, "normalize": False, "drop_last": False}
     result_args = ("mlm_probability", "mask_replace_prob", "random_replace_prob", "whole_word_mask", "line_by_line",
-                   "mlm_docs", "validation_split")
+                   "mlm_docs", "validation_split", "model_type", "config_name", "config_overrides", "tokenizer_name",
+                   "vocab_size", "lowercase")
+    limits = {"--vocab-size": ("between 100 and 1,000,000", lambda v: 100 <= v <= 1_000_000)}
     speed_args = ("cache_dir",)
 
     @classmethod
@@ -171,17 +182,49 @@ class MLMObjective(Objective):
         parser.add_argument("--cache-dir", default=None,
                             help="where tokenised texts are cached (default: the datasets cache, as "
                                  "run_mlm_no_trainer)")
+        new = parser.add_argument_group("a new model instead of --model (run_mlm_no_trainer.py's from-scratch path)")
+        new.add_argument("--model-type", "--model_type", dest="model_type", default=None,
+                         help="architecture of a new, randomly initialised model with transformers' default "
+                              "configuration for it (e.g. bert)")
+        new.add_argument("--config-name", "--config_name", dest="config_name", default=None,
+                         help="a model or folder whose configuration (not weights) the new model takes")
+        new.add_argument("--config-overrides", "--config_overrides", dest="config_overrides", default=None,
+                         help='configuration values to change, e.g. "num_hidden_layers=4,hidden_size=256,'
+                              'num_attention_heads=4,intermediate_size=1024" (run_mlm.py)')
+        new.add_argument("--tokenizer-name", "--tokenizer_name", dest="tokenizer_name", default=None,
+                         help="a model or folder whose tokenizer the new model uses (default: a new WordPiece "
+                              "vocabulary learnt from the training texts)")
+        new.add_argument("--vocab-size", type=int, default=30522,
+                         help="size of the learnt WordPiece vocabulary (BERT's 30,522)")
+        new.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=True,
+                         help="the learnt vocabulary lower-cases and strips accents (BERT uncased)")
+
+    @classmethod
+    def needs_model(cls, args):
+        return not (args.model_type or args.config_name)
+
+    @classmethod
+    def complete_args(cls, args):
+        if args.model and (args.model_type or args.config_name):
+            raise InputError("--model starts from a trained model, --model-type / --config-name from a new one: "
+                             "give one of them")
+        if args.model and (args.config_overrides or args.tokenizer_name):
+            raise InputError("--config-overrides and --tokenizer-name apply to a new model "
+                             "(--model-type / --config-name), not to --model")
 
     def build(self):
         from transformers import AutoModelForMaskedLM, AutoTokenizer
         args = self.args
-        self.tokenizer = AutoTokenizer.from_pretrained(args.model)
-        if self.tokenizer.mask_token_id is None:
-            raise InputError(f"{args.model}: its tokenizer has no mask token")
-        mlm, loading = AutoModelForMaskedLM.from_pretrained(args.model, output_loading_info=True)
-        if loading["missing_keys"]:
-            self.say(f"note: {args.model} has no masked-LM head weights ({len(loading['missing_keys'])} tensors "
-                     "newly initialised); they start untrained")
+        if args.model is None:
+            mlm = self._new_model()
+        else:
+            self.tokenizer = AutoTokenizer.from_pretrained(args.model)
+            if self.tokenizer.mask_token_id is None:
+                raise InputError(f"{args.model}: its tokenizer has no mask token")
+            mlm, loading = AutoModelForMaskedLM.from_pretrained(args.model, output_loading_info=True)
+            if loading["missing_keys"]:
+                self.say(f"note: {args.model} has no masked-LM head weights ({len(loading['missing_keys'])} "
+                         "tensors newly initialised); they start untrained")
         model_limit = self.tokenizer.model_max_length if self.tokenizer.model_max_length < 100_000 else \
             mlm.config.max_position_embeddings
         limit = min(model_limit, 1024)  # run_mlm_no_trainer's cap
@@ -194,7 +237,67 @@ class MLMObjective(Objective):
                           "line_by_line": args.line_by_line, "mlm_docs": args.mlm_docs})
         return model
 
+    def _new_model(self):
+        """A randomly initialised masked-LM model from a configuration, with its tokenizer (``self.tokenizer``)."""
+        from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+        args = self.args
+        if args.config_name:
+            try:
+                config = AutoConfig.from_pretrained(args.config_name)
+            except (OSError, ValueError) as e:
+                raise InputError(f"--config-name {args.config_name}: cannot be loaded: "
+                                 f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}") from None
+        elif args.model_type in CONFIG_MAPPING:
+            config = CONFIG_MAPPING[args.model_type]()
+        else:
+            raise InputError(f"--model-type {args.model_type}: not an architecture transformers knows (e.g. bert, "
+                             "roberta, electra)")
+        if args.config_overrides:
+            if not re.fullmatch(r"\w+=[^,=]+(?:,\w+=[^,=]+)*", args.config_overrides):
+                raise InputError(f"--config-overrides {args.config_overrides!r}: expected KEY=VALUE,... (e.g. "
+                                 "num_hidden_layers=4,hidden_size=256)")
+            try:
+                config.update_from_string(args.config_overrides)
+            except ValueError as e:
+                raise InputError(f"--config-overrides {args.config_overrides!r}: {e}") from None
+        limit = getattr(config, "max_position_embeddings", 512)
+        if args.tokenizer_name:
+            self.tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_name)
+        else:
+            from common.models.vocabulary import train_wordpiece
+            texts = self._texts()
+            train = np.sort(self._split(len(texts))[0])
+            with self.accelerator.main_process_first() if self.accelerator else contextlib.nullcontext():
+                self.tokenizer = train_wordpiece([texts[i] for i in train.tolist()], args.vocab_size,
+                                                 args.lowercase, model_max_length=limit,
+                                                 cache_dir=self._cache_dir())
+            self.say(f"new WordPiece vocabulary of {len(self.tokenizer)} entries learnt from {len(train)} texts")
+        if self.tokenizer.mask_token_id is None:
+            raise InputError(f"{args.tokenizer_name}: its tokenizer has no mask token")
+        config.vocab_size = len(self.tokenizer)
+        config.pad_token_id = self.tokenizer.pad_token_id
+        mlm = AutoModelForMaskedLM.from_config(config)
+        sizes = sum(p.numel() for p in mlm.parameters())
+        self.say(f"new {config.model_type} model ({sizes / 1e6:.1f}M parameters, randomly initialised): "
+                 f"{getattr(config, 'num_hidden_layers', '?')} layers, hidden size {getattr(config, 'hidden_size', '?')}")
+        self.info.update({"new_model": config.model_type, "config_overrides": args.config_overrides,
+                          "vocab_size": len(self.tokenizer)})
+        return mlm
+
+    def _cache_dir(self):
+        import datasets
+        return self.args.cache_dir or os.path.join(datasets.config.HF_DATASETS_CACHE, "docembed")
+
+    def _split(self, n):
+        """(training, validation) text positions: a seeded permutation, the first ``--validation-split`` held out."""
+        order = np.random.default_rng(self.args.seed).permutation(n)
+        n_val = int(round(self.args.validation_split * n))
+        return order[n_val:], order[:n_val]
+
     def _texts(self):
+        if getattr(self, "_all_texts", None) is not None:
+            return self._all_texts
         args = self.args
         docs = Documents(args.data)
         which = np.arange(len(docs.ids))
@@ -205,19 +308,17 @@ class MLMObjective(Objective):
             with open(path, encoding="utf-8") as f:
                 train = set(json.load(f).get("train", []))
             which = np.array([i for i, d in enumerate(docs.ids) if d in train], dtype=np.int64)
-        return [docs.texts[i] for i in which.tolist()]
+        self._all_texts = [docs.texts[i] for i in which.tolist()]
+        return self._all_texts
 
     def load_data(self):
         args = self.args
         texts = self._texts()
         if not texts:
             raise InputError(f"{os.path.join(args.data, 'docs.jsonl')}: no abstracts to train on")
-        import datasets
-        cache = args.cache_dir or os.path.join(datasets.config.HF_DATASETS_CACHE, "docembed")
-        ids, word_start, offsets = tokenize(texts, self.tokenizer, self.max_length, args.line_by_line, cache)
-        order = np.random.default_rng(args.seed).permutation(len(texts))
-        n_val = int(round(args.validation_split * len(texts)))
-        parts = [Part.of_texts(ids, word_start, offsets, np.sort(p)) for p in (order[n_val:], order[:n_val])]
+        ids, word_start, offsets = tokenize(texts, self.tokenizer, self.max_length, args.line_by_line,
+                                            self._cache_dir())
+        parts = [Part.of_texts(ids, word_start, offsets, np.sort(p)) for p in self._split(len(texts))]
         if not args.line_by_line:
             parts = [p.blocks(self.max_length) for p in parts]
         self.parts = parts
@@ -265,21 +366,25 @@ class MLMObjective(Objective):
 
     @torch.no_grad()
     def validate(self, model, loader, accelerator):
-        """Token-weighted validation loss over the fixed validation masks, and its exp (perplexity)."""
+        """Token-weighted validation loss over the fixed validation masks, its exp (perplexity), and the share of
+        masked tokens whose most likely prediction is the original (accuracy)."""
         totals = []
         for batch in loader:
             masked = batch["labels"] != IGNORE
-            per_token = losses.masked_lm(model(batch["input_ids"], batch["attention_mask"], masked),
-                                         batch["labels"][masked])
+            logits = model(batch["input_ids"], batch["attention_mask"], masked)
+            labels = batch["labels"][masked]
+            per_token = losses.masked_lm(logits, labels)
             row = masked.nonzero()[:, 0]
-            sums = torch.zeros(len(masked), device=per_token.device).index_add_(0, row, per_token)
-            totals.append(accelerator.gather_for_metrics(torch.stack([sums, masked.sum(1).float()], 1)))
+            sums = torch.zeros(len(masked), 2, device=per_token.device).index_add_(
+                0, row, torch.stack([per_token, (logits.argmax(-1) == labels).float()], 1))
+            totals.append(accelerator.gather_for_metrics(torch.cat([sums, masked.sum(1, keepdim=True).float()], 1)))
         if not totals:
             return {}
-        loss_sum, count = torch.cat(totals).sum(0).tolist()
+        loss_sum, correct, count = torch.cat(totals).sum(0).tolist()
         if not count:
             return {}
-        return {"val_loss": loss_sum / count, "perplexity": float(np.exp(loss_sum / count))}
+        return {"val_loss": loss_sum / count, "perplexity": float(np.exp(loss_sum / count)),
+                "val_accuracy": correct / count}
 
     def save_extra(self, model, directory):
         # the masked-LM weights (encoder and head) replace the bare encoder's: AutoModel and sentence-transformers

@@ -1,0 +1,48 @@
+"""A new WordPiece vocabulary for a model trained from scratch: BERT's tokenizer (Devlin et al. 2019) learnt from the
+training texts with Hugging Face ``tokenizers``, as transformers' language-modeling examples do before
+``run_mlm_no_trainer.py --model_type bert``.
+
+The learnt tokenizer is cached under a key of the texts and settings, and a resumed run, or every process after the
+first, reads it instead of learning it again. That matters beyond speed: ``tokenizers``' WordPiece learner is not
+deterministic (huggingface/tokenizers#1794: continuing-subword tokens get ids in hash-map order, and equally frequent
+merges are chosen by id), so two learnings from the same texts can differ in a few tied entries. The vocabulary a
+run used is saved with its model.
+"""
+
+import os
+
+SPECIAL = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+
+def train_wordpiece(texts, vocab_size, lowercase=True, min_frequency=2, model_max_length=512, cache_dir=None):
+    """A ``BertTokenizerFast`` with a WordPiece vocabulary of at most ``vocab_size`` entries learnt from ``texts``
+    (BERT's normaliser and pre-tokeniser: Unicode clean-up, lower-casing and accent stripping with ``lowercase``,
+    splitting on whitespace and punctuation; sub-words marked ``##``). ``cache_dir``: where it is kept (None: not
+    kept)."""
+    from transformers import BertTokenizerFast
+
+    path = None
+    if cache_dir is not None:
+        from datasets.fingerprint import Hasher
+        key = Hasher.hash([list(texts), vocab_size, lowercase, min_frequency, SPECIAL])
+        path = os.path.join(cache_dir, f"wordpiece-{key}")
+        if os.path.isfile(os.path.join(path, "tokenizer.json")):
+            return BertTokenizerFast.from_pretrained(path, model_max_length=model_max_length)
+    from tokenizers import BertWordPieceTokenizer
+    learner = BertWordPieceTokenizer(clean_text=True, handle_chinese_chars=True, strip_accents=lowercase or None,
+                                     lowercase=lowercase)
+    learner.train_from_iterator(iter(texts), vocab_size=vocab_size, min_frequency=min_frequency,
+                                special_tokens=list(SPECIAL), show_progress=False)
+    tokenizer = BertTokenizerFast(tokenizer_object=learner._tokenizer, do_lower_case=lowercase,
+                                  strip_accents=lowercase or None, model_max_length=model_max_length,
+                                  unk_token="[UNK]", sep_token="[SEP]", pad_token="[PAD]", cls_token="[CLS]",
+                                  mask_token="[MASK]")
+    if path is not None:
+        tmp = f"{path}.tmp{os.getpid()}"
+        tokenizer.save_pretrained(tmp)
+        try:
+            os.replace(tmp, path)
+        except OSError:  # another process cached the same vocabulary first
+            import shutil
+            shutil.rmtree(tmp, ignore_errors=True)
+    return tokenizer
