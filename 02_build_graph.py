@@ -350,8 +350,8 @@ def run_retrieval(args):
         with outputs.open("splits.json") as f:
             f.write(io.dumps_line({name: [corpus.ids[i] for i in np.flatnonzero(split == code).tolist()]
                                    for code, name in enumerate(retrieval.SPLITS)}))
-        queries = retrieval.file_queries(args.pairs, index, split) if args.pairs else \
-            retrieval.title_queries(args.articles, index, split)
+        queries = retrieval.file_queries(args.pairs, index, split, args.articles, counts) if args.pairs else \
+            retrieval.title_queries(args.articles, index, split, counts)
         retrieval.write_retrieval(queries, index, outputs, counts)
         if not args.pairs:
             retrieval.count_repeated_titles(args.articles, split, index, counts)

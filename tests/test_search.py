@@ -135,6 +135,29 @@ def test_retrieval_pairs_file_groups_equal_queries_of_a_split_into_one_query(tmp
     assert read_jsonl(out / "pairs.train.jsonl") == [lines[2]]
 
 
+def test_a_query_that_stands_inside_its_target_document_is_dropped_in_every_split(tmp_path, paper_data):
+    articles = paper_articles()
+    splits = json.loads((paper_data / "splits.json").read_text())
+    train, test = splits["train"][0], splits["test"][0]
+    for doc in (train, test):  # the headline repeated in the text, in other case and spacing
+        article = next(a for a in articles if a["id"] == doc)
+        article["text"] = f"As the  {article['title'].upper()} says: {article['text']}"
+    write_lines(tmp_path / "articles.jsonl", [json.dumps(x) for x in articles])
+    out = tmp_path / "data"
+    script("02_build_graph.py").main(["retrieval", "--articles", str(tmp_path / "articles.jsonl"), "--out", str(out),
+                                      "--test", "0.2", "--val", "0.2"])
+    assert train not in {p["doc"] for p in read_jsonl(out / "pairs.train.jsonl")}
+    assert f"q:{test}" not in {q["qid"] for q in read_jsonl(out / "queries.test.jsonl")}
+    assert len(read_jsonl(out / "queries.test.jsonl")) == 11
+    assert json.loads((out / "manifest.json").read_text())["counts"]["queries_inside_document"] == 2
+    lines = [{"query": "as the", "doc": test}, {"query": "nowhere in it", "doc": test}]
+    write_lines(tmp_path / "pairs.jsonl", [json.dumps(x) for x in lines])
+    script("02_build_graph.py").main(["retrieval", "--articles", str(tmp_path / "articles.jsonl"), "--out",
+                                      str(tmp_path / "pairs"), "--test", "0.2", "--val", "0.2", "--pairs",
+                                      str(tmp_path / "pairs.jsonl")])
+    assert read_jsonl(tmp_path / "pairs" / "queries.test.jsonl") == [{"qid": "q:2", "text": "nowhere in it"}]
+
+
 # -- losses ---------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("symmetric", [False, True])

@@ -65,6 +65,18 @@ def test_run_writes_model_log_checkpoints_and_manifest(reference_run):
     assert manifest["counts"]["steps"] == steps and manifest["script"] == "03_train.py"
 
 
+def test_save_epochs_keeps_the_model_of_every_epoch_and_the_last_is_the_final_model(tiny_model, tiny_data,
+                                                                                    reference_run, tmp_path):
+    out = tmp_path / "run"
+    run_script("03_train.py", *train_args(tiny_data, tiny_model, out, "--save-epochs"))
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith("epoch_")) == ["epoch_1", "epoch_2"]
+    final, second, first = weights(out), load_file(str(out / "epoch_2" / "model.safetensors")), load_file(
+        str(out / "epoch_1" / "model.safetensors"))
+    assert all((final[k] == second[k]).all() for k in final) and any((final[k] != first[k]).any() for k in final)
+    # the same weights as a run without the flag: saving changes nothing trained
+    assert all((final[k] == weights(reference_run)[k]).all() for k in final)
+
+
 def test_learning_rate_warms_up_for_a_tenth_then_decays_linearly_to_zero(reference_run):
     log = [r for r in read_jsonl(reference_run / "log.jsonl") if "lr" in r]
     total = len(log)

@@ -4,7 +4,9 @@ evaluation queries with TREC qrels over the whole corpus.
 Every document stays in the corpus (``docs.jsonl``): a search index holds all papers, and a held-out paper is
 held out only as the *target of a query*, so neither its title nor any query naming it is trained on. Query ids
 are ``"q:" + ...`` and never equal a document id (BEIR and MTEB evaluators skip a hit whose id equals the query's,
-which would drop the only relevant document).
+which would drop the only relevant document). A query whose text stands inside its target's text (a news article
+that repeats its headline) would be found by string matching, not by what a model learnt: such a pair is dropped and
+counted (``queries_inside_document``), in every split.
 """
 
 import numpy as np
@@ -26,17 +28,27 @@ def split_papers(n, test, val, rng):
     return code
 
 
-def title_queries(articles_path, index, split):
+def inside(query, text):
+    """Whether the query's words stand, in order and together, inside the text (case and spacing ignored)."""
+    query = normalise(query).lower()
+    return bool(query) and query in normalise(text).lower()
+
+
+def title_queries(articles_path, index, split, counts):
     """Default queries: each paper's title, query id ``q:<paper id>``. Yields ``(split, qid, text, doc)``."""
-    for _, obj in read_jsonl(articles_path, required=("id", "title")):
+    for _, obj in read_jsonl(articles_path, required=("id", "title", "text")):
         i = index[obj["id"]]
+        if inside(obj["title"], obj["text"]):
+            counts["queries_inside_document"] += 1
+            continue
         yield SPLITS[split[i]], f"q:{obj['id']}", normalise(obj["title"]), obj["id"]
 
 
-def file_queries(path, index, split):
+def file_queries(path, index, split, articles_path, counts):
     """Queries from a ``{"query", "doc"}`` JSONL, each in the split of its document; within a split, lines with
-    the same normalised query text are one query (id ``q:<first line>``) with every document they name relevant."""
-    first = {}
+    the same normalised query text are one query (id ``q:<first line>``) with every document they name relevant.
+    The pairs are read first, then the articles once, to drop a query that stands inside its document."""
+    first, pairs = {}, []
     for lineno, obj in read_jsonl(path, required=("query", "doc")):
         query, doc = obj["query"], obj["doc"]
         if not isinstance(query, str) or not isinstance(doc, str):
@@ -45,7 +57,17 @@ def file_queries(path, index, split):
             raise InputError(f"{path}:{lineno}: document {doc!r} is not in the articles")
         name = SPLITS[split[index[doc]]]
         qid = first.setdefault((name, text_key(query)), f"q:{lineno}")
-        yield name, qid, normalise(query), doc
+        pairs.append((name, qid, normalise(query), doc))
+    wanted = {}
+    for n, (_, _, _, doc) in enumerate(pairs):
+        wanted.setdefault(doc, []).append(n)
+    dropped = set()
+    for _, obj in read_jsonl(articles_path, required=("id", "text")):
+        for n in wanted.get(obj["id"], ()):
+            if inside(pairs[n][2], obj["text"]):
+                dropped.add(n)
+    counts["queries_inside_document"] += len(dropped)
+    return [pair for n, pair in enumerate(pairs) if n not in dropped]
 
 
 def write_retrieval(queries, index, outputs, counts):

@@ -29,6 +29,7 @@ STATE = "trainer_state.json"
 RUN_FILE = "run.json"  # marks a run folder as this project's, with the identity of the run that owns it
 # what a run writes besides RUN_FILE
 WRITTEN = ("model", "checkpoints", "log.jsonl", "curves.png", "trackers", "manifest.json")
+EPOCH_MODEL = re.compile(r"epoch_\d+")  # --save-epochs: the model at the end of epoch K
 
 
 @dataclass
@@ -49,6 +50,7 @@ class TrainConfig:
     log_every: int
     drop_last: bool = False  # in-batch-negative and batch-statistics losses need full batches
     length_buckets: int = 0  # > 0: batches of similar length, sorted within windows of this many batches
+    save_epochs: bool = False  # also save the model at each epoch's end, as RUN/epoch_K
 
 
 def backward(accelerator, model, objective, batch):
@@ -223,7 +225,7 @@ class Trainer:
                 raise InputError(f"{path}: a symbolic link in the run folder; remove it (a run never writes "
                                  "through one)")
         if not checkpoints(self.run_dir):
-            for name in WRITTEN:
+            for name in WRITTEN + tuple(n for n in os.listdir(self.run_dir) if EPOCH_MODEL.fullmatch(n)):
                 path = os.path.join(self.run_dir, name)
                 if os.path.isdir(path):
                     shutil.rmtree(path)
@@ -310,11 +312,11 @@ class Trainer:
             f.writelines(kept)
         os.replace(path + ".tmp", path)
 
-    def _save_model(self):
+    def _save_model(self, name="model"):
         acc = self.accelerator
         acc.wait_for_everyone()
         if acc.is_main_process:
-            self.objective.save(acc.unwrap_model(self.model), os.path.join(self.run_dir, "model"))
+            self.objective.save(acc.unwrap_model(self.model), os.path.join(self.run_dir, name))
         acc.wait_for_everyone()
 
     # -- loop -------------------------------------------------------------------------------------------------
@@ -431,6 +433,8 @@ class Trainer:
                 self.epoch += 1
                 self.batch_in_epoch = 0
                 self._validate()
+                if cfg.save_epochs:
+                    self._save_model(f"epoch_{self.epoch}")
         finally:
             stop.restore()
             bar.close()

@@ -18,7 +18,7 @@ RESULT_ARGS = ("model", "max_length", "pooling", "normalize", "lr", "weight_deca
                "max_steps", "batch_size", "grad_accum", "clip", "seed", "eval_every", "drop_last", "length_buckets")
 # flags that change only speed, memory or logging
 SPEED_ARGS = ("checkpoint_every", "keep", "log_every", "length_groups", "chunk_tokens", "gradient_checkpointing",
-              "report_to")
+              "report_to", "save_epochs")
 
 
 def add_training_arguments(p):
@@ -68,6 +68,8 @@ def add_training_arguments(p):
                    help="validate every N optimizer steps, besides each epoch's end (0: epoch ends only)")
     p.add_argument("--checkpoint-every", type=int, default=1000, help="save a checkpoint every N steps (0: never)")
     p.add_argument("--keep", type=int, default=2, help="checkpoints to keep (the newest)")
+    p.add_argument("--save-epochs", action="store_true",
+                   help="also save the model at the end of every epoch as RUN/epoch_K (to evaluate each epoch)")
     p.add_argument("--log-every", type=int, default=10, help="write the mean training loss every N steps")
     p.add_argument("--report-to", default="none",
                    help="also log every log.jsonl record to these experiment trackers through Accelerate, "
@@ -189,7 +191,7 @@ def train(args, script):
                       epochs=args.epochs, max_steps=args.max_steps, batch_size=args.batch_size,
                       grad_accum=args.grad_accum, clip=args.clip, seed=args.seed, eval_every=args.eval_every,
                       checkpoint_every=args.checkpoint_every, keep=args.keep, log_every=args.log_every,
-                      drop_last=args.drop_last, length_buckets=args.length_buckets)
+                      drop_last=args.drop_last, length_buckets=args.length_buckets, save_epochs=args.save_epochs)
     trainer = Trainer(cfg, objective, model, accelerator, args.out, identity(args, objective),
                       tracked=bool(log_with))
     try:  # the run folder stays locked until its manifest is written
