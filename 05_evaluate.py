@@ -63,6 +63,8 @@ def add_evaluate_arguments(p):
                    help="tasks to run (default: every task the data directory supports)")
     p.add_argument("--pooling", action="append", default=[], metavar="NAME=cls|mean",
                    help="pooling for a model (default: its sentence-transformers config, else cls)")
+    p.add_argument("--normalize", action="append", default=[], metavar="NAME=yes|no",
+                   help="L2-normalise a model's vectors or not (default: as its sentence-transformers config says)")
     p.add_argument("--max-length", type=int, default=None,
                    help="tokens per document for every model (default: each model's own setting, else 128)")
     add_batch_arguments(p, 64, "documents")
@@ -76,9 +78,15 @@ def add_evaluate_arguments(p):
 def _check_names(args):
     args.model = _named(args.model, "--model", "MODEL")
     args.pooling = _named(args.pooling, "--pooling", "cls|mean")
-    unknown = set(args.pooling) - set(args.model)
-    if unknown:
-        raise InputError(f"--pooling names {sorted(unknown)} but no such --model")
+    args.normalize = _named(args.normalize, "--normalize", "yes|no")
+    for flag, values, allowed in (("--pooling", args.pooling, ("cls", "mean")),
+                                  ("--normalize", args.normalize, ("yes", "no"))):
+        unknown = set(values) - set(args.model)
+        if unknown:
+            raise InputError(f"{flag} names {sorted(unknown)} but no such --model")
+        for name, value in values.items():
+            if value not in allowed:
+                raise InputError(f"{flag} {name}={value}: expected {name}={'|'.join(allowed)}")
 
 
 def supported(data_dir):
@@ -123,11 +131,11 @@ def embed_documents(args, outputs, name, path, docs):
         with tqdm(total=len(docs.ids), desc=f"embed {name}", unit=" docs", mininterval=1.0) as bar:
             pv.embed(pv_texts(docs), bar, out=emb)
         print(f"{name}: {emb.shape[0]} documents, {emb.shape[1]} dimensions (Paragraph Vector, inferred)")
-        return emb, None, None
+        return emb, None, {"pooling": "paragraph vector", "normalize": False, "max_length": None}
     _, tokenizer, settings, emb = retrieval.embed_corpus(args, name, path, docs, outputs)
     print(f"{name}: {emb.shape[0]} documents, {emb.shape[1]} dimensions ({settings['pooling']} pooling"
           f"{', normalised' if settings['normalize'] else ''}, {settings['max_length']} tokens)")
-    return emb, tokenizer, settings["max_length"]
+    return emb, tokenizer, settings
 
 
 def evaluate_documents(args, outputs, wanted):
@@ -153,7 +161,11 @@ def evaluate_documents(args, outputs, wanted):
     counts = {"documents": len(docs.ids), "crossref_queries": len(qrels)}
     metrics, embeddings, predictions, written = {}, {}, {}, []
     for name, path in args.model.items():
-        emb, tokenizer, max_length = embed_documents(args, outputs, name, path, docs)
+        emb, tokenizer, settings = embed_documents(args, outputs, name, path, docs)
+        counts.setdefault("embedding", {})[name] = {"pooling": settings["pooling"],
+                                                    "normalize": settings["normalize"],
+                                                    "max_length": settings["max_length"]}
+        max_length = settings["max_length"]
         if tokenizer is not None and not written:  # the thesis's Fig. 4.1, under the first model's tokenizer
             lengths = wikispecter.token_lengths(tokenizer, docs.inputs(tokenizer.sep_token or ""))
             figures.token_lengths(outputs.tmp_path("token_lengths.png"), lengths, max_length, name)
@@ -222,18 +234,21 @@ def run_evaluate(args):
         if "keysent" in wanted:
             from common.eval.keysent import evaluate_keysent
             parts.append(evaluate_keysent(args, outputs))
+        embedding = {}
         for part_metrics, part_counts, part_figures in parts:
             for name, values in part_metrics.items():
                 metrics.setdefault(name, {}).update(values)
+            embedding.update(part_counts.pop("embedding", {}))
             counts.update(part_counts)
             written += part_figures
         with outputs.open("metrics.json") as f:
             f.write(io.dumps_line(metrics))
-        table = report.markdown(metrics)
+        table = report.markdown(metrics) + report.embedding_table(embedding)
         with outputs.open("report.md") as f:
             f.write(report.document(table, written))
         inputs = [os.path.join(args.data, n) for n in sorted(os.listdir(args.data)) if not n.endswith(".json")]
-        outputs.write_manifest(io.manifest(__file__, args, started, inputs=inputs, counts=counts, seed=args.seed))
+        outputs.write_manifest(io.manifest(__file__, args, started, inputs=inputs, counts=counts, seed=args.seed,
+                                           embedding=embedding))
     print(table, end="")
     if written:
         print(f"figures (linked from report.md): {', '.join(name for _, name in written)}")

@@ -24,7 +24,8 @@ DISTILL_MODELS = --model longformer=$(DISTILL)/student --model sbert="$(MINILM)"
 SEARCH := $(DEMO)/search
 SEARCH_MNRL := --batch-size 16 --max-length 128 --max-steps 4 --checkpoint-every 0
 
-.PHONY: demo demo-keysent demo-distill demo-search test bench-deps clean
+.PHONY: demo demo-keysent demo-distill demo-search test bench-deps clean corpora pretrain reproduce-wikispecter \
+	reproduce-wikispecter-topics reproduce-keysent reproduce-distill reproduce-search
 
 $(STAMP): requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -129,6 +130,29 @@ demo-search: $(STAMP)
 	$(PY) 05_evaluate.py search --model $(SEARCH)/mlm-mnrl/model --data $(SEARCH)/data --index $(SEARCH)/eval --top 3 \
 		"pebble game algorithms for sparse graphs"
 
+# Reproductions on real public corpora (reproduce/*.sh, run by hand; each prints a table with the paper's figures
+# beside ours): the corpora, then the MLM-only base they start from, then one target per method.
+corpora: $(STAMP)
+	bash reproduce/corpora.sh
+
+pretrain: $(STAMP)
+	bash reproduce/pretrain.sh
+
+reproduce-wikispecter: $(STAMP)
+	bash reproduce/wikispecter.sh
+
+reproduce-wikispecter-topics: $(STAMP)
+	bash reproduce/wikispecter_topics.sh
+
+reproduce-keysent: $(STAMP)
+	bash reproduce/keysent.sh
+
+reproduce-distill: $(STAMP)
+	bash reproduce/distill.sh
+
+reproduce-search: $(STAMP)
+	bash reproduce/search.sh
+
 test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
@@ -136,4 +160,4 @@ bench-deps: $(STAMP)
 	$(PY) -m pip install -q -r bench/requirements.txt
 
 clean:
-	rm -rf demo bench/out
+	rm -rf demo bench/out work

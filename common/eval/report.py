@@ -55,6 +55,17 @@ def markdown(metrics, unscaled=("mse", "pearson")):
     return "\n".join(lines) + "\n" + separate
 
 
+def embedding_table(embedding):
+    """How each model embedded the documents (``{model: {pooling, normalize, max_length}}``), so that a reader sees
+    whether the rows compare like with like."""
+    if not embedding:
+        return ""
+    lines = ["\nHow each model embedded the documents:\n", "| model | pooling | normalised | tokens |", "|---|---|---|---:|"]
+    lines += [f"| {model} | {s['pooling']} | {'yes' if s['normalize'] else 'no'} | {s['max_length'] or '–'} |"
+              for model, s in embedding.items()]
+    return "\n".join(lines) + "\n"
+
+
 def document(tables, figures):
     """report.md: the tables, then each figure (``(caption, file name)``, the PNG beside report.md) linked."""
     return tables + "".join(f"\n{caption}:\n\n![{caption}]({name})\n" for caption, name in figures)

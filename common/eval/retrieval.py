@@ -161,7 +161,9 @@ def process_state():
 
 def load_model(args, name, path):
     from common.models.encoder import default_device, load_encoder
+    normalize = getattr(args, "normalize", {}).get(name)
     encoder, tokenizer, settings = load_encoder(path, pooling=args.pooling.get(name), max_length=args.max_length,
+                                                normalize=None if normalize is None else normalize == "yes",
                                                 default_max_length=128)
     state = process_state()
     encoder.to(state.device if state is not None else default_device())
@@ -182,6 +184,12 @@ def embed_corpus(args, name, path, docs, outputs=None, collect=True):
     with tqdm(total=len(store), desc=f"embed {name}", unit=" docs", mininterval=1.0) as bar:
         return encoder, tokenizer, settings, embed_sharded(encoder, store, args.batch_size, args.batch_tokens, bar,
                                                            out=out, collect=collect)
+
+
+def embedding_settings(settings):
+    """How a model embedded the documents, for the manifest and the report: pooling, normalisation, length."""
+    return {"pooling": settings["pooling"], "normalize": bool(settings["normalize"]),
+            "max_length": int(settings["max_length"])}
 
 
 def embed_queries(encoder, tokenizer, settings, texts, args):
@@ -222,6 +230,7 @@ def evaluate_retrieval(args, outputs, wanted):
     if "retrieval" in wanted:
         for name, path in args.model.items():
             encoder, tokenizer, settings, emb = embed_corpus(args, name, path, docs, outputs)
+            counts.setdefault("embedding", {})[name] = embedding_settings(settings)
             queries = embed_queries(encoder, tokenizer, settings, texts, args)
             metrics.setdefault(name, {})["retrieval"] = dense_retrieval(queries, emb, qids, docs.ids, qrels)
     if "bm25" in wanted:

@@ -1,0 +1,116 @@
+"""A reproduction's table: our figures from 05's metrics.json beside the paper's.
+
+    python reproduce/compare.py wikispecter work/foldoc-eval/metrics.json --row base-cls=FinBERT ...
+
+Each ``--row OURS=PAPER`` puts the paper's row PAPER beside our model OURS (``OURS`` alone: no paper row). The
+paper's figures below are the ones its text reports; a cell the paper has no figure for shows "–". Figures are
+percentages (05's fractions × 100), as the papers print them.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+PAPERS = {
+    "wikispecter": {
+        "source": "WikiSpecter thesis: Table 5.1 (topic classification, macro F1) and Table 5.3 (cross-reference "
+                  "ranking, MAP); Finnish Wikipedia, FinBERT base",
+        "columns": [("crossref", "map", "crossref MAP"), ("crossref", "ndcg", "crossref nDCG"),
+                    ("topics.top", "f1", "topic F1"), ("topics.top", "accuracy", "topic accuracy")],
+        "rows": {"FinBERT": {"crossref map": 48.92, "topics.top f1": 59.86},
+                 "Sentence-BERT": {"crossref map": 60.30, "topics.top f1": 56.32},
+                 "WikiSpecter": {"crossref map": 75.72, "topics.top f1": 65.83}},
+    },
+    "keysent": {
+        "source": "key-sentence thesis: Average R-precision of the untuned and the fine-tuned sentence-transformer",
+        "columns": [("keysent", "arp", "ARP"), ("keysent", "arp_2sd", "ARP 2σ")],
+        "rows": {"untuned": {"keysent arp": 48.0}, "fine-tuned": {"keysent arp": 80.0}},
+    },
+    "distill": {
+        "source": "Burian 2023, Table 5.7: accuracy with 1k and all training documents (mean of six tasks) and "
+                  "retrieval MAP (mean of two tasks); our columns are BBC News topics and the Lee corpus",
+        "columns": [("classify.topics.top", "acc_1k", "accuracy 1k"), ("classify.topics.top", "acc_all", "accuracy all"),
+                    ("similarity", "map", "similarity MAP"), ("similarity", "spearman", "Spearman")],
+        "rows": {"Longformer": {"classify.topics.top acc_1k": 58.8, "classify.topics.top acc_all": 77.5,
+                                "similarity map": 12.7},
+                 "SBERT": {"classify.topics.top acc_1k": 61.2, "classify.topics.top acc_all": 83.9,
+                           "similarity map": 16.7},
+                 "DM": {"classify.topics.top acc_1k": 52.3, "classify.topics.top acc_all": 72.8,
+                        "similarity map": 12.3},
+                 "MSE-contextual": {"classify.topics.top acc_1k": 68.0, "classify.topics.top acc_all": 82.9,
+                                    "similarity map": 16.5},
+                 "only-MSE": {"classify.topics.top acc_1k": 68.0, "classify.topics.top acc_all": 83.0,
+                              "similarity map": 17.2}},
+    },
+    "search": {
+        "source": "the paper-search course project reports no figures; its premise is that masked-LM adaptation "
+                  "(stage 1) makes Multiple-Negatives-Ranking fine-tuning (stage 2) better",
+        "columns": [("retrieval", "ndcg@10", "nDCG@10"), ("retrieval", "mrr@10", "MRR@10"),
+                    ("retrieval", "recall@1", "R@1"), ("retrieval", "recall@10", "R@10"),
+                    ("retrieval", "map@100", "MAP@100")],
+        "rows": {},
+    },
+}
+
+
+def cell(value):
+    return "–" if value is None else f"{value:.2f}"
+
+
+def embedded_as(settings):
+    """How a model embedded the documents (05's manifest), in a few words."""
+    if not settings:
+        return "–"
+    if settings["pooling"] == "paragraph vector":
+        return "paragraph vector"
+    return f"{settings['pooling']}{', norm.' if settings['normalize'] else ''}, {settings['max_length']}"
+
+
+def table(method, metrics, rows, embedding=None):
+    """Markdown: one line per ``(ours, paper row or None)``: how the model embedded the documents, then each column
+    ours and the paper's."""
+    paper = PAPERS[method]
+    embedding = embedding or {}
+    head = ["model", "embedded as", "paper row"] + [f"{label} ours | paper" for _, _, label in paper["columns"]]
+    lines = ["| " + " | ".join(head) + " |", "|---|---|---|" + "---:|---:|" * len(paper["columns"])]
+    for ours, theirs in rows:
+        found = metrics.get(ours)
+        if found is None:
+            raise SystemExit(f"error: no model {ours!r} in the metrics (models: {', '.join(metrics)})")
+        cells = []
+        for task, metric, _ in paper["columns"]:
+            value = found.get(task, {}).get(metric)
+            reference = paper["rows"].get(theirs, {}).get(f"{task} {metric}") if theirs else None
+            cells.append(f"{cell(None if value is None else 100 * value)} | {cell(reference)}")
+        lines.append(f"| {ours} | {embedded_as(embedding.get(ours))} | {theirs or '–'} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + f"\n\nPaper: {paper['source']}.\n"
+
+
+def main(argv):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("method", choices=sorted(PAPERS))
+    p.add_argument("metrics", nargs="+", help="05's metrics.json files (their models are merged, later files win)")
+    p.add_argument("--row", action="extend", nargs="+", default=[], metavar="OURS[=PAPER]",
+                   help="a row: our model, and the paper's row beside it")
+    args = p.parse_args(argv)
+    metrics, embedding = {}, {}
+    for path in args.metrics:
+        with open(path, encoding="utf-8") as f:
+            for model, tasks in json.load(f).items():
+                metrics.setdefault(model, {}).update(tasks)
+        manifest = os.path.join(os.path.dirname(path), "manifest.json")
+        if os.path.exists(manifest):
+            with open(manifest, encoding="utf-8") as f:
+                embedding.update(json.load(f).get("embedding") or {})
+    rows = []
+    for value in args.row or list(metrics):
+        ours, _, theirs = value.partition("=")
+        if theirs and theirs not in PAPERS[args.method]["rows"]:
+            p.error(f"--row {value}: the paper has no row {theirs!r} ({', '.join(PAPERS[args.method]['rows'])})")
+        rows.append((ours, theirs or None))
+    print(table(args.method, metrics, rows, embedding), end="")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,49 @@
+"""How often a link joins two documents of the same topic label: over every link of the corpus, and over the
+links the triplets are drawn from (02's training graph, ``graph.npz``). Where most links cross labels, a model
+trained to put linked documents together is pulled away from the label's documents.
+
+    python reproduce/label_links.py work/foldoc/articles.jsonl work/foldoc-data [--level top]
+"""
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from common.io import read_jsonl  # noqa: E402
+
+
+def shares(pairs, label):
+    """(links with both ends labelled, of those the share whose ends share the label)."""
+    both = [(a, b) for a, b in pairs if label.get(a) is not None and label.get(b) is not None]
+    same = sum(label[a] == label[b] for a, b in both)
+    return len(both), same / len(both) if both else float("nan")
+
+
+def main(argv):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("articles")
+    p.add_argument("data")
+    p.add_argument("--level", default="top")
+    args = p.parse_args(argv)
+    label, links = {}, []
+    for _, obj in read_jsonl(args.articles, required=("id", "links")):
+        label[obj["id"]] = (obj.get("labels") or {}).get(args.level)
+        links += [(obj["id"], target) for target in obj["links"]]
+    graph = np.load(os.path.join(args.data, "graph.npz"))
+    ids = [i.decode("utf-8") for i in graph["ids"]]
+    indptr, indices, counts = graph["indptr"], graph["indices"], graph["counts"]
+    training = [(ids[row], ids[indices[k]]) for row in range(len(ids))
+                for k in range(indptr[row], indptr[row + 1]) if counts[k] == 5]
+    labels = {v for v in label.values() if v is not None}
+    print(f"\nLinks whose two ends share a {args.level} label ({len(labels)} labels):\n")
+    print("| links | with both ends labelled | same label |\n|---|---:|---:|")
+    for name, pairs in (("every link of the corpus", links), ("the training graph's links", training)):
+        n, share = shares(pairs, label)
+        print(f"| {name} | {n} | {100 * share:.1f} % |")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
