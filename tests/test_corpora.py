@@ -279,3 +279,21 @@ def test_mlm_from_a_configuration_learns_a_vocabulary_and_saves_a_model_that_loa
 def test_mlm_model_choices_that_cannot_work_are_one_line(lm_data, tmp_path, args, expected):
     message = script_error("03_train.py", "--objective", "mlm", "--data", lm_data, "--out", tmp_path / "run", *args)
     assert message.startswith(f"error: {expected}"), message
+
+
+def test_a_reproduction_table_puts_the_papers_figure_beside_ours_and_says_how_each_model_embedded():
+    import importlib.util
+    import os
+    from conftest import ROOT
+    spec = importlib.util.spec_from_file_location("compare", os.path.join(ROOT, "reproduce", "compare.py"))
+    compare = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(compare)
+    metrics = {"base": {"crossref": {"map": 0.5, "ndcg": 0.6}, "topics.top": {"f1": 0.4, "accuracy": 0.45}},
+               "lexical": {"crossref": {"map": 0.25, "ndcg": 0.3}}}
+    embedding = {"base": {"pooling": "cls", "normalize": False, "max_length": 128}}
+    assert compare.table("wikispecter", metrics, [("base", "FinBERT"), ("lexical", None)], embedding).splitlines()[:4] \
+        == ["| model | embedded as | paper row | crossref MAP ours | paper | crossref nDCG ours | paper | "
+            "topic F1 ours | paper | topic accuracy ours | paper |",
+            "|---|---|---|" + "---:|---:|" * 4,
+            "| base | cls, 128 | FinBERT | 50.00 | 48.92 | 60.00 | – | 40.00 | 59.86 | 45.00 | – |",
+            "| lexical | – | – | 25.00 | – | 30.00 | – | – | – | – | – |"]
