@@ -35,7 +35,7 @@ from common.pool import Background
 
 
 def add_links_arguments(parser):
-    parser.add_argument("--articles", required=True, help="articles.jsonl from 01_extract.py (CONTRACT.md)")
+    parser.add_argument("--articles", required=True, help="articles.jsonl from 01_extract.py (docs/contract.md)")
     cli.add_max_line(parser)
     parser.add_argument("--out", required=True, help="data directory to write")
     parser.add_argument("--seed", type=int, default=42, help="seed for splits and sampling")

@@ -434,7 +434,7 @@ def now():
 
 
 def manifest(script, args, started, inputs=(), counts=None, seed=None, **extra):
-    """The manifest every output directory gets (CONTRACT.md)."""
+    """The manifest every output directory gets (docs/contract.md)."""
     return {
         "script": os.path.basename(script),
         "argv": sys.argv,

@@ -26,7 +26,7 @@ def article(i, links, **extra):
 
 
 def read_graph_npz(path):
-    """graph.npz as graph.json's dict, read by its documented format (README, "Files between the scripts")."""
+    """graph.npz as graph.json's dict, read by its documented format (docs/contract.md)."""
     import numpy as np
     with np.load(path, allow_pickle=False) as z:
         assert sorted(z.files) == ["counts", "ids", "indices", "indptr"]
