@@ -56,10 +56,10 @@ def add_evaluate_arguments(p):
     p.add_argument("--model", action="append", default=[], metavar="NAME=MODEL",
                    help="a model to evaluate, as name=hub-name-or-folder (repeatable); a hub name is read from the "
                         "local Hugging Face cache as SentenceTransformer(name) reads it, with its pooling and length")
-    p.add_argument("--runs", nargs="+", default=None, metavar="RUN",
+    p.add_argument("--runs", action="extend", nargs="+", default=None, metavar="RUN",
                    help="keysent: run folders of several seeds of one setting, reported as mean ± 2σ")
     p.add_argument("--out", required=True, help="evaluation directory to write")
-    p.add_argument("--task", nargs="+", choices=TASKS, default=None,
+    p.add_argument("--task", action="extend", nargs="+", choices=TASKS, default=None,
                    help="tasks to run (default: every task the data directory supports)")
     p.add_argument("--pooling", action="append", default=[], metavar="NAME=cls|mean",
                    help="pooling for a model (default: its sentence-transformers config, else cls)")

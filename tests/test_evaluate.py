@@ -114,3 +114,23 @@ def test_two_processes_evaluate_with_the_vectors_and_metrics_of_one(tiny_model, 
     assert (tmp_path / "two" / "base.ids.txt").read_text() == (tmp_path / "one" / "base.ids.txt").read_text()
     scores = [json.loads((tmp_path / run / "metrics.json").read_text())["base"]["crossref"] for run in ("one", "two")]
     assert scores[1] == pytest.approx(scores[0], rel=1e-6)
+
+
+def test_list_flags_given_twice_extend():
+    """--task, --runs and 03's --seeds given twice keep every value, as --model does."""
+    import importlib.util
+    from common import cli
+    from common.train import run
+    spec = importlib.util.spec_from_file_location("script_05_flags", os.path.join(os.path.dirname(__file__), "..",
+                                                                                    "05_evaluate.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    p = cli.parser("05")
+    module.add_evaluate_arguments(p)
+    args = p.parse_args(["--data", "d", "--out", "o", "--task", "crossref", "--task", "topics", "lexical",
+                         "--runs", "a", "--runs", "b", "c"])
+    assert args.task == ["crossref", "topics", "lexical"]
+    assert args.runs == ["a", "b", "c"]
+    p = cli.parser("03")
+    run.add_training_arguments(p)
+    assert p.parse_args(["--data", "d", "--out", "o", "--seeds", "1", "2", "--seeds", "3"]).seeds == [1, 2, 3]

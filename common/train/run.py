@@ -52,7 +52,7 @@ def add_training_arguments(p):
                    help="micro-batches per optimizer step [objective's default, else 1]")
     p.add_argument("--clip", type=float, default=1.0, help="gradient norm clipping (SPECTER), 0 = off")
     p.add_argument("--seed", type=int, default=42, help="seed for initialisation, data order and dropout")
-    p.add_argument("--seeds", type=int, nargs="+", default=None, metavar="SEED",
+    p.add_argument("--seeds", type=int, action="extend", nargs="+", default=None, metavar="SEED",
                    help="train one run per seed, one after another, into OUT/seed_SEED (the key-sentence thesis "
                         "averages 5 seeds: --seeds 1 2 3 4 5; report them with 05_evaluate.py --runs OUT/seed_*); "
                         "one process only")
