@@ -36,6 +36,7 @@ $(STAMP): requirements.txt
 
 demo: $(STAMP)
 	rm -rf $(DEMO)/wiki $(DEMO)/data $(DEMO)/run $(DEMO)/eval
+	@echo "== A SMOKE TEST of WikiSpecter: every step runs on 95 articles; the method's effect: make reproduce-wikispecter (docs/results.md)"
 	@echo "== 01: gensim's English Wikipedia sample (205 pages), read from the installed package. Relaxed for its size:"
 	@echo "   --links all: the thesis takes links from the lead only, but the sample's leads link to few of its articles"
 	@echo "   --topic-map: the sample has no category pages to walk, so a hand-made map gives the topic labels"
@@ -56,6 +57,7 @@ demo: $(STAMP)
 
 demo-keysent: $(STAMP)
 	rm -rf $(DEMO)/keysent
+	@echo "== A SMOKE TEST of key-sentence extraction on 24 abstracts; five seeds against the thesis: make reproduce-keysent (docs/results.md)"
 	@echo "== 01: hand-written CRISPR-knockout abstracts (data/keysent-demo.jsonl) → sentences with key-sentence labels"
 	$(PY) 01_extract.py sentences --input data/keysent-demo.jsonl --out $(DEMO)/keysent
 	@echo "== 02: article-level splits: test 20 %, then train/validation 75/25"
@@ -72,6 +74,7 @@ demo-distill: $(STAMP)
 	rm -rf $(DISTILL)
 	@echo "== A SMOKE TEST of teacher-student distillation (Burian 2023) on 2 CPU cores: the figures show that every"
 	@echo "   step runs, not what the method achieves (the thesis trains on 1M documents for ~30 GPU hours)."
+	@echo "   The method's effect on held-out text: make reproduce-distill (docs/results.md)"
 	@echo "== 01: gensim's English Wikipedia sample, whole articles (--text full); --links all and --topic-map as in make demo"
 	$(PY) 01_extract.py wiki --dump "$(SAMPLE)" --out $(DISTILL)/wiki --text full --links all \
 		--topic-map data/enwiki-sample-topics.tsv
@@ -108,6 +111,7 @@ demo-distill: $(STAMP)
 
 demo-search: $(STAMP)
 	rm -rf $(SEARCH)
+	@echo "== A SMOKE TEST of paper search on 1,000 abstracts; the method's effect: make reproduce-search (docs/results.md)"
 	@echo "== 01: the shipped arXiv sample (data/arxiv-sample-1000.json.gz: 1,000 real snapshot records, April 2007)"
 	$(PY) 01_extract.py arxiv --input data/arxiv-sample-1000.json.gz --out $(SEARCH)/arxiv
 	@echo "== 02: split by paper, test 10 %, validation 10 %; queries are titles, documents abstracts"

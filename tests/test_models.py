@@ -197,3 +197,25 @@ def test_unpadded_embedding_pools_each_text_as_the_padded_one(pooling, normalize
         packed = encoder.embed_packed(ids, lengths)
         padded = encoder.embed(*store.pad(rows))
     torch.testing.assert_close(packed, padded, rtol=1e-6, atol=1e-6)
+
+
+def test_a_model_without_a_sentence_transformers_config_takes_the_one_default_length_and_says_so(tiny_model, tmp_path):
+    """Every caller gets DEFAULT_MAX_LENGTH (128) and [CLS] where nothing else is given, with a note; a flag or the
+    model's sentence-transformers config wins silently."""
+    from conftest import build_tiny_model
+    from common.models.encoder import DEFAULT_MAX_LENGTH
+    wide = build_tiny_model(tmp_path / "wide", max_position=512)
+    notes = []
+    _, _, settings = load_encoder(str(wide), say=notes.append)
+    assert (DEFAULT_MAX_LENGTH, settings["pooling"], settings["max_length"]) == (128, "cls", 128)
+    assert notes == [f"note: {wide}: no flag and no sentence-transformers config gives its pooling or max_length; "
+                     "using pooling cls, max_length 128"]
+    notes.clear()
+    _, _, settings = load_encoder(str(wide), pooling="mean", max_length=200, say=notes.append)
+    assert (settings["pooling"], settings["max_length"], notes) == ("mean", 200, [])
+    saved = tmp_path / "saved"
+    encoder, _, _ = load_encoder(str(wide), pooling="mean", max_length=300, say=notes.append)
+    save_model(encoder, load_encoder(str(wide), say=lambda _: None)[1], str(saved), max_length=300)
+    notes.clear()
+    _, _, settings = load_encoder(str(saved), say=notes.append)
+    assert (settings["pooling"], settings["max_length"], notes) == ("mean", 300, [])

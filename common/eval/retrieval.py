@@ -163,8 +163,7 @@ def load_model(args, name, path):
     from common.models.encoder import default_device, load_encoder
     normalize = getattr(args, "normalize", {}).get(name)
     encoder, tokenizer, settings = load_encoder(path, pooling=args.pooling.get(name), max_length=args.max_length,
-                                                normalize=None if normalize is None else normalize == "yes",
-                                                default_max_length=128)
+                                                normalize=None if normalize is None else normalize == "yes")
     state = process_state()
     encoder.to(state.device if state is not None else default_device())
     return encoder, tokenizer, settings

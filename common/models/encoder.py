@@ -206,11 +206,15 @@ def _tokenizer_files(name_or_path, tokenizer):
     return found
 
 
-def load_encoder(name_or_path, pooling=None, normalize=None, max_length=None, default_pooling="cls",
-                 default_max_length=512, say=print):
+# The length a model is read at when neither a flag nor its sentence-transformers config gives one, wherever a
+# model is loaded: SPECTER's and the WikiSpecter thesis's 128 tokens.
+DEFAULT_MAX_LENGTH = 128
+
+
+def load_encoder(name_or_path, pooling=None, normalize=None, max_length=None, default_pooling="cls", say=print):
     """Model, tokenizer and the settings used: explicit arguments win, then the model's sentence-transformers
-    config, then the defaults given. ``say`` prints notes (``accelerator.print`` prints them once). A model that
-    cannot be found, or whose tokenizer is not saved beside it, is an InputError."""
+    config, then ``default_pooling`` and ``DEFAULT_MAX_LENGTH`` (said through ``say``: ``accelerator.print`` prints
+    once). A model that cannot be found, or whose tokenizer is not saved beside it, is an InputError."""
     from transformers import AutoModel, AutoTokenizer
     name_or_path = str(name_or_path)
     if model_file(name_or_path, "config.json") is None:
@@ -221,9 +225,13 @@ def load_encoder(name_or_path, pooling=None, normalize=None, max_length=None, de
     settings = {
         "pooling": pooling or st.get("pooling") or default_pooling,
         "normalize": st.get("normalize", False) if normalize is None else normalize,
-        "max_length": max_length or st.get("max_length") or default_max_length,
+        "max_length": max_length or st.get("max_length") or DEFAULT_MAX_LENGTH,
         "st_config": st,
     }
+    fallen = [key for key, given in (("pooling", pooling), ("max_length", max_length)) if not given and not st.get(key)]
+    if fallen:
+        say(f"note: {name_or_path}: no flag and no sentence-transformers config gives its {' or '.join(fallen)}; "
+            f"using {', '.join(f'{key} {settings[key]}' for key in fallen)}")
     tokenizer = _load_pretrained(AutoTokenizer, name_or_path)
     _tokenizer_files(name_or_path, tokenizer)
     # transformers loads PyTorch's fused scaled-dot-product attention by default where the architecture has it

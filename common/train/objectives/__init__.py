@@ -112,8 +112,7 @@ class Objective:
         from common.models.encoder import load_encoder
         args = self.args
         self.encoder, self.tokenizer, self.settings = load_encoder(
-            args.model, pooling=args.pooling, normalize=args.normalize, max_length=args.max_length,
-            default_max_length=128, say=self.say)
+            args.model, pooling=args.pooling, normalize=args.normalize, max_length=args.max_length, say=self.say)
         self.max_length = self.settings["max_length"]
         return self.encoder
 
