@@ -61,10 +61,12 @@ def add_evaluate_arguments(p):
     p.add_argument("--out", required=True, help="evaluation directory to write")
     p.add_argument("--task", action="extend", nargs="+", choices=TASKS, default=None,
                    help="tasks to run (default: every task the data directory supports)")
-    p.add_argument("--pooling", action="append", default=[], metavar="NAME=cls|mean",
-                   help="pooling for a model (default: its sentence-transformers config, else cls)")
-    p.add_argument("--normalize", action="append", default=[], metavar="NAME=yes|no",
-                   help="L2-normalise a model's vectors or not (default: as its sentence-transformers config says)")
+    p.add_argument("--pooling", action="append", default=[], metavar="[NAME=]cls|mean",
+                   help="pooling for every model, or NAME=… for one (repeatable; default: its sentence-transformers "
+                        "config, else cls)")
+    p.add_argument("--normalize", action="append", default=[], metavar="[NAME=]yes|no",
+                   help="L2-normalise every model's vectors or not, or NAME=… one model's (repeatable; default: as its "
+                        "sentence-transformers config says)")
     p.add_argument("--max-length", type=int, default=None,
                    help="tokens per document for every model (default: each model's own setting, else 128)")
     add_batch_arguments(p, 64, "documents")
@@ -75,10 +77,17 @@ def add_evaluate_arguments(p):
                    help="classify: epochs of the MLP head (Burian 2023; small splits need more)")
 
 
+def _every_model(values, allowed, models):
+    """A bare value (``--pooling cls``, as 03 spells it) is every model's; ``NAME=VALUE`` one model's, and wins."""
+    bare = [v for v in values or [] if "=" not in v and v in allowed]
+    named = [v for v in values or [] if v not in bare]
+    return [f"{name}={bare[-1]}" for name in models] + named if bare else named
+
+
 def _check_names(args):
     args.model = _named(args.model, "--model", "MODEL")
-    args.pooling = _named(args.pooling, "--pooling", "cls|mean")
-    args.normalize = _named(args.normalize, "--normalize", "yes|no")
+    args.pooling = _named(_every_model(args.pooling, ("cls", "mean"), args.model), "--pooling", "cls|mean")
+    args.normalize = _named(_every_model(args.normalize, ("yes", "no"), args.model), "--normalize", "yes|no")
     for flag, values, allowed in (("--pooling", args.pooling, ("cls", "mean")),
                                   ("--normalize", args.normalize, ("yes", "no"))):
         unknown = set(values) - set(args.model)

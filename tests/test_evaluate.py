@@ -1,6 +1,7 @@
 """05_evaluate.py: what it refuses, with one line and nothing written."""
 
 import os
+import re
 import shutil
 
 import pytest
@@ -134,3 +135,18 @@ def test_list_flags_given_twice_extend():
     p = cli.parser("03")
     run.add_training_arguments(p)
     assert p.parse_args(["--data", "d", "--out", "o", "--seeds", "1", "2", "--seeds", "3"]).seeds == [1, 2, 3]
+
+
+def test_pooling_and_normalize_are_spelled_as_in_03_for_every_model_or_per_model():
+    import argparse
+    import importlib.util
+    from common.io import InputError
+    spec = importlib.util.spec_from_file_location("script_05_names", os.path.join(os.path.dirname(__file__), "..",
+                                                                                    "05_evaluate.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    args = argparse.Namespace(model=["a=x", "b=y"], pooling=["b=cls", "mean"], normalize=["no"])
+    module._check_names(args)
+    assert (args.pooling, args.normalize) == ({"a": "mean", "b": "cls"}, {"a": "no", "b": "no"})
+    with pytest.raises(InputError, match=re.escape("--pooling 'max': expected NAME=cls|mean")):
+        module._check_names(argparse.Namespace(model=["a=x"], pooling=["max"], normalize=[]))
