@@ -7,6 +7,7 @@ import pytest
 import torch
 from torch import nn
 
+from common.models import attention as A
 from common.models import dropout as D
 
 
@@ -79,7 +80,7 @@ def test_attention_with_dropout_equals_the_definition_in_value_and_gradient():
     lengths = torch.tensor([7, 4, 2])
     allowed = (torch.arange(n)[None, :] < lengths[:, None])[:, None, None, :].expand(b, 1, n, n)  # padding keys
     torch.manual_seed(5)
-    out, weights = D.sdpa_cpu_dropout(_Module(), q, k, v, allowed, dropout=p, scaling=d ** -0.5)
+    out, weights = A.sdpa_cpu_dropout(_Module(), q, k, v, allowed, dropout=p, scaling=d ** -0.5)
     torch.manual_seed(5)
     keep = D.keep_mask((b, h, n, n), p, torch.float64)
     assert weights is None and out.shape == (b, n, h, d)
@@ -93,7 +94,7 @@ def test_attention_with_dropout_equals_the_definition_in_value_and_gradient():
     # the written-out backward against finite differences, with no mask and with an additive one
     bias = torch.zeros(b, 1, 1, n, dtype=torch.float64).masked_fill(~allowed[:, :, :1], torch.finfo(torch.float64).min)
     for mask in (None, bias):
-        assert torch.autograd.gradcheck(lambda q, k, v: D._Attention.apply(q, k, v, mask, keep), (q, k, v))
+        assert torch.autograd.gradcheck(lambda q, k, v: D.DroppedAttention.apply(q, k, v, mask, keep), (q, k, v))
 
 
 def test_attention_without_dropout_is_sdpa_itself():
@@ -101,7 +102,7 @@ def test_attention_without_dropout_is_sdpa_itself():
     q, k, v = (torch.randn(2, 2, 5, 4) for _ in range(3))
     allowed = torch.ones(2, 1, 5, 5, dtype=torch.bool)
     allowed[1, ..., 3:] = False
-    ours, _ = D.sdpa_cpu_dropout(_Module(), q, k, v, allowed, dropout=0.0, scaling=0.5)
+    ours, _ = A.sdpa_cpu_dropout(_Module(), q, k, v, allowed, dropout=0.0, scaling=0.5)
     theirs, _ = sdpa_attention_forward(_Module(), q, k, v, allowed, dropout=0.0, scaling=0.5)
     assert torch.equal(ours, theirs)
 
@@ -116,10 +117,10 @@ def test_fast_dropout_swaps_every_dropout_leaves_evaluation_bit_identical_and_sa
     encoder.eval()
     with torch.no_grad():
         before = encoder.embed(batch["input_ids"], batch["attention_mask"])
-    D.fast_dropout(encoder)
+    A.fast_dropout(encoder)
     assert not [m for m in encoder.modules() if type(m) is nn.Dropout]
     assert sum(isinstance(m, D.Dropout) for m in encoder.modules()) == 1 + 2 * 3  # embeddings + 3 a layer
-    assert encoder.transformer.config._attn_implementation == D.ATTENTION
+    assert encoder.transformer.config._attn_implementation == A.ATTENTION
     with torch.no_grad():
         assert torch.equal(encoder.embed(batch["input_ids"], batch["attention_mask"]), before)
     encoder.train()
@@ -129,7 +130,7 @@ def test_fast_dropout_swaps_every_dropout_leaves_evaluation_bit_identical_and_sa
     assert torch.equal(encoder.embed(batch["input_ids"], batch["attention_mask"]), a)  # seeded like torch's
     assert not torch.allclose(a, before)
     encoder.transformer.save_pretrained(tmp_path / "saved")
-    assert D.ATTENTION not in (tmp_path / "saved" / "config.json").read_text()
+    assert A.ATTENTION not in (tmp_path / "saved" / "config.json").read_text()
     assert AutoModel.from_pretrained(tmp_path / "saved").config._attn_implementation == "sdpa"
 
 

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+from common.models import attention as A
 from common.models import dropout as D
 from common.models import packing as P
 
@@ -65,7 +66,7 @@ def test_packed_attention_is_each_texts_own_attention_in_value_and_gradient(p, m
     q, k, v = (torch.randn(1, h, sum(lengths), d, dtype=torch.float64, requires_grad=True) for _ in range(3))
     masks = []
     keep_mask = D.keep_mask
-    monkeypatch.setattr(D, "keep_mask", lambda *a: masks.append(keep_mask(*a)) or masks[-1])
+    monkeypatch.setattr(P, "keep_mask", lambda *a: masks.append(keep_mask(*a)) or masks[-1])
     out, weights = P.packed_attention(q, k, v, packing, p, d ** -0.5)
     assert weights is None and out.shape == (1, sum(lengths), h, d)
     keeps = None
@@ -112,8 +113,8 @@ def groups():
 @pytest.mark.parametrize("kind", ["bert", "distilbert", "electra"])
 @pytest.mark.parametrize("pooling", ["cls", "mean"])
 def test_the_packed_training_forward_gives_the_per_group_embeddings_and_gradients(kind, pooling, monkeypatch):
-    encoder = D.fast_dropout(tiny(kind, pooling)).train()
-    assert encoder.transformer.config._attn_implementation == D.ATTENTION
+    encoder = A.fast_dropout(tiny(kind, pooling)).train()
+    assert encoder.transformer.config._attn_implementation == A.ATTENTION
     for m in encoder.modules():  # dropout off: both paths are then deterministic
         if isinstance(m, torch.nn.Dropout):
             m.p = 0.0
@@ -138,7 +139,7 @@ def test_the_packed_training_forward_gives_the_per_group_embeddings_and_gradient
 def test_packed_training_with_dropout_repeats_under_a_seed_with_or_without_gradient():
     """GradCache embeds a chunk without gradient, then again with gradient under the same random state: both
     forwards must take the packed path and draw the same masks."""
-    encoder = D.fast_dropout(tiny("bert", "mean")).train()
+    encoder = A.fast_dropout(tiny("bert", "mean")).train()
     batch = groups()
     torch.manual_seed(3)
     a = encoder(batch)

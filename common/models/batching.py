@@ -5,8 +5,7 @@ import numpy as np
 from common import cli
 
 # padded tokens per forward pass when --batch-tokens is not given: a GPU is busiest on large batches; on a CPU,
-# batches whose activations stay in cache are faster (all-MiniLM-L6-v2, 200 arXiv abstracts at 256 tokens, 2 cores:
-# 58.8 docs/s at 2048 tokens, 43.6 at 16384, which is 64 abstracts)
+# batches whose activations stay in cache are faster (measured in docs/benchmarks.md, "Defaults")
 BATCH_TOKENS = {"cuda": 16384, "cpu": 2048}
 BATCH_LIMITS = {"--batch-size": cli.AT_LEAST_1, "--batch-tokens": cli.AT_LEAST_0}
 

@@ -1,24 +1,19 @@
 """Dropout on the CPU without PyTorch's slow mask: the same Bernoulli(p) drop mask and 1 / (1 - p) scaling of
 what is kept, drawn and applied several times faster.
 
-PyTorch's CPU dropout fills a float tensor with ``bernoulli_`` (about 7 ns an element here) and multiplies by it;
-with dropout on the attention probabilities, transformers' SDPA attention also leaves the fused attention kernel
-for PyTorch's composite one. In a triplet training step of all-MiniLM-L6-v2 on two cores ``bernoulli_`` alone was
-14 % of the time. Here the mask comes from NumPy's SFC64 generator, 32 random bits an element compared with
-``round(p · 2³²)``, in blocks spread over PyTorch's number of threads, as a float tensor of 0 and 1 / (1 - p):
-applying a float mask is one vectorised multiplication (2.2 ms for 5.1 M elements here), where PyTorch's
-operations on a boolean mask (``where``, ``masked_fill_``) took 7.5 ms. A float mask costs 4 bytes an element to
-keep for the backward pass where PyTorch's own keeps 1.
+PyTorch's CPU dropout fills a float tensor with ``bernoulli_`` and multiplies by it; with dropout on the attention
+probabilities, transformers' SDPA attention also leaves the fused attention kernel for PyTorch's composite one.
+Both are a large share of a CPU training step (docs/benchmarks.md, "CPU dropout"). Here the mask comes from
+NumPy's SFC64 generator, 32 random bits an element compared with ``round(p · 2³²)``, in blocks spread over
+PyTorch's number of threads, as a float tensor of 0 and 1 / (1 - p): applying a float mask is one vectorised
+multiplication, where PyTorch's operations on a boolean mask (``where``, ``masked_fill_``) are slower. A float mask
+costs 4 bytes an element to keep for the backward pass where PyTorch's own keeps 1.
 
 Reproducibility: each mask is seeded with one draw from PyTorch's global generator, and each block of
 ``BLOCK`` elements has its own stream from that seed and the block's number, so a run's masks follow from
 ``torch.manual_seed``, resume with the checkpointed RNG state like PyTorch's own, and do not depend on the number
-of threads. On a GPU PyTorch's own dropout and attention run unchanged; in evaluation no mask is drawn and SDPA
-runs (per bucket of texts where a batch is packed, ``packing.py``).
-
-``fast_dropout(model)`` (which training calls on a CPU) puts both into a loaded model: its ``nn.Dropout`` modules
-become ``Dropout``, and a model with transformers' attention interface on ``"sdpa"`` moves to ``ATTENTION`` (SDPA
-itself wherever no mask is drawn).
+of threads. ``attention.py`` puts ``Dropout`` and ``DroppedAttention`` into a loaded model; ``packing.py`` uses
+``DroppedAttention`` for packed texts. This module imports neither.
 """
 
 import concurrent.futures
@@ -28,7 +23,6 @@ import numpy as np
 import torch
 from torch import nn
 
-ATTENTION = "sdpa_cpu_dropout"
 BLOCK = 1 << 18  # elements per random stream (and per task of the thread pool)
 _pool = None
 
@@ -87,7 +81,7 @@ class Dropout(nn.Dropout):
         return dropout(x, self.p, self.training)
 
 
-class _Attention(torch.autograd.Function):
+class DroppedAttention(torch.autograd.Function):
     """softmax(q kᵀ + bias) ⊙ keep, times v, with its backward written out. q, k, v are ``[B, H, L, d]``, q already
     scaled by the attention's own scale; ``bias`` is an additive mask that broadcasts to ``[B, H, L, L]`` (or None);
     ``keep`` is ``[B, H, L, L]`` from ``keep_mask`` (0 or 1 / (1 - p)).
@@ -122,54 +116,3 @@ class _Attention(torch.autograd.Function):
         grad_k = torch.bmm(q.transpose(1, 2), scores).transpose(1, 2)
         return (grad_q.view(b, h, *grad_q.shape[1:]), grad_k.view(b, h, *grad_k.shape[1:]),
                 grad_v.view(b, h, *grad_v.shape[1:]), None, None)
-
-
-def sdpa_cpu_dropout(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None,
-                     **kwargs):
-    """transformers' SDPA attention, except where it would drop attention probabilities on the CPU: there
-    softmax(q kᵀ · scale + mask) is dropped with ``keep_mask`` and multiplied by v (``_Attention``). With a
-    ``packing`` keyword (``packing.Packing``), the packed texts' attention (``packing.packed_attention``)."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-    packing = kwargs.pop("packing", None)
-    if packing is not None:
-        from common.models.packing import packed_attention
-        return packed_attention(query, key, value, packing, dropout,
-                                scaling if scaling is not None else query.shape[-1] ** -0.5)
-    causal = is_causal if is_causal is not None else getattr(module, "is_causal", False)
-    if (not 0 < dropout < 1 or query.device.type != "cpu" or causal or kwargs.get("position_bias") is not None
-            or key.shape[1] != query.shape[1] or torch.is_autocast_enabled("cpu")):
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                      is_causal=is_causal, **kwargs)
-    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-    bias = None
-    if attention_mask is not None:
-        if attention_mask.dtype == torch.bool:
-            bias = torch.zeros(attention_mask.shape, dtype=query.dtype, device=query.device).masked_fill_(
-                ~attention_mask, torch.finfo(query.dtype).min)
-        else:
-            bias = attention_mask[..., :key.shape[-2]].to(query.dtype)
-    keep = keep_mask((*query.shape[:-1], key.shape[-2]), dropout, query.dtype)
-    out = _Attention.apply(query * scale, key, value, bias, keep)
-    return out.transpose(1, 2).contiguous(), None
-
-
-def _register():
-    from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
-    AttentionInterface.register(ATTENTION, sdpa_cpu_dropout)
-    ALL_MASK_ATTENTION_FUNCTIONS.register(ATTENTION, sdpa_mask)
-
-
-def fast_dropout(model):
-    """Swap the dropout of ``model`` (any module holding transformers models) for this module's, in place;
-    returns it."""
-    for module in list(model.modules()):
-        for name, child in list(module.named_children()):
-            if type(child) is nn.Dropout:
-                setattr(module, name, Dropout(child.p, child.inplace).train(child.training))
-    _register()
-    for module in model.modules():  # outermost first: setting a model sets the models inside it
-        if getattr(module, "_supports_attention_backend", False) and \
-                getattr(getattr(module, "config", None), "_attn_implementation", None) == "sdpa":
-            module.set_attn_implementation(ATTENTION)
-    return model

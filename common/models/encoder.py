@@ -13,7 +13,7 @@ from torch import nn
 
 from common.io import InputError
 from common.models.batching import length_batches, token_budget
-from common.models.dropout import ATTENTION
+from common.models.attention import ATTENTION
 from common.models import packing
 
 POOLINGS = ("cls", "mean")
@@ -126,7 +126,7 @@ class Encoder(nn.Module):
                   and not words.scale_grad_by_freq and not words.sparse)
         if (known and self.transformer.config._attn_implementation == ATTENTION and words.weight.device.type == "cpu"
                 and not getattr(self.transformer.config, "is_decoder", False)):
-            # a model prepared for CPU training (dropout.fast_dropout): every group's texts in one packed row
+            # a model prepared for CPU training (attention.fast_dropout): every group's texts in one packed row
             # (packing.py), with or without gradient and in evaluation too, so that a forward replayed under the
             # same random state (GradCache) draws the same dropout masks
             lengths = torch.cat([mask.sum(1) for _, mask in groups])

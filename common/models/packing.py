@@ -14,9 +14,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from common.models.dropout import DroppedAttention, keep_mask
+
 # a bucket's fixed cost, in attention scores per head: runs of texts merge into one padded bucket where their
-# padding costs less than this. One 128-token text's scores; on the demo's triplets (22 steps, twice each) 4096 gave
-# 0.843 / 0.832 steps/s, 16384 0.860 / 0.858, 65536 0.847 / 0.806
+# padding costs less than this. One 128-token text's scores (chosen by measurement: docs/benchmarks.md, "Defaults")
 BUCKET_COST = 16384
 
 
@@ -109,14 +110,13 @@ class Packing:
 def packed_attention(query, key, value, packing, dropout, scale):
     """Attention of each text over its own tokens, for packed ``[1, heads, T, d]`` q, k, v; returns ``[1, T, heads,
     d]`` as transformers' attention functions do. With 0 < dropout < 1 the probabilities are dropped with
-    ``dropout.keep_mask`` (``dropout._Attention``); otherwise PyTorch's scaled-dot-product attention runs."""
-    from common.models.dropout import _Attention, keep_mask
+    ``dropout.keep_mask`` (``dropout.DroppedAttention``); otherwise PyTorch's scaled-dot-product attention runs."""
     qs, ks, vs = (packing.take(t[0].transpose(0, 1)) for t in (query, key, value))  # from [T, heads, d]
     outs = []
     for qb, kb, vb, bias in zip(qs, ks, vs, packing.masks(query.dtype)):
         if 0 < dropout < 1:
             keep = keep_mask((*qb.shape[:-1], kb.shape[-2]), dropout, qb.dtype)
-            outs.append(_Attention.apply(qb * scale, kb, vb, bias, keep))
+            outs.append(DroppedAttention.apply(qb * scale, kb, vb, bias, keep))
         else:
             outs.append(F.scaled_dot_product_attention(qb, kb, vb, attn_mask=bias, scale=scale))
     return packing.put(outs)[None], None

@@ -168,7 +168,7 @@ def train(args, script):
     from accelerate import Accelerator
     from accelerate.utils import ProjectConfiguration, set_seed
 
-    from common.models.dropout import fast_dropout
+    from common.models.attention import fast_dropout
     from common.train.loop import TrainConfig, Trainer
     started = io.now()
     log_with = trackers(args.report_to)
