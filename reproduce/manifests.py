@@ -1,0 +1,51 @@
+"""The manifest of a reproduction, for docs/results.md: each step's command line as it ran, the code's commit, the
+library versions and the counts each step recorded, read from the output folders' manifest.json (01, 02, 04, 05)
+and run.json (03).
+
+    python reproduce/manifests.py work/foldoc work/foldoc-data work/wikispecter work/wikispecter-eval
+"""
+
+import argparse
+import json
+import os
+import shlex
+import sys
+
+
+def read(folder):
+    """(argv, commit, versions, counts) of one output folder, or None where it has no manifest."""
+    path = os.path.join(folder, "manifest.json")
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        manifest = json.load(f)
+    counts = manifest.get("counts") or {}
+    return manifest.get("argv") or [], manifest.get("git_commit"), manifest.get("versions") or {}, counts
+
+
+def main(argv):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("folders", nargs="+", help="output folders, in the order the steps ran")
+    args = p.parse_args(argv)
+    commits, versions, lines = set(), {}, []
+    for folder in args.folders:
+        found = read(folder)
+        if found is None:
+            raise SystemExit(f"error: {folder}: no manifest.json")
+        command, commit, found_versions, counts = found
+        commits.add(commit)
+        versions.update(found_versions)
+        root = os.getcwd() + os.sep
+        lines.append(f"    python {shlex.join(a.replace(root, '') for a in command)}")
+        shown = ", ".join(f"{k} {v}" for k, v in counts.items() if isinstance(v, (int, float)))
+        if shown:
+            lines.append(f"    #   {shown}")
+    print("```")
+    print("\n".join(lines))
+    print("```")
+    print(f"\ncommit {', '.join(sorted(c or 'unknown' for c in commits))}; "
+          + ", ".join(f"{k} {v}" for k, v in sorted(versions.items())))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
