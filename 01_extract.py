@@ -36,103 +36,85 @@ from common.data import topic_labels
 from common.data.wiki import DISAMBIGUATION_MARKERS, DISAMBIGUATION_TEMPLATES, extract_wiki
 
 
-def parse_args(argv=None):
-    parser = cli.parser(__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+def add_wiki_arguments(p):
+    p.add_argument("--dump", required=True, help="pages-articles dump (.xml, .xml.bz2 or .xml.gz)")
+    p.add_argument("--out", required=True, help="output directory (articles.jsonl, manifest.json)")
+    p.add_argument("--lead", choices=("first-paragraph", "section"), default="first-paragraph",
+                   help="document text: the first paragraph (WikiSpecter thesis) or all prose before the "
+                        "first heading")
+    p.add_argument("--text", choices=("lead", "full"), default="lead",
+                   help="document text: the lead as --lead says (WikiSpecter thesis), or the whole cleaned "
+                        "article, the prose of every section (for long-document students, Burian 2023)")
+    p.add_argument("--links", choices=("lead", "all"), default="lead",
+                   help="cross-references: links in the lead text (thesis) or in the whole article")
+    p.add_argument("--min-chars", type=int, default=90,
+                   help="drop articles whose cleaned text is shorter (thesis code)")
+    p.add_argument("--topic-root", default=topic_labels.FINNISH_ROOT,
+                   help="category whose sub-categories are the 'top' labels and theirs the 'second' labels; "
+                        "the default is the Finnish general classification the thesis used")
+    p.add_argument("--topic-depth", type=int, default=None, metavar="N",
+                   help="an article takes a topic's label only if one of its categories is the topic's category "
+                        "or at most N levels below it (default: no limit). The thesis labels 3,555 articles "
+                        "under 10 top-level and 76 second-level topics, about 47 per second-level topic: far "
+                        "fewer than an unlimited walk labels on a full dump, which suggests articles filed "
+                        "directly in a topic category or close below it (0 or 1); compare the per-label counts "
+                        "01 prints (topic_labels.tsv) with the thesis's Table 3.1")
+    p.add_argument("--topic-map", default=None,
+                   help="TSV 'category<TAB>top<TAB>second' to label articles instead of --topic-root "
+                        "(for dumps without category pages)")
+    p.add_argument("--disambiguation-markers", default=",".join(DISAMBIGUATION_MARKERS),
+                   help="comma-separated title endings that mark disambiguation pages")
+    p.add_argument("--disambiguation-templates", default=",".join(DISAMBIGUATION_TEMPLATES),
+                   help="comma-separated template names that mark disambiguation pages")
+    p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1),
+                   help="parser processes besides the reading one (0: parse in the reading process); "
+                        "the default is the number of CPUs less one")
 
-    wiki = sub.add_parser("wiki", formatter_class=cli.HelpFormatter,
-                          help="Wikipedia XML dump → articles.jsonl",
-                          description="Wikipedia XML dump (.xml, .xml.bz2, multistream too) → articles.jsonl.")
-    wiki.add_argument("--dump", required=True, help="pages-articles dump (.xml, .xml.bz2 or .xml.gz)")
-    wiki.add_argument("--out", required=True, help="output directory (articles.jsonl, manifest.json)")
-    wiki.add_argument("--lead", choices=("first-paragraph", "section"), default="first-paragraph",
-                      help="document text: the first paragraph (WikiSpecter thesis) or all prose before the "
-                           "first heading")
-    wiki.add_argument("--text", choices=("lead", "full"), default="lead",
-                      help="document text: the lead as --lead says (WikiSpecter thesis), or the whole cleaned "
-                           "article, the prose of every section (for long-document students, Burian 2023)")
-    wiki.add_argument("--links", choices=("lead", "all"), default="lead",
-                      help="cross-references: links in the lead text (thesis) or in the whole article")
-    wiki.add_argument("--min-chars", type=int, default=90,
-                      help="drop articles whose cleaned text is shorter (thesis code)")
-    wiki.add_argument("--topic-root", default=topic_labels.FINNISH_ROOT,
-                      help="category whose sub-categories are the 'top' labels and theirs the 'second' labels; "
-                           "the default is the Finnish general classification the thesis used")
-    wiki.add_argument("--topic-depth", type=int, default=None, metavar="N",
-                      help="an article takes a topic's label only if one of its categories is the topic's category "
-                           "or at most N levels below it (default: no limit). The thesis labels 3,555 articles "
-                           "under 10 top-level and 76 second-level topics, about 47 per second-level topic: far "
-                           "fewer than an unlimited walk labels on a full dump, which suggests articles filed "
-                           "directly in a topic category or close below it (0 or 1); compare the per-label counts "
-                           "01 prints (topic_labels.tsv) with the thesis's Table 3.1")
-    wiki.add_argument("--topic-map", default=None,
-                      help="TSV 'category<TAB>top<TAB>second' to label articles instead of --topic-root "
-                           "(for dumps without category pages)")
-    wiki.add_argument("--disambiguation-markers", default=",".join(DISAMBIGUATION_MARKERS),
-                      help="comma-separated title endings that mark disambiguation pages")
-    wiki.add_argument("--disambiguation-templates", default=",".join(DISAMBIGUATION_TEMPLATES),
-                      help="comma-separated template names that mark disambiguation pages")
-    wiki.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1),
-                      help="parser processes besides the reading one (0: parse in the reading process); "
-                           "the default is the number of CPUs less one")
 
-    sentences = sub.add_parser("sentences", formatter_class=cli.HelpFormatter,
-                               help="articles with key sentences → sentences.jsonl",
-                               description="Articles {id, text, key_sentences} → sentences.jsonl, split and "
-                                           "labelled for key-sentence extraction.")
-    sentences.add_argument("--input", required=True, help="JSONL of {id, text, key_sentences: [str]}")
-    sentences.add_argument("--out", required=True, help="output directory (sentences.jsonl, manifest.json)")
-    sentences.add_argument("--splitter", choices=("punkt", "punkt-english"), default="punkt",
-                           help="untrained Punkt (needs no data) or NLTK's pretrained English Punkt (needs punkt_tab "
-                                "data installed)")
-    cli.add_max_line(sentences)
+def add_sentences_arguments(p):
+    p.add_argument("--input", required=True, help="JSONL of {id, text, key_sentences: [str]}")
+    p.add_argument("--out", required=True, help="output directory (sentences.jsonl, manifest.json)")
+    p.add_argument("--splitter", choices=("punkt", "punkt-english"), default="punkt",
+                   help="untrained Punkt (needs no data) or NLTK's pretrained English Punkt (needs punkt_tab "
+                        "data installed)")
+    cli.add_max_line(p)
 
-    arxiv = sub.add_parser("arxiv", formatter_class=cli.HelpFormatter,
-                           help="arXiv metadata snapshot → articles.jsonl",
-                           description="arXiv metadata (Kaggle arxiv-metadata-oai-snapshot.json, JSON lines, plain "
-                                       "or gzip) → articles.jsonl, streamed.")
-    arxiv.add_argument("--input", required=True, help="the snapshot (.json or .json.gz)")
-    arxiv.add_argument("--out", required=True, help="output directory (articles.jsonl, manifest.json)")
-    arxiv.add_argument("--categories", default="",
-                       help="comma-separated category prefixes to keep, e.g. 'cs.,stat.ML' (empty: all papers)")
-    cli.add_max_line(arxiv)
 
-    dictd = sub.add_parser("dictd", formatter_class=cli.HelpFormatter,
-                           help="a DICT-format dictionary (FOLDOC, the Jargon File) → articles.jsonl",
-                           description="A dictionary in the DICT server's format (NAME.index + NAME.dict or "
-                                       "NAME.dict.dz) → articles.jsonl: entries, cross-references, categories.")
-    dictd.add_argument("--input", required=True,
-                       help="the dictionary's path without suffix (reads INPUT.index and INPUT.dict.dz or INPUT.dict)")
-    dictd.add_argument("--out", required=True, help="output directory (articles.jsonl, manifest.json)")
-    add_min_chars(dictd)
+def add_arxiv_arguments(p):
+    p.add_argument("--input", required=True, help="the snapshot (.json or .json.gz)")
+    p.add_argument("--out", required=True, help="output directory (articles.jsonl, manifest.json)")
+    p.add_argument("--categories", default="",
+                   help="comma-separated category prefixes to keep, e.g. 'cs.,stat.ML' (empty: all papers)")
+    cli.add_max_line(p)
 
-    rst = sub.add_parser("rst", formatter_class=cli.HelpFormatter,
-                         help="reStructuredText sources → articles.jsonl",
-                         description="reStructuredText sources (.rst, or the .rst.txt copies built Sphinx "
-                                     "documentation ships) under a folder → articles.jsonl, one document a file.")
-    rst.add_argument("--input", required=True, help="the folder of sources (read recursively)")
-    rst.add_argument("--out", required=True, help="output directory (articles.jsonl, manifest.json)")
-    add_min_chars(rst)
 
-    folder = sub.add_parser("folder", formatter_class=cli.HelpFormatter,
-                            help="label folders of text files → articles.jsonl",
-                            description="A folder whose sub-folders are labels, each holding *.txt documents "
-                                        "(first non-empty line the title) → articles.jsonl.")
-    folder.add_argument("--input", required=True, help="the folder of label folders")
-    folder.add_argument("--out", required=True, help="output directory (articles.jsonl, manifest.json)")
-    add_min_chars(folder)
+def add_dictd_arguments(p):
+    p.add_argument("--input", required=True,
+                   help="the dictionary's path without suffix (reads INPUT.index and INPUT.dict.dz or INPUT.dict)")
+    p.add_argument("--out", required=True, help="output directory (articles.jsonl, manifest.json)")
+    add_min_chars(p)
 
-    table = sub.add_parser("csv", formatter_class=cli.HelpFormatter, help="a CSV table → articles.jsonl",
-                           description="A CSV table with a header row (plain, gzip, or the one .csv inside a "
-                                       ".zip) → articles.jsonl, one document a row.")
-    table.add_argument("--input", required=True, help="the table (.csv, .csv.gz or .zip)")
-    table.add_argument("--out", required=True, help="output directory (articles.jsonl, manifest.json)")
-    table.add_argument("--id-column", default=None, help="column of document ids (default: row numbers from 1)")
-    table.add_argument("--title-column", default="title", help="column of titles")
-    table.add_argument("--text-column", default="text", help="column of texts")
-    table.add_argument("--label-column", default=None, help="column of topic labels (default: none)")
-    add_min_chars(table)
-    return parser.parse_args(argv)
+
+def add_rst_arguments(p):
+    p.add_argument("--input", required=True, help="the folder of sources (read recursively)")
+    p.add_argument("--out", required=True, help="output directory (articles.jsonl, manifest.json)")
+    add_min_chars(p)
+
+
+def add_folder_arguments(p):
+    p.add_argument("--input", required=True, help="the folder of label folders")
+    p.add_argument("--out", required=True, help="output directory (articles.jsonl, manifest.json)")
+    add_min_chars(p)
+
+
+def add_csv_arguments(p):
+    p.add_argument("--input", required=True, help="the table (.csv, .csv.gz or .zip)")
+    p.add_argument("--out", required=True, help="output directory (articles.jsonl, manifest.json)")
+    p.add_argument("--id-column", default=None, help="column of document ids (default: row numbers from 1)")
+    p.add_argument("--title-column", default="title", help="column of titles")
+    p.add_argument("--text-column", default="text", help="column of texts")
+    p.add_argument("--label-column", default=None, help="column of topic labels (default: none)")
+    add_min_chars(p)
 
 
 def add_min_chars(p):
@@ -228,12 +210,32 @@ def run_corpus(args):
     print(f"{counts['articles']} articles ({details}) → {os.path.join(args.out, 'articles.jsonl')}")
 
 
+COMMANDS = {
+    "wiki": ("Wikipedia XML dump → articles.jsonl", add_wiki_arguments, run_wiki,
+             "Wikipedia XML dump (.xml, .xml.bz2, multistream too) → articles.jsonl."),
+    "sentences": ("articles with key sentences → sentences.jsonl", add_sentences_arguments, run_sentences,
+                  "Articles {id, text, key_sentences} → sentences.jsonl, split and labelled for key-sentence "
+                  "extraction."),
+    "arxiv": ("arXiv metadata snapshot → articles.jsonl", add_arxiv_arguments, run_arxiv,
+              "arXiv metadata (Kaggle arxiv-metadata-oai-snapshot.json, JSON lines, plain or gzip) → articles.jsonl, "
+              "streamed."),
+    "dictd": ("a DICT-format dictionary (FOLDOC, the Jargon File) → articles.jsonl", add_dictd_arguments, run_corpus,
+              "A dictionary in the DICT server's format (NAME.index + NAME.dict or NAME.dict.dz) → articles.jsonl: "
+              "entries, cross-references, categories."),
+    "rst": ("reStructuredText sources → articles.jsonl", add_rst_arguments, run_corpus,
+            "reStructuredText sources (.rst, or the .rst.txt copies built Sphinx documentation ships) under a folder "
+            "→ articles.jsonl, one document a file."),
+    "folder": ("label folders of text files → articles.jsonl", add_folder_arguments, run_corpus,
+               "A folder whose sub-folders are labels, each holding *.txt documents (first non-empty line the title) "
+               "→ articles.jsonl."),
+    "csv": ("a CSV table → articles.jsonl", add_csv_arguments, run_corpus,
+            "A CSV table with a header row (plain, gzip, or the one .csv inside a .zip) → articles.jsonl, one "
+            "document a row."),
+}
+
+
 def main(argv=None):
-    args = parse_args(argv)
-    if hasattr(args, "max_line_mb"):
-        cli.set_max_line(args)
-    {"wiki": run_wiki, "sentences": run_sentences, "arxiv": run_arxiv, "dictd": run_corpus, "rst": run_corpus,
-     "folder": run_corpus, "csv": run_corpus}[args.command](args)
+    return cli.dispatch(__doc__, COMMANDS, sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

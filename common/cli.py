@@ -61,13 +61,15 @@ def check(args, limits):
 def dispatch(description, commands, argv, default=None):
     """Parse ``argv`` with one argparse sub-parser per command and call that command's ``run(args)``.
 
-    ``commands`` maps a name to ``(help, add_arguments, run)``. With ``default``, a command line that names no
-    command is read as that command's (so ``02_build_graph.py --articles ...`` still builds the link graph).
+    ``commands`` maps a name to ``(help, add_arguments, run)`` or ``(help, add_arguments, run, description)``.
+    With ``default``, a command line that names no command is read as that command's (so
+    ``02_build_graph.py --articles ...`` still builds the link graph).
     """
     top = parser(description)
     sub = top.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name, (help_text, add_arguments, _) in commands.items():
-        add_arguments(sub.add_parser(name, help=help_text, description=help_text, formatter_class=HelpFormatter))
+    for name, (help_text, add_arguments, _, *more) in commands.items():
+        add_arguments(sub.add_parser(name, help=help_text, description=more[0] if more else help_text,
+                                     formatter_class=HelpFormatter))
     argv = list(argv)
     if default and (not argv or (argv[0] not in commands and argv[0] not in ("-h", "--help"))):
         argv.insert(0, default)
