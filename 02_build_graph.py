@@ -30,7 +30,7 @@ import numpy as np
 from tqdm import tqdm
 
 from common import cli, io
-from common.data import graph
+from common.data import graph, triplets
 from common.pool import Background
 
 
@@ -82,102 +82,6 @@ def _caps(text):
     return caps
 
 
-class _GraphText:
-    """graph.json's pieces for every document: a row opens with ``, "q": {``, its first entry has no leading comma,
-    direct links say count 5 and two-hop documents count 1."""
-
-    def __init__(self, enc):
-        self.n = n = len(enc)
-        self.tokens = io.TokenTable([b', %s: {', b'%s: {"count": 5}', b', %s: {"count": 5}', b', %s: {"count": 1}'],
-                                    enc, [b"}"])
-        self.head, self.first, self.direct, self.hop, self.end = 0, n, 2 * n, 3 * n, 4 * n
-
-    def rows(self, chunk, lengths, docs, direct):
-        """The rows of a chunk of queries (:func:`graph.training_rows`): head, entries, closing brace."""
-        row_start = np.concatenate([[0], np.cumsum(lengths + 2)])
-        idx = np.empty(row_start[-1], dtype=np.int64)
-        idx[row_start[:-1]] = self.head + chunk
-        idx[row_start[1:] - 1] = self.end
-        row = np.repeat(np.arange(len(chunk)), lengths)
-        position = np.arange(len(row)) + 2 * row + 1
-        first = position == row_start[row] + 1  # a query has a link, so its first entry is a direct one
-        idx[position] = np.where(first, self.first, np.where(direct, self.direct, self.hop)) + docs
-        return self.tokens.render(idx)
-
-
-class _TripletText:
-    def __init__(self, enc):
-        self.n = len(enc)
-        self.tokens = io.TokenTable([b'{"query": %s', b', "pos": %s', b', "neg": %s'], enc,
-                                    [b', "hard": false}\n', b', "hard": true}\n'])
-
-    def lines(self, q, p, n, hard):
-        return self.tokens.render(np.stack([q, self.n + p, 2 * self.n + n, 3 * self.n + hard], axis=1).ravel())
-
-
-def write_training_graph(npz_path, json_path, ids, encoded_ids, links, queries):
-    """graph.npz and, with ``json_path``, graph.json, a chunk of queries at a time; returns the number of two-hop
-    pairs."""
-    out = graph.GraphFile(npz_path, ids)
-    text = _GraphText(encoded_ids) if json_path else None
-    pairs = 0
-    with open(json_path, "wb") if json_path else contextlib.nullcontext() as g:
-        if g:
-            g.write(b"{")
-        for start in tqdm(range(0, len(queries), graph.CHUNK_ROWS), desc="graph", unit=" chunks", mininterval=1.0):
-            chunk = queries[start:start + graph.CHUNK_ROWS]
-            hop_indptr, hop_indices = graph.two_hop(links, chunk)
-            pairs += len(hop_indices)
-            rows = graph.training_rows(links, chunk, hop_indptr, hop_indices)
-            out.add(chunk, *rows)
-            if g:
-                text_rows = text.rows(chunk, *rows)
-                g.write(text_rows[2:] if start == 0 else text_rows)  # the first row has no separating comma
-        if g:
-            g.write(b"}\n")
-    out.close()
-    return pairs
-
-
-def write_triplets(out, corpus, text, queries, args, rng, counts):
-    """Triplets of one split, a chunk of queries at a time (the chunking is part of the seed's meaning)."""
-    total = 0
-    for start in range(0, len(queries), graph.CHUNK_ROWS):
-        chunk = queries[start:start + graph.CHUNK_ROWS]
-        hop_indptr, hop_indices = graph.two_hop(corpus.links, chunk)
-        q, p, n, h = graph.sample_triplets(corpus, chunk, hop_indptr, hop_indices, args.per_query, args.hard, rng,
-                                           counts)
-        total += len(q)
-        out.write(text.lines(q, p, n, h.astype(np.int64)))
-    return total
-
-
-def evaluation_documents(mode, candidates, topic_parts):
-    """The documents no triplet may touch: every cross-reference query and candidate and every topic document
-    (``heldout``), the cross-reference documents and topic test documents only (``test``), or none (``shared``)."""
-    if mode == "shared":
-        return np.zeros(0, dtype=np.int64)
-    parts = [np.array([q for q, _, _ in candidates], dtype=np.int64)]
-    parts += [np.asarray(d, dtype=np.int64) for _, p, n in candidates for d in (p, n)]
-    parts += [test if mode == "test" else np.concatenate([train, test]) for train, test in topic_parts.values()]
-    return np.unique(np.concatenate(parts))
-
-
-def training_queries(splits, new_number, train_corpus, counts):
-    """Train/validation queries in the training corpus's numbering: neither an evaluation document nor left
-    without links once the links into the evaluation set are gone (both counted)."""
-    degree = np.append(np.diff(train_corpus.links.indptr), 0)  # an excluded document (-1) reads the 0
-    out = {}
-    for name in ("train", "val"):
-        mapped = new_number[splits[name]]
-        is_eval = mapped < 0
-        no_links = ~is_eval & (degree[mapped] == 0)
-        counts[f"eval_queries_dropped_{name}"] = int(is_eval.sum())
-        counts[f"queries_without_training_links_{name}"] = int(no_links.sum())
-        out[name] = mapped[~is_eval & ~no_links]
-    return out
-
-
 def build_graph(args, corpus, outputs, counts):
     streams = np.random.SeedSequence(args.seed).spawn(5)
     rng_split, rng_train, rng_val, rng_qrels, rng_topics = (np.random.default_rng(s) for s in streams)
@@ -192,10 +96,10 @@ def build_graph(args, corpus, outputs, counts):
         f.writelines(graph.qrels_lines(corpus, candidates))
     topic_parts = write_topics(args, corpus, outputs, rng_topics, counts)
 
-    excluded = evaluation_documents(args.eval_docs, candidates, topic_parts)
+    excluded = triplets.evaluation_documents(args.eval_docs, candidates, topic_parts)
     train_corpus, new_number = graph.training_corpus(corpus, excluded, counts)
     queries_before = len(splits["train"]) + len(splits["val"])
-    train_queries = training_queries(splits, new_number, train_corpus, counts)
+    train_queries = triplets.training_queries(splits, new_number, train_corpus, counts)
     kept_docs = np.flatnonzero(new_number >= 0)
     splits.update({name: kept_docs[members] for name, members in train_queries.items()})
     for name, members in splits.items():
@@ -212,15 +116,15 @@ def build_graph(args, corpus, outputs, counts):
     # training corpus
     queries = np.flatnonzero(np.diff(train_corpus.links.indptr) > 0)
     encoded_ids = [io.json_bytes(i) for i in train_corpus.ids]  # once, before the fork, for both writers
-    writer = Background(write_training_graph, outputs.tmp_path("graph.npz"),
+    writer = Background(triplets.write_training_graph, outputs.tmp_path("graph.npz"),
                         outputs.tmp_path("graph.json") if args.graph_json else None, train_corpus.ids, encoded_ids,
                         train_corpus.links, queries)
     try:
-        text = _TripletText(encoded_ids)
+        text = triplets.TripletText(encoded_ids)
         for name, rng in (("train", rng_train), ("val", rng_val)):
             with outputs.open(f"triplets.{name}.jsonl", "wb") as out:
-                counts[f"triplets_{name}"] = write_triplets(out, train_corpus, text, train_queries[name], args, rng,
-                                                            counts)
+                counts[f"triplets_{name}"] = triplets.write_triplets(
+                    out, train_corpus, text, train_queries[name], args.per_query, args.hard, rng, counts)
         counts["two_hop_pairs"] = writer.result()
     finally:
         writer.cancel()

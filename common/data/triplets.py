@@ -1,0 +1,109 @@
+"""The link graph's training files (docs/contract.md): graph.npz (and SPECTER's graph.json), the triplets drawn
+from it, and the choice of the documents kept out of training for evaluation. Functions take values and files and
+return values; 02_build_graph.py owns the output folder and prints."""
+
+import contextlib
+
+import numpy as np
+from tqdm import tqdm
+
+from common import io
+from common.data.graph import CHUNK_ROWS, GraphFile, sample_triplets, training_rows, two_hop
+
+
+class GraphText:
+    """graph.json's pieces for every document: a row opens with ``, "q": {``, its first entry has no leading comma,
+    direct links say count 5 and two-hop documents count 1."""
+
+    def __init__(self, enc):
+        self.n = n = len(enc)
+        self.tokens = io.TokenTable([b', %s: {', b'%s: {"count": 5}', b', %s: {"count": 5}', b', %s: {"count": 1}'],
+                                    enc, [b"}"])
+        self.head, self.first, self.direct, self.hop, self.end = 0, n, 2 * n, 3 * n, 4 * n
+
+    def rows(self, chunk, lengths, docs, direct):
+        """The rows of a chunk of queries (:func:`training_rows`): head, entries, closing brace."""
+        row_start = np.concatenate([[0], np.cumsum(lengths + 2)])
+        idx = np.empty(row_start[-1], dtype=np.int64)
+        idx[row_start[:-1]] = self.head + chunk
+        idx[row_start[1:] - 1] = self.end
+        row = np.repeat(np.arange(len(chunk)), lengths)
+        position = np.arange(len(row)) + 2 * row + 1
+        first = position == row_start[row] + 1  # a query has a link, so its first entry is a direct one
+        idx[position] = np.where(first, self.first, np.where(direct, self.direct, self.hop)) + docs
+        return self.tokens.render(idx)
+
+
+class TripletText:
+    """triplets.{train,val}.jsonl lines: ``{"query": id, "pos": id, "neg": id, "hard": bool}``."""
+
+    def __init__(self, enc):
+        self.n = len(enc)
+        self.tokens = io.TokenTable([b'{"query": %s', b', "pos": %s', b', "neg": %s'], enc,
+                                    [b', "hard": false}\n', b', "hard": true}\n'])
+
+    def lines(self, q, p, n, hard):
+        return self.tokens.render(np.stack([q, self.n + p, 2 * self.n + n, 3 * self.n + hard], axis=1).ravel())
+
+
+def write_training_graph(npz_path, json_path, ids, encoded_ids, links, queries):
+    """graph.npz and, with ``json_path``, graph.json, a chunk of queries at a time; returns the number of
+    two-hop pairs."""
+    out = GraphFile(npz_path, ids)
+    text = GraphText(encoded_ids) if json_path else None
+    pairs = 0
+    with open(json_path, "wb") if json_path else contextlib.nullcontext() as g:
+        if g:
+            g.write(b"{")
+        for start in tqdm(range(0, len(queries), CHUNK_ROWS), desc="graph", unit=" chunks", mininterval=1.0):
+            chunk = queries[start:start + CHUNK_ROWS]
+            hop_indptr, hop_indices = two_hop(links, chunk)
+            pairs += len(hop_indices)
+            rows = training_rows(links, chunk, hop_indptr, hop_indices)
+            out.add(chunk, *rows)
+            if g:
+                text_rows = text.rows(chunk, *rows)
+                g.write(text_rows[2:] if start == 0 else text_rows)  # the first row has no separating comma
+        if g:
+            g.write(b"}\n")
+    out.close()
+    return pairs
+
+
+def write_triplets(out, corpus, text, queries, per_query, hard, rng, counts):
+    """Triplets of one split into the binary file ``out``, a chunk of queries at a time (the chunking is part of the
+    seed's meaning); returns their number."""
+    total = 0
+    for start in range(0, len(queries), CHUNK_ROWS):
+        chunk = queries[start:start + CHUNK_ROWS]
+        hop_indptr, hop_indices = two_hop(corpus.links, chunk)
+        q, p, n, h = sample_triplets(corpus, chunk, hop_indptr, hop_indices, per_query, hard, rng, counts)
+        total += len(q)
+        out.write(text.lines(q, p, n, h.astype(np.int64)))
+    return total
+
+
+def evaluation_documents(mode, candidates, topic_parts):
+    """The documents no triplet may touch: every cross-reference query and candidate and every topic document
+    (``heldout``), the cross-reference documents and topic test documents only (``test``), or none (``shared``)."""
+    if mode == "shared":
+        return np.zeros(0, dtype=np.int64)
+    parts = [np.array([q for q, _, _ in candidates], dtype=np.int64)]
+    parts += [np.asarray(d, dtype=np.int64) for _, p, n in candidates for d in (p, n)]
+    parts += [test if mode == "test" else np.concatenate([train, test]) for train, test in topic_parts.values()]
+    return np.unique(np.concatenate(parts))
+
+
+def training_queries(splits, new_number, train_corpus, counts):
+    """Train/validation queries in the training corpus's numbering: neither an evaluation document nor left
+    without links once the links into the evaluation set are gone (both counted)."""
+    degree = np.append(np.diff(train_corpus.links.indptr), 0)  # an excluded document (-1) reads the 0
+    out = {}
+    for name in ("train", "val"):
+        mapped = new_number[splits[name]]
+        is_eval = mapped < 0
+        no_links = ~is_eval & (degree[mapped] == 0)
+        counts[f"eval_queries_dropped_{name}"] = int(is_eval.sum())
+        counts[f"queries_without_training_links_{name}"] = int(no_links.sum())
+        out[name] = mapped[~is_eval & ~no_links]
+    return out
