@@ -35,6 +35,11 @@ def add_teachers_arguments(p):
                    help="structural teacher: a sentence-transformers checkpoint (the thesis's)")
     p.add_argument("--teacher-max-length", type=int, default=384,
                    help="structural-teacher tokens per document (the thesis's text; its code used 512)")
+    p.add_argument("--teacher-dim", type=int, default=None,
+                   help="project the structural teacher's vectors onto their top N principal axes (fitted on these "
+                        "documents; the origin kept), so that a student N wide can take the structural loss from a "
+                        "wider teacher. Not in the thesis, whose student and teacher are both 768 wide (default: the "
+                        "teacher's own width; the full vectors are kept as sbert_full.npy)")
     add_batch_arguments(p, 32, "documents (structural teacher)")
     p.add_argument("--pv-preset", choices=tuple(PV_PRESETS), default="dm-100d",
                    help="Paragraph-Vector configuration the thesis chose (fills --pv, --pv-vector-size, "
@@ -55,7 +60,7 @@ def add_teachers_arguments(p):
     p.add_argument("--seed", type=int, default=42, help="seed of Doc2Vec training and inference")
 
 
-TEACHER_LIMITS = {"--teacher-max-length": cli.AT_LEAST_1, **BATCH_LIMITS,
+TEACHER_LIMITS = {"--teacher-max-length": cli.AT_LEAST_1, "--teacher-dim": cli.AT_LEAST_1, **BATCH_LIMITS,
                   "--pv-vector-size": cli.AT_LEAST_1, "--pv-min-count": cli.AT_LEAST_1, "--pv-window": cli.AT_LEAST_1,
                   "--pv-negative": cli.AT_LEAST_1, "--pv-epochs": cli.AT_LEAST_1,
                   "--pv-max-vocab-size": cli.AT_LEAST_1, "--pv-workers": cli.AT_LEAST_1, "--seed": cli.SEED}
@@ -80,10 +85,23 @@ def run_teachers(args):
     started = io.now()
     docs = Documents(args.data)
     counts = {"documents": len(docs.ids)}
+    if args.teacher_dim is not None:
+        width = teachers.teacher_width(args.teacher)
+        if args.teacher_dim >= width or args.teacher_dim > len(docs.ids):
+            raise InputError(f"--teacher-dim {args.teacher_dim}: must be below the teacher's {width} dimensions and "
+                             f"at most the {len(docs.ids)} documents")
     with io.Outputs(args.out, __file__) as outputs:
         with tqdm(total=len(docs.ids), desc="structural teacher", unit=" docs", mininterval=1.0) as bar:
             vectors, lengths, max_length = teachers.structural_teacher(
-                outputs, docs, args.teacher, args.teacher_max_length, args.batch_size, args.batch_tokens, bar)
+                outputs, docs, args.teacher, args.teacher_max_length, args.batch_size, args.batch_tokens, bar,
+                name=teachers.STRUCTURAL if args.teacher_dim is None else teachers.STRUCTURAL + "_full")
+        if args.teacher_dim is not None:
+            axes, kept = teachers.principal_axes(vectors, args.teacher_dim, args.seed)
+            vectors = teachers.project_rows(vectors, axes, io.open_rows(outputs, teachers.STRUCTURAL, docs.ids,
+                                                                        args.teacher_dim))
+            counts.update({"teacher_dim": args.teacher_dim, "teacher_variance_kept": round(kept, 4)})
+            print(f"structural teacher projected to {args.teacher_dim} of its dimensions, keeping {kept:.1%} of "
+                  "their variance")
         teachers.write_rows(outputs, teachers.LENGTHS, lengths, docs.ids)
         counts.update({"teacher_max_length": max_length, "longer_than_teacher": int((lengths > max_length).sum())})
         pv = ParagraphVector.train(teachers.pv_texts(docs), args.pv, args.pv_vector_size, args.pv_window,

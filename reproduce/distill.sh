@@ -9,8 +9,10 @@
 # Relaxed for 2 CPU cores, each as the thesis allows: the student reads 1,024 tokens (thesis 4,096) with a 256-token
 # window (512); training takes the thesis's validation-run settings (its Table 4.4: batch 6 without accumulation,
 # lr 1e-4, 10 % warm-up, cosine decay, 1 epoch) instead of the final runs' 1M documents at batch 60; the structural
-# teacher is all-MiniLM-L6-v2 at its 256 tokens (thesis: all-mpnet-base-v2 at 384); the projections end at the
-# student's 256 dimensions (the thesis's rule: the larger embedding's size).
+# teacher is all-MiniLM-L6-v2 at its 256 tokens (thesis: all-mpnet-base-v2 at 384), its 384-dimensional vectors
+# projected onto their top 256 principal axes (--teacher-dim), since the structural loss compares the student's
+# vector with the teacher's and the student is 256 wide (the thesis's student and teacher are both 768 wide); the
+# SoftCCA projections end at the student's 256 dimensions (the thesis's rule: the larger embedding's size).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
@@ -37,7 +39,7 @@ echo "== evaluation: BBC News (5 topics; every document, 70/30 split) and the Le
 echo "== the student: the MLM-only base as a Longformer (the Longformer paper's recipe), and the teachers"
 "$PY" 04_distill.py convert-long --model "$BASE" --out "$WORK/student" --max-length 1024 --window 256
 "$PY" 04_distill.py teachers --data "$WORK/distill-data" --out "$WORK/teach" --teacher "$MINILM" \
-    --teacher-max-length 256 --pv-preset dm-100d
+    --teacher-max-length 256 --teacher-dim 256 --pv-preset dm-100d
 echo "== distillation: MSE-contextual (mm-MSE + SoftCCA to DM 100d) and only-MSE, the thesis's two best"
 "$PY" 04_distill.py train --data "$WORK/distill-data" --teachers "$WORK/teach" --model "$WORK/student" \
     --out "$WORK/distill-mse-contextual" --preset mse-contextual --student-projection "256(relu)x1024(relu)x256" \

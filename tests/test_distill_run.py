@@ -245,3 +245,27 @@ def test_paragraph_vector_streams_its_corpus_from_a_words_file_with_the_vectors_
                      epochs=2, workers=1, seed=42)
     np.testing.assert_array_equal(streamed.models["dm"].dv.vectors, listed.dv.vectors)
     np.testing.assert_array_equal(streamed.models["dm"].wv.vectors, listed.wv.vectors)
+
+
+def test_teacher_dim_projects_the_structural_teacher_onto_its_principal_axes_and_is_checked_first(
+        teach, tiny_model, tiny_data, tmp_path):
+    """--teacher-dim N: sbert.npy is sbert_full.npy projected onto its top N principal axes (scikit-learn's PCA on
+    the same rows), origin kept; sbert_full.npy equals the teacher without the flag; N at or over the teacher's width
+    is one line, before anything is embedded."""
+    from sklearn.decomposition import PCA
+    out = tmp_path / "teach16"
+    distill()(["teachers", "--data", str(tiny_data), "--out", str(out), "--teacher", str(tiny_model),
+               "--teacher-max-length", "64", "--pv-vector-size", "8", "--pv-epochs", "3", "--pv-min-count", "1",
+               "--teacher-dim", "16"])
+    full, reduced = np.load(out / "sbert_full.npy"), np.load(out / "sbert.npy")
+    np.testing.assert_allclose(full, np.load(teach / "sbert.npy"), rtol=1e-5, atol=1e-6)
+    axes = PCA(n_components=16, random_state=42).fit(full.astype(np.float64)).components_
+    assert reduced.shape == (len(full), 16)
+    np.testing.assert_allclose(reduced, full @ axes.T, rtol=1e-4, atol=1e-5)
+    import json
+    with open(out / "manifest.json", encoding="utf-8") as f:
+        assert json.load(f)["counts"]["teacher_dim"] == 16
+    with pytest.raises(InputError, match=r"^--teacher-dim 32: must be below the teacher's 32 dimensions"):
+        distill()(["teachers", "--data", str(tiny_data), "--out", str(tmp_path / "wide"), "--teacher",
+                   str(tiny_model), "--teacher-dim", "32"])
+    assert not (tmp_path / "wide").exists()

@@ -53,8 +53,9 @@ def pv_texts(docs):
     return (document_text(t, x, " ") for t, x in zip(docs.titles, docs.texts))
 
 
-def structural_teacher(outputs, docs, model, max_length, batch_size=32, batch_tokens=None, progress=None):
-    """Writes ``sbert.npy`` (row by row, memory-mapped) and its ids: the vectors of ``docs`` (``Documents``) read
+def structural_teacher(outputs, docs, model, max_length, batch_size=32, batch_tokens=None, progress=None,
+                       name=STRUCTURAL):
+    """Writes ``name.npy`` (``sbert.npy``; row by row, memory-mapped) and its ids: the vectors of ``docs`` (``Documents``) read
     as ``title + sep + text``, the mean of the last hidden states over the attention mask, not normalised (the
     thesis's SBERT teacher), over the first ``max_length`` tokens (or the model's limit). Returns (vectors, the memory
     map; lengths; max_length); lengths count every token, special tokens excluded."""
@@ -66,7 +67,36 @@ def structural_teacher(outputs, docs, model, max_length, batch_size=32, batch_to
     lengths = np.array([len(ids) for ids in tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]],
                        dtype=np.int64)
     store = TokenStore(tokenizer, texts, settings["max_length"])
-    out = io.open_rows(outputs, STRUCTURAL, docs.ids, encoder.dimension)
+    out = io.open_rows(outputs, name, docs.ids, encoder.dimension)
     embed(encoder, store, batch_size, batch_tokens, progress, out=out)
     out.flush()
     return out, lengths, settings["max_length"]
+
+
+def principal_axes(vectors, dim, seed, fit_rows=100_000):
+    """The top ``dim`` principal axes (``[dim, d]``, orthonormal rows) of ``vectors``, fitted on at most
+    ``fit_rows`` of them drawn with ``seed`` (scikit-learn's PCA), and the share of the variance they keep."""
+    from sklearn.decomposition import PCA
+    rows = np.arange(len(vectors))
+    if len(rows) > fit_rows:
+        rows = np.sort(np.random.default_rng(seed).choice(rows, fit_rows, replace=False))
+    pca = PCA(n_components=dim, random_state=seed).fit(np.asarray(vectors[rows], dtype=np.float64))
+    return pca.components_.astype(np.float32), float(pca.explained_variance_ratio_.sum())
+
+
+def project_rows(vectors, axes, out, chunk=65_536):
+    """``out[i] = axes · vectors[i]``: the orthogonal projection onto the axes, origin kept (not centred), so that
+    the teacher's cosines and norms change only by what the dropped axes held; a chunk of rows at a time."""
+    for start in range(0, len(vectors), chunk):
+        out[start:start + chunk] = np.asarray(vectors[start:start + chunk], dtype=np.float32) @ axes.T
+    out.flush()
+    return out
+
+
+def teacher_width(model):
+    """The structural teacher's width (its hidden size: it is mean-pooled), read from its config alone."""
+    from transformers import AutoConfig
+    from common.models.encoder import model_file
+    if model_file(model, "config.json") is None:
+        raise InputError(f"{model}: no such model folder, nor a model of that name in the local Hugging Face cache")
+    return AutoConfig.from_pretrained(model).hidden_size
