@@ -139,9 +139,11 @@ def embed_documents(args, outputs, name, path, docs):
         emb = io.open_rows(outputs, name, docs.ids, pv.dim)
         with tqdm(total=len(docs.ids), desc=f"embed {name}", unit=" docs", mininterval=1.0) as bar:
             pv.embed(pv_texts(docs), bar, out=emb)
+        io.check_finite_rows(emb, f"{path}: its vectors", docs.ids)
         print(f"{name}: {emb.shape[0]} documents, {emb.shape[1]} dimensions (Paragraph Vector, inferred)")
         return emb, None, {"pooling": "paragraph vector", "normalize": False, "max_length": None}
     _, tokenizer, settings, emb = retrieval.embed_corpus(args, name, path, docs, outputs)
+    io.check_finite_rows(emb, f"{path}: its vectors", docs.ids)
     print(f"{name}: {emb.shape[0]} documents, {emb.shape[1]} dimensions ({settings['pooling']} pooling"
           f"{', normalised' if settings['normalize'] else ''}, {settings['max_length']} tokens)")
     return emb, tokenizer, settings
@@ -159,7 +161,7 @@ def evaluate_documents(args, outputs, wanted):
         qrels = wikispecter.read_qrels(os.path.join(args.data, "crossref.qrels"), index)
     levels = wikispecter.topic_levels(args.data) if "topics" in wanted else []
     topic_rows = {level: wikispecter.read_topics(args.data, level, index) for level in levels}
-    classify_splits = {task: [classify.read_split(p, index) for p in paths]
+    classify_splits = {task: classify.read_task(*paths, index)
                        for task, paths in classify.splits(args.data).items()} if "classify" in wanted else {}
     for task, (train, test) in classify_splits.items():
         unseen = sorted(set(test[1]) - set(train[1]))

@@ -386,7 +386,23 @@ def read_rows(directory, name, ids):
         raise InputError(f"{path}: not a NumPy array file ({e})") from None
     if array.ndim == 0 or len(array) != len(ids):
         raise InputError(f"{path}: {len(array) if array.ndim else 0} rows, {ids_path} names {len(ids)}")
+    check_finite_rows(array, path, ids)
     return array
+
+
+def check_finite_rows(array, path, ids=None, chunk=65_536):
+    """InputError naming the first row of a float array that holds a NaN or an infinity (one would turn every score
+    against it into NaN), read a chunk of rows at a time; other dtypes pass."""
+    import numpy as np
+    if not np.issubdtype(array.dtype, np.floating):
+        return
+    bad = []
+    for start in range(0, len(array), chunk):
+        rows = np.asarray(array[start:start + chunk]).reshape(min(chunk, len(array) - start), -1)
+        bad.extend((start + np.flatnonzero(~np.isfinite(rows).all(axis=1))).tolist())
+    if bad:
+        which = f" (document {ids[bad[0]]!r})" if ids is not None else ""
+        raise InputError(f"{path}: row {bad[0]}{which} is not finite ({len(bad)} of {len(array)} rows are not)")
 
 
 def write_json(path, obj):

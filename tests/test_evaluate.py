@@ -1,5 +1,6 @@
 """05_evaluate.py: what it refuses, with one line and nothing written."""
 
+import json
 import os
 import re
 import shutil
@@ -150,3 +151,16 @@ def test_pooling_and_normalize_are_spelled_as_in_03_for_every_model_or_per_model
     assert (args.pooling, args.normalize) == ({"a": "mean", "b": "cls"}, {"a": "no", "b": "no"})
     with pytest.raises(InputError, match=re.escape("--pooling 'max': expected NAME=cls|mean")):
         module._check_names(argparse.Namespace(model=["a=x"], pooling=["max"], normalize=[]))
+
+
+def test_a_classification_task_with_one_training_label_is_refused_before_embedding(tiny_model, tiny_data, tmp_path):
+    data = tmp_path / "data"
+    shutil.copytree(tiny_data, data)
+    ids = [json.loads(line)["id"] for line in (data / "docs.jsonl").read_text(encoding="utf-8").splitlines()]
+    for part, rows in (("train", ids[:10]), ("test", ids[10:14])):
+        (data / f"classify.one.{part}.jsonl").write_text(
+            "".join(json.dumps({"id": i, "label": "same"}) + "\n" for i in rows), encoding="utf-8")
+    assert script_error("05_evaluate.py", "--data", data, "--model", f"base={tiny_model}", "--task", "classify",
+                        "--out", tmp_path / "eval") == \
+        f"error: {data / 'classify.one.train.jsonl'}: 1 label ('same'); a classification task needs at least two"
+    assert not (tmp_path / "eval").is_dir() or os.listdir(tmp_path / "eval") == []

@@ -13,9 +13,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import ROOT, WORDS, corpus_text, free_port, read_jsonl, st_losses
+from conftest import ROOT, WORDS, corpus_text, free_port, read_jsonl, script_error, st_losses
 
-from common.io import InputError
+from common.io import InputError, sha256
 from common.train import run
 
 
@@ -517,6 +517,14 @@ def test_a_faiss_index_beside_the_vectors_finds_what_exact_search_finds(tiny_mod
     built = (out / f"base.{kind}.faiss").stat().st_mtime_ns
     assert ranked("--index-type", kind) == exact
     assert (out / f"base.{kind}.faiss").stat().st_mtime_ns == built  # read back, not built again
+    # vectors rewritten in place (same rows, dimension and date): the recorded hash no longer matches, so the
+    # index is built again from the new vectors, not reused
+    vectors = np.load(out / "base.npy")
+    stat = (out / "base.npy").stat()
+    np.save(out / "base.npy", vectors[::-1].copy())
+    os.utime(out / "base.npy", ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert ranked("--index-type", kind) == ranked()
+    assert (out / f"base.{kind}.faiss.sha256").read_text().strip() == sha256(str(out / "base.npy"))
     with pytest.raises(InputError, match=f"--index-type {kind} needs --index EVAL"):
         evaluate.main(search[:5] + ["--index-type", kind, "a query"])
 
@@ -624,3 +632,37 @@ def test_paper_texts_stream_from_docs_jsonl_into_the_token_store_as_the_list_wou
     with pytest.raises(InputError) as e:
         list(docs.stream_texts())
     assert str(e.value) == f"{changed / 'docs.jsonl'}: changed while it was being read"
+
+
+@pytest.mark.parametrize("query, expected", [
+    ("", "error: query '': no letter or digit to search for"),
+    ("   ", "error: query '   ': no letter or digit to search for"),
+    ("?!", "error: query '?!': no letter or digit to search for"),
+    ("FILE:\n", "error: {file}:1: a query without a letter or digit ('')"),
+    ("FILE:gene expression\n -- \n", "error: {file}:2: a query without a letter or digit (' -- ')"),
+    ("FILE:", "error: {file}: no queries"),
+])
+def test_a_query_without_content_is_refused_in_one_line(tiny_model, paper_data, tmp_path, query, expected):
+    flags = ["search", "--model", tiny_model, "--data", paper_data, "--max-length", "32"]
+    file = tmp_path / "queries.txt"
+    if query.startswith("FILE:"):
+        file.write_text(query[len("FILE:"):], encoding="utf-8")
+        flags += ["--queries", file]
+    else:
+        flags.append(query)
+    assert script_error("05_evaluate.py", *flags) == expected.format(file=file)
+
+
+def test_vectors_that_are_not_finite_are_refused_wherever_they_are_read(tiny_model, paper_data, tmp_path):
+    """A NaN row in the vectors 05 wrote (search --index) is one line naming the row and its document."""
+    evaluate = script("05_evaluate.py")
+    out = tmp_path / "eval"
+    evaluate.main(["--data", str(paper_data), "--model", f"base={tiny_model}", "--out", str(out),
+                   "--max-length", "32", "--task", "retrieval"])
+    vectors = np.load(out / "base.npy")
+    vectors[7, 3] = np.nan
+    np.save(out / "base.npy", vectors)
+    doc = (out / "base.ids.txt").read_text(encoding="utf-8").split("\n")[7]
+    assert script_error("05_evaluate.py", "search", "--model", tiny_model, "--data", paper_data, "--index", out,
+                        "--max-length", "32", "gene expression") == \
+        f"error: {out / 'base.npy'}: row 7 (document {doc!r}) is not finite (1 of {len(vectors)} rows are not)"

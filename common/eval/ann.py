@@ -4,15 +4,16 @@ Exact search (``retrieval.search``) stays the default and the reference. ``flat`
 index on unit vectors (the same ranking, ties aside); ``hnsw`` is approximate: a graph of M = 32 neighbours per
 vector built with efConstruction 200 and searched with efSearch 128 (faiss's defaults are 40 and 16: recall@10
 falls well below 0.9 on sentence embeddings at those). The index is built once, a chunk of vectors at a time from
-the memory-mapped NPY, and saved beside it as ``<model>.<type>.faiss``; it is built again when the vectors are
-newer than it.
+the memory-mapped NPY, and saved beside it as ``<model>.<type>.faiss`` with ``<model>.<type>.faiss.sha256``, the
+SHA-256 of the vectors file it was built from; it is built again unless that hash, its rows and its dimension
+match the vectors now (a date says nothing of a file copied or rewritten within a second).
 """
 
 import os
 
 import numpy as np
 
-from common.io import InputError
+from common.io import InputError, sha256
 
 KINDS = ("flat", "hnsw")
 HNSW_M, HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH = 32, 200, 128
@@ -35,7 +36,8 @@ def open_index(vectors, vectors_path, kind, chunk=65536):
     older than the vectors."""
     faiss = _faiss()
     path = index_path(vectors_path, kind)
-    if os.path.exists(path) and os.path.getmtime(path) >= os.path.getmtime(vectors_path):
+    digest = sha256(vectors_path)
+    if os.path.exists(path) and _recorded(path + ".sha256") == digest:
         index = faiss.read_index(path)
         if index.ntotal == len(vectors) and index.d == vectors.shape[1]:
             _set_search_depth(index)
@@ -47,10 +49,23 @@ def open_index(vectors, vectors_path, kind, chunk=65536):
         index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
     for start in range(0, len(vectors), chunk):
         index.add(_unit(vectors[start:start + chunk]))
+    if os.path.exists(path + ".sha256"):
+        os.remove(path + ".sha256")  # no hash names an index until the new one is in place
     faiss.write_index(index, path + ".tmp")
     os.replace(path + ".tmp", path)
+    with open(path + ".sha256.tmp", "w", encoding="ascii") as f:
+        f.write(digest + "\n")
+    os.replace(path + ".sha256.tmp", path + ".sha256")
     _set_search_depth(index)
     return index
+
+
+def _recorded(path):
+    try:
+        with open(path, encoding="ascii") as f:
+            return f.read().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def _set_search_depth(index):

@@ -37,6 +37,17 @@ def own_splits(data_dir):
     return any(not task.startswith("classify.topics.") for task in splits(data_dir))
 
 
+def read_task(train_path, test_path, index):
+    """(train, test) of one task, each ``read_split``'s; a training split with fewer than two labels is refused
+    (every prediction would be right)."""
+    train = read_split(train_path, index)
+    labels = sorted(set(train[1]))
+    if len(labels) < 2:
+        raise InputError(f"{train_path}: {len(labels)} label{'s' * (len(labels) != 1)} "
+                         f"({', '.join(map(repr, labels))}); a classification task needs at least two")
+    return train, read_split(test_path, index)
+
+
 def read_split(path, index):
     """(rows of document positions [n, 1 or 2], labels) of a split file."""
     rows, labels = [], []

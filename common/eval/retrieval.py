@@ -240,15 +240,23 @@ def evaluate_retrieval(args, outputs, wanted):
     return metrics, counts, []
 
 
+def has_content(text):
+    """Whether a query holds a letter or a digit: one without (empty, blank, punctuation) would still be embedded
+    and return documents, ranked by nothing it says."""
+    return any(ch.isalnum() for ch in text)
+
+
 def read_query_file(path):
-    """One query per line; an empty line is an error (it would search for nothing)."""
+    """One query per line; a line without content is an error, and so is a file without queries."""
     if not os.path.exists(path):
         raise InputError(f"{path}: no such file")
     with open(path, encoding="utf-8") as f:
         lines = f.read().splitlines()
     for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            raise InputError(f"{path}:{lineno}: empty query")
+        if not has_content(line):
+            raise InputError(f"{path}:{lineno}: a query without a letter or digit ({line!r})")
+    if not lines:
+        raise InputError(f"{path}: no queries")
     return lines
 
 
@@ -286,6 +294,9 @@ def run_search(args):
     from common.data.documents import Documents
     from common.models.batching import BATCH_LIMITS
     cli.check(args, {"--top": cli.AT_LEAST_1, "--max-length": cli.AT_LEAST_1, **BATCH_LIMITS})
+    for text in args.query:
+        if not has_content(text):
+            raise InputError(f"query {text!r}: no letter or digit to search for")
     queries = list(args.query) + (read_query_file(args.queries) if args.queries else [])
     if not queries:
         raise InputError("give a query text or --queries FILE")
@@ -304,6 +315,7 @@ def run_search(args):
         print(f"note: embedding all {len(docs.ids)} documents; --index EVAL reuses the vectors 05_evaluate.py wrote")
         encoder, tokenizer, settings, doc_vecs = embed_corpus(args, "model", args.model_path, docs)
     query_vecs = embed_queries(encoder, tokenizer, settings, queries, args)
+    io.check_finite_rows(query_vecs, f"{args.model_path}: the vectors of the queries")
     if query_vecs.shape[1] != doc_vecs.shape[1]:
         raise InputError(f"{args.index}: its vectors have {doc_vecs.shape[1]} dimensions, {args.model_path} makes "
                          f"{query_vecs.shape[1]} (vectors of another model?)")
