@@ -38,11 +38,19 @@ def main(argv):
     training = [(ids[row], ids[indices[k]]) for row in range(len(ids))
                 for k in range(indptr[row], indptr[row + 1]) if counts[k] == 5]
     labels = {v for v in label.values() if v is not None}
-    print(f"\nLinks whose two ends share a {args.level} label ({len(labels)} labels):\n")
-    print("| links | with both ends labelled | same label |\n|---|---:|---:|")
+    task = set()
+    for part in ("train", "test"):
+        path = os.path.join(args.data, f"topics.{args.level}.{part}.jsonl")
+        if os.path.exists(path):
+            task.update(obj["label"] for _, obj in read_jsonl(path, required=("id", "label")))
+    in_task = {doc: value for doc, value in label.items() if value in task}
+    print(f"\nLinks whose two ends share a {args.level} label ({len(labels)} labels; the topic task keeps "
+          f"{len(task)}):\n")
+    print("| links | labels counted | with both ends labelled | same label |\n|---|---|---:|---:|")
     for name, pairs in (("every link of the corpus", links), ("the training graph's links", training)):
-        n, share = shares(pairs, label)
-        print(f"| {name} | {n} | {100 * share:.1f} % |")
+        for which, labelling in (("all", label), ("the task's", in_task)):
+            n, share = shares(pairs, labelling)
+            print(f"| {name} | {which} | {n} | {100 * share:.1f} % |")
 
 
 if __name__ == "__main__":
