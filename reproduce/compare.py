@@ -105,7 +105,11 @@ def main(argv):
                 embedding.update(json.load(f).get("embedding") or {})
     rows = []
     for value in args.row or list(metrics):
-        ours, _, theirs = value.partition("=")
+        ours, _, theirs = value.rpartition("=")  # our names may hold "=" ("runs (n=5)"), the paper's do not
+        if not ours:
+            ours, theirs = theirs, ""
+        elif ours not in metrics and value in metrics:
+            ours, theirs = value, ""
         if theirs and theirs not in PAPERS[args.method]["rows"]:
             p.error(f"--row {value}: the paper has no row {theirs!r} ({', '.join(PAPERS[args.method]['rows'])})")
         rows.append((ours, theirs or None))

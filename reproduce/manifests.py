@@ -31,7 +31,8 @@ def main(argv):
     for folder in args.folders:
         found = read(folder)
         if found is None:
-            raise SystemExit(f"error: {folder}: no manifest.json")
+            lines.append(f"    # {folder}: no manifest.json")
+            continue
         command, commit, found_versions, counts = found
         commits.add(commit)
         versions.update(found_versions)

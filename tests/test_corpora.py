@@ -297,3 +297,23 @@ def test_a_reproduction_table_puts_the_papers_figure_beside_ours_and_says_how_ea
             "|---|---|---|" + "---:|---:|" * 4,
             "| base | cls, 128 | FinBERT | 50.00 | 48.92 | 60.00 | – | 40.00 | 59.86 | 45.00 | – |",
             "| lexical | – | – | 25.00 | – | 30.00 | – | – | – | – | – |"]
+
+
+def test_a_reproduction_row_may_name_a_model_that_holds_an_equals_sign(tmp_path, capsys):
+    """05 names a set of seeds "runs (n=5)"; --row "runs (n=5)=fine-tuned" splits at the last "=" and a name alone
+    stays whole."""
+    import importlib.util
+    import json
+    import os
+    from conftest import ROOT
+    spec = importlib.util.spec_from_file_location("compare", os.path.join(ROOT, "reproduce", "compare.py"))
+    compare = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(compare)
+    path = tmp_path / "metrics.json"
+    path.write_text(json.dumps({"untuned": {"keysent": {"arp": 0.5}},
+                                "runs (n=5)": {"keysent": {"arp": 0.9, "arp_2sd": 0.05}}}), encoding="utf-8")
+    compare.main(["keysent", str(path), "--row", "untuned=untuned", "runs (n=5)=fine-tuned", "runs (n=5)"])
+    assert capsys.readouterr().out.splitlines()[2:5] == [
+        "| untuned | – | untuned | 50.00 | 48.00 | – | – |",
+        "| runs (n=5) | – | fine-tuned | 90.00 | 80.00 | 5.00 | – |",
+        "| runs (n=5) | – | – | 90.00 | – | 5.00 | – |"]
