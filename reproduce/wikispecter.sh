@@ -3,7 +3,7 @@
 # closest offline stand-in for a Wikipedia: 9,297 computing entries, their {cross-references} as links and their
 # <category> tags as topic labels. Evaluation documents are held out of training (02's default, the thesis's protocol).
 # The rows of the thesis's Tables 5.1 and 5.3: the MLM-only base with [CLS] and with mean pooling, a Sentence-BERT
-# (all-MiniLM-L6-v2), the lexical baseline and the trained model; every model reads 128 tokens. About 30 minutes on
+# (all-MiniLM-L6-v2), the lexical baseline and the trained model; every model reads 128 tokens. About 45 minutes on
 # 2 CPU cores after reproduce/pretrain.sh.
 #
 # Relaxed for the corpus's size (FOLDOC is 1 % of a Wikipedia, and held-out evaluation documents take their links
