@@ -4,7 +4,7 @@
 # queries, split by article 80/10/10, test titles searched against every article. The MLM-only base was pretrained on
 # computing and encyclopedic text (reproduce/pretrain.sh), so news is a new domain for it, as arXiv was for BERT. Rows:
 # BM25, the base, stage 1 alone (mlm), stage 2 alone (mnrl, from the base) and the method (mlm-mnrl); every model
-# reads 256 tokens. About 45 minutes on 2 CPU cores after reproduce/pretrain.sh.
+# reads 256 tokens. About 50 minutes on 2 CPU cores after reproduce/pretrain.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
