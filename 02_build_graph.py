@@ -27,11 +27,10 @@ import re
 import sys
 
 import numpy as np
-from tqdm import tqdm
 
 from common import cli, io
 from common.data import graph, triplets
-from common.pool import Background
+from common.data.splits import parse_caps, refuse_empty_splits, write_topics
 
 
 def add_links_arguments(parser):
@@ -71,88 +70,6 @@ def add_topic_arguments(parser):
     parser.add_argument("--topic-test", type=float, default=0.3, help="stratified test share of topic documents")
 
 
-def _caps(text):
-    """``--topic-cap`` ``level=N,...`` → {level: N}."""
-    caps = {}
-    for part in filter(None, text.split(",")):
-        level, _, value = part.partition("=")
-        if not level.strip() or not value.strip().isdigit() or int(value) < 1:
-            raise io.InputError(f"--topic-cap {text!r}: expected LEVEL=NUMBER,..., e.g. top=300,second=200")
-        caps[level.strip()] = int(value)
-    return caps
-
-
-def build_graph(args, corpus, outputs, counts):
-    streams = np.random.SeedSequence(args.seed).spawn(5)
-    rng_split, rng_train, rng_val, rng_qrels, rng_topics = (np.random.default_rng(s) for s in streams)
-    splits = graph.split_queries(corpus, args.holdout, args.val, rng_split)
-
-    # The evaluation documents are chosen first, so that training can be kept off them (the thesis evaluates on
-    # documents not seen in fine-tuning).
-    candidates = graph.crossref_candidates(corpus, splits["holdout"], args.crossref_queries,
-                                           args.crossref_min_links, args.crossref_positives,
-                                           args.crossref_negatives, rng_qrels, counts)
-    with outputs.open("crossref.qrels") as f:
-        f.writelines(graph.qrels_lines(corpus, candidates))
-    topic_parts = write_topics(args, corpus, outputs, rng_topics, counts)
-
-    excluded = triplets.evaluation_documents(args.eval_docs, candidates, topic_parts)
-    train_corpus, new_number = graph.training_corpus(corpus, excluded, counts)
-    queries_before = len(splits["train"]) + len(splits["val"])
-    train_queries = triplets.training_queries(splits, new_number, train_corpus, counts)
-    kept_docs = np.flatnonzero(new_number >= 0)
-    splits.update({name: kept_docs[members] for name, members in train_queries.items()})
-    for name, members in splits.items():
-        counts[f"queries_{name}"] = int(len(members))
-    with outputs.open("splits.json") as f:
-        f.write(io.dumps_line({name: [corpus.ids[i] for i in members.tolist()] for name, members in splits.items()}))
-    kept = len(train_queries["train"]) + len(train_queries["val"])
-    if args.eval_docs != "shared" and (len(excluded) > corpus.n / 2 or kept < queries_before / 2):
-        print(f"warning: the {len(excluded)} evaluation documents are {len(excluded) / max(corpus.n, 1):.0%} of the "
-              f"{corpus.n} documents; {kept} of {queries_before} training queries remain. Use --eval-docs test or "
-              "shared, or fewer --crossref-queries, on a corpus this small")
-
-    # the training graph is written by a second process while this one samples triplets; both see only the
-    # training corpus
-    queries = np.flatnonzero(np.diff(train_corpus.links.indptr) > 0)
-    encoded_ids = [io.json_bytes(i) for i in train_corpus.ids]  # once, before the fork, for both writers
-    writer = Background(triplets.write_training_graph, outputs.tmp_path("graph.npz"),
-                        outputs.tmp_path("graph.json") if args.graph_json else None, train_corpus.ids, encoded_ids,
-                        train_corpus.links, queries)
-    try:
-        text = triplets.TripletText(encoded_ids)
-        for name, rng in (("train", rng_train), ("val", rng_val)):
-            with outputs.open(f"triplets.{name}.jsonl", "wb") as out:
-                counts[f"triplets_{name}"] = triplets.write_triplets(
-                    out, train_corpus, text, train_queries[name], args.per_query, args.hard, rng, counts)
-        counts["two_hop_pairs"] = writer.result()
-    finally:
-        writer.cancel()
-
-
-def write_topics(args, corpus, outputs, rng_topics, counts):
-    """topics.<level>.{train,test}.jsonl for every label level with at least two labels left; returns
-    {level: (train, test)} document numbers."""
-    topic_parts = {}
-    caps = _caps(args.topic_cap)
-    for level in sorted(corpus.labels):
-        result = graph.topic_splits(corpus, level, args.topic_min, caps.get(level, caps.get("second", 200)),
-                                    args.topic_test, rng_topics, args.seed)
-        if result is None:
-            counts[f"topics_{level}_skipped"] = 1
-            print(f"note: topic level {level!r} has fewer than two labels with >= {args.topic_min} documents; "
-                  "no topic task for it")
-            continue
-        topic_parts[level] = result
-        names = corpus.label_names[level]
-        for part, members in zip(("train", "test"), result):
-            counts[f"topics_{level}_{part}"] = int(len(members))
-            with outputs.open(f"topics.{level}.{part}.jsonl") as f:
-                f.writelines(io.dumps_line({"id": corpus.ids[i], "label": names[corpus.labels[level][i]]})
-                             for i in members.tolist())
-    return topic_parts
-
-
 TOPIC_LIMITS = {"--topic-min": cli.AT_LEAST_1, "--topic-test": cli.OPEN_SHARE, "--seed": cli.SEED}
 LINKS_LIMITS = {"--holdout": cli.SHARE, "--val": cli.SHARE, "--per-query": cli.AT_LEAST_1, "--hard": cli.AT_LEAST_0,
                 "--crossref-queries": cli.AT_LEAST_0, "--crossref-min-links": cli.AT_LEAST_1,
@@ -161,7 +78,7 @@ LINKS_LIMITS = {"--holdout": cli.SHARE, "--val": cli.SHARE, "--per-query": cli.A
 
 def run_graph(args):
     cli.check(args, LINKS_LIMITS)
-    _caps(args.topic_cap)
+    parse_caps(args.topic_cap)
     if args.hard > args.per_query:
         raise io.InputError(f"--hard {args.hard} exceeds --per-query {args.per_query}")
     started = io.now()
@@ -169,7 +86,7 @@ def run_graph(args):
     with io.Outputs(args.out, __file__, args.command) as outputs:
         with outputs.open("docs.jsonl", "wb") as docs:
             corpus = graph.read_articles(args.articles, docs, counts)
-        build_graph(args, corpus, outputs, counts)
+        triplets.build_graph(args, corpus, outputs, counts)
         source = io.read_manifest(os.path.dirname(os.path.abspath(args.articles)))
         outputs.write_manifest(io.manifest(__file__, args, started, inputs=[args.articles], counts=dict(counts),
                                            seed=args.seed, language=source.get("language")))
@@ -209,16 +126,6 @@ def run_sentences(args):
           f"sentences {counts['sentences_train']}/{counts['sentences_val']}/{counts['sentences_test']} → {args.out}")
 
 
-def refuse_empty_splits(source, total, what, sizes, shares):
-    """A split that a non-zero share asks for but that rounds down to nothing (a corpus too small for it) is
-    refused, naming it: 05 could not evaluate on it."""
-    empty = [part for part, n in sizes.items() if n == 0 and shares[part] > 0]
-    if empty:
-        found = ", ".join(f"{part} {n}" for part, n in sizes.items())
-        raise io.InputError(f"{source}: {total} {what} leave the {' and '.join(empty)} split(s) empty ({found}); "
-                            f"give more {what} or other shares")
-
-
 def add_retrieval_arguments(p):
     p.add_argument("--articles", required=True, help="articles.jsonl from 01_extract.py (e.g. 01_extract.py arxiv)")
     cli.add_max_line(p)
@@ -239,7 +146,7 @@ def run_retrieval(args):
     if args.test + args.val >= 1:
         raise io.InputError(f"--test {args.test} and --val {args.val}: both are shares of all papers and must leave "
                             "some for training (sum below 1)")
-    _caps(args.topic_cap)
+    parse_caps(args.topic_cap)
     started = io.now()
     counts = collections.Counter()
     with io.Outputs(args.out, __file__, args.command) as outputs:

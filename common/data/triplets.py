@@ -1,6 +1,6 @@
 """The link graph's training files (docs/contract.md): graph.npz (and SPECTER's graph.json), the triplets drawn
-from it, and the choice of the documents kept out of training for evaluation. Functions take values and files and
-return values; 02_build_graph.py owns the output folder and prints."""
+from it, the choice of the documents kept out of training for evaluation, and ``build_graph``, which writes them
+all into 02's output folder in the thesis's order (evaluation documents first)."""
 
 import contextlib
 
@@ -8,7 +8,10 @@ import numpy as np
 from tqdm import tqdm
 
 from common import io
-from common.data.graph import CHUNK_ROWS, GraphFile, sample_triplets, training_rows, two_hop
+from common.data.graph import (CHUNK_ROWS, GraphFile, crossref_candidates, qrels_lines, sample_triplets,
+                               split_queries, training_corpus, training_rows, two_hop)
+from common.data.splits import write_topics
+from common.pool import Background
 
 
 class GraphText:
@@ -107,3 +110,51 @@ def training_queries(splits, new_number, train_corpus, counts):
         counts[f"queries_without_training_links_{name}"] = int(no_links.sum())
         out[name] = mapped[~is_eval & ~no_links]
     return out
+
+
+def build_graph(args, corpus, outputs, counts):
+    streams = np.random.SeedSequence(args.seed).spawn(5)
+    rng_split, rng_train, rng_val, rng_qrels, rng_topics = (np.random.default_rng(s) for s in streams)
+    splits = split_queries(corpus, args.holdout, args.val, rng_split)
+
+    # The evaluation documents are chosen first, so that training can be kept off them (the thesis evaluates on
+    # documents not seen in fine-tuning).
+    candidates = crossref_candidates(corpus, splits["holdout"], args.crossref_queries,
+                                           args.crossref_min_links, args.crossref_positives,
+                                           args.crossref_negatives, rng_qrels, counts)
+    with outputs.open("crossref.qrels") as f:
+        f.writelines(qrels_lines(corpus, candidates))
+    topic_parts = write_topics(args, corpus, outputs, rng_topics, counts)
+
+    excluded = evaluation_documents(args.eval_docs, candidates, topic_parts)
+    train_corpus, new_number = training_corpus(corpus, excluded, counts)
+    queries_before = len(splits["train"]) + len(splits["val"])
+    train_queries = training_queries(splits, new_number, train_corpus, counts)
+    kept_docs = np.flatnonzero(new_number >= 0)
+    splits.update({name: kept_docs[members] for name, members in train_queries.items()})
+    for name, members in splits.items():
+        counts[f"queries_{name}"] = int(len(members))
+    with outputs.open("splits.json") as f:
+        f.write(io.dumps_line({name: [corpus.ids[i] for i in members.tolist()] for name, members in splits.items()}))
+    kept = len(train_queries["train"]) + len(train_queries["val"])
+    if args.eval_docs != "shared" and (len(excluded) > corpus.n / 2 or kept < queries_before / 2):
+        print(f"warning: the {len(excluded)} evaluation documents are {len(excluded) / max(corpus.n, 1):.0%} of the "
+              f"{corpus.n} documents; {kept} of {queries_before} training queries remain. Use --eval-docs test or "
+              "shared, or fewer --crossref-queries, on a corpus this small")
+
+    # the training graph is written by a second process while this one samples triplets; both see only the
+    # training corpus
+    queries = np.flatnonzero(np.diff(train_corpus.links.indptr) > 0)
+    encoded_ids = [io.json_bytes(i) for i in train_corpus.ids]  # once, before the fork, for both writers
+    writer = Background(write_training_graph, outputs.tmp_path("graph.npz"),
+                        outputs.tmp_path("graph.json") if args.graph_json else None, train_corpus.ids, encoded_ids,
+                        train_corpus.links, queries)
+    try:
+        text = TripletText(encoded_ids)
+        for name, rng in (("train", rng_train), ("val", rng_val)):
+            with outputs.open(f"triplets.{name}.jsonl", "wb") as out:
+                counts[f"triplets_{name}"] = write_triplets(
+                    out, train_corpus, text, train_queries[name], args.per_query, args.hard, rng, counts)
+        counts["two_hop_pairs"] = writer.result()
+    finally:
+        writer.cancel()

@@ -1,0 +1,49 @@
+"""Evaluation splits shared by 02's commands: topic classification splits written from a corpus's labels, the
+``--topic-cap`` setting, and the refusal of a split that rounds down to nothing."""
+
+from common import io
+from common.data import graph
+
+
+def parse_caps(text):
+    """``--topic-cap`` ``level=N,...`` → {level: N}."""
+    caps = {}
+    for part in filter(None, text.split(",")):
+        level, _, value = part.partition("=")
+        if not level.strip() or not value.strip().isdigit() or int(value) < 1:
+            raise io.InputError(f"--topic-cap {text!r}: expected LEVEL=NUMBER,..., e.g. top=300,second=200")
+        caps[level.strip()] = int(value)
+    return caps
+
+
+def write_topics(args, corpus, outputs, rng_topics, counts):
+    """topics.<level>.{train,test}.jsonl for every label level with at least two labels left; returns
+    {level: (train, test)} document numbers."""
+    topic_parts = {}
+    caps = parse_caps(args.topic_cap)
+    for level in sorted(corpus.labels):
+        result = graph.topic_splits(corpus, level, args.topic_min, caps.get(level, caps.get("second", 200)),
+                                    args.topic_test, rng_topics, args.seed)
+        if result is None:
+            counts[f"topics_{level}_skipped"] = 1
+            print(f"note: topic level {level!r} has fewer than two labels with >= {args.topic_min} documents; "
+                  "no topic task for it")
+            continue
+        topic_parts[level] = result
+        names = corpus.label_names[level]
+        for part, members in zip(("train", "test"), result):
+            counts[f"topics_{level}_{part}"] = int(len(members))
+            with outputs.open(f"topics.{level}.{part}.jsonl") as f:
+                f.writelines(io.dumps_line({"id": corpus.ids[i], "label": names[corpus.labels[level][i]]})
+                             for i in members.tolist())
+    return topic_parts
+
+
+def refuse_empty_splits(source, total, what, sizes, shares):
+    """A split that a non-zero share asks for but that rounds down to nothing (a corpus too small for it) is
+    refused, naming it: 05 could not evaluate on it."""
+    empty = [part for part, n in sizes.items() if n == 0 and shares[part] > 0]
+    if empty:
+        found = ", ".join(f"{part} {n}" for part, n in sizes.items())
+        raise io.InputError(f"{source}: {total} {what} leave the {' and '.join(empty)} split(s) empty ({found}); "
+                            f"give more {what} or other shares")
