@@ -1,5 +1,6 @@
 """Files between the numbered scripts: JSONL/NPY reading with line-exact errors, atomic writes, manifests."""
 
+import contextlib
 import datetime
 import errno
 import fcntl
@@ -11,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import zlib
 from importlib import metadata
 
@@ -46,6 +48,7 @@ def open_input(path, mode="r"):
         raise InputError(f"{path}: no such file")
     if os.path.isdir(path):
         raise InputError(f"{path}: is a directory, not a file")
+    verify_input(path)
     try:
         if "b" in mode:
             with open(path, "rb") as f:
@@ -177,22 +180,146 @@ def remove_entry(path):
         pass
 
 
+STAGING = ".staging-"  # the prefix of a private folder a run writes its files in before they are moved into place
+
+
+def private_dir(folder):
+    """A fresh folder inside ``folder`` that no one else has written: ``tempfile.mkdtemp`` makes it exclusively,
+    with a random name and mode 0700, so nothing planted in ``folder`` (a link at a temporary name) is ever written
+    through. Every file the project writes is made in one, by its own code (``create``) or by a library that wants
+    a path (numpy, matplotlib, faiss, ``save_pretrained``), and then moved into place (``put``)."""
+    try:
+        return tempfile.mkdtemp(prefix=STAGING, dir=folder)
+    except OSError as e:
+        raise InputError(f"{folder}: cannot write: {e.strerror}") from None
+
+
+def create(path, mode="w"):
+    """A new file opened for writing, the one way this project creates a file: ``O_CREAT | O_EXCL | O_NOFOLLOW``,
+    so an existing file or link at ``path`` is an error, never written through. Text is UTF-8."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    return os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8")
+
+
+def put(staged, final):
+    """Move ``staged`` (a file or folder in a private folder) to ``final``: a file or link there is replaced, never
+    followed; a folder there is removed first."""
+    if os.path.isdir(final) and not os.path.islink(final):
+        shutil.rmtree(final)
+    os.replace(staged, final)
+
+
+@contextlib.contextmanager
+def writing(folder, name):
+    """A path for ``folder/name`` in a private folder, moved into place when the block ends normally and removed
+    with the private folder otherwise: the file (or folder) appears whole or not at all. Errors writing are one
+    line naming ``folder`` (``write_error``)."""
+    private = private_dir(folder)
+    try:
+        yield os.path.join(private, name)
+        put(os.path.join(private, name), os.path.join(folder, name))
+    except OSError as e:
+        raise write_error(folder, e, private) from None
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+
+
+def write_error(folder, error, staged=None):
+    """The one-line InputError for an OSError met writing into ``folder``; a full disk names the bytes this write
+    had reached (``staged``: the file or folder being written) and what is free."""
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        written = tree_bytes(staged) if staged else 0
+        free = shutil.disk_usage(folder).free if os.path.isdir(folder) else 0
+        need = f"needs more than {written:,} bytes, {free:,} free" if written else f"{free:,} bytes free"
+        return InputError(f"{folder}: no space left on the device ({need}); nothing was written")
+    return InputError(f"{folder}: cannot write: {error.strerror or error}")
+
+
+def tree_bytes(path):
+    """Bytes allocated to a file, or to every file under a folder (links not followed)."""
+    if not os.path.lexists(path):
+        return 0
+    if not os.path.isdir(path) or os.path.islink(path):
+        return os.lstat(path).st_size
+    return sum(os.lstat(os.path.join(d, f)).st_size for d, _, files in os.walk(path) for f in files)
+
+
+def reserve(path, nbytes, folder):
+    """Allocate ``nbytes`` to the file ``path`` now (``posix_fallocate``), so that a memory-mapped write into it
+    can never meet a full disk (which kills the process with SIGBUS); a full disk is one line naming ``folder``
+    and the bytes needed. A file system that cannot allocate ahead is left as it is."""
+    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.posix_fallocate(fd, 0, nbytes)
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            free = shutil.disk_usage(folder).free
+            raise InputError(f"{folder}: no space left on the device ({os.path.basename(path)} needs {nbytes:,} "
+                             f"bytes, {free:,} free); nothing was written") from None
+        if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+            raise
+    finally:
+        os.close(fd)
+
+
+def make_folder(directory):
+    """``directory``, made if missing; one line if it is a file, cannot be made or is not writable."""
+    if os.path.lexists(directory) and not os.path.isdir(directory):
+        raise InputError(f"{directory}: exists and is not a directory")
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"{directory}: cannot be created: {e.strerror}") from None
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise InputError(f"{directory}: not writable")
+
+
+def own_folder(directory):
+    """The one way a script takes an output folder for its run: made if missing (``make_folder``) and locked
+    (``FolderLock``), so that a second run on it is refused; returns the held lock. What may already be inside
+    is for the caller to judge (``Outputs._claim`` for the scripts' outputs, ``Trainer._claim`` for a run folder,
+    whose checkpoints a later run resumes from)."""
+    make_folder(directory)
+    return FolderLock(directory).acquire()
+
+
+def fresh_dir(path):
+    """A new empty folder at ``path`` made exclusively (``mkdir`` never follows a link), any entry of that name
+    removed first (a link as a link): for a private folder that several processes must find by name."""
+    remove_entry(path)
+    os.mkdir(path, 0o700)
+    return path
+
+
+def append_line(path, line):
+    """Append one line to a log file, created if missing; a link at ``path`` is refused, never followed."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    with os.fdopen(fd, "a", encoding="utf-8") as f:
+        f.write(line)
+
+
 class Outputs:
     """All files of one output directory, committed together.
 
-    Each ``open`` writes to ``name.tmp``; leaving the ``with`` block normally renames every file to its final
-    name (the manifest last), while an exception removes the temporaries, so a crash never leaves a partial
-    file under a final name. A folder that cannot be made or written (an existing file, no permission, a full
-    disk, any failing file operation) is an InputError naming it, one line.
+    Every file is written in a private folder inside the directory (``private_dir``; ``open`` creates a file
+    there, ``tmp_path`` and ``tmp_dir`` give a path there to writers that want one). Leaving the ``with`` block
+    normally commits them; an exception removes the private folder, so a crash never leaves a partial file under a
+    final name. A folder that cannot be made or written (an existing file, no permission, a full disk, any failing
+    file operation) is an InputError naming it, one line.
 
-    Nothing is written, replaced or removed through a symbolic link inside the folder: a temporary name that is
-    a link is removed (not followed) before the file is created with ``O_NOFOLLOW``, and a name whose parent
-    folder is a link, or resolves outside the folder, is refused.
+    The commit is all or nothing for the scripts that read the folder: manifest.json names every file with its
+    SHA-256; it is first written marked ``"state": "committing"``, then the files are moved into place, then it is
+    written again without the mark. A reader (``verify_input``) refuses a folder whose manifest is marked or whose
+    files do not match their hashes, so a run killed while committing never passes for a finished one.
+
+    Nothing is written, replaced or removed through a symbolic link inside the folder: files are made only in the
+    private folder, moved over a link (never through it), and a name whose parent folder is a link, or resolves
+    outside the folder, is refused.
 
     With ``script``, the folder is that script's own: it is locked for the run (a second run on it is refused),
     a non-empty folder is refused unless its manifest.json comes from the same script (and ``command``, where the
     script has several), and once the new files are in place, those the previous manifest lists and this run did
-    not write again are removed (with temporaries a killed run left), so no stale file outlives its run.
+    not write again are removed (with private folders a killed run left), so no stale file outlives its run.
     """
 
     def __init__(self, directory, script=None, command=None):
@@ -203,28 +330,30 @@ class Outputs:
         self._dirs = set()
         self._previous = []
         self._lock = None
+        self._stage = None
+        self._manifest = None
 
     def __enter__(self):
-        if os.path.exists(self.directory) and not os.path.isdir(self.directory):
-            raise InputError(f"{self.directory}: exists and is not a directory")
-        try:
-            os.makedirs(self.directory, exist_ok=True)
-        except OSError as e:
-            raise InputError(f"{self.directory}: cannot be created: {e.strerror}") from None
-        if not os.access(self.directory, os.W_OK | os.X_OK):
-            raise InputError(f"{self.directory}: not writable")
         if self.script:
-            self._lock = FolderLock(self.directory).acquire()
+            self._lock = own_folder(self.directory)
             try:
                 self._claim()
             except BaseException:
                 self._lock.release()
                 raise
+        else:
+            make_folder(self.directory)
+        try:
+            self._stage = private_dir(self.directory)
+        except BaseException:
+            if self._lock is not None:
+                self._lock.release()
+            raise
         return self
 
     def _claim(self):
         """Refuse a folder that is not this script's; note what its previous run wrote."""
-        names = [n for n in os.listdir(self.directory) if not n.endswith(".tmp") and n != LOCK]
+        names = [n for n in os.listdir(self.directory) if not n.startswith(STAGING) and n != LOCK]
         if not names:
             return
         if "manifest.json" not in names:
@@ -243,18 +372,20 @@ class Outputs:
         if self.command and previous_command and previous_command != self.command:
             raise InputError(f"{self.directory}: holds the output of {self.script} {previous_command}; "
                              f"{self.script} {self.command} writes to a folder of its own")
-        self._previous = [n for n in previous.get("files", []) if isinstance(n, str)]
+        listed = [previous.get("files", [])]
+        if previous.get("state") == "committing":  # a run killed while committing: what it replaced is stale too
+            listed.append(previous.get("replacing", []))
+        self._previous = [n for names in listed if isinstance(names, list) for n in names if isinstance(n, str)]
 
     def write_manifest(self, manifest):
         """manifest.json, the last file, with the list of files this run wrote (the next run removes those it does
-        not write again)."""
-        files = sorted(n for n in self._files if n != "manifest.json")
-        with self.open("manifest.json") as f:
-            f.write(dumps_line({**manifest, "files": files}))
+        not write again) and their SHA-256 (readers check them); written when the folder is committed."""
+        self._manifest = manifest
 
     def _remove_stale(self):
         stale = set(self._previous) - set(self._files)
-        leftovers = [n for n in os.listdir(self.directory) if n.endswith(".tmp")]
+        leftovers = [n for n in os.listdir(self.directory) if n.startswith(STAGING) and
+                     os.path.join(self.directory, n) != self._stage]
         for name in sorted(stale) + leftovers:
             try:
                 remove_entry(self.path(name))
@@ -275,39 +406,84 @@ class Outputs:
             raise InputError(f"{self.directory}: {name} would be written through a symbolic link; remove the link")
         return path
 
-    def _fresh_tmp(self, name):
-        """``name.tmp``, its parent folder made and any file or link of that name removed first."""
+    def _staged(self, name):
+        """Where ``name`` is written before the commit: in the private folder, its parent folders made there."""
+        self.path(name)  # the name is checked against the final folder now, not only at the commit
+        if name in self._files:
+            raise ValueError(f"{name!r} is written twice into {self.directory}")
+        staged = os.path.join(self._stage, name)
         try:
-            tmp = self.path(name) + ".tmp"
-            os.makedirs(os.path.dirname(tmp), exist_ok=True)
-            self.path(name)  # made folders are checked again
-            remove_entry(tmp)
+            os.makedirs(os.path.dirname(staged), exist_ok=True)
         except OSError as e:
-            raise InputError(f"{self.directory}: cannot write {name}: {e.strerror}") from None
-        return tmp
+            raise write_error(self.directory, e) from None
+        return staged
 
     def open(self, name, mode="w"):
-        tmp = self._fresh_tmp(name)
+        staged = self._staged(name)
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
-            f = os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8")
+            f = create(staged, mode)
         except OSError as e:
-            raise InputError(f"{self.directory}: cannot write {name}: {e.strerror}") from None
+            raise write_error(self.directory, e) from None
         self._files[name] = f
         return f
 
     def tmp_path(self, name):
-        """A temporary path for writers that want a file name (numpy, matplotlib); committed like the others."""
-        tmp = self._fresh_tmp(name)
+        """A path for writers that want a file name (numpy, matplotlib), in the private folder; committed like the
+        others."""
+        staged = self._staged(name)
         self._files[name] = None
-        return tmp
+        return staged
 
     def tmp_dir(self, name):
-        """A temporary folder for writers that save a folder (gensim's models); it replaces the folder ``name`` on
-        commit."""
-        tmp = self.tmp_path(name)
+        """A path for writers that save a folder (gensim's models), in the private folder; it replaces the folder
+        ``name`` on commit."""
+        staged = self.tmp_path(name)
         self._dirs.add(name)
-        return tmp
+        return staged
+
+    def scratch(self, name):
+        """A path in a private folder for a file the run needs while it works and does not commit; removed with
+        the private folder at the end."""
+        scratch = os.path.join(self._stage, ".scratch")
+        os.makedirs(scratch, exist_ok=True)
+        return os.path.join(scratch, name)
+
+    def _hashes(self):
+        found = {}
+        for name in sorted(self._files):
+            staged = os.path.join(self._stage, name)
+            if os.path.isdir(staged):
+                for d, _, files in sorted(os.walk(staged)):
+                    for f in sorted(files):
+                        full = os.path.join(d, f)
+                        found[os.path.relpath(full, self._stage)] = sha256(full)
+            elif os.path.isfile(staged):
+                found[name] = sha256(staged)
+        return found
+
+    def _write_manifest(self, manifest, final):
+        staged = os.path.join(self._stage, "manifest.json")
+        remove_entry(staged)
+        with create(staged) as f:
+            f.write(dumps_line(manifest))
+            f.flush()
+            os.fsync(f.fileno())
+        put(staged, final)
+
+    def _commit(self):
+        names = sorted(self._files)
+        manifest = None
+        if self._manifest is not None:
+            manifest = {**self._manifest, "files": names, "sha256": self._hashes()}
+            self._write_manifest({**manifest, "state": "committing", "replacing": sorted(self._previous)},
+                                 self.path("manifest.json"))
+        for name in names:
+            put(os.path.join(self._stage, name), self.path(name))
+        if manifest is not None:
+            self._write_manifest(manifest, self.path("manifest.json"))
+            self._files["manifest.json"] = None
+        if self.script:
+            self._remove_stale()
 
     def __exit__(self, exc_type, exc, tb):
         try:
@@ -316,26 +492,19 @@ class Outputs:
                     if f is not None and not f.closed:
                         f.close()  # flushes: a full disk may show only here
                 if exc_type is None:
-                    for name in sorted(self._files, key=lambda n: n == "manifest.json"):
-                        if name in self._dirs:
-                            remove_entry(self.path(name))
-                        os.replace(self.path(name) + ".tmp", self.path(name))
-                    if self.script:
-                        self._remove_stale()
+                    self._commit()
                     return False
             except OSError as e:
                 exc = e
-            for name in self._files:
-                try:
-                    remove_entry(os.path.join(self.directory, name) + ".tmp")
-                except OSError:
-                    pass
             if isinstance(exc, OSError) and (exc_type is None or exc.errno in _WRITE_ERRNOS):
-                raise InputError(f"{self.directory}: cannot write: {exc.strerror}") from None
+                error = write_error(self.directory, exc, self._stage)
+                shutil.rmtree(self._stage, ignore_errors=True)
+                raise error from None
             if exc is not None and exc_type is None:
                 raise exc
             return False
         finally:
+            shutil.rmtree(self._stage, ignore_errors=True)
             if self._lock is not None:
                 self._lock.release()
 
@@ -347,9 +516,12 @@ _WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
 def open_npy(outputs, name, shape, dtype="float32"):
     """A memory-mapped NPY under ``outputs``' temporary path for ``name``, written row by row by its producer and
     committed with the folder's other files: the same bytes as ``np.save`` of the finished array, never the whole
-    array in memory."""
+    array in memory. Its bytes are allocated on disk first (``reserve``), so a full disk is one line, not SIGBUS."""
     from numpy.lib.format import open_memmap
-    return open_memmap(outputs.tmp_path(name), mode="w+", dtype=dtype, shape=tuple(shape))
+    path = outputs.tmp_path(name)
+    array = open_memmap(path, mode="w+", dtype=dtype, shape=tuple(shape))
+    reserve(path, os.path.getsize(path), outputs.directory)
+    return array
 
 
 def write_ids(outputs, name, ids):
@@ -380,6 +552,7 @@ def read_rows(directory, name, ids):
             raise InputError(f"{ids_path}:{lineno}: id {got!r}, but docs.jsonl has {want!r} there")
     if len(found) != len(ids):
         raise InputError(f"{ids_path}: {len(found)} ids, docs.jsonl has {len(ids)} documents")
+    verify_input(path)
     try:
         array = np.load(path, mmap_mode="r")
     except ValueError as e:
@@ -406,12 +579,11 @@ def check_finite_rows(array, path, ids=None, chunk=65_536):
 
 
 def write_json(path, obj):
-    """Atomically write one JSON file."""
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
+    """Write one JSON file whole or not at all (``writing``)."""
+    folder, name = os.path.split(os.path.abspath(path))
+    with writing(folder, name) as staged, create(staged) as f:
         json.dump(obj, f, ensure_ascii=False, indent=1)
         f.write("\n")
-    os.replace(tmp, path)
 
 
 def sha256(path):
@@ -475,6 +647,41 @@ def read_json_or_empty(path):
 
 def read_manifest(directory):
     return read_json_or_empty(os.path.join(directory, "manifest.json"))
+
+
+_VERIFIED = {}  # (path, size, mtime) of inputs whose hash matched their folder's manifest, checked once a process
+
+
+def verify_input(path):
+    """Refuse an input file that is not what the run that wrote its folder committed: its folder's manifest.json
+    is still marked ``committing`` (the run was killed while moving its files into place, so old and new files may
+    lie side by side), or the file's SHA-256 differs from the one the manifest names. A folder without a manifest,
+    or a file the manifest does not name, was made by hand and is read as it is."""
+    folder, name = os.path.split(os.path.abspath(path))
+    manifest_path = os.path.join(folder, "manifest.json")
+    if name == "manifest.json" or not os.path.isfile(manifest_path):
+        return
+    try:
+        manifest = read_json_or_empty(manifest_path)
+    except (OSError, ValueError):
+        raise InputError(f"{manifest_path}: not a readable JSON manifest; re-run the step that wrote {folder}") \
+            from None
+    if not isinstance(manifest, dict):
+        return
+    if manifest.get("state") == "committing":
+        raise InputError(f"{folder}: its run stopped while committing its files (manifest.json is marked "
+                         f"'committing'); run {manifest.get('script') or 'it'} again")
+    expected = manifest.get("sha256")
+    if not isinstance(expected, dict) or name not in expected:
+        return
+    stat = os.stat(path)
+    key = (os.path.abspath(path), stat.st_size, stat.st_mtime_ns)
+    if _VERIFIED.get(key) == expected[name]:
+        return
+    if sha256(path) != expected[name]:
+        raise InputError(f"{path}: differs from what {manifest.get('script') or 'its run'} wrote (SHA-256 in "
+                         f"{manifest_path}); it changed afterwards, or its run did not finish: run it again")
+    _VERIFIED[key] = expected[name]
 
 
 class TokenTable:

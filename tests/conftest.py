@@ -14,6 +14,17 @@ ENV = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_
            PYTHONHASHSEED="0")
 
 
+def forget_hashes(folder):
+    """Make an output folder a hand-made one, for a test that edits its files on purpose to check what a reader
+    does with them: its manifest keeps no SHA-256, so ``io.verify_input`` takes the files as they are."""
+    path = os.path.join(folder, "manifest.json")
+    with open(path, encoding="utf-8") as f:
+        manifest = json.load(f)
+    manifest.pop("sha256", None)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(manifest, f)
+
+
 def run_script(script, *args, check=True, timeout=600):
     """Run a numbered script as a user would, from the repository root."""
     proc = subprocess.run([sys.executable, os.path.join(ROOT, script), *map(str, args)], cwd=ROOT, env=ENV,

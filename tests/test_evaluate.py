@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from conftest import script_error
+from conftest import forget_hashes, script_error
 
 
 @pytest.mark.parametrize("case", ["unknown-id", "bad-qrels-line", "task", "no-dir", "model-syntax", "model-name",
@@ -16,6 +16,7 @@ from conftest import script_error
 def test_bad_evaluation_input_is_a_one_line_error(tiny_model, tiny_data, tmp_path, case):
     data = tmp_path / "data"
     shutil.copytree(tiny_data, data)
+    forget_hashes(data)
     args = ["--data", data, "--model", f"base={tiny_model}", "--out", tmp_path / "eval"]
     qrels = data / "crossref.qrels"
     if case == "unknown-id":

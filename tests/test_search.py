@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import ROOT, WORDS, corpus_text, free_port, read_jsonl, script_error, st_losses
+from conftest import ROOT, WORDS, corpus_text, forget_hashes, free_port, read_jsonl, script_error, st_losses
 
 from common.io import InputError, sha256
 from common.train import run
@@ -566,6 +566,7 @@ def test_a_saved_index_that_does_not_fit_the_corpus_or_the_model_is_a_one_line_e
                                                                                       tmp_path, case, expected):
     bad = tmp_path / "eval"
     shutil.copytree(index, bad)
+    forget_hashes(bad)
     vectors = np.load(bad / "base.npy")
     if case == "half":
         np.save(bad / "base.npy", vectors[:30])
@@ -608,6 +609,7 @@ def test_splits_that_round_down_to_nothing_are_refused_and_an_empty_test_split_i
     data = tmp_path / "data"
     script("02_build_graph.py").main(["retrieval", "--articles", str(articles), "--out", str(data), "--test", "0.34",
                                       "--val", "0.34"])
+    forget_hashes(data)
     (data / "retrieval.test.qrels").write_text("")
     with pytest.raises(InputError) as e:
         script("05_evaluate.py").main(["--data", str(data), "--task", "bm25", "--out", str(tmp_path / "eval")])
@@ -627,6 +629,7 @@ def test_paper_texts_stream_from_docs_jsonl_into_the_token_store_as_the_list_wou
     assert np.array_equal(a.ids, b.ids) and np.array_equal(a.offsets, b.offsets) and len(b) == len(kept.ids)
     changed = tmp_path / "data"
     shutil.copytree(paper_data, changed)
+    forget_hashes(changed)
     docs = Documents(changed, texts=False)
     lines = (changed / "docs.jsonl").read_text().splitlines()
     (changed / "docs.jsonl").write_text("\n".join(lines[:-1]) + "\n")  # a document gone since it was read
@@ -662,6 +665,7 @@ def test_vectors_that_are_not_finite_are_refused_wherever_they_are_read(tiny_mod
                    "--max-length", "32", "--task", "retrieval"])
     vectors = np.load(out / "base.npy")
     vectors[7, 3] = np.nan
+    forget_hashes(out)
     np.save(out / "base.npy", vectors)
     doc = (out / "base.ids.txt").read_text(encoding="utf-8").split("\n")[7]
     assert script_error("05_evaluate.py", "search", "--model", tiny_model, "--data", paper_data, "--index", out,

@@ -11,7 +11,7 @@ import time
 import pytest
 from safetensors.torch import load_file
 
-from conftest import ENV, ROOT, free_port, one_error_line, read_jsonl, run_script, script_error
+from conftest import ENV, ROOT, forget_hashes, free_port, one_error_line, read_jsonl, run_script, script_error
 
 TRAIN = ["--objective", "triplet", "--pooling", "mean", "--max-length", "32", "--batch-size", "4", "--epochs", "2",
          "--log-every", "1", "--eval-every", "20", "--checkpoint-every", "5", "--keep", "2", "--length-groups", "2"]
@@ -129,6 +129,7 @@ def test_resuming_with_other_settings_is_refused(tiny_model, tiny_data, referenc
 def _copy_data(tiny_data, tmp_path):
     data = tmp_path / "data"
     shutil.copytree(tiny_data, data)
+    forget_hashes(data)
     return data
 
 

@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from common.data import topic_labels, wikitext
 from common.data.dump import DumpReader
-from common.io import InputError, dumps_line
+from common.io import InputError, create, dumps_line
 from common.pool import ordered_map
 from common.data.titles import ARTICLE, OTHER, REDIRECT, TitleIndex, title_hash
 
@@ -118,7 +118,7 @@ def pass_one(dump, tmp_path, index, tree, counts, workers, make_config):
     """Read the dump; write kept articles (links as hashes) to ``tmp_path``. Returns the reader (siteinfo)."""
     reader = DumpReader(dump)
     with tqdm(desc="pages", unit=" pages", smoothing=0.05, mininterval=1.0) as bar, \
-            open(tmp_path, "w", encoding="utf-8") as out:
+            create(tmp_path) as out:
         pages = _read_pages(reader, index, tree, counts, bar)
         first = next(pages, None)  # the siteinfo is known once the first page is read
         config = make_config(reader.namespaces or wikitext.Namespaces.english())
@@ -178,7 +178,7 @@ def extract_wiki(args, outputs):
     index = TitleIndex()
     tree = topic_labels.CategoryTree() if (args.topic_root and not args.topic_map) else None
     topic_map = topic_labels.read_topic_map(args.topic_map) if args.topic_map else None
-    tmp_path = outputs.path("articles.pass1.jsonl.tmp")
+    tmp_path = outputs.scratch("articles.pass1.jsonl")
 
     def make_config(namespaces):
         return ExtractConfig(namespaces, args.lead, args.links, args.min_chars,

@@ -5,15 +5,16 @@ index on unit vectors (the same ranking, ties aside); ``hnsw`` is approximate: a
 vector built with efConstruction 200 and searched with efSearch 128 (faiss's defaults are 40 and 16: recall@10
 falls well below 0.9 on sentence embeddings at those). The index is built once, a chunk of vectors at a time from
 the memory-mapped NPY, and saved beside it as ``<model>.<type>.faiss`` with ``<model>.<type>.faiss.sha256``, the
-SHA-256 of the vectors file it was built from; it is built again unless that hash, its rows and its dimension
-match the vectors now (a date says nothing of a file copied or rewritten within a second).
+SHA-256 of the vectors file it was built from and of the index file; it is built again unless both hashes, its
+rows and its dimension match now (a date says nothing of a file copied or rewritten within a second) or faiss
+cannot read it.
 """
 
 import os
 
 import numpy as np
 
-from common.io import InputError, sha256
+from common.io import InputError, create, remove_entry, sha256, writing
 
 KINDS = ("flat", "hnsw")
 HNSW_M, HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH = 32, 200, 128
@@ -32,14 +33,18 @@ def index_path(vectors_path, kind):
 
 
 def open_index(vectors, vectors_path, kind, chunk=65536):
-    """The saved index of ``kind`` over ``vectors`` (``[N, d]``, read from ``vectors_path``), built if missing or
-    older than the vectors."""
+    """The saved index of ``kind`` over ``vectors`` (``[N, d]``, read from ``vectors_path``), built and saved if
+    missing, unreadable, or not built from these vectors: ``<index>.sha256`` holds the SHA-256 of the vectors it was
+    built from and of the index file itself, written after the index, and both must match."""
     faiss = _faiss()
     path = index_path(vectors_path, kind)
     digest = sha256(vectors_path)
-    if os.path.exists(path) and _recorded(path + ".sha256") == digest:
-        index = faiss.read_index(path)
-        if index.ntotal == len(vectors) and index.d == vectors.shape[1]:
+    if os.path.isfile(path) and _recorded(path + ".sha256") == [digest, _sha256_or_none(path)]:
+        try:
+            index = faiss.read_index(path)
+        except RuntimeError:  # a damaged file whose hash was recorded: built again below
+            index = None
+        if index is not None and index.ntotal == len(vectors) and index.d == vectors.shape[1]:
             _set_search_depth(index)
             return index
     dim = vectors.shape[1]
@@ -49,21 +54,28 @@ def open_index(vectors, vectors_path, kind, chunk=65536):
         index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
     for start in range(0, len(vectors), chunk):
         index.add(_unit(vectors[start:start + chunk]))
-    if os.path.exists(path + ".sha256"):
-        os.remove(path + ".sha256")  # no hash names an index until the new one is in place
-    faiss.write_index(index, path + ".tmp")
-    os.replace(path + ".tmp", path)
-    with open(path + ".sha256.tmp", "w", encoding="ascii") as f:
-        f.write(digest + "\n")
-    os.replace(path + ".sha256.tmp", path + ".sha256")
+    folder, name = os.path.split(os.path.abspath(path))
+    with writing(folder, name + ".sha256") as record:  # no hash names an index until the new one is in place
+        remove_entry(path + ".sha256")
+        with writing(folder, name) as staged:
+            faiss.write_index(index, staged)  # faiss opens the path itself: it is in a private folder
+        with create(record) as f:
+            f.write(f"{digest} {sha256(path)}\n")
     _set_search_depth(index)
     return index
+
+
+def _sha256_or_none(path):
+    try:
+        return sha256(path)
+    except OSError:
+        return None
 
 
 def _recorded(path):
     try:
         with open(path, encoding="ascii") as f:
-            return f.read().strip()
+            return f.read().split()
     except (OSError, UnicodeDecodeError):
         return None
 

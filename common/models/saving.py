@@ -2,8 +2,9 @@
 
 import json
 import os
+import shutil
 
-from common.io import InputError, remove_entry
+from common.io import InputError, create, private_dir
 
 INFO = "docembed.json"
 
@@ -28,10 +29,21 @@ def save_model(encoder, tokenizer, path, max_length, info=None, extra=None):
     """Hugging Face ``save_pretrained`` + tokenizer + sentence-transformers files, so that both
     ``AutoModel.from_pretrained(path)`` and ``SentenceTransformer(path)`` load it with the pooling, normalisation
     and length it was trained with. ``extra(folder)`` may add files (an objective's heads). Written to
-    ``path.tmp`` and moved into place; a folder that is not a model saved here is never replaced."""
+    a private folder beside it (``io.private_dir``) and moved into place; a folder that is not a model saved here is
+    never replaced."""
     check_replaceable(path)
-    tmp = path + ".tmp"
-    remove_entry(tmp)  # a link is removed, never written through
+    parent, name = os.path.split(os.path.abspath(path))
+    private = private_dir(parent)
+    try:
+        _save(encoder, tokenizer, os.path.join(private, name), max_length, info, extra)
+        if os.path.lexists(path):
+            os.replace(path, os.path.join(private, name + ".old"))  # a link is moved as a link, never followed
+        os.replace(os.path.join(private, name), path)
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+
+
+def _save(encoder, tokenizer, tmp, max_length, info, extra):
     encoder.transformer.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
@@ -53,16 +65,10 @@ def save_model(encoder, tokenizer, path, max_length, info=None, extra=None):
                                                "max_length": int(max_length), **(info or {})})
     if extra is not None:
         extra(tmp)
-    old = path + ".old"
-    if os.path.lexists(path):
-        remove_entry(old)
-        os.replace(path, old)
-    os.replace(tmp, path)
-    remove_entry(old)
 
 
 def _dump(path, obj):
-    with open(path, "w", encoding="utf-8") as f:
+    with create(path) as f:
         json.dump(obj, f, indent=2)
         f.write("\n")
 

@@ -38,11 +38,15 @@ def train_wordpiece(texts, vocab_size, lowercase=True, min_frequency=2, model_ma
                                   unk_token="[UNK]", sep_token="[SEP]", pad_token="[PAD]", cls_token="[CLS]",
                                   mask_token="[MASK]")
     if path is not None:
-        tmp = f"{path}.tmp{os.getpid()}"
-        tokenizer.save_pretrained(tmp)
+        import shutil
+
+        from common.io import private_dir
+        private = private_dir(cache_dir)
         try:
-            os.replace(tmp, path)
+            tokenizer.save_pretrained(os.path.join(private, "tokenizer"))
+            os.replace(os.path.join(private, "tokenizer"), path)
         except OSError:  # another process cached the same vocabulary first
-            import shutil
-            shutil.rmtree(tmp, ignore_errors=True)
+            pass
+        finally:
+            shutil.rmtree(private, ignore_errors=True)
     return tokenizer

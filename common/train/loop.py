@@ -23,7 +23,8 @@ import torch
 from torch.utils.data import DataLoader, Sampler
 from tqdm import tqdm
 
-from common.io import LOCK, FolderLock, InputError, Preempted
+from common import io
+from common.io import LOCK, STAGING, InputError, Preempted
 
 STATE = "trainer_state.json"
 RUN_FILE = "run.json"  # marks a run folder as this project's, with the identity of the run that owns it
@@ -142,6 +143,41 @@ def checkpoints(run_dir):
     return [path for _, path in sorted(found)]
 
 
+def _read_state(path):
+    """A checkpoint's state file, its fields checked (a ValueError says what is wrong)."""
+    with open(path, encoding="utf-8") as f:
+        state = json.load(f)
+    if not isinstance(state, dict) or not isinstance(state.get("identity"), dict) or not all(
+            isinstance(state.get(k), int) and state[k] >= 0 for k in ("step", "epoch", "batch_in_epoch", "log_lines")):
+        raise ValueError(f"{STATE} lacks a field or holds a wrong value")
+    return state
+
+
+def read_log(path, keep=None):
+    """The records of a run's log.jsonl (the first ``keep``: the lines after them, which a killed run may have
+    left half-written, are not read); a line that is not a JSON object with a step is one line naming it."""
+    records = []
+    with io.open_input(path) as f:
+        try:
+            for lineno, line in enumerate(f, 1):
+                if keep is not None and len(records) >= keep:
+                    break
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    record = None
+                if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+                    raise InputError(f"{path}:{lineno}: not a record of this run's log (damaged?); remove the "
+                                     "line, or train again into another --out")
+                records.append(record)
+        except UnicodeDecodeError:
+            raise InputError(f"{path}:{len(records) + 1}: not UTF-8 text (damaged?); train again into another "
+                             "--out") from None
+    return records
+
+
 class _Stop:
     """SIGTERM (what Slurm sends before preemption) asks the loop to checkpoint and exit at the next step."""
 
@@ -204,53 +240,51 @@ class Trainer:
         """The run folder is this run's: a new or empty folder, or one with RUN_FILE, locked for the run (a second
         run on it is refused). Without checkpoints to resume from, what an earlier run wrote there is removed (a
         run killed before its first checkpoint leaves a log that would otherwise get its steps twice); with
-        checkpoints, ``_resume`` checks their settings. Nothing is written through a symbolic link in it."""
+        checkpoints, ``_resume`` checks their settings. The folder is made and locked as every output folder is
+        (``io.own_folder``); nothing is written through a symbolic link in it."""
         own = os.path.join(self.run_dir, RUN_FILE)
         if os.path.exists(self.run_dir) and not os.path.isdir(self.run_dir):
             raise InputError(f"{self.run_dir}: --out is a file, not a run folder")
-        # the main process may be claiming the folder meanwhile: its lock and RUN_FILE's temporary are no reason
-        if os.path.isdir(self.run_dir) and set(os.listdir(self.run_dir)) - {LOCK, RUN_FILE + ".tmp"} and \
-                not os.path.exists(own):
+        # the main process may be claiming the folder meanwhile: its lock and private folders are no reason
+        if os.path.isdir(self.run_dir) and not os.path.exists(own) and \
+                [n for n in os.listdir(self.run_dir) if n != LOCK and not n.startswith(STAGING)]:
             raise InputError(f"{self.run_dir}: not empty and not a run folder of this project (no {RUN_FILE}); "
                              "use another --out")
         if not self.accelerator.is_main_process:
             return
-        os.makedirs(self.run_dir, exist_ok=True)
-        self.lock = FolderLock(self.run_dir).acquire()
+        self.lock = io.own_folder(self.run_dir)
         root = os.path.join(self.run_dir, "checkpoints")
-        inside = [os.path.join(self.run_dir, name) for name in WRITTEN + (RUN_FILE, RUN_FILE + ".tmp", "log.jsonl.tmp")]
+        inside = [os.path.join(self.run_dir, name) for name in WRITTEN + (RUN_FILE,)]
         inside += [os.path.join(root, name) for name in os.listdir(root)] if os.path.isdir(root) else []
         for path in inside:
             if os.path.islink(path):
                 raise InputError(f"{path}: a symbolic link in the run folder; remove it (a run never writes "
                                  "through one)")
+        leftovers = [n for n in os.listdir(self.run_dir) if n.startswith(STAGING)]  # of a killed run
+        leftovers += [os.path.join("checkpoints", n) for n in os.listdir(root) if n.startswith(STAGING)] \
+            if os.path.isdir(root) else []
         if not checkpoints(self.run_dir):
-            for name in WRITTEN + tuple(n for n in os.listdir(self.run_dir) if EPOCH_MODEL.fullmatch(n)):
-                path = os.path.join(self.run_dir, name)
-                if os.path.isdir(path):
-                    shutil.rmtree(path)
-                elif os.path.exists(path):
-                    os.remove(path)
-        os.makedirs(self.run_dir, exist_ok=True)
-        with open(own + ".tmp", "w", encoding="utf-8") as f:
-            json.dump({"identity": self.identity}, f, indent=1)
-        os.replace(own + ".tmp", own)
+            leftovers += list(WRITTEN) + [n for n in os.listdir(self.run_dir) if EPOCH_MODEL.fullmatch(n)]
+        for name in leftovers:
+            io.remove_entry(os.path.join(self.run_dir, name))
+        io.write_json(own, {"identity": self.identity})
 
     def _resume(self):
         found = checkpoints(self.run_dir)
         if not found:
             return
-        with open(os.path.join(found[-1], STATE), encoding="utf-8") as f:
-            state = json.load(f)
-        if state["identity"] != self.identity:
-            changed = sorted(k for k in set(state["identity"]) | set(self.identity)
-                             if state["identity"].get(k) != self.identity.get(k))
-            raise InputError(f"{self.run_dir}: its checkpoints come from a run with other settings "
-                             f"({', '.join(changed)}); use another --out or remove {found[-1]}")
         for path in reversed(found):  # a checkpoint damaged after it was written falls back to the one before
             try:
-                with open(os.path.join(path, STATE), encoding="utf-8") as f:
-                    state = json.load(f)
+                state = _read_state(os.path.join(path, STATE))
+            except (OSError, ValueError) as e:
+                self.accelerator.print(f"note: checkpoint {path} cannot be read ({e}); trying the one before")
+                continue
+            if state["identity"] != self.identity:
+                changed = sorted(k for k in set(state["identity"]) | set(self.identity)
+                                 if state["identity"].get(k) != self.identity.get(k))
+                raise InputError(f"{self.run_dir}: its checkpoints come from a run with other settings "
+                                 f"({', '.join(changed)}); use another --out or remove {path}")
+            try:
                 self.accelerator.load_state(path)
                 break
             except Exception as e:  # noqa: BLE001 (any unreadable file: the previous checkpoint is tried next)
@@ -262,61 +296,71 @@ class Trainer:
         self.step, self.epoch, self.batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
         self.best = state.get("best")
         self.log_lines = state["log_lines"]
-        self._trim_log()
+        self._trim_log()  # a damaged log is refused here, before any step
         self.accelerator.print(f"resuming from {path} (step {self.step} of {self.total_steps})")
 
     def _save_checkpoint(self):
         acc = self.accelerator
         root = os.path.join(self.run_dir, "checkpoints")
         final = os.path.join(root, f"step_{self.step}")
-        tmp = final + ".tmp"
-        if acc.is_main_process:
+        # every process writes its part into one private folder, made fresh by the main process, then moved into
+        # place whole: a checkpoint is complete or absent
+        tmp = os.path.join(root, f"{STAGING}step_{self.step}")
+        try:
+            if acc.is_main_process:
+                os.makedirs(root, exist_ok=True)
+                io.fresh_dir(tmp)
+            acc.wait_for_everyone()
+            acc.save_state(tmp)
+            acc.wait_for_everyone()
+            if acc.is_main_process:
+                with io.create(os.path.join(tmp, STATE)) as f:
+                    json.dump({"step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
+                               "best": self.best, "log_lines": self.log_lines, "identity": self.identity}, f,
+                              indent=1)
+                io.put(tmp, final)
+                for old in checkpoints(self.run_dir)[:-self.cfg.keep] if self.cfg.keep > 0 else []:
+                    shutil.rmtree(old, ignore_errors=True)
+        except OSError as e:
+            error = io.write_error(self.run_dir, e, tmp)
             shutil.rmtree(tmp, ignore_errors=True)
-        acc.wait_for_everyone()
-        acc.save_state(tmp)
-        acc.wait_for_everyone()
-        if acc.is_main_process:
-            with open(os.path.join(tmp, STATE), "w", encoding="utf-8") as f:
-                json.dump({"step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
-                           "best": self.best, "log_lines": self.log_lines, "identity": self.identity}, f, indent=1)
-            shutil.rmtree(final, ignore_errors=True)
-            os.replace(tmp, final)
-            for old in checkpoints(self.run_dir)[:-self.cfg.keep] if self.cfg.keep > 0 else []:
-                shutil.rmtree(old, ignore_errors=True)
+            raise error from None
         acc.wait_for_everyone()
 
     def _log(self, record):
         self.log_lines += 1
         if self.accelerator.is_main_process:
-            with open(os.path.join(self.run_dir, "log.jsonl"), "a", encoding="utf-8") as f:
-                f.write(json.dumps(record) + "\n")
+            try:
+                io.append_line(os.path.join(self.run_dir, "log.jsonl"), json.dumps(record) + "\n")
+            except OSError as e:
+                raise io.write_error(self.run_dir, e) from None
         if self.tracked:
             self.accelerator.log({k: v for k, v in record.items() if k != "step"}, step=record["step"])
 
     def _draw_curves(self):
         """RUN/curves.png: training loss, learning rate and validation metrics against the step, from log.jsonl."""
         from common.eval.figures import training_curves
-        with open(os.path.join(self.run_dir, "log.jsonl"), encoding="utf-8") as f:
-            records = [json.loads(line) for line in f if line.strip()]
-        training_curves(os.path.join(self.run_dir, "curves.png.tmp"), records)
-        os.replace(os.path.join(self.run_dir, "curves.png.tmp"), os.path.join(self.run_dir, "curves.png"))
+        records = read_log(os.path.join(self.run_dir, "log.jsonl"))
+        with io.writing(self.run_dir, "curves.png") as staged:
+            training_curves(staged, records)
 
     def _trim_log(self):
         """Drop log lines written after the checkpoint a run resumes from (they will be written again)."""
         path = os.path.join(self.run_dir, "log.jsonl")
         if not self.accelerator.is_main_process or not os.path.exists(path):
             return
-        with open(path, encoding="utf-8") as f:
-            kept = [line for line in f if line.strip()][:self.log_lines]
-        with open(path + ".tmp", "w", encoding="utf-8") as f:
-            f.writelines(kept)
-        os.replace(path + ".tmp", path)
+        kept = read_log(path, self.log_lines)
+        with io.writing(self.run_dir, "log.jsonl") as staged, io.create(staged) as f:
+            f.writelines(json.dumps(record) + "\n" for record in kept)
 
     def _save_model(self, name="model"):
         acc = self.accelerator
         acc.wait_for_everyone()
         if acc.is_main_process:
-            self.objective.save(acc.unwrap_model(self.model), os.path.join(self.run_dir, name))
+            try:
+                self.objective.save(acc.unwrap_model(self.model), os.path.join(self.run_dir, name))
+            except OSError as e:
+                raise io.write_error(self.run_dir, e) from None
         acc.wait_for_everyone()
 
     # -- loop -------------------------------------------------------------------------------------------------
