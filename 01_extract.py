@@ -123,7 +123,7 @@ def add_min_chars(p):
 
 
 def run_wiki(args):
-    cli.check(args, {"--min-chars": cli.AT_LEAST_0, "--topic-depth": cli.AT_LEAST_0, "--workers": cli.AT_LEAST_0})
+    cli.check(args, {"--min-chars": cli.COUNT_0, "--topic-depth": cli.between(0, 1000), "--workers": cli.WORKERS})
     started = io.now()
     with io.Outputs(args.out, __file__) as outputs:
         reader, labelled, counts = extract_wiki(args, outputs)
@@ -175,7 +175,7 @@ def run_arxiv(args):
 def run_corpus(args):
     """dictd, rst, folder, csv: one reader each, the same output and summary."""
     from common.data import dictd, plaintext, rst
-    cli.check(args, {"--min-chars": cli.AT_LEAST_0})
+    cli.check(args, {"--min-chars": cli.COUNT_0})
     inputs = [args.input]
     if args.command == "dictd":
         index = args.input + ".index"

@@ -70,10 +70,10 @@ def add_topic_arguments(parser):
     parser.add_argument("--topic-test", type=float, default=0.3, help="stratified test share of topic documents")
 
 
-TOPIC_LIMITS = {"--topic-min": cli.AT_LEAST_1, "--topic-test": cli.OPEN_SHARE, "--seed": cli.SEED}
-LINKS_LIMITS = {"--holdout": cli.SHARE, "--val": cli.SHARE, "--per-query": cli.AT_LEAST_1, "--hard": cli.AT_LEAST_0,
-                "--crossref-queries": cli.AT_LEAST_0, "--crossref-min-links": cli.AT_LEAST_1,
-                "--crossref-positives": cli.AT_LEAST_1, "--crossref-negatives": cli.AT_LEAST_0, **TOPIC_LIMITS}
+TOPIC_LIMITS = {"--topic-min": cli.COUNT, "--topic-test": cli.OPEN_SHARE, "--seed": cli.SEED}
+LINKS_LIMITS = {"--holdout": cli.SHARE, "--val": cli.SHARE, "--per-query": cli.COUNT, "--hard": cli.COUNT_0,
+                "--crossref-queries": cli.COUNT_0, "--crossref-min-links": cli.COUNT,
+                "--crossref-positives": cli.COUNT, "--crossref-negatives": cli.COUNT_0, **TOPIC_LIMITS}
 
 
 def run_graph(args):

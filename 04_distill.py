@@ -60,10 +60,10 @@ def add_teachers_arguments(p):
     p.add_argument("--seed", type=int, default=42, help="seed of Doc2Vec training and inference")
 
 
-TEACHER_LIMITS = {"--teacher-max-length": cli.AT_LEAST_1, "--teacher-dim": cli.AT_LEAST_1, **BATCH_LIMITS,
-                  "--pv-vector-size": cli.AT_LEAST_1, "--pv-min-count": cli.AT_LEAST_1, "--pv-window": cli.AT_LEAST_1,
-                  "--pv-negative": cli.AT_LEAST_1, "--pv-epochs": cli.AT_LEAST_1,
-                  "--pv-max-vocab-size": cli.AT_LEAST_1, "--pv-workers": cli.AT_LEAST_1, "--seed": cli.SEED}
+TEACHER_LIMITS = {"--teacher-max-length": cli.LENGTH, "--teacher-dim": cli.WIDTH, **BATCH_LIMITS,
+                  "--pv-vector-size": cli.WIDTH, "--pv-min-count": cli.COUNT, "--pv-window": cli.LENGTH,
+                  "--pv-negative": cli.between(1, 1000), "--pv-epochs": cli.COUNT,
+                  "--pv-max-vocab-size": cli.COUNT, "--pv-workers": cli.between(1, 1024), "--seed": cli.SEED}
 
 
 def run_teachers(args):
@@ -144,7 +144,7 @@ def add_convert_arguments(p):
 def run_convert(args):
     # 2^17 tokens: 16 times Longformer's own 4096 and 32 times its largest published window; the position table
     # alone grows by hidden size × this many floats
-    cli.check(args, {"--max-length": cli.between(1, 1 << 17), "--window": cli.between(2, 1 << 17)})
+    cli.check(args, {"--max-length": cli.LENGTH, "--window": cli.between(2, 1 << 17)})
     if args.window % 2:
         raise InputError(f"--window {args.window}: must be an even number")
     from common.models.encoder import Encoder

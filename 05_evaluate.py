@@ -98,7 +98,7 @@ def _check_names(args):
 
 
 def run_evaluate(args):
-    cli.check(args, {"--max-length": cli.AT_LEAST_1, "--head-epochs": cli.AT_LEAST_1, "--seed": cli.SEED,
+    cli.check(args, {"--max-length": cli.LENGTH, "--head-epochs": cli.COUNT, "--seed": cli.SEED,
                      **BATCH_LIMITS})
     _check_names(args)
     if not os.path.isdir(args.data):
@@ -165,7 +165,7 @@ def add_extract_arguments(p):
 
 def run_extract(args):
     from common.eval.keysent import extract
-    cli.check(args, {"--top": cli.AT_LEAST_1, "--threshold": cli.between(-1, 1), **BATCH_LIMITS})
+    cli.check(args, {"--top": cli.COUNT, "--threshold": cli.between(-1, 1), **BATCH_LIMITS})
     if os.path.isdir(args.out):
         raise InputError(f"{args.out}: is a directory; --out names the JSONL file to write")
     if os.path.isfile(args.input) and os.path.exists(args.out) and os.path.samefile(args.input, args.out):

@@ -33,7 +33,29 @@ NON_NEGATIVE = ("a finite number of at least 0", lambda v: 0 <= v < float("inf")
 
 
 def between(low, high):
-    return (f"between {low} and {high}", lambda v: low <= v <= high)
+    return (f"between {low:,} and {high:,}", lambda v: low <= v <= high)
+
+
+# every size flag has an upper bound as well as a lower one, so that a slip (1e8 for 1e3) is refused before it
+# allocates: a width (a vector, a layer), a length in tokens (Longformer's 131,072 at most), a count of items
+WIDTH = between(1, 1 << 16)
+LENGTH = between(1, 1 << 17)
+COUNT = between(1, 1 << 30)
+COUNT_0 = between(0, 1 << 30)
+WORKERS = between(0, 1024)
+
+
+def physical_memory():
+    """Bytes of memory of this machine."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_memory(nbytes, what):
+    """Refuse, before it is allocated, something that needs more bytes than the machine has."""
+    have = physical_memory()
+    if nbytes > have:
+        raise InputError(f"{what}: needs about {nbytes / 2 ** 30:,.1f} GiB, more than this machine's "
+                         f"{have / 2 ** 30:,.1f} GiB")
 
 
 def add_max_line(p):
@@ -100,3 +122,12 @@ def run(main):
         sys.exit(2)
     except Preempted:
         sys.exit(143)
+    except MemoryError:
+        print("error: out of memory; give smaller sizes (--batch-size, --batch-tokens, --max-length)",
+              file=sys.stderr)
+        sys.exit(1)
+    except OSError as e:  # writes the output helpers did not see (a library's own file): still one line
+        if e.errno not in io.WRITE_ERRNOS:
+            raise
+        print(f"error: {e.filename + ': ' if e.filename else ''}{e.strerror}", file=sys.stderr)
+        sys.exit(1)

@@ -41,9 +41,58 @@ def safe_name(name, what):
     return name
 
 
+class TextInput:
+    """An input file's text, decoded a line at a time from its bytes, so that bytes that are not UTF-8 are an
+    InputError naming the file and the line (a text wrapper decodes ahead and would name neither). Lines end in
+    "\n" ("\r\n" is read as "\n"); iteration, ``readline`` and ``read`` as a text file's."""
+
+    def __init__(self, binary, path):
+        self._f, self._path, self._line = binary, path, 0
+
+    def _decode(self, raw, first_line):
+        try:
+            return raw.decode("utf-8").replace("\r\n", "\n")
+        except UnicodeDecodeError as e:
+            line = first_line + raw.count(b"\n", 0, e.start)
+            raise InputError(f"{self._path}:{line}: not UTF-8 text (bytes {raw[e.start:e.start + 4]!r}); give the "
+                             "file in UTF-8") from None
+
+    def readline(self, size=-1):
+        raw = self._f.readline(size)
+        if raw:
+            self._line += 1
+        return self._decode(raw, self._line)
+
+    def read(self, size=-1):
+        raw = self._f.read(size)
+        text = self._decode(raw, self._line + 1)
+        self._line += raw.count(b"\n")
+        return text
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        line = self.readline()
+        if not line:
+            raise StopIteration
+        return line
+
+    def close(self):
+        self._f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
 def open_input(path, mode="r"):
-    """An input file opened for reading (text as UTF-8); a missing or unreadable file, or a directory, is an
-    InputError. In binary mode a gzip file (known by its magic bytes, not its name) is read decompressed."""
+    """An input file opened for reading (text as UTF-8, ``TextInput``); a missing or unreadable file, or a
+    directory, is an InputError. In binary mode a gzip file (known by its magic bytes, not its name) is read
+    decompressed."""
     if not os.path.exists(path):
         raise InputError(f"{path}: no such file")
     if os.path.isdir(path):
@@ -54,7 +103,8 @@ def open_input(path, mode="r"):
             with open(path, "rb") as f:
                 if f.read(2) == b"\x1f\x8b":
                     return gzip.open(path, "rb")
-        return open(path, mode, encoding=None if "b" in mode else "utf-8")
+            return open(path, "rb")
+        return TextInput(open(path, "rb"), path)
     except OSError as e:
         raise InputError(f"{path}: {e.strerror}") from None
 
@@ -224,15 +274,30 @@ def writing(folder, name):
         shutil.rmtree(private, ignore_errors=True)
 
 
-def write_error(folder, error, staged=None):
+def write_error(folder, error, staged=None, left="nothing was written"):
     """The one-line InputError for an OSError met writing into ``folder``; a full disk names the bytes this write
-    had reached (``staged``: the file or folder being written) and what is free."""
+    had reached (``staged``: the file or folder being written), what is free, and ``left``: what became of it."""
     if error.errno in (errno.ENOSPC, errno.EDQUOT):
         written = tree_bytes(staged) if staged else 0
         free = shutil.disk_usage(folder).free if os.path.isdir(folder) else 0
         need = f"needs more than {written:,} bytes, {free:,} free" if written else f"{free:,} bytes free"
-        return InputError(f"{folder}: no space left on the device ({need}); nothing was written")
+        return InputError(f"{folder}: no space left on the device ({need}); {left}")
     return InputError(f"{folder}: cannot write: {error.strerror or error}")
+
+
+def saving_error(folder, error, staged=None, left="nothing was written"):
+    """``write_error`` for an error met while a library saved into ``folder`` (torch, safetensors): an OSError, or
+    another error on a device left with (almost) no free space, which is how torch reports a full disk; None for
+    any other error (a bug, to be raised as it is)."""
+    if isinstance(error, OSError):
+        return write_error(folder, error, staged, left)
+    try:
+        nearly_full = shutil.disk_usage(folder).free < 64 << 20
+    except OSError:
+        nearly_full = False
+    if nearly_full:
+        return write_error(folder, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), staged, left)
+    return None
 
 
 def tree_bytes(path):
@@ -496,7 +561,7 @@ class Outputs:
                     return False
             except OSError as e:
                 exc = e
-            if isinstance(exc, OSError) and (exc_type is None or exc.errno in _WRITE_ERRNOS):
+            if isinstance(exc, OSError) and (exc_type is None or exc.errno in WRITE_ERRNOS):
                 error = write_error(self.directory, exc, self._stage)
                 shutil.rmtree(self._stage, ignore_errors=True)
                 raise error from None
@@ -510,7 +575,7 @@ class Outputs:
 
 
 # what only writing can fail with (reading an input cannot), so it is reported against the output folder
-_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
+WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
 
 
 def open_npy(outputs, name, shape, dtype="float32"):
@@ -675,7 +740,7 @@ def verify_input(path):
     if not isinstance(expected, dict) or name not in expected:
         return
     stat = os.stat(path)
-    key = (os.path.abspath(path), stat.st_size, stat.st_mtime_ns)
+    key = (os.path.abspath(path), stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)  # ctime: any write
     if _VERIFIED.get(key) == expected[name]:
         return
     if sha256(path) != expected[name]:

@@ -213,10 +213,10 @@ def test_every_flag_is_either_result_or_speed(tiny_data):
 
 
 @pytest.mark.parametrize("flag,value,expected", [
-    ("--batch-size", "0", "--batch-size 0: must be at least 1"),
-    ("--grad-accum", "0", "--grad-accum 0: must be at least 1"),
-    ("--epochs", "0", "--epochs 0: must be at least 1"),
-    ("--max-length", "0", "--max-length 0: must be at least 1"),
+    ("--batch-size", "0", "--batch-size 0: must be between 1 and 1,073,741,824"),
+    ("--grad-accum", "0", "--grad-accum 0: must be between 1 and 1,073,741,824"),
+    ("--epochs", "0", "--epochs 0: must be between 1 and 1,073,741,824"),
+    ("--max-length", "0", "--max-length 0: must be between 1 and 131,072"),
     ("--lr", "nan", "--lr nan: must be a positive number"),
     ("--lr", "-1e-5", "--lr -1e-05: must be a positive number"),
     ("--warmup", "-1", "--warmup -1.0: must be at least 0"),

@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import ROOT, one_error_line, read_jsonl, run_script
+from conftest import ROOT, forget_hashes, one_error_line, read_jsonl, run_script
 
 from common.data.documents import Documents
 from common.distill.paragraph_vector import MAX_WORDS, ParagraphVector, chunks
@@ -127,6 +127,7 @@ def test_teacher_files_that_do_not_match_docs_jsonl_are_refused_before_anything_
              "sbert.npy: 5 dimensions, the student has 32")):
         bad = tmp_path / name
         shutil.copytree(teach, bad)
+        forget_hashes(bad)
         change(bad)
         with pytest.raises(InputError, match=message):
             main(["train", "--data", str(tiny_data), "--teachers", str(bad), "--model", str(tiny_model), "--out",
@@ -150,6 +151,7 @@ def test_teacher_values_that_cannot_train_are_refused_when_read(teach, tiny_mode
                                                                 message):
     bad = tmp_path / "teach"
     shutil.copytree(teach, bad)
+    forget_hashes(bad)
     change(bad)
     with pytest.raises(InputError) as e:
         distill()(["train", "--data", str(tiny_data), "--teachers", str(bad), "--model", str(tiny_model), "--out",
@@ -159,15 +161,15 @@ def test_teacher_values_that_cannot_train_are_refused_when_read(teach, tiny_mode
 
 
 @pytest.mark.parametrize("command, flag, value, message", [
-    ("teachers", "--pv-window", "0", "--pv-window 0: must be at least 1"),
-    ("teachers", "--teacher-max-length", "0", "--teacher-max-length 0: must be at least 1"),
-    ("teachers", "--pv-vector-size", "0", "--pv-vector-size 0: must be at least 1"),
+    ("teachers", "--pv-window", "0", "--pv-window 0: must be between 1 and 131,072"),
+    ("teachers", "--teacher-max-length", "0", "--teacher-max-length 0: must be between 1 and 131,072"),
+    ("teachers", "--pv-vector-size", "0", "--pv-vector-size 0: must be between 1 and 65,536"),
     ("teachers", "--seed", "-1", "--seed -1: must be between 0 and 2**32 - 1 (NumPy's seed range)"),
     ("train", "--lambda", "nan", "--lambda nan: must be a share between 0 and 1"),
     ("train", "--gamma", "nan", "--gamma nan: must be a finite number of at least 0"),
     ("train", "--student-projection", "16x0",
-     "--student-projection '16x0': block '0' is not SIZE or SIZE(relu) with a SIZE of at least 1"),
-    ("convert-long", "--max-length", "1000000000", "--max-length 1000000000: must be between 1 and 131072"),
+     "--student-projection '16x0': block '0' is not SIZE or SIZE(relu) with a SIZE between 1 and 65,536"),
+    ("convert-long", "--max-length", "1000000000", "--max-length 1000000000: must be between 1 and 131,072"),
 ])
 def test_settings_that_cannot_work_are_refused_before_any_input_is_read(tiny_data, tmp_path, command, flag, value,
                                                                         message):

@@ -210,7 +210,7 @@ def test_sigterm_stops_extraction_and_leaves_no_temporary_file(tmp_path, write_d
     out = tmp_path / "out"
     proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "01_extract.py"), "wiki", "--dump", dump, "--out", out,
                              "--workers", "0"], cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    while not (out / "articles.pass1.jsonl.tmp").exists() and proc.poll() is None:
+    while not list(out.glob(".staging-*/.scratch/articles.pass1.jsonl")) and proc.poll() is None:
         time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 143, proc.stderr.read()

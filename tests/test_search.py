@@ -522,10 +522,17 @@ def test_a_faiss_index_beside_the_vectors_finds_what_exact_search_finds(tiny_mod
     # index is built again from the new vectors, not reused
     vectors = np.load(out / "base.npy")
     stat = (out / "base.npy").stat()
+    forget_hashes(out)  # else 05's manifest refuses the rewritten vectors first
     np.save(out / "base.npy", vectors[::-1].copy())
     os.utime(out / "base.npy", ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert ranked("--index-type", kind) == ranked()
-    assert (out / f"base.{kind}.faiss.sha256").read_text().strip() == sha256(str(out / "base.npy"))
+    assert (out / f"base.{kind}.faiss.sha256").read_text().split() == [sha256(str(out / "base.npy")),
+                                                                      sha256(str(out / f"base.{kind}.faiss"))]
+    # a damaged or truncated index whose record still names the vectors: built again, not read as it is
+    for damage in (b"garbage", (out / f"base.{kind}.faiss").read_bytes()[:100]):
+        (out / f"base.{kind}.faiss").write_bytes(damage)
+        assert ranked("--index-type", kind) == ranked()
+        assert (out / f"base.{kind}.faiss").stat().st_size > 100
     with pytest.raises(InputError, match=f"--index-type {kind} needs --index EVAL"):
         evaluate.main(search[:5] + ["--index-type", kind, "a query"])
 
@@ -591,7 +598,8 @@ def test_search_settings_that_cannot_work_are_refused(tiny_model, paper_data, fl
     with pytest.raises(InputError) as e:
         script("05_evaluate.py").main(["search", "--model", str(tiny_model), "--data", str(paper_data), flag, value,
                                        "query"])
-    assert str(e.value) == f"{flag} {value}: must be at least 1"
+    most = "131,072" if flag == "--max-length" else "1,073,741,824"
+    assert str(e.value) == f"{flag} {value}: must be between 1 and {most}"
 
 
 def test_splits_that_round_down_to_nothing_are_refused_and_an_empty_test_split_is_one_line(tmp_path, tiny_model):

@@ -2,7 +2,7 @@
 
 import collections
 
-from common.io import InputError
+from common.io import InputError, open_input
 
 FINNISH_ROOT = "Yleinen wikiluokitusjärjestelmä"
 
@@ -74,11 +74,7 @@ def article_label(categories, table):
 def read_topic_map(path):
     """``category<TAB>top<TAB>second`` lines (second may be empty; ``#`` starts a comment)."""
     table = {}
-    try:
-        f = open(path, encoding="utf-8")
-    except OSError as e:
-        raise InputError(f"{path}: {e.strerror}") from None
-    with f:
+    with open_input(path) as f:
         for lineno, line in enumerate(f, 1):
             line = line.rstrip("\n")
             if not line.strip() or line.startswith("#"):

@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from common.data.retrieval import read_qrels, read_queries
 from common import io
-from common.io import InputError
+from common.io import InputError, open_input
 
 K = 100
 CUTOFFS = {"mrr": (10,), "ndcg": (10,), "recall": (1, 5, 10, 100), "map": (100,)}
@@ -248,9 +248,7 @@ def has_content(text):
 
 def read_query_file(path):
     """One query per line; a line without content is an error, and so is a file without queries."""
-    if not os.path.exists(path):
-        raise InputError(f"{path}: no such file")
-    with open(path, encoding="utf-8") as f:
+    with open_input(path) as f:
         lines = f.read().splitlines()
     for lineno, line in enumerate(lines, 1):
         if not has_content(line):
@@ -293,7 +291,7 @@ def run_search(args):
     from common import cli
     from common.data.documents import Documents
     from common.models.batching import BATCH_LIMITS
-    cli.check(args, {"--top": cli.AT_LEAST_1, "--max-length": cli.AT_LEAST_1, **BATCH_LIMITS})
+    cli.check(args, {"--top": cli.COUNT, "--max-length": cli.LENGTH, **BATCH_LIMITS})
     for text in args.query:
         if not has_content(text):
             raise InputError(f"query {text!r}: no letter or digit to search for")

@@ -7,7 +7,7 @@ from common import cli
 # padded tokens per forward pass when --batch-tokens is not given: a GPU is busiest on large batches; on a CPU,
 # batches whose activations stay in cache are faster (measured in docs/benchmarks.md, "Defaults")
 BATCH_TOKENS = {"cuda": 16384, "cpu": 2048}
-BATCH_LIMITS = {"--batch-size": cli.AT_LEAST_1, "--batch-tokens": cli.AT_LEAST_0}
+BATCH_LIMITS = {"--batch-size": cli.COUNT, "--batch-tokens": cli.COUNT_0}
 
 
 def length_batches(lengths, batch_size, batch_tokens=0):

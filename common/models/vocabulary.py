@@ -41,6 +41,7 @@ def train_wordpiece(texts, vocab_size, lowercase=True, min_frequency=2, model_ma
         import shutil
 
         from common.io import private_dir
+        os.makedirs(cache_dir, exist_ok=True)
         private = private_dir(cache_dir)
         try:
             tokenizer.save_pretrained(os.path.join(private, "tokenizer"))

@@ -255,7 +255,8 @@ class Trainer:
         self.lock = io.own_folder(self.run_dir)
         root = os.path.join(self.run_dir, "checkpoints")
         inside = [os.path.join(self.run_dir, name) for name in WRITTEN + (RUN_FILE,)]
-        inside += [os.path.join(root, name) for name in os.listdir(root)] if os.path.isdir(root) else []
+        inside += [os.path.join(root, name) for name in os.listdir(root) if re.fullmatch(r"step_\d+", name)] \
+            if os.path.isdir(root) and not os.path.islink(root) else []
         for path in inside:
             if os.path.islink(path):
                 raise InputError(f"{path}: a symbolic link in the run folder; remove it (a run never writes "
@@ -321,9 +322,12 @@ class Trainer:
                 io.put(tmp, final)
                 for old in checkpoints(self.run_dir)[:-self.cfg.keep] if self.cfg.keep > 0 else []:
                     shutil.rmtree(old, ignore_errors=True)
-        except OSError as e:
-            error = io.write_error(self.run_dir, e, tmp)
+        except (OSError, RuntimeError) as e:
+            error = io.saving_error(self.run_dir, e, tmp, f"checkpoint step_{self.step} was not saved, the earlier "
+                                    "ones are kept")
             shutil.rmtree(tmp, ignore_errors=True)
+            if error is None:
+                raise
             raise error from None
         acc.wait_for_everyone()
 
@@ -359,8 +363,11 @@ class Trainer:
         if acc.is_main_process:
             try:
                 self.objective.save(acc.unwrap_model(self.model), os.path.join(self.run_dir, name))
-            except OSError as e:
-                raise io.write_error(self.run_dir, e) from None
+            except (OSError, RuntimeError) as e:
+                error = io.saving_error(self.run_dir, e, left=f"RUN/{name} was not saved")
+                if error is None:
+                    raise
+                raise error from None
         acc.wait_for_everyone()
 
     # -- loop -------------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ import re
 import torch
 from torch import nn
 
+from common import cli
 from common.io import InputError
 from common.train.distributed import all_gather_with_grad
 
@@ -32,8 +33,9 @@ def projection_blocks(spec, flag="projection"):
     blocks = []
     for block in spec.split("x") if spec else []:
         m = _BLOCK.fullmatch(block.strip())
-        if not m or int(m.group(1)) < 1:
-            raise InputError(f"{flag} {spec!r}: block {block!r} is not SIZE or SIZE(relu) with a SIZE of at least 1")
+        if not m or not cli.WIDTH[1](int(m.group(1))):
+            raise InputError(f"{flag} {spec!r}: block {block!r} is not SIZE or SIZE(relu) with a SIZE "
+                             f"{cli.WIDTH[0]}")
         blocks.append((int(m.group(1)), bool(m.group(2))))
     return blocks
 
@@ -43,8 +45,12 @@ def projection(spec, in_features):
     output size), each followed by ReLU where marked. ``""`` is the identity. Returns (module, output size)."""
     if not spec:
         return nn.Identity(), in_features
+    blocks = projection_blocks(spec)
+    sizes = [in_features] + [size for size, _ in blocks]
+    weights = sum(a * b + b for a, b in zip(sizes, sizes[1:]))
+    cli.check_memory(weights * 4 * 4, f"projection {spec!r}")  # float32 weights, gradients and AdamW's two moments
     layers = []
-    for size, relu in projection_blocks(spec):
+    for size, relu in blocks:
         layers.append(nn.Linear(in_features, size))
         if relu:
             layers.append(nn.ReLU())

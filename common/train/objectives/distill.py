@@ -81,7 +81,7 @@ class DistillObjective(Objective):
     defaults = {"lr": 3e-5, "batch_size": 6, "grad_accum": 10, "epochs": 1, "warmup": 500, "schedule": "cosine",
                 "weight_decay": 0.01, "pooling": "mean", "max_length": 4096, "normalize": False, "drop_last": True,
                 "length_buckets": 10}
-    limits = {"--gamma": cli.NON_NEGATIVE, ("--lambda", "lam"): cli.SHARE, "--max-structural-length": cli.AT_LEAST_0,
+    limits = {"--gamma": cli.NON_NEGATIVE, ("--lambda", "lam"): cli.SHARE, "--max-structural-length": cli.between(0, 1 << 17),
               "--beta": cli.SHARE, "--delta": cli.NON_NEGATIVE}
     result_args = ("teachers", "preset", "structural_loss", "gamma", "lam", "max_structural_length",
                    "student_projection", "teacher_projection", "beta", "delta", "no_weighting")

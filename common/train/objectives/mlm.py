@@ -37,8 +37,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from common import cli
 from common.data.documents import Documents
-from common.io import InputError
+from common.io import InputError, open_input
 from common.models.encoder import Encoder
 from common.train import losses
 from common.train.objectives import Objective
@@ -277,6 +278,9 @@ class MLMObjective(Objective):
             raise InputError(f"{args.tokenizer_name}: its tokenizer has no mask token")
         config.vocab_size = len(self.tokenizer)
         config.pad_token_id = self.tokenizer.pad_token_id
+        with torch.device("meta"):  # sizes only: a configuration too large for the machine is refused unallocated
+            planned = sum(p.numel() for p in AutoModelForMaskedLM.from_config(config).parameters())
+        cli.check_memory(planned * 4 * 4, f"a new {config.model_type} model of {planned:,} parameters")
         mlm = AutoModelForMaskedLM.from_config(config)
         sizes = sum(p.numel() for p in mlm.parameters())
         self.say(f"new {config.model_type} model ({sizes / 1e6:.1f}M parameters, randomly initialised): "
@@ -305,7 +309,7 @@ class MLMObjective(Objective):
             path = os.path.join(args.data, "splits.json")
             if not os.path.exists(path):
                 raise InputError(f"{path}: no such file (--mlm-docs train needs 02_build_graph.py retrieval's split)")
-            with open(path, encoding="utf-8") as f:
+            with open_input(path) as f:
                 train = set(json.load(f).get("train", []))
             which = np.array([i for i, d in enumerate(docs.ids) if d in train], dtype=np.int64)
         self._all_texts = [docs.texts[i] for i in which.tolist()]

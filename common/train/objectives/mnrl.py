@@ -28,6 +28,7 @@ import torch
 from common.data.arxiv import text_key
 from common.data.documents import Documents
 from common.data.retrieval import read_qrels, read_queries
+from common import cli
 from common.io import InputError, read_jsonl
 from common.models.tokens import TokenStore
 from common.train import losses
@@ -72,6 +73,8 @@ class MNRLObjective(Objective):
     selection = "val_ndcg@10"
     result_args = ("scale", "symmetric", "query_max_length", "gather", "mask_duplicates")
     speed_args = ("cache_chunk", "eval_batch_size")
+    limits = {"--scale": cli.POSITIVE, "--query-max-length": cli.LENGTH, "--cache-chunk": cli.COUNT_0,
+              "--eval-batch-size": cli.COUNT}
 
     @classmethod
     def add_arguments(cls, parser):
