@@ -29,11 +29,12 @@
 
 import collections
 import os
+from dataclasses import fields
 import sys
 
 from common import cli, io
 from common.data import topic_labels
-from common.data.wiki import DISAMBIGUATION_MARKERS, DISAMBIGUATION_TEMPLATES, extract_wiki
+from common.data.wiki import DISAMBIGUATION_MARKERS, DISAMBIGUATION_TEMPLATES, WikiSettings, extract_wiki
 
 
 def add_wiki_arguments(p):
@@ -126,7 +127,8 @@ def run_wiki(args):
     cli.check(args, {"--min-chars": cli.COUNT_0, "--topic-depth": cli.between(0, 1000), "--workers": cli.WORKERS})
     started = io.now()
     with io.Outputs(args.out, __file__) as outputs:
-        reader, labelled, counts = extract_wiki(args, outputs)
+        settings = WikiSettings(**{f.name: getattr(args, f.name) for f in fields(WikiSettings)})
+        reader, labelled, counts = extract_wiki(settings, outputs)
         rows = topic_labels.label_counts(labelled)
         if rows:
             with outputs.open("topic_labels.tsv") as f:

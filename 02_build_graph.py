@@ -23,6 +23,7 @@
 import collections
 import contextlib
 import os
+from dataclasses import fields
 import re
 import sys
 
@@ -86,7 +87,8 @@ def run_graph(args):
     with io.Outputs(args.out, __file__, args.command) as outputs:
         with outputs.open("docs.jsonl", "wb") as docs:
             corpus = graph.read_articles(args.articles, docs, counts)
-        triplets.build_graph(args, corpus, outputs, counts)
+        settings = triplets.GraphSettings(**{f.name: getattr(args, f.name) for f in fields(triplets.GraphSettings)})
+        triplets.build_graph(settings, corpus, outputs, counts)
         source = io.read_manifest(os.path.dirname(os.path.abspath(args.articles)))
         outputs.write_manifest(io.manifest(__file__, args, started, inputs=[args.articles], counts=dict(counts),
                                            seed=args.seed, language=source.get("language")))
@@ -166,7 +168,7 @@ def run_retrieval(args):
         retrieval.write_retrieval(queries, index, outputs, counts)
         if not args.pairs:
             retrieval.count_repeated_titles(args.articles, split, index, counts)
-        write_topics(args, corpus, outputs, rng_topics, counts)
+        write_topics(corpus, outputs, rng_topics, counts, args.topic_min, args.topic_cap, args.topic_test, args.seed)
         source = io.read_manifest(os.path.dirname(os.path.abspath(args.articles)))
         inputs = [args.articles] + ([args.pairs] if args.pairs else [])
         outputs.write_manifest(io.manifest(__file__, args, started, inputs=inputs, counts=dict(counts),

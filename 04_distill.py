@@ -40,6 +40,10 @@ def add_teachers_arguments(p):
                         "documents; the origin kept), so that a student N wide can take the structural loss from a "
                         "wider teacher. Not in the thesis, whose student and teacher are both 768 wide (default: the "
                         "teacher's own width; the full vectors are kept as sbert_full.npy)")
+    p.add_argument("--int8", action="store_true",
+                   help="embed with an int8 copy of the structural teacher (dynamic quantisation of its Linear layers, "
+                        "CPU only; the mean cosine to float32's vectors is printed and kept in the manifest). Not in "
+                        "the thesis")
     add_batch_arguments(p, 32, "documents (structural teacher)")
     p.add_argument("--pv-preset", choices=tuple(PV_PRESETS), default="dm-100d",
                    help="Paragraph-Vector configuration the thesis chose (fills --pv, --pv-vector-size, "
@@ -92,9 +96,14 @@ def run_teachers(args):
                              f"at most the {len(docs.ids)} documents")
     with io.Outputs(args.out, __file__) as outputs:
         with tqdm(total=len(docs.ids), desc="structural teacher", unit=" docs", mininterval=1.0) as bar:
-            vectors, lengths, max_length = teachers.structural_teacher(
+            vectors, lengths, max_length, agreement = teachers.structural_teacher(
                 outputs, docs, args.teacher, args.teacher_max_length, args.batch_size, args.batch_tokens, bar,
-                name=teachers.STRUCTURAL if args.teacher_dim is None else teachers.STRUCTURAL + "_full")
+                name=teachers.STRUCTURAL if args.teacher_dim is None else teachers.STRUCTURAL + "_full",
+                int8=args.int8)
+        if agreement is not None:
+            counts["int8_mean_cosine"] = round(agreement, 6)
+            print(f"structural teacher in int8: mean cosine {agreement:.4f} to float32's (first "
+                  f"{min(len(docs.ids), 256)} documents)")
         if args.teacher_dim is not None:
             axes, kept = teachers.principal_axes(vectors, args.teacher_dim, args.seed)
             vectors = teachers.project_rows(vectors, axes, io.open_rows(outputs, teachers.STRUCTURAL, docs.ids,

@@ -31,7 +31,8 @@ import sys
 
 
 from common import cli, io
-from common.eval import ann, documents, report, retrieval
+from common.eval import ann, documents, embedding, report, retrieval
+from common.eval.embedding import Embedding
 from common.io import InputError
 from common.models.batching import BATCH_LIMITS, add_batch_arguments
 
@@ -69,11 +70,24 @@ def add_evaluate_arguments(p):
     p.add_argument("--max-length", type=int, default=None,
                    help="tokens per document for every model (default: each model's own setting, else 128)")
     add_batch_arguments(p, 64, "documents")
+    add_int8_argument(p)
     p.add_argument("--language", default=None,
                    help="Snowball stemmer language for the lexical baseline (default: the dump's language)")
     p.add_argument("--seed", type=int, default=42, help="seed of the classifier and t-SNE")
     p.add_argument("--head-epochs", type=int, default=10,
                    help="classify: epochs of the MLP head (Burian 2023; small splits need more)")
+
+
+def add_int8_argument(p):
+    p.add_argument("--int8", action="store_true",
+                   help="embed with int8 Linear layers (dynamic quantisation, CPU only; faster, vectors within a "
+                        "mean cosine of about 0.99 of float32's, printed; docs/benchmarks.md gives the metric change)")
+
+
+def embedding_of(args):
+    """The flags that say how every model embeds, as the value the library takes."""
+    return Embedding(pooling=args.pooling, normalize=getattr(args, "normalize", {}), max_length=args.max_length,
+                     batch_size=args.batch_size, batch_tokens=args.batch_tokens, int8=args.int8)
 
 
 def _every_model(values, allowed, models):
@@ -116,35 +130,37 @@ def run_evaluate(args):
     if "retrieval" in wanted and wanted & EMBEDDING_TASKS:
         raise InputError("--task retrieval embeds abstracts alone, the other tasks title + text: evaluate them into "
                          "separate --out directories")
-    state = retrieval.process_state()
+    how = embedding_of(args)
+    state = embedding.process_state()
     if state is not None and not state.is_main_process:
-        return retrieval.follow(args) if wanted & ({"retrieval"} | EMBEDDING_TASKS) else None
+        return embedding.follow(args.model, args.data, how) if wanted & ({"retrieval"} | EMBEDDING_TASKS) else None
     started = io.now()
     metrics, counts, written = {}, {}, []
     with io.Outputs(args.out, __file__) as outputs:
         parts = []
         if wanted & {"retrieval", "bm25"}:
-            parts.append(retrieval.evaluate_retrieval(args, outputs, wanted))
+            parts.append(retrieval.evaluate_retrieval(args.model, args.data, how, outputs, wanted))
         if wanted & EMBEDDING_TASKS:
-            parts.append(documents.evaluate_documents(args, outputs, wanted))
+            parts.append(documents.evaluate_documents(args.model, args.data, how, outputs, wanted, args.seed,
+                                                      args.head_epochs, args.language))
         if "keysent" in wanted:
             from common.eval.keysent import evaluate_keysent
-            parts.append(evaluate_keysent(args, outputs))
-        embedding = {}
+            parts.append(evaluate_keysent(args.model, args.runs, args.data, how, outputs, args.seed))
+        embedded = {}
         for part_metrics, part_counts, part_figures in parts:
             for name, values in part_metrics.items():
                 metrics.setdefault(name, {}).update(values)
-            embedding.update(part_counts.pop("embedding", {}))
+            embedded.update(part_counts.pop("embedding", {}))
             counts.update(part_counts)
             written += part_figures
         with outputs.open("metrics.json") as f:
             f.write(io.dumps_line(metrics))
-        table = report.markdown(metrics) + report.embedding_table(embedding)
+        table = report.markdown(metrics) + report.embedding_table(embedded)
         with outputs.open("report.md") as f:
             f.write(report.document(table, written))
         inputs = [os.path.join(args.data, n) for n in sorted(os.listdir(args.data)) if not n.endswith(".json")]
         outputs.write_manifest(io.manifest(__file__, args, started, inputs=inputs, counts=counts, seed=args.seed,
-                                           embedding=embedding))
+                                           embedding=embedded))
     print(table, end="")
     if written:
         print(f"figures (linked from report.md): {', '.join(name for _, name in written)}")
@@ -164,13 +180,26 @@ def add_extract_arguments(p):
 
 
 def run_extract(args):
-    from common.eval.keysent import extract
+    from common.eval.keysent import KeySentenceModel, key_sentences, read_articles
     cli.check(args, {"--top": cli.COUNT, "--threshold": cli.between(-1, 1), **BATCH_LIMITS})
     if os.path.isdir(args.out):
         raise InputError(f"{args.out}: is a directory; --out names the JSONL file to write")
     if os.path.isfile(args.input) and os.path.exists(args.out) and os.path.samefile(args.input, args.out):
         raise InputError(f"{args.out}: is the --input file; write the key sentences to another file")
-    return extract(args)
+    started = io.now()
+    model = KeySentenceModel(args.model, batch_size=args.batch_size, query=args.query, batch_tokens=args.batch_tokens)
+    articles = read_articles(args.input, args.splitter)
+    counts = {"articles": len(articles), "sentences": sum(len(sents) for _, _, sents in articles), "selected": 0}
+    directory, name = os.path.split(os.path.abspath(args.out))
+    with io.Outputs(directory) as outputs:  # the one file (and its manifest) in the user's folder, whole or not
+        with outputs.open(name) as f:
+            for record in key_sentences(model, articles, args.top, args.threshold):
+                counts["selected"] += len(record["key_sentences"])
+                f.write(io.dumps_line(record))
+        with outputs.open(os.path.splitext(name)[0] + ".manifest.json") as f:
+            f.write(io.dumps_line(io.manifest(__file__, args, started, inputs=[args.input], counts=counts)))
+    print(f"{counts['selected']} key sentences from {counts['articles']} articles (query: {model.query_from}) "
+          f"→ {args.out}")
 
 
 def add_search_arguments(p):
@@ -189,6 +218,27 @@ def add_search_arguments(p):
                    help="pooling (default: the model's sentence-transformers config, else cls)")
     p.add_argument("--max-length", type=int, default=None, help="tokens per text (default: the model's setting)")
     add_batch_arguments(p, 64, "texts")
+    add_int8_argument(p)
+
+
+def run_search(args):
+    """Print the top documents of each query: rank, id, cosine score, title."""
+    cli.check(args, {"--top": cli.COUNT, "--max-length": cli.LENGTH, **BATCH_LIMITS})
+    for text in args.query:
+        if not retrieval.has_content(text):
+            raise InputError(f"query {text!r}: no letter or digit to search for")
+    queries = list(args.query) + (retrieval.read_query_file(args.queries) if args.queries else [])
+    if not queries:
+        raise InputError("give a query text or --queries FILE")
+    if not os.path.isdir(args.data):
+        raise InputError(f"{args.data}: no such data directory")
+    args.pooling = {"model": args.pooling} if args.pooling else {}
+    docs, indices, scores = retrieval.search_documents(args.model_path, args.data, queries, embedding_of(args),
+                                                       args.top, args.index, args.index_type)
+    for text, row, row_scores in zip(queries, indices.tolist(), scores.tolist()):
+        print(f"query: {text}")
+        for rank, (j, score) in enumerate(zip(row, row_scores), 1):
+            print(f"{rank:3d}. {docs.ids[j]}\t{score:.4f}\t{docs.titles[j]}")
 
 
 COMMANDS = {
@@ -197,7 +247,7 @@ COMMANDS = {
     "extract": ("key sentences of new articles, each sentence scored by its cosine similarity to the model's "
                 "query (the thesis's confidence)", add_extract_arguments, run_extract),
     "search": ("the top documents of a data directory for free-text queries, by cosine similarity (paper search; "
-               "related articles for a new text)", add_search_arguments, retrieval.run_search),
+               "related articles for a new text)", add_search_arguments, run_search),
 }
 
 

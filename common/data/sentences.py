@@ -127,7 +127,7 @@ def label(sentences, key_sentences):
     return labels, [k for key, k in keys.items() if key not in found]
 
 
-def extract_sentences(path, out, splitter_kind, counts):
+def extract_sentences(path, out, splitter_kind, counts, say=lambda text: print(text, file=sys.stderr)):
     """``{"id", "text", "key_sentences"}`` lines → ``{"id", "sentences", "labels"}`` lines; an article with a key
     sentence that matches no sentence is reported and dropped, as the thesis did."""
     tokenizer = splitter(splitter_kind)
@@ -146,7 +146,7 @@ def extract_sentences(path, out, splitter_kind, counts):
         if missing:
             counts["dropped_articles"] += 1
             for sentence in missing:
-                print(f"dropped article {obj['id']}: key sentence not found: {sentence!r}", file=sys.stderr)
+                say(f"dropped article {obj['id']}: key sentence not found: {sentence!r}")
             continue
         counts["articles"] += 1
         counts["sentences"] += len(sentences)

@@ -16,18 +16,19 @@ def parse_caps(text):
     return caps
 
 
-def write_topics(args, corpus, outputs, rng_topics, counts):
-    """topics.<level>.{train,test}.jsonl for every label level with at least two labels left; returns
-    {level: (train, test)} document numbers."""
+def write_topics(corpus, outputs, rng_topics, counts, topic_min, topic_cap, topic_test, seed, say=print):
+    """topics.<level>.{train,test}.jsonl for every label level with at least two labels of ``topic_min``
+    documents (SciDocs's protocol: at most ``topic_cap`` — ``level=N,...`` — per label, a ``topic_test`` share
+    held out); returns {level: (train, test)} document numbers."""
     topic_parts = {}
-    caps = parse_caps(args.topic_cap)
+    caps = parse_caps(topic_cap)
     for level in sorted(corpus.labels):
-        result = graph.topic_splits(corpus, level, args.topic_min, caps.get(level, caps.get("second", 200)),
-                                    args.topic_test, rng_topics, args.seed)
+        result = graph.topic_splits(corpus, level, topic_min, caps.get(level, caps.get("second", 200)), topic_test,
+                                    rng_topics, seed)
         if result is None:
             counts[f"topics_{level}_skipped"] = 1
-            print(f"note: topic level {level!r} has fewer than two labels with >= {args.topic_min} documents; "
-                  "no topic task for it")
+            say(f"note: topic level {level!r} has fewer than two labels with >= {topic_min} documents; no topic "
+                "task for it")
             continue
         topic_parts[level] = result
         names = corpus.label_names[level]

@@ -3,6 +3,7 @@ from it, the choice of the documents kept out of training for evaluation, and ``
 all into 02's output folder in the thesis's order (evaluation documents first)."""
 
 import contextlib
+from dataclasses import dataclass
 
 import numpy as np
 from tqdm import tqdm
@@ -112,21 +113,44 @@ def training_queries(splits, new_number, train_corpus, counts):
     return out
 
 
-def build_graph(args, corpus, outputs, counts):
-    streams = np.random.SeedSequence(args.seed).spawn(5)
+@dataclass(frozen=True)
+class GraphSettings:
+    """02's settings for the link-graph data directory (its flags of the same names)."""
+    seed: int
+    holdout: float
+    val: float
+    crossref_queries: int
+    crossref_min_links: int
+    crossref_positives: int
+    crossref_negatives: int
+    eval_docs: str
+    per_query: int
+    hard: int
+    topic_min: int
+    topic_cap: str
+    topic_test: float
+    graph_json: bool = False
+
+
+def build_graph(settings, corpus, outputs, counts, say=print):
+    """The link-graph data directory in SPECTER's steps: query splits, the held-out cross-reference candidates and
+    topic splits (the evaluation documents, chosen first), the training corpus without them, then the training
+    graph and the triplets. ``settings`` is a ``GraphSettings``; the files go into ``outputs``."""
+    streams = np.random.SeedSequence(settings.seed).spawn(5)
     rng_split, rng_train, rng_val, rng_qrels, rng_topics = (np.random.default_rng(s) for s in streams)
-    splits = split_queries(corpus, args.holdout, args.val, rng_split)
+    splits = split_queries(corpus, settings.holdout, settings.val, rng_split)
 
     # The evaluation documents are chosen first, so that training can be kept off them (the thesis evaluates on
     # documents not seen in fine-tuning).
-    candidates = crossref_candidates(corpus, splits["holdout"], args.crossref_queries,
-                                           args.crossref_min_links, args.crossref_positives,
-                                           args.crossref_negatives, rng_qrels, counts)
+    candidates = crossref_candidates(corpus, splits["holdout"], settings.crossref_queries,
+                                           settings.crossref_min_links, settings.crossref_positives,
+                                           settings.crossref_negatives, rng_qrels, counts)
     with outputs.open("crossref.qrels") as f:
         f.writelines(qrels_lines(corpus, candidates))
-    topic_parts = write_topics(args, corpus, outputs, rng_topics, counts)
+    topic_parts = write_topics(corpus, outputs, rng_topics, counts, settings.topic_min, settings.topic_cap, settings.topic_test,
+                               settings.seed, say)
 
-    excluded = evaluation_documents(args.eval_docs, candidates, topic_parts)
+    excluded = evaluation_documents(settings.eval_docs, candidates, topic_parts)
     train_corpus, new_number = training_corpus(corpus, excluded, counts)
     queries_before = len(splits["train"]) + len(splits["val"])
     train_queries = training_queries(splits, new_number, train_corpus, counts)
@@ -137,24 +161,24 @@ def build_graph(args, corpus, outputs, counts):
     with outputs.open("splits.json") as f:
         f.write(io.dumps_line({name: [corpus.ids[i] for i in members.tolist()] for name, members in splits.items()}))
     kept = len(train_queries["train"]) + len(train_queries["val"])
-    if args.eval_docs != "shared" and (len(excluded) > corpus.n / 2 or kept < queries_before / 2):
-        print(f"warning: the {len(excluded)} evaluation documents are {len(excluded) / max(corpus.n, 1):.0%} of the "
-              f"{corpus.n} documents; {kept} of {queries_before} training queries remain. Use --eval-docs test or "
-              "shared, or fewer --crossref-queries, on a corpus this small")
+    if settings.eval_docs != "shared" and (len(excluded) > corpus.n / 2 or kept < queries_before / 2):
+        say(f"warning: the {len(excluded)} evaluation documents are {len(excluded) / max(corpus.n, 1):.0%} of the "
+            f"{corpus.n} documents; {kept} of {queries_before} training queries remain. Use --eval-docs test or "
+            "shared, or fewer --crossref-queries, on a corpus this small")
 
     # the training graph is written by a second process while this one samples triplets; both see only the
     # training corpus
     queries = np.flatnonzero(np.diff(train_corpus.links.indptr) > 0)
     encoded_ids = [io.json_bytes(i) for i in train_corpus.ids]  # once, before the fork, for both writers
     writer = Background(write_training_graph, outputs.tmp_path("graph.npz"),
-                        outputs.tmp_path("graph.json") if args.graph_json else None, train_corpus.ids, encoded_ids,
+                        outputs.tmp_path("graph.json") if settings.graph_json else None, train_corpus.ids, encoded_ids,
                         train_corpus.links, queries)
     try:
         text = TripletText(encoded_ids)
         for name, rng in (("train", rng_train), ("val", rng_val)):
             with outputs.open(f"triplets.{name}.jsonl", "wb") as out:
                 counts[f"triplets_{name}"] = write_triplets(
-                    out, train_corpus, text, train_queries[name], args.per_query, args.hard, rng, counts)
+                    out, train_corpus, text, train_queries[name], settings.per_query, settings.hard, rng, counts)
         counts["two_hop_pairs"] = writer.result()
     finally:
         writer.cancel()

@@ -11,6 +11,7 @@ import itertools
 import json
 import os
 import re
+from dataclasses import dataclass
 
 import numpy as np
 from tqdm import tqdm
@@ -171,25 +172,42 @@ def pass_two(tmp_path, out, resolver, label_of, counts):
     return labelled
 
 
-def extract_wiki(args, outputs):
-    """The whole of ``01_extract.py wiki``; writes ``articles.jsonl`` through ``outputs``. Returns the dump reader,
+@dataclass(frozen=True)
+class WikiSettings:
+    """01 wiki's settings (its flags of the same names)."""
+    dump: str
+    lead: str
+    links: str
+    min_chars: int
+    disambiguation_markers: str
+    disambiguation_templates: str
+    text: str
+    workers: int
+    topic_root: str = None
+    topic_map: str = None
+    topic_depth: int = None
+
+
+def extract_wiki(settings, outputs):
+    """The whole of ``01_extract.py wiki`` (``settings``: a ``WikiSettings``); writes ``articles.jsonl`` through
+    ``outputs``. Returns the dump reader,
     the articles per label (:func:`pass_two`) and the counts of what was read, written and skipped."""
     counts = collections.Counter()
     index = TitleIndex()
-    tree = topic_labels.CategoryTree() if (args.topic_root and not args.topic_map) else None
-    topic_map = topic_labels.read_topic_map(args.topic_map) if args.topic_map else None
+    tree = topic_labels.CategoryTree() if (settings.topic_root and not settings.topic_map) else None
+    topic_map = topic_labels.read_topic_map(settings.topic_map) if settings.topic_map else None
     tmp_path = outputs.scratch("articles.pass1.jsonl")
 
     def make_config(namespaces):
-        return ExtractConfig(namespaces, args.lead, args.links, args.min_chars,
-                             [m for m in args.disambiguation_markers.split(",") if m],
-                             [t for t in args.disambiguation_templates.split(",") if t], args.text)
+        return ExtractConfig(namespaces, settings.lead, settings.links, settings.min_chars,
+                             [m for m in settings.disambiguation_markers.split(",") if m],
+                             [t for t in settings.disambiguation_templates.split(",") if t], settings.text)
 
     try:
-        reader = pass_one(args.dump, tmp_path, index, tree, counts, args.workers, make_config)
+        reader = pass_one(settings.dump, tmp_path, index, tree, counts, settings.workers, make_config)
         twice = index.repeated_id()
         if twice is not None:  # 02 would refuse the articles; a dump with one is broken
-            raise InputError(f"{args.dump}: page id {twice} is used by more than one page")
+            raise InputError(f"{settings.dump}: page id {twice} is used by more than one page")
         resolver = index.resolver()
         del index
         counts["duplicate_titles"] = resolver.duplicate_titles
@@ -198,8 +216,8 @@ def extract_wiki(args, outputs):
             def label_of(cats):
                 return topic_labels.mapped_label(cats, topic_map)
         elif tree is not None:
-            root = wikitext.normalize_name(args.topic_root, reader.namespaces or wikitext.Namespaces.english())
-            table = tree.labels(root, args.topic_depth)
+            root = wikitext.normalize_name(settings.topic_root, reader.namespaces or wikitext.Namespaces.english())
+            table = tree.labels(root, settings.topic_depth)
             counts["topic_categories"] = len(table)
             if not table:
                 tqdm.write(f"note: category {root!r} has no sub-categories in this dump; no topic labels")

@@ -7,7 +7,7 @@ import os
 from tqdm import tqdm
 
 from common import io
-from common.eval import retrieval, wikispecter
+from common.eval import embedding, retrieval, wikispecter
 
 
 def supported(data_dir):
@@ -40,10 +40,10 @@ def default_tasks(data_dir, available):
     return available
 
 
-def embed_documents(args, outputs, name, path, docs):
+def embed_documents(path, name, data_dir, docs, how, outputs, say=print):
     """NAME.npy and NAME.ids.txt: the model's vectors of every document, written row by row into a memory-mapped
-    NPY (under ``accelerate launch``, each process embeds one shard: ``retrieval.embed_corpus``); returns the
-    vectors (that memory map), the tokenizer and the token length (None, None for a Paragraph Vector)."""
+    NPY (under ``accelerate launch``, each process embeds one shard: ``embedding.embed_corpus``); returns the
+    vectors (that memory map), the tokenizer (None for a Paragraph Vector) and how the model embedded."""
     from common.distill.paragraph_vector import ParagraphVector, is_paragraph_vector
     from common.distill.teachers import pv_texts
     if is_paragraph_vector(path):
@@ -52,73 +52,97 @@ def embed_documents(args, outputs, name, path, docs):
         with tqdm(total=len(docs.ids), desc=f"embed {name}", unit=" docs", mininterval=1.0) as bar:
             pv.embed(pv_texts(docs), bar, out=emb)
         io.check_finite_rows(emb, f"{path}: its vectors", docs.ids)
-        print(f"{name}: {emb.shape[0]} documents, {emb.shape[1]} dimensions (Paragraph Vector, inferred)")
+        say(f"{name}: {emb.shape[0]} documents, {emb.shape[1]} dimensions (Paragraph Vector, inferred)")
         return emb, None, {"pooling": "paragraph vector", "normalize": False, "max_length": None}
-    _, tokenizer, settings, emb = retrieval.embed_corpus(args, name, path, docs, outputs)
-    io.check_finite_rows(emb, f"{path}: its vectors", docs.ids)
-    print(f"{name}: {emb.shape[0]} documents, {emb.shape[1]} dimensions ({settings['pooling']} pooling"
-          f"{', normalised' if settings['normalize'] else ''}, {settings['max_length']} tokens)")
-    return emb, tokenizer, settings
+    _, tokenizer, settings, emb = embedding.embed_corpus(path, name, data_dir, docs, how, outputs, say=say)
+    say(f"{name}: {emb.shape[0]} documents, {emb.shape[1]} dimensions ({settings['pooling']} pooling"
+        f"{', normalised' if settings['normalize'] else ''}, {settings['max_length']} tokens"
+        f"{', int8' if settings.get('int8') else ''})")
+    return emb, tokenizer, embedding.embedding_settings(settings)
 
 
-def evaluate_documents(args, outputs, wanted):
-    """Embed the documents with every model and score the WikiSpecter tasks; returns the metrics, the counts and
-    the figures written, as ``(caption, file name)``."""
+class Tasks:
+    """The evaluation data of the WikiSpecter and distillation tasks in ``wanted``, read once from ``data_dir``
+    (every id checked against docs.jsonl), and each task's score of a model's vectors."""
+
+    def __init__(self, data_dir, wanted, index, say=print):
+        from common.eval import classify, similarity
+        self.wanted, self.index = wanted, index
+        self.qrels = wikispecter.read_qrels(os.path.join(data_dir, "crossref.qrels"), index) \
+            if {"crossref", "lexical"} & wanted else {}
+        self.levels = wikispecter.topic_levels(data_dir) if "topics" in wanted else []
+        self.topic_rows = {level: wikispecter.read_topics(data_dir, level, index) for level in self.levels}
+        self.classify = {task: classify.read_task(*paths, index)
+                         for task, paths in classify.splits(data_dir).items()} if "classify" in wanted else {}
+        for task, (train, test) in self.classify.items():
+            unseen = sorted(set(test[1]) - set(train[1]))
+            if unseen:
+                say(f"note: {task}: {len(unseen)} test label(s) never seen in training ({', '.join(unseen[:5])}); "
+                    "their documents can only be misclassified")
+        self.similar = similarity.read(data_dir, index) if "similarity" in wanted else None
+
+    def crossref(self, emb):
+        return {"crossref": wikispecter.crossref(emb, self.index, self.qrels)} \
+            if "crossref" in self.wanted and self.qrels else {}
+
+    def topics(self, emb, seed):
+        """The topics task per label level, and the top level's predictions (for the confusion matrix)."""
+        scores, predicted = {}, None
+        for level in self.levels:
+            scores[f"topics.{level}"], found = wikispecter.topics(emb, self.index, self.topic_rows[level], seed)
+            predicted = found if level == "top" else predicted
+        return scores, predicted
+
+    def classification(self, emb, seed, head_epochs):
+        from common.eval import classify
+        return {task: classify.classify(emb, train, test, seed, head_epochs)
+                for task, (train, test) in self.classify.items()}
+
+    def similarity(self, emb):
+        from common.eval import similarity
+        return {"similarity": similarity.evaluate(emb, self.index, *self.similar)} if self.similar else {}
+
+    def lexical(self, docs, language):
+        return {"crossref": wikispecter.lexical(docs.titles, docs.texts, self.index, self.qrels, language)}
+
+
+def evaluate_documents(models, data_dir, how, outputs, wanted, seed, head_epochs, language=None, say=print):
+    """Embed the documents with every model (``models``: name → path) and score the WikiSpecter and distillation
+    tasks in ``wanted``; the thesis's figures go into ``outputs``. Returns the metrics, the counts and the figures
+    written, as ``(caption, file name)``."""
     from common.data.documents import Documents
-    from common.eval import classify, figures, similarity
-    docs = Documents(args.data)
-    index = docs.index
-    qrels = {}
-    if {"crossref", "lexical"} & wanted:
-        qrels = wikispecter.read_qrels(os.path.join(args.data, "crossref.qrels"), index)
-    levels = wikispecter.topic_levels(args.data) if "topics" in wanted else []
-    topic_rows = {level: wikispecter.read_topics(args.data, level, index) for level in levels}
-    classify_splits = {task: classify.read_task(*paths, index)
-                       for task, paths in classify.splits(args.data).items()} if "classify" in wanted else {}
-    for task, (train, test) in classify_splits.items():
-        unseen = sorted(set(test[1]) - set(train[1]))
-        if unseen:
-            print(f"note: {task}: {len(unseen)} test label(s) never seen in training ({', '.join(unseen[:5])}); "
-                  "their documents can only be misclassified")
-    similar = similarity.read(args.data, index) if "similarity" in wanted else (None, None)
-    counts = {"documents": len(docs.ids), "crossref_queries": len(qrels)}
+    from common.eval import figures
+    docs = Documents(data_dir)
+    tasks = Tasks(data_dir, wanted, docs.index, say)
+    counts = {"documents": len(docs.ids), "crossref_queries": len(tasks.qrels)}
     metrics, embeddings, predictions, written = {}, {}, {}, []
-    for name, path in args.model.items():
-        emb, tokenizer, settings = embed_documents(args, outputs, name, path, docs)
-        counts.setdefault("embedding", {})[name] = {"pooling": settings["pooling"],
-                                                    "normalize": settings["normalize"],
-                                                    "max_length": settings["max_length"]}
-        max_length = settings["max_length"]
+    for name, path in models.items():
+        emb, tokenizer, settings = embed_documents(path, name, data_dir, docs, how, outputs, say)
+        counts.setdefault("embedding", {})[name] = settings
         if tokenizer is not None and not written:  # the thesis's Fig. 4.1, under the first model's tokenizer
             lengths = wikispecter.token_lengths(tokenizer, docs.inputs(tokenizer.sep_token or ""))
-            figures.token_lengths(outputs.tmp_path("token_lengths.png"), lengths, max_length, name)
-            written.append((f"Token counts of the documents under {name}'s tokenizer, the cut at {max_length} "
-                            "marked", "token_lengths.png"))
-        embeddings[name] = (emb, index)
-        result = metrics.setdefault(name, {})
-        if "crossref" in wanted and qrels:
-            result["crossref"] = wikispecter.crossref(emb, index, qrels)
-        for level in levels:
-            result[f"topics.{level}"], predicted = wikispecter.topics(emb, index, topic_rows[level], args.seed)
-            if level == "top":
-                predictions[name] = predicted
-        for task, (train, test) in classify_splits.items():
-            result[task] = classify.classify(emb, train, test, args.seed, args.head_epochs)
-        if "similarity" in wanted:
-            result["similarity"] = similarity.evaluate(emb, index, *similar)
-    if "lexical" in wanted and qrels:
-        language = args.language or wikispecter.SNOWBALL.get(io.read_manifest(args.data).get("language") or "",
-                                                              "english")
-        metrics["lexical"] = {"crossref": wikispecter.lexical(docs.titles, docs.texts, index, qrels, language)}
+            figures.token_lengths(outputs.tmp_path("token_lengths.png"), lengths, settings["max_length"], name)
+            written.append((f"Token counts of the documents under {name}'s tokenizer, the cut at "
+                            f"{settings['max_length']} marked", "token_lengths.png"))
+        embeddings[name] = (emb, docs.index)
+        topics, predicted = tasks.topics(emb, seed)
+        if predicted is not None:
+            predictions[name] = predicted
+        metrics[name] = {**tasks.crossref(emb), **topics, **tasks.classification(emb, seed, head_epochs),
+                         **tasks.similarity(emb)}
+    if "lexical" in wanted and tasks.qrels:
+        language = language or wikispecter.SNOWBALL.get(io.read_manifest(data_dir).get("language") or "", "english")
+        metrics["lexical"] = tasks.lexical(docs, language)
     if predictions:
         figures.confusion(outputs.tmp_path("confusion_top.png"), predictions, "top")
         written.append(("Confusion matrix of the top-level topic classification (test documents)",
                         "confusion_top.png"))
-    if topic_rows:
-        figures.label_distribution(outputs.tmp_path("labels.png"), topic_rows)
+    if tasks.topic_rows:
+        figures.label_distribution(outputs.tmp_path("labels.png"), tasks.topic_rows)
         written.append(("Topic documents per label, training and test", "labels.png"))
-    for level in levels:
+    for level in tasks.levels:
         if embeddings:
-            figures.topic_tsne(outputs.tmp_path(f"tsne_{level}.png"), embeddings, topic_rows[level], level, args.seed)
+            figures.topic_tsne(outputs.tmp_path(f"tsne_{level}.png"), embeddings, tasks.topic_rows[level], level,
+                               seed)
             written.append((f"t-SNE of the topic documents (topics.{level})", f"tsne_{level}.png"))
     return metrics, counts, written

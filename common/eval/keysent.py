@@ -122,23 +122,27 @@ def _model_path(run):
     return os.path.join(run, "model") if os.path.isdir(os.path.join(run, "model")) else run
 
 
-def evaluate_keysent(args, outputs):
-    """Score every model (and the --runs) on the test articles and draw the thesis's figures; returns the metrics,
-    the counts and the figures written, as ``(caption, file name)``."""
-    metrics, counts = {}, {}
+def evaluate_keysent(models, runs, data_dir, how, outputs, seed, say=print):
+    """Score every model (``models``: name → path) and the run folders ``runs`` (several seeds of one setting,
+    reported as mean ± 2σ) on the test articles and draw the thesis's figures into ``outputs``; ``how`` is the
+    evaluation's ``embedding.Embedding``. Returns the metrics, the counts and the figures written, as
+    ``(caption, file name)``."""
     from common.eval import figures
-    train = read_sentences(os.path.join(args.data, "keysent.train.jsonl"))
-    test = read_sentences(os.path.join(args.data, "keysent.test.jsonl"))
+    from common.eval.embedding import embedding_settings
+    metrics, counts = {}, {}
+    train = read_sentences(os.path.join(data_dir, "keysent.train.jsonl"))
+    test = read_sentences(os.path.join(data_dir, "keysent.test.jsonl"))
     if not test:
-        raise InputError(f"{os.path.join(args.data, 'keysent.test.jsonl')}: no articles (an empty test split); "
+        raise InputError(f"{os.path.join(data_dir, 'keysent.test.jsonl')}: no articles (an empty test split); "
                          "rebuild it with 02_build_graph.py sentences from more articles")
     counts.update({"test_articles": len(test), "test_sentences": sum(len(a["sentences"]) for a in test),
                    "test_key_sentences": sum(sum(a["labels"]) for a in test)})
     curves, points, logs = {}, {}, {}
     sentences = [s for a in test for s in a["sentences"]]
-    for name, path in args.model.items():
-        model = KeySentenceModel(path, args.pooling.get(name), args.max_length, args.batch_size, train,
-                                 batch_tokens=args.batch_tokens)
+    for name, path in models.items():
+        model = KeySentenceModel(path, how.pooling.get(name), how.max_length, how.batch_size, train,
+                                 batch_tokens=how.batch_tokens)
+        counts.setdefault("embedding", {})[name] = embedding_settings(model.settings)
         vectors = model.vectors(sentences)
         scored = by_article(model.cosines(vectors), test)
         metrics.setdefault(name, {})["keysent"] = keysent_metrics(scored)
@@ -147,12 +151,12 @@ def evaluate_keysent(args, outputs):
         points[name] = (vectors, np.concatenate([y for _, y in scored]), model.query)
         if _run_log(path) is not None:
             logs[name] = _run_log(path)
-        print(f"{name}: query = {model.query_from}")
-    if args.runs:
+        say(f"{name}: query = {model.query_from}")
+    if runs:
         per_run = []
-        for run in args.runs:
-            model = KeySentenceModel(_model_path(run), None, args.max_length, args.batch_size, train,
-                                     batch_tokens=args.batch_tokens)
+        for run in runs:
+            model = KeySentenceModel(_model_path(run), None, how.max_length, how.batch_size, train,
+                                     batch_tokens=how.batch_tokens)
             scored = score_articles(model, test)
             per_run.append(keysent_metrics(scored))
             curves.setdefault(f"runs[{len(per_run) - 1}]", scored)
@@ -168,7 +172,7 @@ def evaluate_keysent(args, outputs):
     figures.cosine_histograms(outputs.tmp_path("keysent_cosine.png"), shown)
     written.append(("Cosine to the query of key and other test sentences (log scale)", "keysent_cosine.png"))
     if points:
-        figures.sentence_tsne(outputs.tmp_path("keysent_tsne.png"), points, args.seed)
+        figures.sentence_tsne(outputs.tmp_path("keysent_tsne.png"), points, seed)
         written.append(("t-SNE of the test sentences and the query, per model", "keysent_tsne.png"))
     if logs:
         figures.validation_ap(outputs.tmp_path("keysent_validation.png"), dict(list(logs.items())[:6]))
@@ -177,33 +181,27 @@ def evaluate_keysent(args, outputs):
     return metrics, counts, written
 
 
-def extract(args):
-    started = io.now()
-    model = KeySentenceModel(args.model, batch_size=args.batch_size, query=args.query,
-                             batch_tokens=args.batch_tokens)
-    tokenizer = splitter(args.splitter)
+def read_articles(path, splitter_name):
+    """``[(id, cleaned text, sentences)]`` of a JSONL of ``{id, text}`` (HTML and LaTeX cleaned), each sentence
+    ``(text, start, end)``; a bad line names ``path:line``."""
+    tokenizer = splitter(splitter_name)
     articles = []
-    for lineno, obj in io.read_jsonl(args.input, required=("id", "text")):
+    for lineno, obj in io.read_jsonl(path, required=("id", "text")):
         if not isinstance(obj["id"], str) or not isinstance(obj["text"], str):
-            raise InputError(f"{args.input}:{lineno}: fields 'id' and 'text' must be strings")
+            raise InputError(f"{path}:{lineno}: fields 'id' and 'text' must be strings")
         text = clean(obj["text"])
-        articles.append((obj["id"], text, split(text, tokenizer, f"{args.input}:{lineno}")))
+        articles.append((obj["id"], text, split(text, tokenizer, f"{path}:{lineno}")))
+    return articles
+
+
+def key_sentences(model, articles, top, threshold=None):
+    """The records ``{id, key_sentences: [{text, score, start, end}]}`` of each article: its ``top`` sentences by
+    cosine to the model's query, best first, those scoring at least ``threshold`` where one is given."""
     scores = model.scores([s for _, _, sents in articles for s, _, _ in sents])
-    directory, name = os.path.split(os.path.abspath(args.out))
-    counts = {"articles": len(articles), "sentences": len(scores), "selected": 0}
-    with io.Outputs(directory) as outputs:
-        with outputs.open(name) as f:
-            start = 0
-            for article_id, _, sents in articles:
-                s = scores[start:start + len(sents)]
-                start += len(sents)
-                best = [i for i in np.argsort(-s, kind="stable")[:args.top]
-                        if args.threshold is None or s[i] >= args.threshold]
-                counts["selected"] += len(best)
-                f.write(io.dumps_line({"id": article_id, "key_sentences": [
-                    {"text": sents[i][0], "score": float(s[i]), "start": sents[i][1], "end": sents[i][2]}
-                    for i in best]}))
-        with outputs.open(os.path.splitext(name)[0] + ".manifest.json") as f:
-            f.write(io.dumps_line(io.manifest("05_evaluate.py", args, started, inputs=[args.input], counts=counts)))
-    print(f"{counts['selected']} key sentences from {counts['articles']} articles (query: {model.query_from}) "
-          f"→ {args.out}")
+    start = 0
+    for article_id, _, sents in articles:
+        s = scores[start:start + len(sents)]
+        start += len(sents)
+        best = [i for i in np.argsort(-s, kind="stable")[:top] if threshold is None or s[i] >= threshold]
+        yield {"id": article_id, "key_sentences": [
+            {"text": sents[i][0], "score": float(s[i]), "start": sents[i][1], "end": sents[i][2]} for i in best]}

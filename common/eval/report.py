@@ -60,9 +60,14 @@ def embedding_table(embedding):
     whether the rows compare like with like."""
     if not embedding:
         return ""
-    lines = ["\nHow each model embedded the documents:\n", "| model | pooling | normalised | tokens |", "|---|---|---|---:|"]
-    lines += [f"| {model} | {s['pooling']} | {'yes' if s['normalize'] else 'no'} | {s['max_length'] or '–'} |"
-              for model, s in embedding.items()]
+    int8 = any(s.get("int8") for s in embedding.values())  # a column only where some model ran in int8
+    lines = ["\nHow each model embedded the documents:\n",
+             "| model | pooling | normalised | tokens |" + (" weights (mean cosine to float32) |" if int8 else ""),
+             "|---|---|---|---:|" + ("---|" if int8 else "")]
+    for model, s in embedding.items():
+        weights = f" int8 ({s['int8_mean_cosine']:.4f}) |" if s.get("int8") else " float32 |"
+        lines.append(f"| {model} | {s['pooling']} | {'yes' if s['normalize'] else 'no'} | {s['max_length'] or '–'} |"
+                     + (weights if int8 else ""))
     return "\n".join(lines) + "\n"
 
 

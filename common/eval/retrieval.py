@@ -19,10 +19,11 @@ corpus id, so the two coincide when R ≤ k and no scores tie (both tested).
 import os
 
 import numpy as np
-from tqdm import tqdm
 
 from common.data.retrieval import read_qrels, read_queries
 from common import io
+from common.eval.embedding import (embed_corpus, embed_queries, embedding_settings, is_retrieval_data,
+                                  load_model)
 from common.io import InputError, open_input
 
 K = 100
@@ -137,106 +138,34 @@ def bm25(doc_texts, doc_ids, query_texts, qids, qrels, language="english", k=K):
 
 # -- 05_evaluate.py: the retrieval task, its sharded embedding, and search ----------------------------------------
 
-def is_retrieval_data(data_dir):
-    return os.path.exists(os.path.join(data_dir, "retrieval.test.qrels"))
-
-
-def document_inputs(data_dir, docs, sep_token):
-    """What a document is to the model: the abstract alone in paper-search data (titles are its queries), else
-    the contract's title + sep + text. For paper-search data, a ``Documents`` without its texts streams them from
-    docs.jsonl."""
-    return docs.stream_texts() if is_retrieval_data(data_dir) else docs.inputs(sep_token)
-
-
-def process_state():
-    """Accelerate's process state when started by ``accelerate launch`` on several processes, else None."""
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
-        return None
-    import torch
-    from accelerate import PartialState
-    # without cpu=True, Accelerate joins the processes only where there is a GPU: on CPUs each would run alone
-    cpu = not torch.cuda.is_available() or os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes")
-    return PartialState(cpu=cpu)
-
-
-def load_model(args, name, path):
-    from common.models.encoder import default_device, load_encoder
-    normalize = getattr(args, "normalize", {}).get(name)
-    encoder, tokenizer, settings = load_encoder(path, pooling=args.pooling.get(name), max_length=args.max_length,
-                                                normalize=None if normalize is None else normalize == "yes")
-    state = process_state()
-    encoder.to(state.device if state is not None else default_device())
-    return encoder, tokenizer, settings
-
-
-def embed_corpus(args, name, path, docs, outputs=None, collect=True):
-    """The model and its vectors of every document, the corpus cut into one shard per process; with ``outputs``,
-    the vectors are written row by row into its memory-mapped NAME.npy (and NAME.ids.txt beside it); with
-    ``collect=False`` (a helping process) no vectors are kept (None)."""
-    from common.io import open_rows
-    from common.models.encoder import embed_sharded
-    from common.models.tokens import TokenStore
-    encoder, tokenizer, settings = load_model(args, name, path)
-    store = TokenStore(tokenizer, document_inputs(args.data, docs, tokenizer.sep_token or ""),
-                       settings["max_length"])
-    out = None if outputs is None else open_rows(outputs, name, docs.ids, encoder.dimension)
-    with tqdm(total=len(store), desc=f"embed {name}", unit=" docs", mininterval=1.0) as bar:
-        return encoder, tokenizer, settings, embed_sharded(encoder, store, args.batch_size, args.batch_tokens, bar,
-                                                           out=out, collect=collect)
-
-
-def embedding_settings(settings):
-    """How a model embedded the documents, for the manifest and the report: pooling, normalisation, length."""
-    return {"pooling": settings["pooling"], "normalize": bool(settings["normalize"]),
-            "max_length": int(settings["max_length"])}
-
-
-def embed_queries(encoder, tokenizer, settings, texts, args):
-    from common.models.encoder import embed
-    from common.models.tokens import TokenStore
-    return embed(encoder, TokenStore(tokenizer, texts, settings["max_length"]), args.batch_size, args.batch_tokens)
-
-
-def follow(args):
-    """A process other than the main one under ``accelerate launch``: embed its shard of the corpus for each model,
-    in the main process's order, and write nothing (a Paragraph Vector, inferred by the main process alone, is
-    skipped)."""
-    from common.data.documents import Documents
-    from common.distill.paragraph_vector import is_paragraph_vector
-    docs = Documents(args.data, texts=not is_retrieval_data(args.data))
-    for name, path in args.model.items():
-        if not is_paragraph_vector(path):
-            embed_corpus(args, name, path, docs, collect=False)
-
-
-def evaluate_retrieval(args, outputs, wanted):
+def evaluate_retrieval(models, data_dir, how, outputs, wanted, say=print):
     """Test queries against the whole corpus for every model (``retrieval``) and BM25 (``bm25``); writes each
-    model's corpus vectors. Returns the metrics, the counts and the figures (none)."""
-    metrics, counts = {}, {}
+    model's corpus vectors into ``outputs``. Returns the metrics, the counts and the figures (none)."""
     from common.data.documents import Documents
-    docs = Documents(args.data, texts="bm25" in wanted)  # the embedding streams them
-    qids, texts = read_queries(os.path.join(args.data, "queries.test.jsonl"))
-    qrels = read_qrels(os.path.join(args.data, "retrieval.test.qrels"))
+    metrics, counts = {}, {}
+    docs = Documents(data_dir, texts="bm25" in wanted)  # the embedding streams them
+    qids, texts = read_queries(os.path.join(data_dir, "queries.test.jsonl"))
+    qrels_path = os.path.join(data_dir, "retrieval.test.qrels")
+    qrels = read_qrels(qrels_path)
     if not qrels:
-        raise InputError(f"{os.path.join(args.data, 'retrieval.test.qrels')}: no test queries (an empty test split); "
-                         "rebuild the data with 02_build_graph.py retrieval from more papers")
+        raise InputError(f"{qrels_path}: no test queries (an empty test split); rebuild the data with "
+                         "02_build_graph.py retrieval from more papers")
     for qid, relevant in qrels.items():
         unknown = relevant - set(docs.index)
         if unknown:
-            raise InputError(f"{os.path.join(args.data, 'retrieval.test.qrels')}: {qid} names documents not in "
-                             f"docs.jsonl ({sorted(unknown)[0]!r})")
+            raise InputError(f"{qrels_path}: {qid} names documents not in docs.jsonl ({sorted(unknown)[0]!r})")
     counts.update({"retrieval_documents": len(docs.ids), "retrieval_queries": len(qrels)})
     if "retrieval" in wanted:
-        for name, path in args.model.items():
-            encoder, tokenizer, settings, emb = embed_corpus(args, name, path, docs, outputs)
+        for name, path in models.items():
+            encoder, tokenizer, settings, emb = embed_corpus(path, name, data_dir, docs, how, outputs, say=say)
             counts.setdefault("embedding", {})[name] = embedding_settings(settings)
-            queries = embed_queries(encoder, tokenizer, settings, texts, args)
+            queries = embed_queries(encoder, tokenizer, settings, texts, how)
             metrics.setdefault(name, {})["retrieval"] = dense_retrieval(queries, emb, qids, docs.ids, qrels)
     if "bm25" in wanted:
         result, settings = bm25(docs.texts, docs.ids, texts, qids, qrels)
         metrics["bm25"] = {"retrieval": {**result, "settings": settings}}
-    print(f"retrieval: {len(qrels)} test queries against {len(docs.ids)} documents (a small corpus makes every "
-          "method look good: compare methods on one corpus only)")
+    say(f"retrieval: {len(qrels)} test queries against {len(docs.ids)} documents (a small corpus makes every "
+        "method look good: compare methods on one corpus only)")
     return metrics, counts, []
 
 
@@ -286,44 +215,30 @@ def read_manifest_args(directory):
     return manifest.get("args", {})
 
 
-def run_search(args):
-    """Print the top documents of each query: rank, id, cosine score, title."""
-    from common import cli
+def search_documents(model_path, data_dir, queries, how, top, index_dir=None, index_type="exact", say=print):
+    """The top ``top`` documents of ``data_dir`` for each query, by cosine: ``(docs, indices, scores)``. With
+    ``index_dir`` (an evaluation directory of 05) the vectors 05 wrote for this model are reused, searched exactly
+    or through a faiss index of ``index_type`` built beside them; without it every document is embedded."""
     from common.data.documents import Documents
-    from common.models.batching import BATCH_LIMITS
-    cli.check(args, {"--top": cli.COUNT, "--max-length": cli.LENGTH, **BATCH_LIMITS})
-    for text in args.query:
-        if not has_content(text):
-            raise InputError(f"query {text!r}: no letter or digit to search for")
-    queries = list(args.query) + (read_query_file(args.queries) if args.queries else [])
-    if not queries:
-        raise InputError("give a query text or --queries FILE")
-    if not os.path.isdir(args.data):
-        raise InputError(f"{args.data}: no such data directory")
-    docs = Documents(args.data, texts=not (args.index or is_retrieval_data(args.data)))
-    args.model = {"model": args.model_path}
-    args.pooling = {"model": args.pooling} if args.pooling else {}
-    if args.index_type != "exact" and not args.index:
-        raise InputError(f"--index-type {args.index_type} needs --index EVAL: the faiss index is built beside the "
+    if index_type != "exact" and not index_dir:
+        raise InputError(f"--index-type {index_type} needs --index EVAL: the faiss index is built beside the "
                          "vectors 05_evaluate.py wrote")
-    if args.index:
-        doc_vecs = saved_index(args.index, args.model_path, docs.ids)
-        encoder, tokenizer, settings = load_model(args, "model", args.model_path)
+    docs = Documents(data_dir, texts=not (index_dir or is_retrieval_data(data_dir)))
+    if index_dir:
+        doc_vecs = saved_index(index_dir, model_path, docs.ids)
+        encoder, tokenizer, settings = load_model(model_path, "model", how, say)
     else:
-        print(f"note: embedding all {len(docs.ids)} documents; --index EVAL reuses the vectors 05_evaluate.py wrote")
-        encoder, tokenizer, settings, doc_vecs = embed_corpus(args, "model", args.model_path, docs)
-    query_vecs = embed_queries(encoder, tokenizer, settings, queries, args)
-    io.check_finite_rows(query_vecs, f"{args.model_path}: the vectors of the queries")
+        say(f"note: embedding all {len(docs.ids)} documents; --index EVAL reuses the vectors 05_evaluate.py wrote")
+        encoder, tokenizer, settings, doc_vecs = embed_corpus(model_path, "model", data_dir, docs, how, say=say)
+    query_vecs = embed_queries(encoder, tokenizer, settings, queries, how)
+    io.check_finite_rows(query_vecs, f"{model_path}: the vectors of the queries")
     if query_vecs.shape[1] != doc_vecs.shape[1]:
-        raise InputError(f"{args.index}: its vectors have {doc_vecs.shape[1]} dimensions, {args.model_path} makes "
+        raise InputError(f"{index_dir}: its vectors have {doc_vecs.shape[1]} dimensions, {model_path} makes "
                          f"{query_vecs.shape[1]} (vectors of another model?)")
-    if args.index_type == "exact":
-        indices, scores = search(query_vecs, doc_vecs, k=args.top)
+    if index_type == "exact":
+        indices, scores = search(query_vecs, doc_vecs, k=top)
     else:
         from common.eval import ann
-        index = ann.open_index(doc_vecs, doc_vecs.filename, args.index_type)
-        indices, scores = ann.search(index, query_vecs, args.top)
-    for text, row, row_scores in zip(queries, indices.tolist(), scores.tolist()):
-        print(f"query: {text}")
-        for rank, (j, score) in enumerate(zip(row, row_scores), 1):
-            print(f"{rank:3d}. {docs.ids[j]}\t{score:.4f}\t{docs.titles[j]}")
+        index = ann.open_index(doc_vecs, doc_vecs.filename, index_type)
+        indices, scores = ann.search(index, query_vecs, top)
+    return docs, indices, scores

@@ -1,0 +1,128 @@
+"""How 05 embeds: each model loaded with its own pooling, normalisation and length, the corpus embedded in one
+shard per process into a memory-mapped NPY, queries embedded alike. Values in, values out: the script owns the
+output folder and prints; ``say`` receives the notes a user should read."""
+
+import os
+from dataclasses import dataclass, field
+
+from tqdm import tqdm
+
+from common import io
+
+
+@dataclass(frozen=True)
+class Embedding:
+    """The embedding settings of one evaluation: ``pooling`` and ``normalize`` per model name (absent: the model's
+    sentence-transformers config), one ``max_length`` for every model (None: each model's own), the batching, and
+    ``int8`` (dynamically quantised Linear layers on a CPU; ``common/models/quantize.py``)."""
+    pooling: dict = field(default_factory=dict)
+    normalize: dict = field(default_factory=dict)
+    max_length: int = None
+    batch_size: int = 64
+    batch_tokens: int = None
+    int8: bool = False
+
+
+def process_state():
+    """Accelerate's process state when started by ``accelerate launch`` on several processes, else None."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return None
+    import torch
+    from accelerate import PartialState
+    # without cpu=True, Accelerate joins the processes only where there is a GPU: on CPUs each would run alone
+    cpu = not torch.cuda.is_available() or os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes")
+    return PartialState(cpu=cpu)
+
+
+def load_model(path, name, how, say=print):
+    """``(encoder, tokenizer, settings)`` of the model at ``path`` under the name ``name``, on this process's device;
+    with ``how.int8`` its int8 copy (a CPU only)."""
+    from common.models.encoder import default_device, load_encoder
+    normalize = how.normalize.get(name)
+    encoder, tokenizer, settings = load_encoder(path, pooling=how.pooling.get(name), max_length=how.max_length,
+                                                normalize=None if normalize is None else normalize == "yes", say=say)
+    state = process_state()
+    device = state.device if state is not None else default_device()
+    if how.int8:
+        import torch
+        from common.models.quantize import quantize_int8
+        if torch.device(device).type != "cpu":
+            raise io.InputError("--int8: int8 embedding runs on a CPU; on a GPU embed in float32 or bfloat16")
+        encoder = quantize_int8(encoder)
+        settings = {**settings, "int8": True}
+    encoder.to(device)
+    return encoder, tokenizer, settings
+
+
+def is_retrieval_data(data_dir):
+    return os.path.exists(os.path.join(data_dir, "retrieval.test.qrels"))
+
+
+def document_inputs(data_dir, docs, sep_token):
+    """What a document is to the model: the abstract alone in paper-search data (titles are its queries), else
+    the contract's title + sep + text. For paper-search data, a ``Documents`` without its texts streams them from
+    docs.jsonl."""
+    return docs.stream_texts() if is_retrieval_data(data_dir) else docs.inputs(sep_token)
+
+
+def embed_corpus(path, name, data_dir, docs, how, outputs=None, collect=True, say=print):
+    """The model and its vectors of every document, the corpus cut into one shard per process; with ``outputs``,
+    the vectors are written row by row into its memory-mapped NAME.npy (and NAME.ids.txt beside it) and checked
+    finite; with ``collect=False`` (a helping process) no vectors are kept (None)."""
+    from common.models.encoder import embed_sharded
+    from common.models.tokens import TokenStore
+    encoder, tokenizer, settings = load_model(path, name, how, say)
+    store = TokenStore(tokenizer, document_inputs(data_dir, docs, tokenizer.sep_token or ""), settings["max_length"])
+    out = None if outputs is None else io.open_rows(outputs, name, docs.ids, encoder.dimension)
+    with tqdm(total=len(store), desc=f"embed {name}", unit=" docs", mininterval=1.0) as bar:
+        vectors = embed_sharded(encoder, store, how.batch_size, how.batch_tokens, bar, out=out, collect=collect)
+    if vectors is not None:
+        io.check_finite_rows(vectors, f"{path}: its vectors", docs.ids)
+        if how.int8:
+            settings = {**settings, "int8_mean_cosine": int8_agreement(path, name, store, vectors, how)}
+            say(f"{name}: int8 vectors, mean cosine {settings['int8_mean_cosine']:.4f} to float32's "
+                f"(first {min(len(store), INT8_SAMPLE)} documents)")
+    return encoder, tokenizer, settings, vectors
+
+
+INT8_SAMPLE = 256  # documents embedded again in float32 to say how far the int8 vectors are
+
+
+def int8_agreement(path, name, store, vectors, how):
+    """The mean cosine between the int8 vectors of the first ``INT8_SAMPLE`` documents and the float32 model's."""
+    from dataclasses import replace
+
+    from common.models.encoder import embed
+    from common.models.quantize import mean_cosine
+    encoder, _, _ = load_model(path, name, replace(how, int8=False), say=lambda _: None)
+    rows = range(min(len(store), INT8_SAMPLE))
+    exact = embed(encoder, store, how.batch_size, how.batch_tokens, rows=rows)
+    return round(float(mean_cosine(vectors[:len(rows)], exact)), 6)
+
+
+def embed_queries(encoder, tokenizer, settings, texts, how):
+    from common.models.encoder import embed
+    from common.models.tokens import TokenStore
+    return embed(encoder, TokenStore(tokenizer, texts, settings["max_length"]), how.batch_size, how.batch_tokens)
+
+
+def embedding_settings(settings):
+    """How a model embedded the documents, for the manifest and the report: pooling, normalisation, length (and
+    int8 where it was)."""
+    found = {"pooling": settings["pooling"], "normalize": bool(settings["normalize"]),
+             "max_length": int(settings["max_length"])}
+    if settings.get("int8"):
+        found.update({"int8": True, "int8_mean_cosine": settings.get("int8_mean_cosine")})
+    return found
+
+
+def follow(models, data_dir, how):
+    """A process other than the main one under ``accelerate launch``: embed its shard of the corpus for each model,
+    in the main process's order, and write nothing (a Paragraph Vector, inferred by the main process alone, is
+    skipped)."""
+    from common.data.documents import Documents
+    from common.distill.paragraph_vector import is_paragraph_vector
+    docs = Documents(data_dir, texts=not is_retrieval_data(data_dir))
+    for name, path in models.items():
+        if not is_paragraph_vector(path):
+            embed_corpus(path, name, data_dir, docs, how, collect=False, say=lambda _: None)
