@@ -1,7 +1,7 @@
-"""Every model benchmark against its sentence-transformers peer, in one command; writes bench/results.md.
+"""Every model benchmark against the tool a user would otherwise run, in one command; writes bench/results.md.
 
-    python bench/all.py                    # embed, triplet, mnrl; 3 interleaved rounds
-    python bench/all.py --rounds 5 --only embed
+    python bench/all.py                    # every case below; 3 interleaved rounds
+    python bench/all.py --rounds 5 --only embed,embed-int8
 
 Each measurement is a fresh process. Rounds interleave the two sides (ours first in odd rounds, theirs first in
 even ones), so that load from other work on the machine falls on both alike; the table gives the median of each
@@ -15,10 +15,28 @@ side, the median of the per-round ratios and every round's ratio, with the load 
 |         | size at which sentence-transformers is fastest on a CPU) |                                                |
 | triplet | 03 --objective triplet, the demo's triplets            | SentenceTransformerTrainer + TripletLoss         |
 | mnrl    | 03 --objective mnrl, arXiv title → abstract            | SentenceTransformerTrainer + MNRL (scale 20)     |
+| mlm     | 03 --objective mlm, blocks of the arXiv sample's       | transformers' Trainer +                          |
+|         | abstracts, 15 % masked, not whole words                | DataCollatorForLanguageModeling, same blocks     |
+| embed-int8 | ``quantize_int8`` (common/models/quantize.py) +     | sentence-transformers' ONNX backend, its dynamic |
+|         | ``embed``, as the embed row                            | int8 export for this CPU, at --onnx-batch        |
 
-Same model (all-MiniLM-L6-v2), loss, batch, token length and fp32 on both sides; the embeddings of the two sides
-are compared (largest absolute difference). Training steps/s come from ``bench/train.py``'s measurement (the
-interval between consecutive optimizer-step ends, data loading included, after --warm steps).
+Same model (all-MiniLM-L6-v2; for mlm BertForMaskedLM from it), loss, batch, token length and fp32 on both sides
+(int8 on both sides in embed-int8); the embeddings of the two sides are compared (largest absolute difference; for
+embed-int8 each side's mean cosine to our float32 vectors of the same texts). Training steps/s come from
+``bench/train.py``'s measurement (the interval between consecutive optimizer-step ends, data loading included,
+after --warm steps).
+
+How close each row comes to the machine: its model FLOP/s, 6 · N · tokens per training step and 2 · N · tokens per
+embedded text, N = the encoder's parameters outside its embeddings (and outside BERT's unused pooler), tokens =
+the non-padding tokens of the texts the step or the embedding is defined on (the same count for both sides: ours
+embeds a triplet batch's repeated documents once, and its masked-LM head reads only the masked positions, so it
+computes fewer FLOPs than it is credited with). Attention scores and the masked-LM vocabulary projection are not
+counted. Beside it, the ceiling measured in every round in a fresh process: the best of 5 timed 2048 × 2048
+``torch.mm`` in float32, in bfloat16 where the CPU has avx512_bf16 or AMX, and a dynamic int8 Linear of the same
+size (PyTorch's fbgemm kernel, as quantize_int8 runs it).
+
+sentence-transformers' ONNX backend needs optimum-onnx, whose only release requires transformers < 4.58; it runs
+from its own folder put first on PYTHONPATH (bench/requirements-onnx.txt; --st-onnx).
 
 On a CUDA machine a GPU section follows: training tokens/s in bfloat16 and model FLOPs utilisation
 (6 · parameters · tokens per second / the GPU's dense bf16 peak, 989 TFLOP/s for an H100) for MiniLM and a
@@ -83,14 +101,146 @@ def one_embed(side, args, batch=None):
     return {"rate": len(texts) / seconds}
 
 
+def onnx_config():
+    """sentence-transformers' dynamic int8 ONNX export that fits this CPU (``export_dynamic_quantized_onnx_model``'s
+    names): avx512_vnni, avx512, avx2 or arm64."""
+    flags = cpu_flags()
+    if platform.machine().lower() in ("aarch64", "arm64"):
+        return "arm64"
+    return next((name for name, flag in (("avx512_vnni", "avx512_vnni"), ("avx512", "avx512f"))
+                 if flag in flags), "avx2")
+
+
+def one_embed_int8(side, args):
+    """Documents/s of one int8 side, tokenisation included; ours also saves its float32 vectors of the same texts
+    (outside the timed region), against which both sides' mean cosine is read."""
+    import numpy as np
+    from bench.train import minilm
+    texts = embed_texts(args.work, args.docs)
+    if side == "ours":
+        from common.models.encoder import embed, load_encoder
+        from common.models.quantize import quantize_int8
+        from common.models.tokens import TokenStore
+        encoder, tokenizer, settings = load_encoder(minilm(), max_length=args.length)
+        int8 = quantize_int8(encoder)
+
+        def run(texts):
+            return embed(int8, TokenStore(tokenizer, texts, settings["max_length"]), args.batch, args.batch_tokens)
+        batch = args.batch
+    else:
+        from sentence_transformers import SentenceTransformer
+        from sentence_transformers.backend import export_dynamic_quantized_onnx_model
+        folder, config = os.path.join(args.work, "st-onnx-minilm"), onnx_config()
+        name = f"onnx/model_qint8_{config}.onnx"
+        if not os.path.exists(os.path.join(folder, name)):  # exported once, outside the timed region
+            exported = SentenceTransformer(minilm(), backend="onnx", device="cpu")
+            exported.save(folder)
+            export_dynamic_quantized_onnx_model(exported, config, folder)
+        st = SentenceTransformer(folder, backend="onnx", device="cpu", model_kwargs={"file_name": name})
+        st.max_seq_length = args.length
+        batch = args.onnx_batch
+
+        def run(texts):
+            return st.encode(texts, batch_size=batch, convert_to_numpy=True)
+    run(texts[:batch])  # warm-up
+    start = time.perf_counter()
+    vectors = run(texts)
+    seconds = time.perf_counter() - start
+    np.save(os.path.join(args.work, f"embed-int8-{side}.npy"), vectors)
+    if side == "ours":
+        np.save(os.path.join(args.work, "embed-int8-fp32.npy"),
+                embed(encoder, TokenStore(tokenizer, texts, settings["max_length"]), args.batch, args.batch_tokens))
+    return {"rate": len(texts) / seconds}
+
+
+def cpu_flags():
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return set(next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), []))
+    except OSError:
+        return set()
+
+
+def native_bf16():
+    return bool(cpu_flags() & {"avx512_bf16", "amx_bf16"})
+
+
+def one_ceiling(args, n=2048, repeats=5):
+    """FLOP/s of this machine now: the best of ``repeats`` timed n × n matrix products in float32, in bfloat16
+    where the CPU has it natively, and of a dynamic int8 Linear of the same size (quantize_int8's kernel)."""
+    import torch
+    from common.models.quantize import FullRangeLinear, full_range_ok, quantize_int8
+
+    def best(fn):
+        fn()
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return 2 * n ** 3 / min(times)
+
+    out = {}
+    for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        if name == "bf16" and not native_bf16():
+            continue
+        a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+        out[name] = best(lambda: torch.mm(a, b))
+    linear = quantize_int8(torch.nn.Sequential(torch.nn.Linear(n, n, bias=False)))[0]
+    x = torch.randn(n, n)
+    with torch.inference_mode():
+        out["int8"] = best(lambda: linear(x))
+    out["int8_full_range"] = isinstance(linear, FullRangeLinear) and full_range_ok()
+    return out
+
+
 def one_train(side, args, objective):
     from bench.train import ensure_data, run_ours, run_theirs
     data = ensure_data(args.work, objective)
-    batch, length = (args.triplet_batch, args.triplet_length) if objective == "triplet" else \
-        (args.mnrl_batch, args.mnrl_length)
+    batch, length = train_shape(args, objective)
     fn = run_ours if side == "ours" else run_theirs
     times = fn(data, args.steps, batch, objective, length)[args.warm:]
     return {"rate": 1 / statistics.mean(times)}
+
+
+def train_shape(args, objective):
+    """(batch, tokens per text) of a training case."""
+    return {"triplet": (args.triplet_batch, args.triplet_length), "mnrl": (args.mnrl_batch, args.mnrl_length),
+            "mlm": (args.mlm_batch, args.mlm_length)}[objective]
+
+
+def nonembedding_parameters():
+    """N of the FLOP counts: all-MiniLM-L6-v2's parameters outside its embeddings and its pooler."""
+    from transformers import AutoModel
+    from bench.train import minilm
+    model = AutoModel.from_pretrained(minilm())
+    return sum(p.numel() for name, p in model.named_parameters()
+               if not name.startswith(("embeddings.", "pooler.")))
+
+
+def tokens_per_unit(case, args):
+    """Non-padding tokens per embedded text (embed cases) or per training step (training cases), the same count
+    for both sides: embedding, the texts truncated at --length; triplet, query, positive and negative documents
+    (title [SEP] text) truncated at --triplet-length, mean over the training triplets × batch; mnrl, title and
+    abstract each truncated at --mnrl-length, mean over the training pairs × batch; mlm, full blocks."""
+    from transformers import AutoTokenizer
+    from bench.train import ensure_data, minilm
+    tokenizer = AutoTokenizer.from_pretrained(minilm())
+
+    def lengths(texts, limit):
+        return [min(len(ids), limit) for ids in tokenizer(texts, add_special_tokens=True, verbose=False)["input_ids"]]
+
+    if case.startswith("embed"):
+        return statistics.mean(lengths(embed_texts(args.work, args.docs), args.length))
+    objective = case
+    batch, length = train_shape(args, objective)
+    if objective == "mlm":
+        return batch * length
+    from bench.train import pair_columns, triplet_columns
+    data = ensure_data(args.work, objective)
+    columns = pair_columns(data) if objective == "mnrl" else triplet_columns(data, tokenizer.sep_token)
+    per_example = sum(statistics.mean(lengths(texts, length)) for texts in columns.values())
+    return batch * per_example
 
 
 def budget(a):
@@ -111,20 +261,41 @@ CASES = {
                           "left out"),
     "mnrl": ("steps/s", lambda side, args: one_train(side, args, "mnrl"),
              lambda a: f"batch {a.mnrl_batch}, {a.mnrl_length} tokens, {a.steps} steps, first {a.warm} left out"),
+    "mlm": ("steps/s", lambda side, args: one_train(side, args, "mlm"),
+            lambda a: f"batch {a.mlm_batch}, blocks of {a.mlm_length} tokens, 15 % masked (80/10/10, not whole "
+                      f"words), {a.steps} steps, first {a.warm} left out; theirs: transformers' Trainer"),
+    "embed-int8": ("docs/s", one_embed_int8,
+                   lambda a: f"as embed, int8: ours quantize_int8 at batch {a.batch}, --batch-tokens {budget(a)}; "
+                             f"theirs ONNX Runtime, sentence-transformers' {onnx_config()} dynamic int8 export, "
+                             f"batch {a.onnx_batch}"),
 }
-GOALS = {"embed": 1.5, "embed-small": None, "triplet": 2.0, "mnrl": 1.3}
+GOALS = {"embed": 1.5, "embed-small": None, "triplet": 2.0, "mnrl": 1.3, "mlm": 2.0, "embed-int8": 1.0}
+FLOPS_PER_TOKEN = {"embed": 2, "embed-small": 2, "embed-int8": 2, "triplet": 6, "mnrl": 6, "mlm": 6}
 
 
 def measure(case, side, args):
-    """One side of one case in a fresh process; returns its JSON result."""
+    """One side of one case (or ``case`` "ceiling") in a fresh process; returns its JSON result."""
     argv = [sys.executable, os.path.abspath(__file__), "--one", case, side, *args.passed]
-    out = subprocess.run(argv, cwd=ROOT, check=True, capture_output=True, text=True,
-                         env=dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-                                  TOKENIZERS_PARALLELISM="false"))
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    if case == "embed-int8" and side == "theirs":
+        env["PYTHONPATH"] = os.pathsep.join([args.st_onnx, *filter(None, [os.environ.get("PYTHONPATH")])])
+    out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env=env)
+    if out.returncode:
+        sys.exit(f"error: {case} {side} failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def machine():
+def check_st_onnx(args):
+    """Exits with a message saying how to make it where the folder of sentence-transformers' ONNX backend is
+    missing."""
+    if not os.path.isdir(os.path.join(args.st_onnx, "optimum", "onnxruntime")):
+        sys.exit(f"error: embed-int8: {args.st_onnx} holds no sentence-transformers ONNX backend; make it with\n"
+                 f"    {sys.executable} -m pip install --no-deps --target {args.st_onnx} -r "
+                 "bench/requirements-onnx.txt\nwith onnxruntime in this environment (pip install -r "
+                 "bench/requirements.txt), or leave the case out (--only)")
+
+
+def machine(args=None):
     import torch
     from importlib import metadata
     cpu = platform.processor() or platform.machine()
@@ -133,11 +304,29 @@ def machine():
             cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
     except OSError:
         pass
+    flags = cpu_flags()
+    shown = [f for f in ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
+             if f in flags]
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
-    versions = ", ".join(f"{p} {metadata.version(p)}" for p in ("torch", "transformers", "sentence-transformers",
-                                                                 "accelerate"))
-    return (f"{cpu}, {os.cpu_count()} cores (torch threads {torch.get_num_threads()}), GPU: {gpu}; "
+    versions = ", ".join(f"{p} {version(p)}" for p in ("torch", "transformers", "sentence-transformers", "accelerate",
+                                                        "onnxruntime"))
+    text = (f"{cpu}, {os.cpu_count()} cores (torch threads {torch.get_num_threads()}; "
+            f"{', '.join(shown) or 'none of avx2, avx512, VNNI, bf16, AMX'}), GPU: {gpu}; "
             f"Python {platform.python_version()}; {versions}")
+    if args is not None and os.path.isdir(args.st_onnx):
+        found = {d.metadata["Name"].lower().replace("_", "-"): d.version
+                 for d in metadata.distributions(path=[args.st_onnx])}
+        text += "; the ONNX side from --st-onnx: " + ", ".join(
+            f"{p} {found[p]}" for p in ("sentence-transformers", "transformers", "optimum-onnx") if p in found)
+    return text
+
+
+def version(package):
+    from importlib import metadata
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "not installed"
 
 
 def gpu_section(args):
@@ -179,7 +368,7 @@ def gpu_section(args):
             embed_tokens = timed(lambda: encoder.embed(ids, mask), args.gpu_steps)
         rows.append(f"| {name} | {params / 1e6:.1f}M | {batch} × {length} | {train_tokens:,.0f} | "
                     f"{6 * params * train_tokens / H100_BF16_PEAK:.1%} | {embed_tokens:,.0f} |")
-        del encoder, optimizer
+        encoder = optimizer = None  # freed before the next model
         torch.cuda.empty_cache()
     return ["## GPU (bf16)", "", f"{torch.cuda.get_device_name(0)}; MFU = 6 · parameters · training tokens/s / "
             f"{H100_BF16_PEAK / 1e12:.0f} TFLOP/s (the H100's dense bf16 peak).", "",
@@ -199,27 +388,72 @@ def _kept_sections(path):
     return [text[at + 1:].rstrip("\n"), ""] if at >= 0 else []
 
 
-def write_results(args, cases, results, started, done, gpu=()):
+def _median_ceiling(ceilings, key):
+    values = [c[key] for c in ceilings if key in c]
+    return statistics.median(values) if values else None
+
+
+def write_results(args, cases, results, started, done, gpu=(), ceilings=(), flops=None):
     """bench/results.md from the rounds done so far (rewritten after each round, so a stopped run leaves its
-    finished rounds); ``gpu``: the GPU section's lines."""
-    lines = ["# Benchmarks against sentence-transformers", "",
+    finished rounds); ``gpu``: the GPU section's lines; ``ceilings``: each round's ``one_ceiling``; ``flops``:
+    model FLOPs per unit (text or step) of each case."""
+    import numpy as np
+    from common.models.quantize import mean_cosine
+    flops = flops or {}
+    fp32 = _median_ceiling(ceilings, "fp32")
+    lines = ["# Benchmarks against sentence-transformers and transformers", "",
              f"`{' '.join(['python bench/all.py', *args.passed])}`", "",
              f"Measured {started}, {done} of {args.rounds} interleaved rounds, each side a fresh process. "
-             f"Machine: {machine()}.",
-             "", "| case | settings | ours | theirs | ratio (median of rounds) | goal | rounds | load average "
-                 "(start → end of each round) |", "|---|---|---|---|---|---|---|---|"]
+             f"Machine: {machine(args)}.", ""]
+    if ceilings:
+        def rounds(key):
+            return ", ".join(f"{c[key] / 1e9:.0f}" for c in ceilings)
+
+        parts = [f"float32 **{fp32 / 1e9:.0f} GFLOP/s** (rounds {rounds('fp32')})"]
+        if _median_ceiling(ceilings, "bf16"):
+            parts.append(f"bfloat16 {_median_ceiling(ceilings, 'bf16') / 1e9:.0f} GFLOP/s (rounds {rounds('bf16')})")
+        else:
+            parts.append("no bfloat16 (the CPU has neither avx512_bf16 nor AMX)")
+        bits = "8-bit" if ceilings[0].get("int8_full_range") else "7-bit"
+        parts.append(f"dynamic int8 Linear {_median_ceiling(ceilings, 'int8') / 1e9:.0f} GFLOP/s ({bits} "
+                     f"activations; rounds {rounds('int8')})")
+        lines += [f"This machine's ceiling, the median of each round's best 2048 × 2048 product in a fresh process: "
+                  f"{'; '.join(parts)}. Model FLOP/s: 6 · N · tokens a training step, 2 · N · tokens an embedded "
+                  f"text, N = {flops.get('N', 0) / 1e6:.2f} M parameters outside the embeddings, tokens = "
+                  "non-padding tokens (per step or text, in the settings); the share is of the float32 ceiling.", ""]
+    lines += ["| case | settings | ours | theirs | ratio (median of rounds) | goal | rounds | model GFLOP/s ours / "
+              "theirs (share of the fp32 ceiling) | load average (start → end of each round) |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for case in cases:
         res, unit = results[case], CASES[case][0]
         ratios = [a / b for a, b in zip(res["ours"], res["theirs"])]
-        if case.startswith("embed"):
-            import numpy as np
+        notes = []
+        if case in ("embed", "embed-small"):
             batch = args.small_batch if case == "embed-small" else args.batch
             a, b = (np.load(os.path.join(args.work, f"embed-{batch}-{s}.npy")) for s in ("ours", "theirs"))
-            res["diff"] = float(np.abs(a - b).max())
-        settings = CASES[case][2](args) + (f"; vectors agree to {res['diff']:.1e}" if "diff" in res else "")
-        lines.append(f"| {case} | {settings} | {statistics.median(res['ours']):.3f} {unit} | "
-                     f"{statistics.median(res['theirs']):.3f} {unit} | **{statistics.median(ratios):.2f}×** | "
-                     f"{f'≥ {GOALS[case]}×' if GOALS[case] else '—'} | {', '.join(f'{x:.2f}×' for x in ratios)} | "
+            notes.append(f"vectors agree to {float(np.abs(a - b).max()):.1e}")
+        if case == "embed-int8":
+            ref = np.load(os.path.join(args.work, "embed-int8-fp32.npy"))
+            cos = [mean_cosine(np.load(os.path.join(args.work, f"embed-int8-{side}.npy")), ref)
+                   for side in ("ours", "theirs")]
+            notes.append(f"mean cosine to our float32 vectors: ours {cos[0]:.4f}, theirs {cos[1]:.4f}")
+            if "embed" in results and len(results["embed"]["ours"]) == len(res["ours"]):
+                speedups = [a / b for a, b in zip(res["ours"], results["embed"]["ours"])]
+                notes.append(f"ours int8 / ours fp32 (embed row, same round): **{statistics.median(speedups):.2f}×** "
+                             f"(rounds {', '.join(f'{x:.2f}×' for x in speedups)}; goal ≥ 2×)")
+        if case in flops:
+            notes.append(f"{flops[case]['tokens']:,.0f} tokens a {'text' if unit == 'docs/s' else 'step'}")
+        settings = "; ".join([CASES[case][2](args), *notes])
+        med = {side: statistics.median(res[side]) for side in ("ours", "theirs")}
+        if case in flops and fp32:
+            achieved = {side: med[side] * flops[case]["flops"] for side in med}
+            reach = (f"{achieved['ours'] / 1e9:.1f} / {achieved['theirs'] / 1e9:.1f} "
+                     f"({achieved['ours'] / fp32:.0%} / {achieved['theirs'] / fp32:.0%})")
+        else:
+            reach = "—"
+        lines.append(f"| {case} | {settings} | {med['ours']:.3f} {unit} | {med['theirs']:.3f} {unit} | "
+                     f"**{statistics.median(ratios):.2f}×** | {f'≥ {GOALS[case]}×' if GOALS[case] else '—'} | "
+                     f"{', '.join(f'{x:.2f}×' for x in ratios)} | {reach} | "
                      f"{', '.join(f'{a:.1f} → {b:.1f}' for a, b in res['load'])} |")
     lines += ["", *(gpu or ["No GPU section: no CUDA device on this machine.", ""])]
     lines += _kept_sections(args.out)
@@ -247,6 +481,14 @@ def main():
     parser.add_argument("--triplet-length", type=int, default=128)
     parser.add_argument("--mnrl-batch", type=int, default=16)
     parser.add_argument("--mnrl-length", type=int, default=256)
+    parser.add_argument("--mlm-batch", type=int, default=8, help="mlm: blocks per step (03's mlm default)")
+    parser.add_argument("--mlm-length", type=int, default=256, help="mlm: tokens per block (paper search's)")
+    parser.add_argument("--onnx-batch", type=int, default=8,
+                        help="embed-int8: sentence-transformers' batch size (its ONNX int8 backend's fastest on 2 "
+                             "idle AMD EPYC cores among 4-64: 134 docs/s at 8, 118 at 16, 95 at 64)")
+    parser.add_argument("--st-onnx", default=os.path.join(ROOT, "bench", "out", "st-onnx"),
+                        help="embed-int8: the folder holding sentence-transformers' ONNX backend "
+                             "(bench/requirements-onnx.txt)")
     parser.add_argument("--gpu-batch", type=int, default=32)
     parser.add_argument("--gpu-length", type=int, default=256)
     parser.add_argument("--gpu-steps", type=int, default=20)
@@ -256,16 +498,28 @@ def main():
     args = parser.parse_args()
     if args.one:
         case, side = args.one
-        print(json.dumps(CASES[case][1](side, args)))
+        print(json.dumps(one_ceiling(args) if case == "ceiling" else CASES[case][1](side, args)))
         return
     args.passed = sys.argv[1:]
     cases = [c for c in args.only.split(",") if c]
     unknown = set(cases) - set(CASES)
     if unknown:
         parser.error(f"--only: unknown case(s) {sorted(unknown)}; known: {', '.join(CASES)}")
+    if "embed-int8" in cases:
+        check_st_onnx(args)
+    n = nonembedding_parameters()
+    flops = {"N": n}
+    for case in cases:
+        tokens = tokens_per_unit(case, args)
+        flops[case] = {"tokens": tokens, "flops": FLOPS_PER_TOKEN[case] * n * tokens}
     results = {c: {"ours": [], "theirs": [], "load": []} for c in cases}
+    ceilings = []
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     for r in range(args.rounds):
+        ceilings.append(measure("ceiling", "-", args))
+        print(f"round {r + 1} ceiling  fp32 {ceilings[-1]['fp32'] / 1e9:.0f} GFLOP/s"
+              + (f", bf16 {ceilings[-1]['bf16'] / 1e9:.0f}" if "bf16" in ceilings[-1] else "")
+              + f", int8 Linear {ceilings[-1]['int8'] / 1e9:.0f}  load {os.getloadavg()[0]:.1f}", flush=True)
         for case in cases:
             load = os.getloadavg()[0]
             for side in ("ours", "theirs") if r % 2 == 0 else ("theirs", "ours"):
@@ -273,11 +527,14 @@ def main():
             results[case]["load"].append((load, os.getloadavg()[0]))
             ratio = results[case]["ours"][-1] / results[case]["theirs"][-1]
             print(f"round {r + 1} {case:8s} ours {results[case]['ours'][-1]:8.3f}  theirs "
-                  f"{results[case]['theirs'][-1]:8.3f} {CASES[case][0]}  ratio {ratio:.2f}x", flush=True)
-        write_results(args, cases, results, started, r + 1)
+                  f"{results[case]['theirs'][-1]:8.3f} {CASES[case][0]}  ratio {ratio:.2f}x  model GFLOP/s "
+                  f"{results[case]['ours'][-1] * flops[case]['flops'] / 1e9:.1f} / "
+                  f"{results[case]['theirs'][-1] * flops[case]['flops'] / 1e9:.1f}  load "
+                  f"{results[case]['load'][-1][0]:.1f} → {results[case]['load'][-1][1]:.1f}", flush=True)
+        write_results(args, cases, results, started, r + 1, ceilings=ceilings, flops=flops)
     import torch
     gpu = gpu_section(args) if torch.cuda.is_available() else []
-    print("\n".join(write_results(args, cases, results, started, args.rounds, gpu)))
+    print("\n".join(write_results(args, cases, results, started, args.rounds, gpu, ceilings, flops)))
     print(f"→ {args.out}")
 
 

