@@ -12,7 +12,7 @@ uses). Word, position and token-type embeddings, LayerNorm, attention scores and
 Activations keep their full 8 bits where the CPU has VNNI (``vpdpbusd`` adds uint8 × int8 products into int32).
 PyTorch's own x86 default quantises them to 7 bits (``reduce_range``), because without VNNI the AVX2 product
 instruction (``vpmaddubsw``) saturates its 16-bit pair sums; here the 7 bits are kept only on such CPUs. On
-all-MiniLM-L6-v2 (200 arXiv abstracts at 256 tokens, mean cosine to float32): one scale per tensor and 7-bit
+all-MiniLM-L6-v2 (300 arXiv abstracts at 256 tokens, mean cosine to float32): one scale per tensor and 7-bit
 activations (``quantize_dynamic``'s defaults) 0.917; one scale per row, 7 bits 0.980; one scale per row, 8 bits
 0.994. Most of the loss is in the feed-forward output layer, whose input (GELU's output) has a long tail.
 
