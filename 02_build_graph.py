@@ -89,9 +89,8 @@ def run_graph(args):
             corpus = graph.read_articles(args.articles, docs, counts)
         settings = triplets.GraphSettings(**{f.name: getattr(args, f.name) for f in fields(triplets.GraphSettings)})
         triplets.build_graph(settings, corpus, outputs, counts)
-        source = io.read_manifest(os.path.dirname(os.path.abspath(args.articles)))
         outputs.write_manifest(io.manifest(__file__, args, started, inputs=[args.articles], counts=dict(counts),
-                                           seed=args.seed, language=source.get("language")))
+                                           seed=args.seed, language=io.source_language(args.articles)))
     print(f"{counts['documents']} documents, {counts['edges']} links, {counts['two_hop_pairs']} two-hop pairs; "
           f"queries train/val/holdout {counts['queries_train']}/{counts['queries_val']}/{counts['queries_holdout']};"
           f" triplets {counts['triplets_train']}/{counts['triplets_val']}; "
@@ -160,19 +159,16 @@ def run_retrieval(args):
         refuse_empty_splits(args.articles, corpus.n, "papers",
                             {name: int((split == code).sum()) for code, name in enumerate(retrieval.SPLITS)},
                             {"train": 1, "val": args.val, "test": args.test})
-        with outputs.open("splits.json") as f:
-            f.write(io.dumps_line({name: [corpus.ids[i] for i in np.flatnonzero(split == code).tolist()]
-                                   for code, name in enumerate(retrieval.SPLITS)}))
+        retrieval.write_split(corpus.ids, split, outputs)
         queries = retrieval.file_queries(args.pairs, index, split, args.articles, counts) if args.pairs else \
             retrieval.title_queries(args.articles, index, split, counts)
         retrieval.write_retrieval(queries, index, outputs, counts)
         if not args.pairs:
             retrieval.count_repeated_titles(args.articles, split, index, counts)
         write_topics(corpus, outputs, rng_topics, counts, args.topic_min, args.topic_cap, args.topic_test, args.seed)
-        source = io.read_manifest(os.path.dirname(os.path.abspath(args.articles)))
         inputs = [args.articles] + ([args.pairs] if args.pairs else [])
         outputs.write_manifest(io.manifest(__file__, args, started, inputs=inputs, counts=dict(counts),
-                                           seed=args.seed, language=source.get("language")))
+                                           seed=args.seed, language=io.source_language(args.articles)))
     print(f"{counts['documents']} documents; {counts['pairs_train']} training pairs, queries val/test "
           f"{counts['queries_val']}/{counts['queries_test']} → {args.out}")
 
@@ -187,10 +183,7 @@ def add_corpus_arguments(p):
 def run_corpus(args):
     from common.data.documents import write_corpus
     sources = []
-    for value in args.articles:
-        name, sep, path = value.partition("=")
-        if not sep or not name or not path:
-            raise io.InputError(f"--articles {value!r}: expected NAME=PATH")
+    for value, name, path in cli.name_values(args.articles, "--articles", "PATH"):
         if not re.fullmatch(r"[A-Za-z0-9_.-]{1,40}", name) or name in {n for n, _ in sources}:
             raise io.InputError(f"--articles {value!r}: NAME must be unique, 1-40 letters, digits, '_', '-', '.'")
         sources.append((name, path))

@@ -101,9 +101,10 @@ def run_teachers(args):
                 name=teachers.STRUCTURAL if args.teacher_dim is None else teachers.STRUCTURAL + "_full",
                 int8=args.int8)
         if agreement is not None:
+            from common.models.quantize import AGREEMENT_SAMPLE
             counts["int8_mean_cosine"] = round(agreement, 6)
             print(f"structural teacher in int8: mean cosine {agreement:.4f} to float32's (first "
-                  f"{min(len(docs.ids), 256)} documents)")
+                  f"{min(len(docs.ids), AGREEMENT_SAMPLE)} documents)")
         if args.teacher_dim is not None:
             axes, kept = teachers.principal_axes(vectors, args.teacher_dim, args.seed)
             vectors = teachers.project_rows(vectors, axes, io.open_rows(outputs, teachers.STRUCTURAL, docs.ids,
@@ -120,7 +121,7 @@ def run_teachers(args):
         with tqdm(total=len(docs.ids), desc="contextual teacher", unit=" docs", mininterval=1.0) as bar:
             pv.embed(teachers.pv_texts(docs), bar, out=contextual)
         contextual.flush()
-        pv.save(outputs.tmp_dir("pv"))  # moved into place with the other files
+        pv.save(outputs.tmp_path("pv"))  # moved into place with the other files
         counts["pv_vocabulary"] = {kind: len(m.wv) for kind, m in pv.models.items()}
         outputs.write_manifest(io.manifest(__file__, args, started, inputs=[os.path.join(args.data, "docs.jsonl")],
                                            counts=counts, seed=args.seed, reproducible=args.pv_workers == 1))

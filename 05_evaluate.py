@@ -40,17 +40,6 @@ TASKS = ("crossref", "topics", "lexical", "keysent", "classify", "similarity", "
 EMBEDDING_TASKS = {"crossref", "topics", "lexical", "classify", "similarity"}
 
 
-def _named(values, flag, what):
-    """``NAME=VALUE`` arguments → {name: value}; a name becomes the file names of its embeddings."""
-    out = {}
-    for value in values or []:
-        name, sep, rest = value.partition("=")
-        if not sep or not name or not rest:
-            raise InputError(f"{flag} {value!r}: expected NAME={what}")
-        out[io.safe_name(name, f"{flag} {value!r}: NAME")] = rest
-    return out
-
-
 def add_evaluate_arguments(p):
     p.add_argument("--data", required=True, help="data directory from 02_build_graph.py")
     p.add_argument("--model", action="append", default=[], metavar="NAME=MODEL",
@@ -90,25 +79,10 @@ def embedding_of(args):
                      batch_size=args.batch_size, batch_tokens=args.batch_tokens, int8=args.int8)
 
 
-def _every_model(values, allowed, models):
-    """A bare value (``--pooling cls``, as 03 spells it) is every model's; ``NAME=VALUE`` one model's, and wins."""
-    bare = [v for v in values or [] if "=" not in v and v in allowed]
-    named = [v for v in values or [] if v not in bare]
-    return [f"{name}={bare[-1]}" for name in models] + named if bare else named
-
-
 def _check_names(args):
-    args.model = _named(args.model, "--model", "MODEL")
-    args.pooling = _named(_every_model(args.pooling, ("cls", "mean"), args.model), "--pooling", "cls|mean")
-    args.normalize = _named(_every_model(args.normalize, ("yes", "no"), args.model), "--normalize", "yes|no")
-    for flag, values, allowed in (("--pooling", args.pooling, ("cls", "mean")),
-                                  ("--normalize", args.normalize, ("yes", "no"))):
-        unknown = set(values) - set(args.model)
-        if unknown:
-            raise InputError(f"{flag} names {sorted(unknown)} but no such --model")
-        for name, value in values.items():
-            if value not in allowed:
-                raise InputError(f"{flag} {name}={value}: expected {name}={'|'.join(allowed)}")
+    args.model = cli.named(args.model, "--model", "MODEL")
+    args.pooling = cli.per_name(args.pooling, ("cls", "mean"), args.model, "--pooling")
+    args.normalize = cli.per_name(args.normalize, ("yes", "no"), args.model, "--normalize")
 
 
 def run_evaluate(args):

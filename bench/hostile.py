@@ -202,7 +202,7 @@ def safety(work):
                        ("--pv-vector-size 1e8", ["04_distill.py", "teachers", "--data", data, "--teacher", model,
                                                  "--out", root / "x", "--pv-vector-size", "100000000"])):
         rc, line = script(*args)
-        results.append(report(name, rc, line, rc == 2 and "must be" in line or "SIZE between" in line))
+        results.append(report(name, rc, line, rc == 2 and ("must be" in line or "SIZE between" in line)))
     partial = root / "partial"
     script(*train, "--data", data, "--out", partial)
     shutil.rmtree(partial / "model")

@@ -58,6 +58,38 @@ def check_memory(nbytes, what):
                          f"{have / 2 ** 30:,.1f} GiB")
 
 
+def name_values(values, flag, what):
+    """``NAME=VALUE`` arguments → ``[(argument, name, value)]``; one without a name or a value is refused."""
+    found = []
+    for value in values or []:
+        name, sep, rest = value.partition("=")
+        if not sep or not name or not rest:
+            raise InputError(f"{flag} {value!r}: expected NAME={what}")
+        found.append((value, name, rest))
+    return found
+
+
+def named(values, flag, what):
+    """``NAME=VALUE`` arguments → {name: value}, each name fit to become a file name (``io.safe_name``)."""
+    return {io.safe_name(name, f"{flag} {value!r}: NAME"): rest
+            for value, name, rest in name_values(values, flag, what)}
+
+
+def per_name(values, allowed, names, flag):
+    """A setting of several named things (05's ``--pooling``): a bare value (``cls``, as 03 spells it) is every
+    name's, ``NAME=VALUE`` one name's and wins; → {name: value}, each value one of ``allowed``."""
+    bare = [v for v in values or [] if "=" not in v and v in allowed]
+    spelled = [f"{name}={bare[-1]}" for name in names] if bare else []
+    found = named(spelled + [v for v in values or [] if v not in bare], flag, "|".join(allowed))
+    unknown = set(found) - set(names)
+    if unknown:
+        raise InputError(f"{flag} names {sorted(unknown)} but no such --model")
+    for name, value in found.items():
+        if value not in allowed:
+            raise InputError(f"{flag} {name}={value}: expected {name}={'|'.join(allowed)}")
+    return found
+
+
 def add_max_line(p):
     """``--max-line-mb``, for commands that read JSONL from outside the pipeline."""
     p.add_argument("--max-line-mb", type=int, default=io.MAX_LINE_BYTES >> 20,

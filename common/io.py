@@ -241,7 +241,7 @@ def private_dir(folder):
     try:
         return tempfile.mkdtemp(prefix=STAGING, dir=folder)
     except OSError as e:
-        raise InputError(f"{folder}: cannot write: {e.strerror}") from None
+        raise write_error(folder, e) from None
 
 
 def create(path, mode="w"):
@@ -274,14 +274,16 @@ def writing(folder, name):
         shutil.rmtree(private, ignore_errors=True)
 
 
-def write_error(folder, error, staged=None, left="nothing was written"):
-    """The one-line InputError for an OSError met writing into ``folder``; a full disk names the bytes this write
-    had reached (``staged``: the file or folder being written), what is free, and ``left``: what became of it."""
-    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+def write_error(folder, error, staged=None, left="nothing was written", need=None):
+    """The one-line InputError for an OSError met writing into ``folder``; a full disk names what was needed
+    (``need``, else the bytes the write had reached: ``staged``, the file or folder being written), what is free,
+    and ``left``: what became of it."""
+    if error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
         written = tree_bytes(staged) if staged else 0
         free = shutil.disk_usage(folder).free if os.path.isdir(folder) else 0
-        need = f"needs more than {written:,} bytes, {free:,} free" if written else f"{free:,} bytes free"
-        return InputError(f"{folder}: no space left on the device ({need}); {left}")
+        need = need or (f"needs more than {written:,} bytes" if written else None)
+        return InputError(f"{folder}: no space left on the device ({need + ', ' if need else ''}{free:,} "
+                          f"{'free' if need else 'bytes free'}); {left}")
     return InputError(f"{folder}: cannot write: {error.strerror or error}")
 
 
@@ -318,9 +320,7 @@ def reserve(path, nbytes, folder):
         os.posix_fallocate(fd, 0, nbytes)
     except OSError as e:
         if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-            free = shutil.disk_usage(folder).free
-            raise InputError(f"{folder}: no space left on the device ({os.path.basename(path)} needs {nbytes:,} "
-                             f"bytes, {free:,} free); nothing was written") from None
+            raise write_error(folder, e, need=f"{os.path.basename(path)} needs {nbytes:,} bytes") from None
         if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
             raise
     finally:
@@ -392,7 +392,6 @@ class Outputs:
         self.script = script and os.path.basename(script)
         self.command = command
         self._files = {}
-        self._dirs = set()
         self._previous = []
         self._lock = None
         self._stage = None
@@ -493,17 +492,10 @@ class Outputs:
         return f
 
     def tmp_path(self, name):
-        """A path for writers that want a file name (numpy, matplotlib), in the private folder; committed like the
-        others."""
+        """A path for writers that want a file or folder name (numpy, matplotlib, gensim's models), in the private
+        folder; committed like the others (a folder replaces the folder ``name``)."""
         staged = self._staged(name)
         self._files[name] = None
-        return staged
-
-    def tmp_dir(self, name):
-        """A path for writers that save a folder (gensim's models), in the private folder; it replaces the folder
-        ``name`` on commit."""
-        staged = self.tmp_path(name)
-        self._dirs.add(name)
         return staged
 
     def scratch(self, name):
@@ -651,12 +643,22 @@ def write_json(path, obj):
         f.write("\n")
 
 
+_HASHED = {}  # (path, inode, size, mtime, ctime) → SHA-256: a file is read once a process unless it is written
+
+
 def sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    """A file's SHA-256, remembered for as long as the file is not written (ctime moves on any write, even one
+    that keeps the size and sets the old mtime back), so that checking an input (``verify_input``), a faiss
+    index's record and a manifest's ``inputs`` read a large file once."""
+    stat = os.stat(path)
+    key = (os.path.abspath(path), stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+    if key not in _HASHED:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        _HASHED[key] = h.hexdigest()
+    return _HASHED[key]
 
 
 def _git_commit():
@@ -714,7 +716,9 @@ def read_manifest(directory):
     return read_json_or_empty(os.path.join(directory, "manifest.json"))
 
 
-_VERIFIED = {}  # (path, size, mtime) of inputs whose hash matched their folder's manifest, checked once a process
+def source_language(path):
+    """The language 01 recorded in the manifest beside an input file (a dump's), or None."""
+    return read_manifest(os.path.dirname(os.path.abspath(path))).get("language")
 
 
 def verify_input(path):
@@ -739,14 +743,9 @@ def verify_input(path):
     expected = manifest.get("sha256")
     if not isinstance(expected, dict) or name not in expected:
         return
-    stat = os.stat(path)
-    key = (os.path.abspath(path), stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)  # ctime: any write
-    if _VERIFIED.get(key) == expected[name]:
-        return
     if sha256(path) != expected[name]:
         raise InputError(f"{path}: differs from what {manifest.get('script') or 'its run'} wrote (SHA-256 in "
                          f"{manifest_path}); it changed afterwards, or its run did not finish: run it again")
-    _VERIFIED[key] = expected[name]
 
 
 class TokenTable:

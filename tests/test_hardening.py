@@ -265,13 +265,11 @@ def test_absurd_sizes_are_refused_before_anything_is_allocated(tmp_path, tiny_da
 
 
 def test_a_projection_larger_than_the_machine_is_refused_before_it_is_allocated():
-    from common import cli
     from common.train.softcca import projection
     with pytest.raises(InputError) as e:
         projection("65536x65536x65536", 768)
     assert re.fullmatch(r"projection '65536x65536x65536': needs about [\d,.]+ GiB, more than this machine's "
                         r"[\d,.]+ GiB", str(e.value)), str(e.value)
-    assert cli.physical_memory() > 0
 
 
 # -- resume: every setting that changes the result must match ------------------------------------------------------

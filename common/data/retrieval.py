@@ -28,6 +28,13 @@ def split_papers(n, test, val, rng):
     return code
 
 
+def write_split(ids, split, outputs):
+    """splits.json: the document ids of each split (``SPLITS``, by their codes in ``split``)."""
+    with outputs.open("splits.json") as f:
+        f.write(dumps_line({name: [ids[i] for i in np.flatnonzero(split == code).tolist()]
+                               for code, name in enumerate(SPLITS)}))
+
+
 def inside(query, text):
     """Whether the query's words stand, in order and together, inside the text (case and spacing ignored)."""
     query = normalise(query).lower()

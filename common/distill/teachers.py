@@ -53,9 +53,8 @@ def structural_teacher(outputs, docs, model, max_length, batch_size=32, batch_to
     """Writes ``name.npy`` (``sbert.npy``; row by row, memory-mapped) and its ids: the vectors of ``docs`` (``Documents``) read
     as ``title + sep + text``, the mean of the last hidden states over the attention mask, not normalised (the
     thesis's SBERT teacher), over the first ``max_length`` tokens (or the model's limit). Returns (vectors, the memory
-    map; lengths; max_length; with ``int8`` (an int8 copy of the teacher, ``quantize.quantize_int8``), the mean
-    cosine of the first 256 documents' vectors to float32's, else None); lengths count every token, special tokens
-    excluded."""
+    map; lengths; max_length; with ``int8`` (an int8 copy of the teacher embeds), the mean cosine of its vectors to
+    float32's, ``quantize.agreement``, else None); lengths count every token, special tokens excluded."""
     from common.models.encoder import default_device, embed, load_encoder
     from common.models.tokens import TokenStore
     encoder, tokenizer, settings = load_encoder(model, pooling="mean", normalize=False, max_length=max_length)
@@ -65,19 +64,11 @@ def structural_teacher(outputs, docs, model, max_length, batch_size=32, batch_to
                        dtype=np.int64)
     store = TokenStore(tokenizer, texts, settings["max_length"])
     out = io.open_rows(outputs, name, docs.ids, encoder.dimension)
-    agreement = None
-    if int8:
-        from common.models.quantize import mean_cosine, quantize_int8
-        if next(encoder.parameters()).device.type != "cpu":
-            raise io.InputError("--int8: int8 embedding runs on a CPU; on a GPU the teacher embeds in bfloat16")
-        embed(quantize_int8(encoder), store, batch_size, batch_tokens, progress, out=out)
-        sample = range(min(len(store), 256))
-        agreement = float(mean_cosine(out[:len(sample)], embed(encoder, store, batch_size, batch_tokens,
-                                                                rows=sample)))
-    else:
-        embed(encoder, store, batch_size, batch_tokens, progress, out=out)
+    from common.models.quantize import agreement, int8_for
+    embed(int8_for(encoder) if int8 else encoder, store, batch_size, batch_tokens, progress, out=out)
+    cosine = float(agreement(encoder, out, store, batch_size, batch_tokens)) if int8 else None
     out.flush()
-    return out, lengths, settings["max_length"], agreement
+    return out, lengths, settings["max_length"], cosine
 
 
 def principal_axes(vectors, dim, seed, fit_rows=100_000):

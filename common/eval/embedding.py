@@ -37,20 +37,20 @@ def process_state():
 def load_model(path, name, how, say=print):
     """``(encoder, tokenizer, settings)`` of the model at ``path`` under the name ``name``, on this process's device;
     with ``how.int8`` its int8 copy (a CPU only)."""
+    encoder, tokenizer, settings = _load_float32(path, name, how, say)
+    if how.int8:
+        from common.models.quantize import int8_for
+        return int8_for(encoder), tokenizer, {**settings, "int8": True}
+    return encoder, tokenizer, settings
+
+
+def _load_float32(path, name, how, say):
     from common.models.encoder import default_device, load_encoder
     normalize = how.normalize.get(name)
     encoder, tokenizer, settings = load_encoder(path, pooling=how.pooling.get(name), max_length=how.max_length,
                                                 normalize=None if normalize is None else normalize == "yes", say=say)
     state = process_state()
-    device = state.device if state is not None else default_device()
-    if how.int8:
-        import torch
-        from common.models.quantize import quantize_int8
-        if torch.device(device).type != "cpu":
-            raise io.InputError("--int8: int8 embedding runs on a CPU; on a GPU embed in float32 or bfloat16")
-        encoder = quantize_int8(encoder)
-        settings = {**settings, "int8": True}
-    encoder.to(device)
+    encoder.to(state.device if state is not None else default_device())
     return encoder, tokenizer, settings
 
 
@@ -70,34 +70,24 @@ def embed_corpus(path, name, data_dir, docs, how, outputs=None, collect=True, sa
     the vectors are written row by row into its memory-mapped NAME.npy (and NAME.ids.txt beside it) and checked
     finite; with ``collect=False`` (a helping process) no vectors are kept (None)."""
     from common.models.encoder import embed_sharded
+    from common.models.quantize import AGREEMENT_SAMPLE, agreement, int8_for
     from common.models.tokens import TokenStore
-    encoder, tokenizer, settings = load_model(path, name, how, say)
+    float32, tokenizer, settings = _load_float32(path, name, how, say)
+    encoder = int8_for(float32) if how.int8 else float32
     store = TokenStore(tokenizer, document_inputs(data_dir, docs, tokenizer.sep_token or ""), settings["max_length"])
     out = None if outputs is None else io.open_rows(outputs, name, docs.ids, encoder.dimension)
     with tqdm(total=len(store), desc=f"embed {name}", unit=" docs", mininterval=1.0) as bar:
         vectors = embed_sharded(encoder, store, how.batch_size, how.batch_tokens, bar, out=out, collect=collect)
+    if how.int8:
+        settings = {**settings, "int8": True}
     if vectors is not None:
         io.check_finite_rows(vectors, f"{path}: its vectors", docs.ids)
         if how.int8:
-            settings = {**settings, "int8_mean_cosine": int8_agreement(path, name, store, vectors, how)}
-            say(f"{name}: int8 vectors, mean cosine {settings['int8_mean_cosine']:.4f} to float32's "
-                f"(first {min(len(store), INT8_SAMPLE)} documents)")
+            cosine = float(agreement(float32, vectors, store, how.batch_size, how.batch_tokens))
+            settings["int8_mean_cosine"] = round(cosine, 6)
+            say(f"{name}: int8 vectors, mean cosine {cosine:.4f} to float32's (first "
+                f"{min(len(store), AGREEMENT_SAMPLE)} documents)")
     return encoder, tokenizer, settings, vectors
-
-
-INT8_SAMPLE = 256  # documents embedded again in float32 to say how far the int8 vectors are
-
-
-def int8_agreement(path, name, store, vectors, how):
-    """The mean cosine between the int8 vectors of the first ``INT8_SAMPLE`` documents and the float32 model's."""
-    from dataclasses import replace
-
-    from common.models.encoder import embed
-    from common.models.quantize import mean_cosine
-    encoder, _, _ = load_model(path, name, replace(how, int8=False), say=lambda _: None)
-    rows = range(min(len(store), INT8_SAMPLE))
-    exact = embed(encoder, store, how.batch_size, how.batch_tokens, rows=rows)
-    return round(float(mean_cosine(vectors[:len(rows)], exact)), 6)
 
 
 def embed_queries(encoder, tokenizer, settings, texts, how):
