@@ -367,7 +367,7 @@ class Outputs:
     """All files of one output directory, committed together.
 
     Every file is written in a private folder inside the directory (``private_dir``; ``open`` creates a file
-    there, ``tmp_path`` and ``tmp_dir`` give a path there to writers that want one). Leaving the ``with`` block
+    there, ``tmp_path`` gives a path there to writers that want one). Leaving the ``with`` block
     normally commits them; an exception removes the private folder, so a crash never leaves a partial file under a
     final name. A folder that cannot be made or written (an existing file, no permission, a full disk, any failing
     file operation) is an InputError naming it, one line.
