@@ -20,6 +20,7 @@ import sys
 from common import cli, io
 from common.io import InputError
 from common.models.batching import BATCH_LIMITS, add_batch_arguments
+from common.models.precision import add_precision_arguments
 
 PV_PRESETS = {  # the thesis's chosen Paragraph-Vector configurations (Tab. 4.5, §5.1.2)
     "dm-100d": {"pv": "dm", "pv_vector_size": 100, "pv_preprocess": "lowercase"},
@@ -40,10 +41,7 @@ def add_teachers_arguments(p):
                         "documents; the origin kept), so that a student N wide can take the structural loss from a "
                         "wider teacher. Not in the thesis, whose student and teacher are both 768 wide (default: the "
                         "teacher's own width; the full vectors are kept as sbert_full.npy)")
-    p.add_argument("--int8", action="store_true",
-                   help="embed with an int8 copy of the structural teacher (dynamic quantisation of its Linear layers, "
-                        "CPU only; the mean cosine to float32's vectors is printed and kept in the manifest). Not in "
-                        "the thesis")
+    add_precision_arguments(p, "the structural teacher (not in the thesis)")
     add_batch_arguments(p, 32, "documents (structural teacher)")
     p.add_argument("--pv-preset", choices=tuple(PV_PRESETS), default="dm-100d",
                    help="Paragraph-Vector configuration the thesis chose (fills --pv, --pv-vector-size, "
@@ -99,11 +97,11 @@ def run_teachers(args):
             vectors, lengths, max_length, agreement = teachers.structural_teacher(
                 outputs, docs, args.teacher, args.teacher_max_length, args.batch_size, args.batch_tokens, bar,
                 name=teachers.STRUCTURAL if args.teacher_dim is None else teachers.STRUCTURAL + "_full",
-                int8=args.int8)
+                precision=args.precision)
         if agreement is not None:
             from common.models.quantize import AGREEMENT_SAMPLE
-            counts["int8_mean_cosine"] = round(agreement, 6)
-            print(f"structural teacher in int8: mean cosine {agreement:.4f} to float32's (first "
+            counts.update(precision=args.precision, mean_cosine_to_float32=round(agreement, 6))
+            print(f"structural teacher in {args.precision}: mean cosine {agreement:.4f} to float32's (first "
                   f"{min(len(docs.ids), AGREEMENT_SAMPLE)} documents)")
         if args.teacher_dim is not None:
             axes, kept = teachers.principal_axes(vectors, args.teacher_dim, args.seed)

@@ -35,6 +35,7 @@ from common.eval import ann, documents, embedding, report, retrieval
 from common.eval.embedding import Embedding
 from common.io import InputError
 from common.models.batching import BATCH_LIMITS, add_batch_arguments
+from common.models.precision import add_precision_arguments
 
 TASKS = ("crossref", "topics", "lexical", "keysent", "classify", "similarity", "retrieval", "bm25")
 EMBEDDING_TASKS = {"crossref", "topics", "lexical", "classify", "similarity"}
@@ -59,7 +60,7 @@ def add_evaluate_arguments(p):
     p.add_argument("--max-length", type=int, default=None,
                    help="tokens per document for every model (default: each model's own setting, else 128)")
     add_batch_arguments(p, 64, "documents")
-    add_int8_argument(p)
+    add_precision_arguments(p, "every model")
     p.add_argument("--language", default=None,
                    help="Snowball stemmer language for the lexical baseline (default: the dump's language)")
     p.add_argument("--seed", type=int, default=42, help="seed of the classifier and t-SNE")
@@ -67,16 +68,10 @@ def add_evaluate_arguments(p):
                    help="classify: epochs of the MLP head (Burian 2023; small splits need more)")
 
 
-def add_int8_argument(p):
-    p.add_argument("--int8", action="store_true",
-                   help="embed with int8 Linear layers (dynamic quantisation, CPU only; faster, vectors within a "
-                        "mean cosine of about 0.99 of float32's, printed; docs/benchmarks.md gives the metric change)")
-
-
 def embedding_of(args):
     """The flags that say how every model embeds, as the value the library takes."""
     return Embedding(pooling=args.pooling, normalize=getattr(args, "normalize", {}), max_length=args.max_length,
-                     batch_size=args.batch_size, batch_tokens=args.batch_tokens, int8=args.int8)
+                     batch_size=args.batch_size, batch_tokens=args.batch_tokens, precision=args.precision)
 
 
 def _check_names(args):
@@ -192,7 +187,7 @@ def add_search_arguments(p):
                    help="pooling (default: the model's sentence-transformers config, else cls)")
     p.add_argument("--max-length", type=int, default=None, help="tokens per text (default: the model's setting)")
     add_batch_arguments(p, 64, "texts")
-    add_int8_argument(p)
+    add_precision_arguments(p, "every model")
 
 
 def run_search(args):

@@ -1,6 +1,8 @@
 """float32 embedding on a CPU that other work shares: our ``embed`` at several token budgets against
 ``SentenceTransformer.encode`` at batch 64 and 8, with 2 and 1 torch threads, alone and beside busy-loop processes
-this script starts (and stops) itself.
+this script starts (and stops) itself. ``embed`` picks each batch's thread count up to the threads torch has
+(common/models/threads.py); "ours 2048 fixed" is the same with that choice turned off (every batch at the threads
+torch has), as ``embed`` ran before it.
 
     python bench/contention.py                  # 0 and 1 busy processes, 2 and 1 threads
     python bench/contention.py --busy 0,1,2 --docs 200
@@ -19,6 +21,22 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+
+def fixed_threads(run):
+    """``run()`` with ``embed``'s choice of thread count turned off: one candidate, the threads torch has."""
+    from common.models import encoder, threads
+
+    class Fixed(threads.Threads):
+        def __init__(self):
+            super().__init__()
+            self.candidates = [self.before]
+
+    encoder.Threads = Fixed
+    try:
+        return run()
+    finally:
+        encoder.Threads = threads.Threads
 
 
 def main():
@@ -45,8 +63,11 @@ def main():
     variants = {f"ours {b}" if b else "ours batch 64": (lambda b=b: embed(encoder, TokenStore(tokenizer, texts,
                                                                                             args.length), 64, b))
                 for b in (int(x) for x in args.budgets.split(","))}
+    variants["ours 2048 fixed"] = lambda: fixed_threads(lambda: embed(encoder, TokenStore(tokenizer, texts,
+                                                                                           args.length), 64, 2048))
     variants.update({f"encode {b}": (lambda b=b: st.encode(texts, batch_size=b)) for b in (64, 8)})
-    header = f"| busy processes | threads | {' | '.join(variants)} | ours 2048 / encode 64 | load average |"
+    header = (f"| busy processes | threads | {' | '.join(variants)} | ours 2048 / encode 64 | fixed / encode 64 | "
+              "load average |")
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for busy in (int(x) for x in args.busy.split(",")):
         procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
@@ -64,8 +85,9 @@ def main():
                         fn()
                         best[name] = max(best.get(name, 0), len(texts) / (time.perf_counter() - start))
                 ratio = best.get("ours 2048", 0) / best["encode 64"]
+                fixed = best["ours 2048 fixed"] / best["encode 64"]
                 lines.append(f"| {busy} | {threads} | {' | '.join(f'{best[n]:.1f}' for n in variants)} | "
-                             f"{ratio:.2f}× | {before:.1f} → {os.getloadavg()[0]:.1f} |")
+                             f"{ratio:.2f}× | {fixed:.2f}× | {before:.1f} → {os.getloadavg()[0]:.1f} |")
                 print(lines[-1], flush=True)
         finally:
             for p in procs:

@@ -274,15 +274,20 @@ def test_teacher_dim_projects_the_structural_teacher_onto_its_principal_axes_and
     assert not (tmp_path / "wide").exists()
 
 
-def test_an_int8_structural_teacher_is_opt_in_and_its_distance_to_float32_is_recorded(teach, tiny_model, tiny_data,
-                                                                                      tmp_path, capsys):
-    out = tmp_path / "teach8"
+@pytest.mark.parametrize("precision", ["int8", "bf16"])
+def test_a_lower_precision_structural_teacher_is_opt_in_and_its_distance_to_float32_is_recorded(
+        precision, teach, tiny_model, tiny_data, tmp_path, capsys, monkeypatch):
+    from common.models import precision as precisions
+    monkeypatch.setattr(precisions, "native_bf16", lambda: True)  # bf16 autocast computes the same on any CPU
+    out = tmp_path / f"teach-{precision}"
     distill()(["teachers", "--data", str(tiny_data), "--out", str(out), "--teacher", str(tiny_model),
                "--teacher-max-length", "64", "--pv-vector-size", "8", "--pv-epochs", "3", "--pv-min-count", "1",
-               "--int8"])
-    fp32, int8 = np.load(teach / "sbert.npy"), np.load(out / "sbert.npy")
-    cos = (fp32 * int8).sum(1) / np.linalg.norm(fp32, axis=1) / np.linalg.norm(int8, axis=1)
-    recorded = json.loads((out / "manifest.json").read_text())["counts"]["int8_mean_cosine"]
-    assert abs(recorded - cos.mean()) < 1e-5 and 0.97 < recorded <= 1 and not np.array_equal(fp32, int8)
-    assert "int8_mean_cosine" not in json.loads((teach / "manifest.json").read_text())["counts"]
+               f"--{precision}"])
+    fp32, lower = np.load(teach / "sbert.npy"), np.load(out / "sbert.npy")
+    cos = (fp32 * lower).sum(1) / np.linalg.norm(fp32, axis=1) / np.linalg.norm(lower, axis=1)
+    counts = json.loads((out / "manifest.json").read_text())["counts"]
+    recorded = counts["mean_cosine_to_float32"]
+    assert counts["precision"] == precision
+    assert abs(recorded - cos.mean()) < 1e-5 and 0.97 < recorded <= 1 and not np.array_equal(fp32, lower)
+    assert "mean_cosine_to_float32" not in json.loads((teach / "manifest.json").read_text())["counts"]
     assert f"mean cosine {recorded:.4f} to float32's (first 60 documents)" in capsys.readouterr().out

@@ -167,26 +167,48 @@ def test_a_classification_task_with_one_training_label_is_refused_before_embeddi
     assert not (tmp_path / "eval").is_dir() or os.listdir(tmp_path / "eval") == []
 
 
-def test_int8_embedding_is_opt_in_says_how_far_it_is_from_float32_and_is_recorded(tiny_model, tiny_data, tmp_path,
-                                                                                 capsys):
-    """--int8 embeds with dynamically quantised Linear layers; without it nothing is quantised. Its vectors stay
-    within a mean cosine of 0.97 of float32's on the tiny model (common/models/quantize.py measures 0.99 on
-    all-MiniLM-L6-v2), printed and kept in the manifest and the report's embedding table."""
+@pytest.mark.parametrize("precision", ["int8", "bf16"])
+def test_a_lower_precision_is_opt_in_says_how_far_it_is_from_float32_and_is_recorded(precision, tiny_model, tiny_data,
+                                                                                     tmp_path, capsys, monkeypatch):
+    """--int8 embeds with dynamically quantised Linear layers, --bf16 under bfloat16 autocast; without them
+    everything runs in float32. Their vectors stay within a mean cosine of 0.97 of float32's on the tiny model
+    (common/models/quantize.py measures 0.99 for int8 on all-MiniLM-L6-v2), printed and kept in the manifest and the
+    report's embedding table. (bf16 is allowed here whatever the CPU: autocast computes the same values with or
+    without native bfloat16, only slower.)"""
     from conftest import script_main
     import numpy as np
+    from common.models import precision as precisions
+    monkeypatch.setattr(precisions, "native_bf16", lambda: True)
     evaluate = script_main("05_evaluate.py")
     base = ["--data", str(tiny_data), "--model", f"base={tiny_model}", "--max-length", "32", "--task", "crossref"]
     evaluate(base + ["--out", str(tmp_path / "fp32")])
     capsys.readouterr()
-    evaluate(base + ["--out", str(tmp_path / "int8"), "--int8"])
+    evaluate(base + ["--out", str(tmp_path / precision), f"--{precision}"])
     printed = capsys.readouterr().out
-    found = re.search(r"base: int8 vectors, mean cosine ([01]\.\d{4}) to float32's \(first 60 documents\)", printed)
+    found = re.search(rf"base: {precision} vectors, mean cosine ([01]\.\d{{4}}) to float32's \(first 60 documents\)",
+                      printed)
     assert found, printed
-    fp32, int8 = np.load(tmp_path / "fp32" / "base.npy"), np.load(tmp_path / "int8" / "base.npy")
-    cos = (fp32 * int8).sum(1) / np.linalg.norm(fp32, axis=1) / np.linalg.norm(int8, axis=1)
-    assert abs(cos.mean() - float(found.group(1))) < 1e-4 and 0.97 < cos.mean() <= 1 and not np.array_equal(fp32, int8)
-    assert "| base | cls | no | 32 | int8 (" in printed
-    manifest = json.loads((tmp_path / "int8" / "manifest.json").read_text())
-    assert manifest["embedding"]["base"]["int8"] is True
-    assert abs(manifest["embedding"]["base"]["int8_mean_cosine"] - cos.mean()) < 1e-5
-    assert "int8" not in json.loads((tmp_path / "fp32" / "manifest.json").read_text())["embedding"]["base"]
+    fp32, lower = np.load(tmp_path / "fp32" / "base.npy"), np.load(tmp_path / precision / "base.npy")
+    cos = (fp32 * lower).sum(1) / np.linalg.norm(fp32, axis=1) / np.linalg.norm(lower, axis=1)
+    assert abs(cos.mean() - float(found.group(1))) < 1e-4 and 0.97 < cos.mean() <= 1
+    assert not np.array_equal(fp32, lower)  # computed in the lower precision: not the float32 vectors again
+    assert f"| base | cls | no | 32 | {precision} (" in printed
+    manifest = json.loads((tmp_path / precision / "manifest.json").read_text())
+    assert manifest["embedding"]["base"]["precision"] == precision
+    assert abs(manifest["embedding"]["base"]["mean_cosine_to_float32"] - cos.mean()) < 1e-5
+    assert "precision" not in json.loads((tmp_path / "fp32" / "manifest.json").read_text())["embedding"]["base"]
+
+
+def test_bf16_is_refused_on_a_cpu_without_native_bfloat16(tiny_model, tiny_data, tmp_path, monkeypatch, capsys):
+    from conftest import script_main
+    from common.io import InputError
+    from common.models import precision as precisions
+    monkeypatch.setattr(precisions, "native_bf16", lambda: False)
+    with pytest.raises(InputError, match=r"^--bf16: this CPU has no native bfloat16 \(avx512_bf16 or AMX\)"):
+        script_main("05_evaluate.py")(["--data", str(tiny_data), "--model", f"base={tiny_model}", "--task", "crossref",
+                                       "--out", str(tmp_path / "eval"), "--bf16"])
+    assert not (tmp_path / "eval").exists() or os.listdir(tmp_path / "eval") == []
+    with pytest.raises(SystemExit):
+        script_main("05_evaluate.py")(["--data", str(tiny_data), "--model", f"base={tiny_model}", "--out",
+                                       str(tmp_path / "both"), "--bf16", "--int8"])
+    assert "argument --int8: not allowed with argument --bf16" in capsys.readouterr().err

@@ -49,12 +49,13 @@ def pv_texts(docs):
 
 
 def structural_teacher(outputs, docs, model, max_length, batch_size=32, batch_tokens=None, progress=None,
-                       name=STRUCTURAL, int8=False):
+                       name=STRUCTURAL, precision="float32"):
     """Writes ``name.npy`` (``sbert.npy``; row by row, memory-mapped) and its ids: the vectors of ``docs`` (``Documents``) read
     as ``title + sep + text``, the mean of the last hidden states over the attention mask, not normalised (the
     thesis's SBERT teacher), over the first ``max_length`` tokens (or the model's limit). Returns (vectors, the memory
-    map; lengths; max_length; with ``int8`` (an int8 copy of the teacher embeds), the mean cosine of its vectors to
-    float32's, ``quantize.agreement``, else None); lengths count every token, special tokens excluded."""
+    map; lengths; max_length; in a ``precision`` other than float32 (``common/models/precision.py``), the mean cosine
+    of its vectors to float32's, ``quantize.agreement``, else None); lengths count every token, special tokens
+    excluded."""
     from common.models.encoder import default_device, embed, load_encoder
     from common.models.tokens import TokenStore
     encoder, tokenizer, settings = load_encoder(model, pooling="mean", normalize=False, max_length=max_length)
@@ -64,9 +65,11 @@ def structural_teacher(outputs, docs, model, max_length, batch_size=32, batch_to
                        dtype=np.int64)
     store = TokenStore(tokenizer, texts, settings["max_length"])
     out = io.open_rows(outputs, name, docs.ids, encoder.dimension)
-    from common.models.quantize import agreement, int8_for
-    embed(int8_for(encoder) if int8 else encoder, store, batch_size, batch_tokens, progress, out=out)
-    cosine = float(agreement(encoder, out, store, batch_size, batch_tokens)) if int8 else None
+    from common.models.precision import encoder_for
+    from common.models.quantize import agreement
+    embed(encoder_for(encoder, precision, f"--{precision}"), store, batch_size, batch_tokens, progress, out=out,
+          bf16=precision == "bf16")
+    cosine = float(agreement(encoder, out, store, batch_size, batch_tokens)) if precision != "float32" else None
     out.flush()
     return out, lengths, settings["max_length"], cosine
 

@@ -57,7 +57,7 @@ def embed_documents(path, name, data_dir, docs, how, outputs, say=print):
     _, tokenizer, settings, emb = embedding.embed_corpus(path, name, data_dir, docs, how, outputs, say=say)
     say(f"{name}: {emb.shape[0]} documents, {emb.shape[1]} dimensions ({settings['pooling']} pooling"
         f"{', normalised' if settings['normalize'] else ''}, {settings['max_length']} tokens"
-        f"{', int8' if settings.get('int8') else ''})")
+        f"{', ' + settings['precision'] if settings.get('precision', 'float32') != 'float32' else ''})")
     return emb, tokenizer, embedding.embedding_settings(settings)
 
 

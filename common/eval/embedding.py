@@ -14,13 +14,13 @@ from common import io
 class Embedding:
     """The embedding settings of one evaluation: ``pooling`` and ``normalize`` per model name (absent: the model's
     sentence-transformers config), one ``max_length`` for every model (None: each model's own), the batching, and
-    ``int8`` (dynamically quantised Linear layers on a CPU; ``common/models/quantize.py``)."""
+    the ``precision`` on a CPU (``common/models/precision.py``: float32, bf16 autocast, int8 Linear layers)."""
     pooling: dict = field(default_factory=dict)
     normalize: dict = field(default_factory=dict)
     max_length: int = None
     batch_size: int = 64
     batch_tokens: int = None
-    int8: bool = False
+    precision: str = "float32"
 
 
 def process_state():
@@ -35,13 +35,15 @@ def process_state():
 
 
 def load_model(path, name, how, say=print):
-    """``(encoder, tokenizer, settings)`` of the model at ``path`` under the name ``name``, on this process's device;
-    with ``how.int8`` its int8 copy (a CPU only)."""
+    """``(encoder, tokenizer, settings)`` of the model at ``path`` under the name ``name``, on this process's device,
+    for ``how.precision`` (int8: its int8 copy, a CPU only); ``settings["precision"]`` says which."""
+    from common.models.precision import encoder_for
     encoder, tokenizer, settings = _load_float32(path, name, how, say)
-    if how.int8:
-        from common.models.quantize import int8_for
-        return int8_for(encoder), tokenizer, {**settings, "int8": True}
-    return encoder, tokenizer, settings
+    return encoder_for(encoder, how.precision, FLAGS[how.precision]), tokenizer, {**settings,
+                                                                                    "precision": how.precision}
+
+
+FLAGS = {"float32": None, "bf16": "--bf16", "int8": "--int8"}  # the flag that asks for each precision
 
 
 def _load_float32(path, name, how, say):
@@ -68,24 +70,26 @@ def document_inputs(data_dir, docs, sep_token):
 def embed_corpus(path, name, data_dir, docs, how, outputs=None, collect=True, say=print):
     """The model and its vectors of every document, the corpus cut into one shard per process; with ``outputs``,
     the vectors are written row by row into its memory-mapped NAME.npy (and NAME.ids.txt beside it) and checked
-    finite; with ``collect=False`` (a helping process) no vectors are kept (None)."""
+    finite; with ``collect=False`` (a helping process) no vectors are kept (None). In a precision other than
+    float32, the mean cosine of the first documents' vectors to float32's is said and kept in the settings."""
     from common.models.encoder import embed_sharded
-    from common.models.quantize import AGREEMENT_SAMPLE, agreement, int8_for
+    from common.models.precision import encoder_for
+    from common.models.quantize import AGREEMENT_SAMPLE, agreement
     from common.models.tokens import TokenStore
     float32, tokenizer, settings = _load_float32(path, name, how, say)
-    encoder = int8_for(float32) if how.int8 else float32
+    encoder = encoder_for(float32, how.precision, FLAGS[how.precision])
+    settings = {**settings, "precision": how.precision}
     store = TokenStore(tokenizer, document_inputs(data_dir, docs, tokenizer.sep_token or ""), settings["max_length"])
     out = None if outputs is None else io.open_rows(outputs, name, docs.ids, encoder.dimension)
     with tqdm(total=len(store), desc=f"embed {name}", unit=" docs", mininterval=1.0) as bar:
-        vectors = embed_sharded(encoder, store, how.batch_size, how.batch_tokens, bar, out=out, collect=collect)
-    if how.int8:
-        settings = {**settings, "int8": True}
+        vectors = embed_sharded(encoder, store, how.batch_size, how.batch_tokens, bar, out=out, collect=collect,
+                                bf16=how.precision == "bf16")
     if vectors is not None:
         io.check_finite_rows(vectors, f"{path}: its vectors", docs.ids)
-        if how.int8:
+        if how.precision != "float32":
             cosine = float(agreement(float32, vectors, store, how.batch_size, how.batch_tokens))
-            settings["int8_mean_cosine"] = round(cosine, 6)
-            say(f"{name}: int8 vectors, mean cosine {cosine:.4f} to float32's (first "
+            settings["mean_cosine_to_float32"] = round(cosine, 6)
+            say(f"{name}: {how.precision} vectors, mean cosine {cosine:.4f} to float32's (first "
                 f"{min(len(store), AGREEMENT_SAMPLE)} documents)")
     return encoder, tokenizer, settings, vectors
 
@@ -93,16 +97,18 @@ def embed_corpus(path, name, data_dir, docs, how, outputs=None, collect=True, sa
 def embed_queries(encoder, tokenizer, settings, texts, how):
     from common.models.encoder import embed
     from common.models.tokens import TokenStore
-    return embed(encoder, TokenStore(tokenizer, texts, settings["max_length"]), how.batch_size, how.batch_tokens)
+    return embed(encoder, TokenStore(tokenizer, texts, settings["max_length"]), how.batch_size, how.batch_tokens,
+                 bf16=settings.get("precision") == "bf16")
 
 
 def embedding_settings(settings):
     """How a model embedded the documents, for the manifest and the report: pooling, normalisation, length (and
-    int8 where it was)."""
+    the precision and its mean cosine to float32 where it was not float32)."""
     found = {"pooling": settings["pooling"], "normalize": bool(settings["normalize"]),
              "max_length": int(settings["max_length"])}
-    if settings.get("int8"):
-        found.update({"int8": True, "int8_mean_cosine": settings.get("int8_mean_cosine")})
+    if settings.get("precision", "float32") != "float32":
+        found.update({"precision": settings["precision"],
+                      "mean_cosine_to_float32": settings.get("mean_cosine_to_float32")})
     return found
 
 

@@ -60,14 +60,14 @@ def embedding_table(embedding):
     whether the rows compare like with like."""
     if not embedding:
         return ""
-    int8 = any(s.get("int8") for s in embedding.values())  # a column only where some model ran in int8
+    lower = any(s.get("precision") for s in embedding.values())  # a column only where some model ran below float32
     lines = ["\nHow each model embedded the documents:\n",
-             "| model | pooling | normalised | tokens |" + (" weights (mean cosine to float32) |" if int8 else ""),
-             "|---|---|---|---:|" + ("---|" if int8 else "")]
+             "| model | pooling | normalised | tokens |" + (" precision (mean cosine to float32) |" if lower else ""),
+             "|---|---|---|---:|" + ("---|" if lower else "")]
     for model, s in embedding.items():
-        weights = f" int8 ({s['int8_mean_cosine']:.4f}) |" if s.get("int8") else " float32 |"
+        precision = f" {s['precision']} ({s['mean_cosine_to_float32']:.4f}) |" if s.get("precision") else " float32 |"
         lines.append(f"| {model} | {s['pooling']} | {'yes' if s['normalize'] else 'no'} | {s['max_length'] or '–'} |"
-                     + (weights if int8 else ""))
+                     + (precision if lower else ""))
     return "\n".join(lines) + "\n"
 
 

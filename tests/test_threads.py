@@ -1,0 +1,128 @@
+"""The thread count a CPU embedding runs each batch with (common/models/threads.py): the most threads while every
+thread gets its core, rounds of probes while the cores are shared or fewer threads run, the cheapest count between
+rounds, and torch's setting left as it was found."""
+
+import numpy as np
+import pytest
+import torch
+
+from common.models.threads import Threads, candidates
+
+
+def test_candidates_are_the_most_and_its_halvings_down_to_one():
+    assert candidates(16) == [16, 8, 4, 2, 1]
+    assert candidates(6) == [6, 3, 1]
+    assert candidates(2) == [2, 1]
+    assert candidates(1) == [1]
+
+
+class Clocks:
+    """A wall clock and a CPU-time clock that a batch advances: by its cost per token at the thread count it ran
+    with, and by that time × the count × the share of their cores the threads got."""
+
+    def __init__(self):
+        self.wall = self.cpu = 0.0
+
+    def run(self, threads, cost, share, batches, tokens=100):
+        used = []
+        for _ in range(batches):
+            with threads.batch(tokens):
+                count = torch.get_num_threads()
+                used.append(count)
+                seconds = cost[count] * tokens
+                self.wall += seconds
+                self.cpu += seconds * count * share[count]
+        return used
+
+
+def chooser(most=2, probe_every=4):
+    clocks = Clocks()
+    return Threads(most=most, probe_every=probe_every, clock=lambda: clocks.wall, cpu_clock=lambda: clocks.cpu), clocks
+
+
+IDLE = {"cost": {2: 1.0, 1: 2.0}, "share": {2: 1.0, 1: 1.0}}  # 2 threads twice as fast, each with its core
+BUSY = {"cost": {2: 3.0, 1: 2.0}, "share": {2: 0.6, 1: 1.0}}  # another process takes a core
+
+
+def test_an_idle_machine_runs_every_batch_with_the_most_threads_and_probes_nothing():
+    before = torch.get_num_threads()
+    threads, clocks = chooser()
+    try:
+        assert clocks.run(threads, batches=40, **IDLE) == [2] * 40
+        assert threads.cost == {}
+    finally:
+        threads.close()
+    assert torch.get_num_threads() == before
+
+
+def test_shared_cores_start_a_round_whose_cheapest_count_runs_until_the_next_and_a_free_machine_brings_back_the_most():
+    threads, clocks = chooser()
+    try:
+        assert clocks.run(threads, batches=3, **IDLE) == [2, 2, 2]
+        # the first batch beside a busy process gets 0.6 of its cores: a round probes 2 and 1 threads at once, and 1
+        # (2.0 s a token against 3.0) runs the next 4 batches; the next round confirms 1 and doubles the wait to 8
+        assert clocks.run(threads, batches=9, **BUSY) == [2, 2, 1, 1, 1, 1, 1, 2, 1]
+        assert threads.cost == {2: 3.0, 1: 2.0} and threads.wait == 8
+        # the busy process ends: at 1 thread nothing shows it until the round 8 batches later, which finds 2 threads
+        # cheaper again; from then on nothing is probed
+        assert clocks.run(threads, batches=15, **IDLE) == [1] * 8 + [2, 1] + [2] * 5
+        assert threads.count == 2 and threads.wait == 4
+    finally:
+        threads.close()
+
+
+def test_rounds_that_keep_the_most_threads_beside_other_work_come_ever_more_rarely():
+    threads, clocks = chooser()
+    shared = {"cost": {2: 1.5, 1: 2.0}, "share": {2: 0.7, 1: 1.0}}  # shared, yet 2 threads stay faster
+    try:
+        used = clocks.run(threads, batches=66, **shared)
+        # the first shared batch (1, after the warm-up) starts a round at once; each round keeps 2 threads and
+        # doubles the wait from 4: the next rounds follow 8, 16 and 32 batches at 2 threads
+        assert [i for i, count in enumerate(used) if count == 1] == [3, 13, 31, 65]
+        assert threads.wait == 64
+    finally:
+        threads.close()
+
+
+def test_one_thread_is_never_probed_against_itself():
+    threads, clocks = chooser(most=1)
+    try:
+        assert clocks.run(threads, batches=40, cost={1: 1.0}, share={1: 0.3}) == [1] * 40
+    finally:
+        threads.close()
+
+
+def test_a_failed_batch_is_not_timed():
+    threads, clocks = chooser()
+    threads.since = 0
+    for _ in range(2):
+        with pytest.raises(RuntimeError):
+            with threads.batch(10):
+                raise RuntimeError("out of memory")
+    threads.close()
+    assert threads.cost == {} and threads.since == 0 and threads.batches == 2
+
+
+def test_embed_gives_the_vectors_of_one_thread_and_restores_the_thread_count(tiny_model):
+    """``embed`` on a CPU changes the thread count between batches; every count computes the same vectors up to the
+    rounding of a parallel reduction, and torch's setting is what it was afterwards, also after an error."""
+    from common.models.encoder import embed, load_encoder
+    from common.models.tokens import TokenStore
+    encoder, tokenizer, _ = load_encoder(tiny_model, pooling="mean", max_length=48)
+    texts = [f"text {i} " + "word " * (i % 40) for i in range(200)]
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        one = embed(encoder, TokenStore(tokenizer, texts, 48), batch_size=4)
+    finally:
+        torch.set_num_threads(before)
+    torch.set_num_threads(2)
+    try:
+        chosen = embed(encoder, TokenStore(tokenizer, texts, 48), batch_size=4)
+        assert torch.get_num_threads() == 2
+        with pytest.raises(TypeError):
+            embed(encoder, TokenStore(tokenizer, texts, 48), batch_size=4, out=object())
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    np.testing.assert_allclose(chosen, one, rtol=0, atol=1e-5)
