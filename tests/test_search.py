@@ -298,6 +298,49 @@ def test_blocks_are_cut_from_the_concatenated_texts_and_only_the_final_remainder
     assert blocks.get(1)[1].tolist() == [False, True, False]
 
 
+@pytest.mark.parametrize("padded", [False, True])
+def test_the_masked_lm_predicts_as_bert_for_masked_lm_with_its_last_layer_on_masked_positions_only(tiny_model,
+                                                                                                    padded):
+    """MaskedLM runs BERT's last layer on the masked positions alone (keys and values from every position): in
+    evaluation its logits are transformers' BertForMaskedLM's at those positions, for full blocks and for padded
+    rows; in training every parameter of the last layer gets a gradient, and the loss matches the reference's."""
+    import torch
+    from transformers import BertForMaskedLM
+    from common.models.attention import fast_dropout
+    from common.train import losses
+    from common.train.objectives.mlm import MaskedLM
+    torch.manual_seed(0)
+    import copy
+    reference = BertForMaskedLM.from_pretrained(tiny_model)  # its masked-LM head newly initialised: copied as it is
+    model = MaskedLM(copy.deepcopy(reference), "mean", False)
+    fast_dropout(model)
+    ids = torch.randint(5, reference.config.vocab_size, (3, 24))
+    attention_mask = torch.ones_like(ids)
+    if padded:
+        attention_mask[1, 17:] = 0
+        attention_mask[2, 9:] = 0
+    masked = (torch.rand(3, 24) < 0.3) & attention_mask.bool()
+    masked[0, :2] = True  # rows with different numbers of masked positions
+    model.eval(), reference.eval()
+    with torch.no_grad():
+        ours = model(ids, attention_mask, masked)
+        theirs = reference(input_ids=ids, attention_mask=attention_mask).logits[masked]
+    assert ours.shape == theirs.shape == (int(masked.sum()), reference.config.vocab_size)
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-5)
+    labels = ids[masked]
+    model.train()
+    loss = losses.masked_lm(model(ids, attention_mask, masked), labels).mean()
+    loss.backward()
+    last = model.mlm.bert.encoder.layer[-1]
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in last.parameters())
+    reference_loss = torch.nn.functional.cross_entropy(theirs, labels)
+    assert abs(float(losses.masked_lm(ours, labels).mean()) - float(reference_loss)) < 1e-5
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):  # Accelerate's bf16 mixed precision
+        model.eval()
+        lower = model(ids, attention_mask, masked)
+    assert lower.shape == ours.shape and torch.isfinite(lower).all()
+
+
 def test_whole_word_masking_masks_every_token_of_a_chosen_word_with_mask():
     from common.train.objectives.mlm import IGNORE, mask_tokens
     ids = np.arange(10, 30)

@@ -50,21 +50,77 @@ IGNORE = -100  # label of unmasked positions (Hugging Face's convention)
 
 class MaskedLM(nn.Module):
     """A masked-LM model; ``encoder`` is the same transformer with pooling (not a registered sub-module: its
-    parameters are the model's own, optimised and saved once)."""
+    parameters are the model's own, optimised and saved once).
+
+    Only masked positions are predicted, so only they go through the vocabulary projection (BERT's ``cls``,
+    RoBERTa's ``lm_head``) and, in a BERT, through most of the last layer (``last_layer_at``): its keys and values
+    come from every position, its queries, attention output and feed-forward block only from the masked ones. The
+    logits are those of the whole model at the masked positions (tests/test_search.py checks them against
+    ``BertForMaskedLM``); on 8 blocks of 256 tokens of all-MiniLM-L6-v2 this leaves out about a tenth of a step's
+    arithmetic (docs/benchmarks.md, "Masked-LM training")."""
 
     def __init__(self, mlm, pooling, normalize):
         super().__init__()
         self.mlm = mlm
         self.__dict__["encoder"] = Encoder(mlm.base_model, pooling, normalize)
-        # only masked positions go through the vocabulary projection (BERT's `cls`, RoBERTa's `lm_head`)
         self.__dict__["head"] = getattr(mlm, "cls", getattr(mlm, "lm_head", None))
 
     def forward(self, input_ids, attention_mask, masked):
-        """Logits ``[number of masked positions, vocabulary]``."""
+        """Logits ``[number of masked positions, vocabulary]``, in the order of ``masked.nonzero()``."""
         if self.head is None:
             return self.mlm(input_ids=input_ids, attention_mask=attention_mask).logits[masked]
-        hidden = self.mlm.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        return self.head(hidden[masked])
+        base = self.mlm.base_model
+        layers = getattr(getattr(base, "encoder", None), "layer", None)
+        if not _bert_last_layer(base, layers):
+            hidden = base(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            return self.head(hidden[masked])
+        base.encoder.layer = layers[:-1]  # every layer but the last, through the model's own forward
+        try:
+            hidden = base(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        finally:
+            base.encoder.layer = layers
+        return self.head(last_layer_at(layers[-1], hidden, attention_mask, masked))
+
+
+def _bert_last_layer(base, layers):
+    """Whether ``last_layer_at`` computes this model's last layer: a BERT layer (BERT, MiniLM, …) with absolute
+    positions, no cross-attention, and an attention this module can call."""
+    from common.models.attention import ATTENTION
+    config = base.config
+    return (layers is not None and len(layers) > 1 and type(layers[-1]).__name__ == "BertLayer"
+            and getattr(config, "position_embedding_type", "absolute") == "absolute"
+            and not config.is_decoder and not getattr(config, "add_cross_attention", False)
+            and config._attn_implementation in ("sdpa", ATTENTION, "eager"))
+
+
+def last_layer_at(layer, hidden, attention_mask, masked):
+    """A ``BertLayer``'s output at the ``masked`` positions only (``[M, d]``, in the order of ``masked.nonzero()``):
+    keys and values from every position of ``hidden`` ``[B, L, d]``, queries from the masked ones, padded per row
+    to the row's most; then the attention output, residual and LayerNorm, and the feed-forward block, on the masked
+    positions alone. Dropout as the layer's own (attention probabilities through the project's attention
+    function)."""
+    from common.models.attention import sdpa_cpu_dropout
+    attention = layer.attention.self
+    batch, length, _ = hidden.shape
+    heads, size = attention.num_attention_heads, attention.attention_head_size
+    rows, cols = masked.nonzero(as_tuple=True)
+    slots = (torch.cumsum(masked, 1) - 1)[rows, cols]  # each masked position's place among its row's
+    picked = hidden[rows, cols]
+    projected = attention.query(picked)  # under autocast in its dtype, not the hidden states'
+    query = projected.new_zeros(batch, int(masked.sum(1).max()), heads * size).index_put((rows, slots), projected)
+    query = query.view(batch, -1, heads, size).transpose(1, 2)
+    key = attention.key(hidden).view(batch, length, heads, size).transpose(1, 2)
+    value = attention.value(hidden).view(batch, length, heads, size).transpose(1, 2)
+    bias = None
+    if attention_mask is not None and not bool(attention_mask.all()):
+        bias = torch.zeros(batch, 1, 1, length, dtype=query.dtype, device=hidden.device).masked_fill_(
+            attention_mask[:, None, None, :] == 0, torch.finfo(query.dtype).min)
+    context, _ = sdpa_cpu_dropout(attention, query, key, value, bias,
+                                  dropout=attention.dropout.p if attention.training else 0.0,
+                                  scaling=attention.scaling, is_causal=False)
+    context = context.reshape(batch, -1, heads * size)[rows, slots]
+    attended = layer.attention.output(context, picked)
+    return layer.output(layer.intermediate(attended), attended)
 
 
 def mask_tokens(ids, special, word_start, rng, probability=0.15, mask_replace=0.8, random_replace=0.1,
