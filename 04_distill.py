@@ -20,7 +20,7 @@ import sys
 from common import cli, io
 from common.io import InputError
 from common.models.batching import BATCH_LIMITS, add_batch_arguments
-from common.models.precision import add_precision_arguments
+from common.models.precision import add_precision_arguments, check_here
 
 PV_PRESETS = {  # the thesis's chosen Paragraph-Vector configurations (Tab. 4.5, §5.1.2)
     "dm-100d": {"pv": "dm", "pv_vector_size": 100, "pv_preprocess": "lowercase"},
@@ -78,6 +78,7 @@ def run_teachers(args):
         if getattr(args, key) is None:
             setattr(args, key, value)
     cli.check(args, TEACHER_LIMITS)
+    check_here(args.precision)
     preprocess = tuple(args.pv_preprocess.split(","))
     if any(p not in PREPROCESS for p in preprocess) or len(preprocess) not in (1, len(args.pv.split("+"))):
         raise InputError(f"--pv-preprocess {args.pv_preprocess!r}: one of {', '.join(PREPROCESS)} for each "

@@ -35,7 +35,7 @@ from common.eval import ann, documents, embedding, report, retrieval
 from common.eval.embedding import Embedding
 from common.io import InputError
 from common.models.batching import BATCH_LIMITS, add_batch_arguments
-from common.models.precision import add_precision_arguments
+from common.models.precision import add_precision_arguments, check_here
 
 TASKS = ("crossref", "topics", "lexical", "keysent", "classify", "similarity", "retrieval", "bm25")
 EMBEDDING_TASKS = {"crossref", "topics", "lexical", "classify", "similarity"}
@@ -100,6 +100,7 @@ def run_evaluate(args):
         raise InputError("--task retrieval embeds abstracts alone, the other tasks title + text: evaluate them into "
                          "separate --out directories")
     how = embedding_of(args)
+    check_here(args.precision)
     state = embedding.process_state()
     if state is not None and not state.is_main_process:
         return embedding.follow(args.model, args.data, how) if wanted & ({"retrieval"} | EMBEDDING_TASKS) else None
@@ -193,6 +194,7 @@ def add_search_arguments(p):
 def run_search(args):
     """Print the top documents of each query: rank, id, cosine score, title."""
     cli.check(args, {"--top": cli.COUNT, "--max-length": cli.LENGTH, **BATCH_LIMITS})
+    check_here(args.precision)
     for text in args.query:
         if not retrieval.has_content(text):
             raise InputError(f"query {text!r}: no letter or digit to search for")

@@ -6,8 +6,8 @@ same training in float32 and in bfloat16.
         --panel "MNRL from the adapted model" float32=work/search-mlm-mnrl bf16=work/bf16/search-mlm-mnrl
 
 Each panel plots every logged training loss (thin) and its moving mean over --smooth log lines (thick) against the
-step, and, on a second axis, the first validation metric of --metric that the log has. Runs are told apart by colour
-and line style (solid, dashed, dotted), so that curves lying on each other stay visible.
+step, and, on a second axis, the first validation metric of --metric that the panel's first run logged. Runs are
+told apart by colour and line style (solid, dashed, dotted), so that curves lying on each other stay visible.
 """
 
 import argparse
@@ -30,17 +30,20 @@ def main():
     parser.add_argument("--panel", nargs="+", action="append", required=True, metavar="TITLE NAME=RUN",
                         help="a panel's title, then its runs as NAME=RUN_DIR (repeatable)")
     parser.add_argument("--metric", default="val_ndcg@10,val_loss",
-                        help="validation metrics, comma-separated: the first one a run's log has goes on the second axis")
+                        help="validation metrics, comma-separated: the first one a panel's first run logged goes on "
+                             "the second axis")
     parser.add_argument("--smooth", type=int, default=10, help="log lines in the moving mean")
     parser.add_argument("--out", required=True, help="PNG to write")
     args = parser.parse_args()
+    if args.smooth < 1:
+        parser.error("--smooth: at least 1 log line")
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
     fig, axes = plt.subplots(1, len(args.panel), figsize=(5.5 * len(args.panel), 4), squeeze=False)
     for ax, (title, *runs) in zip(axes[0], args.panel):
-        metric_ax = None
+        metric_ax = metric = None
         for i, spec in enumerate(runs):
             name, _, run = spec.partition("=")
             if not run:
@@ -48,14 +51,17 @@ def main():
             log = read_log(run)
             steps = np.array([r["step"] for r in log if "loss" in r])
             loss = np.array([r["loss"] for r in log if "loss" in r])
+            if not len(loss):
+                parser.error(f"{run}/log.jsonl: no training loss logged")
             color, style = f"C{i}", ("-", "--", ":")[i % 3]
             ax.plot(steps, loss, color=color, alpha=0.2, linewidth=0.8)
             k = min(args.smooth, len(loss))
             mean = np.convolve(loss, np.ones(k) / k, mode="valid")
-            ax.plot(steps[k - 1:], mean, color=color, linestyle=style, linewidth=2.5 - 0.8 * i,
+            ax.plot(steps[k - 1:], mean, color=color, linestyle=style, linewidth=max(2.5 - 0.8 * i, 0.8),
                     label=f"{name} training loss")
-            metric = next((m for m in args.metric.split(",") if any(m in r for r in log)), None)
-            if metric:
+            # one metric a panel: the first of --metric that its first run logged
+            metric = metric or next((m for m in args.metric.split(",") if any(m in r for r in log)), None)
+            if metric and any(metric in r for r in log):
                 metric_ax = metric_ax or ax.twinx()
                 metric_ax.plot(*zip(*[(r["step"], r[metric]) for r in log if metric in r]), color=color,
                                linestyle=style, marker="os^"[i % 3], markerfacecolor="none", label=f"{name} {metric}")

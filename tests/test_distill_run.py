@@ -274,6 +274,16 @@ def test_teacher_dim_projects_the_structural_teacher_onto_its_principal_axes_and
     assert not (tmp_path / "wide").exists()
 
 
+def test_a_bf16_teacher_is_refused_before_any_work_on_a_cpu_without_native_bfloat16(tiny_model, tiny_data,
+                                                                                     tmp_path, monkeypatch):
+    from common.models import precision as precisions
+    monkeypatch.setattr(precisions, "native_bf16", lambda: False)
+    with pytest.raises(InputError, match=r"^--bf16: this CPU has no native bfloat16"):
+        distill()(["teachers", "--data", str(tiny_data), "--out", str(tmp_path / "teach"), "--teacher",
+                   str(tiny_model), "--bf16"])
+    assert not (tmp_path / "teach").exists()
+
+
 @pytest.mark.parametrize("precision", ["int8", "bf16"])
 def test_a_lower_precision_structural_teacher_is_opt_in_and_its_distance_to_float32_is_recorded(
         precision, teach, tiny_model, tiny_data, tmp_path, capsys, monkeypatch):

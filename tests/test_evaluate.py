@@ -199,6 +199,14 @@ def test_a_lower_precision_is_opt_in_says_how_far_it_is_from_float32_and_is_reco
     assert "precision" not in json.loads((tmp_path / "fp32" / "manifest.json").read_text())["embedding"]["base"]
 
 
+def test_bf16_is_refused_on_a_gpu_where_every_embedding_is_bfloat16_already():
+    from common.io import InputError
+    from common.models.precision import check
+    with pytest.raises(InputError, match=r"^--bf16: on a GPU every embedding already runs in bfloat16"):
+        check("bf16", "--bf16", "cuda")
+    check("int8", "--int8", "cpu"), check("float32", None, "cuda")  # accepted
+
+
 def test_bf16_is_refused_on_a_cpu_without_native_bfloat16(tiny_model, tiny_data, tmp_path, monkeypatch, capsys):
     from conftest import script_main
     from common.io import InputError

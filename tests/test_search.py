@@ -327,18 +327,59 @@ def test_the_masked_lm_predicts_as_bert_for_masked_lm_with_its_last_layer_on_mas
         theirs = reference(input_ids=ids, attention_mask=attention_mask).logits[masked]
     assert ours.shape == theirs.shape == (int(masked.sum()), reference.config.vocab_size)
     torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-5)
+    # the gradients of the loss (evaluation mode: no dropout) are the reference's, parameter by parameter
     labels = ids[masked]
+    losses.masked_lm(model(ids, attention_mask, masked), labels).mean().backward()
+    torch.nn.functional.cross_entropy(
+        reference(input_ids=ids, attention_mask=attention_mask).logits[masked], labels).backward()
+    theirs_grads = dict(reference.named_parameters())
+    for name, p in model.mlm.named_parameters():
+        if theirs_grads[name].grad is None:
+            assert p.grad is None or not p.grad.any(), name
+        else:
+            torch.testing.assert_close(p.grad, theirs_grads[name].grad, rtol=0, atol=1e-5, msg=name)
+    model.zero_grad()
     model.train()
-    loss = losses.masked_lm(model(ids, attention_mask, masked), labels).mean()
-    loss.backward()
+    losses.masked_lm(model(ids, attention_mask, masked), labels).mean().backward()
     last = model.mlm.bert.encoder.layer[-1]
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in last.parameters())
-    reference_loss = torch.nn.functional.cross_entropy(theirs, labels)
-    assert abs(float(losses.masked_lm(ours, labels).mean()) - float(reference_loss)) < 1e-5
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):  # Accelerate's bf16 mixed precision
         model.eval()
         lower = model(ids, attention_mask, masked)
     assert lower.shape == ours.shape and torch.isfinite(lower).all()
+
+
+def test_a_masked_lm_batch_with_nothing_masked_gives_no_logits_and_keeps_every_parameter_in_the_graph(tiny_model):
+    """A batch where no position is masked (short texts with --line-by-line) gives ``[0, vocabulary]`` logits, and
+    every parameter of the last layer still takes part in the graph (DDP waits for a gradient from each); a row with
+    nothing masked beside rows with masked positions changes nothing for the others."""
+    import copy
+    import torch
+    from transformers import BertForMaskedLM
+    from common.models.attention import fast_dropout
+    from common.train.objectives.mlm import MLMObjective, MaskedLM
+    reference = BertForMaskedLM.from_pretrained(tiny_model)
+    model = fast_dropout(MaskedLM(copy.deepcopy(reference), "mean", False))
+    ids = torch.randint(5, reference.config.vocab_size, (2, 12))
+    attention_mask = torch.ones_like(ids)
+    nothing = torch.zeros(2, 12, dtype=torch.bool)
+    for mode in (model.train, model.eval):
+        mode()
+        logits = model(ids, attention_mask, nothing)
+        assert logits.shape == (0, reference.config.vocab_size)
+    model.train()
+    loss = MLMObjective.losses(None, model, {"input_ids": ids, "attention_mask": attention_mask,
+                                             "labels": torch.full_like(ids, -100)})
+    loss.backward()
+    assert float(loss) == 0.0
+    assert all(p.grad is not None for p in model.mlm.bert.encoder.layer[-1].parameters())
+    one_row = nothing.clone()
+    one_row[1, [2, 7]] = True
+    model.eval(), reference.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids, attention_mask, one_row),
+                                   reference(input_ids=ids, attention_mask=attention_mask).logits[one_row],
+                                   rtol=0, atol=1e-5)
 
 
 def test_whole_word_masking_masks_every_token_of_a_chosen_word_with_mask():

@@ -60,8 +60,9 @@ def test_shared_cores_start_a_round_whose_cheapest_count_runs_until_the_next_and
     try:
         assert clocks.run(threads, batches=3, **IDLE) == [2, 2, 2]
         # the first batch beside a busy process gets 0.6 of its cores: a round probes 2 and 1 threads at once, and 1
-        # (2.0 s a token against 3.0) runs the next 4 batches; the next round confirms 1 and doubles the wait to 8
-        assert clocks.run(threads, batches=9, **BUSY) == [2, 2, 1, 1, 1, 1, 1, 2, 1]
+        # (2.0 s a token against 3.0) runs the next 4 batches; the next round, probing the other way round,
+        # confirms 1 and doubles the wait to 8
+        assert clocks.run(threads, batches=9, **BUSY) == [2, 2, 1, 1, 1, 1, 1, 1, 2]
         assert threads.cost == {2: 3.0, 1: 2.0} and threads.wait == 8
         # the busy process ends: at 1 thread nothing shows it until the round 8 batches later, which finds 2 threads
         # cheaper again; from then on nothing is probed
@@ -77,8 +78,9 @@ def test_rounds_that_keep_the_most_threads_beside_other_work_come_ever_more_rare
     try:
         used = clocks.run(threads, batches=66, **shared)
         # the first shared batch (1, after the warm-up) starts a round at once; each round keeps 2 threads and
-        # doubles the wait from 4: the next rounds follow 8, 16 and 32 batches at 2 threads
-        assert [i for i, count in enumerate(used) if count == 1] == [3, 13, 31, 65]
+        # doubles the wait from 4: the next rounds follow 8, 16 and 32 batches at 2 threads, every other one probing
+        # 1 thread first
+        assert [i for i, count in enumerate(used) if count == 1] == [3, 12, 31, 64]
         assert threads.wait == 64
     finally:
         threads.close()
@@ -103,9 +105,11 @@ def test_a_failed_batch_is_not_timed():
     assert threads.cost == {} and threads.since == 0 and threads.batches == 2
 
 
-def test_embed_gives_the_vectors_of_one_thread_and_restores_the_thread_count(tiny_model):
-    """``embed`` on a CPU changes the thread count between batches; every count computes the same vectors up to the
-    rounding of a parallel reduction, and torch's setting is what it was afterwards, also after an error."""
+def test_embed_gives_the_vectors_of_one_thread_and_restores_the_thread_count(tiny_model, monkeypatch):
+    """``embed`` on a CPU changes the thread count between batches (here every batch counts as shared, so rounds of
+    probes run); every count computes the same vectors up to the rounding of a parallel reduction, and torch's
+    setting is what it was afterwards, also after an error in the middle of a round."""
+    from common.models import threads
     from common.models.encoder import embed, load_encoder
     from common.models.tokens import TokenStore
     encoder, tokenizer, _ = load_encoder(tiny_model, pooling="mean", max_length=48)
@@ -116,13 +120,32 @@ def test_embed_gives_the_vectors_of_one_thread_and_restores_the_thread_count(tin
         one = embed(encoder, TokenStore(tokenizer, texts, 48), batch_size=4)
     finally:
         torch.set_num_threads(before)
+    monkeypatch.setattr(threads, "SHARED", 2.0)  # no share reaches it: the cores always look shared
+    used, set_threads = [], torch.set_num_threads
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: (used.append(n), set_threads(n)))
+
+    class FailsAtBatch:
+        """An output array whose ``n``-th batch cannot be written. The 4th is the first round's 1-thread probe: the
+        warm-up, the batch that finds the cores shared and the 2-thread probe come before it."""
+        def __init__(self, n):
+            self.rows, self.writes = np.zeros((len(texts), encoder.dimension), dtype=np.float32), 0
+            self.n = n
+
+        def __setitem__(self, key, value):
+            self.writes += 1
+            if self.writes == self.n:
+                raise OSError("disk full")
+            self.rows[key] = value
+
     torch.set_num_threads(2)
     try:
-        chosen = embed(encoder, TokenStore(tokenizer, texts, 48), batch_size=4)
-        assert torch.get_num_threads() == 2
-        with pytest.raises(TypeError):
-            embed(encoder, TokenStore(tokenizer, texts, 48), batch_size=4, out=object())
-        assert torch.get_num_threads() == 2
+        chosen = FailsAtBatch(0)
+        embed(encoder, TokenStore(tokenizer, texts, 48), batch_size=4, out=chosen)
+        assert 1 in used and torch.get_num_threads() == 2  # a round ran a batch at 1 thread; 2 are back
+        used.clear()
+        with pytest.raises(OSError):
+            embed(encoder, TokenStore(tokenizer, texts, 48), batch_size=4, out=FailsAtBatch(4))
+        assert used[-2:] == [1, 2] and torch.get_num_threads() == 2  # failed at 1 thread, then restored
     finally:
-        torch.set_num_threads(before)
-    np.testing.assert_allclose(chosen, one, rtol=0, atol=1e-5)
+        set_threads(before)
+    np.testing.assert_allclose(chosen.rows, one, rtol=0, atol=1e-5)

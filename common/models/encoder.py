@@ -284,7 +284,8 @@ def embed(encoder, store, batch_size=64, batch_tokens=None, progress=None, rows=
     ``out`` as soon as they are computed, so ``out`` may be a memory-mapped NPY (``io.open_npy``) and the vectors
     are never held whole in memory; without it a new array is returned. On a GPU the encoder runs in bfloat16 and,
     where flash attention is installed, on unpadded batches. On a CPU it runs in bfloat16 autocast where ``bf16``
-    (``precision.encoder_for`` checks the CPU), and each batch with the number of threads ``threads.Threads`` finds fastest."""
+    (``precision.encoder_for`` checks the CPU), each batch with every thread torch has unless ``threads.Threads``
+    sees the cores shared and finds fewer faster."""
     device = next(encoder.parameters()).device
     encoder.eval()
     rows = np.arange(len(store)) if rows is None else np.asarray(rows)

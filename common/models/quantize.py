@@ -121,7 +121,7 @@ def mean_cosine(a, b, block=65536):
     return total / n
 
 
-AGREEMENT_SAMPLE = 256  # texts embedded by both models to say how far the int8 vectors are from float32's
+AGREEMENT_SAMPLE = 256  # texts embedded again in float32 to say how far int8 or bf16 vectors are from float32's
 
 
 def int8_for(encoder, flag="--int8"):
@@ -135,8 +135,9 @@ def int8_for(encoder, flag="--int8"):
 
 
 def agreement(encoder, vectors, store, batch_size=64, batch_tokens=None, sample=AGREEMENT_SAMPLE):
-    """The mean cosine between ``vectors`` (an int8 copy's, of ``store``'s texts in order) and the float32
-    ``encoder``'s vectors of the same texts, over the first ``sample`` texts."""
+    """The mean cosine between ``vectors`` (of ``store``'s texts in order, made in a lower precision: an int8 copy's,
+    or under bf16 autocast) and the float32 ``encoder``'s vectors of the same texts, over the first ``sample``
+    texts."""
     from common.models.encoder import embed
     rows = range(min(len(store), sample))
     return mean_cosine(vectors[:len(rows)], embed(encoder, store, batch_size, batch_tokens, rows=rows))

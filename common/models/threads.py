@@ -10,9 +10,11 @@ of the machine, so ``Threads`` watches the batches themselves:
 - While every thread gets its core (share ≥ ``SHARED``), every batch runs with the most threads and nothing is
   probed: an idle machine pays nothing.
 - When the share falls below it, or while a count below the most runs (whose share cannot say whether cores came
-  free), a *round* runs one batch with each candidate count (the most, then halvings down to 1) and keeps the one whose
-  batch cost least per padded token. Rounds come every ``PROBE_EVERY`` batches at first; each round that confirms the
-  count already chosen doubles the wait, up to ``LONGEST_WAIT``; a change of count, or a free machine, resets it.
+  free), a *round* runs one batch with each candidate count (the most, then halvings down to 1; every other round
+  the other way round) and keeps the one whose batch cost least per padded token. Rounds come every
+  ``PROBE_EVERY`` batches at first; each round that confirms the count already chosen doubles the wait, up to
+  ``LONGEST_WAIT``; a change of count, or a free machine, resets it. Cores freed while fewer threads run are
+  found only by the next round, up to ``LONGEST_WAIT`` batches later.
 
 The first batch is a warm-up and is not timed. Every count computes the same vectors up to the rounding of a parallel
 reduction (tests/test_threads.py).
@@ -49,7 +51,7 @@ class Threads:
         self.since = probe_every  # batches since the last round: a first sign of sharing starts one at once
         self.probes = []  # counts still to probe in this round
         self.cost = {}  # count → seconds per padded token of its batch in the current round
-        self.batches = 0
+        self.batches = self.rounds = 0
 
     def choose(self):
         return self.probes[0] if self.probes else self.count
@@ -69,7 +71,10 @@ class Threads:
         if count == self.most and not shared:
             self.wait = self.probe_every  # the cores are free: the next sign of sharing is probed at once
         elif self.since >= self.wait and len(self.candidates) > 1:
-            self.probes, self.cost = list(self.candidates), {}
+            # batches run longest first, so a later probe times shorter texts, cheaper per token: every other round
+            # probes in the reverse order, so that no count is always the one timed on the shorter batches
+            self.probes = self.candidates[::-1] if self.rounds % 2 else list(self.candidates)
+            self.cost, self.rounds = {}, self.rounds + 1
 
     def _end_round(self):
         best = min(self.cost, key=self.cost.get)

@@ -98,7 +98,8 @@ def last_layer_at(layer, hidden, attention_mask, masked):
     keys and values from every position of ``hidden`` ``[B, L, d]``, queries from the masked ones, padded per row
     to the row's most; then the attention output, residual and LayerNorm, and the feed-forward block, on the masked
     positions alone. Dropout as the layer's own (attention probabilities through the project's attention
-    function)."""
+    function). The layer's sub-modules are called directly, not the layer itself, so hooks on the layer (and any
+    wrapping of it: gradient checkpointing, FSDP) do not apply to it."""
     from common.models.attention import sdpa_cpu_dropout
     attention = layer.attention.self
     batch, length, _ = hidden.shape
@@ -107,7 +108,9 @@ def last_layer_at(layer, hidden, attention_mask, masked):
     slots = (torch.cumsum(masked, 1) - 1)[rows, cols]  # each masked position's place among its row's
     picked = hidden[rows, cols]
     projected = attention.query(picked)  # under autocast in its dtype, not the hidden states'
-    query = projected.new_zeros(batch, int(masked.sum(1).max()), heads * size).index_put((rows, slots), projected)
+    # at least one query slot: a batch with nothing masked still runs every parameter (DDP keeps in step)
+    query = projected.new_zeros(batch, max(1, int(masked.sum(1).max())), heads * size).index_put(
+        (rows, slots), projected)
     query = query.view(batch, -1, heads, size).transpose(1, 2)
     key = attention.key(hidden).view(batch, length, heads, size).transpose(1, 2)
     value = attention.value(hidden).view(batch, length, heads, size).transpose(1, 2)
