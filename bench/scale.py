@@ -32,7 +32,7 @@ import sys
 
 import numpy as np
 
-from extract import build_dump, sample_path
+from extract import build_dump
 from graph import make_corpus
 from measure import run_measured
 from train import minilm

@@ -1,7 +1,6 @@
 """The CPU training path's dropout, attention and word lookup (common/models/dropout.py, Encoder.forward) against
 PyTorch's own composite operations: same values, same gradients, same distribution."""
 
-import json
 
 import pytest
 import torch

@@ -1,7 +1,6 @@
 """Training forwards on packed texts (common/models/packing.py): the bucket plan, attention of each text over its
 own tokens, and the encoder's packed forward against its per-group forward."""
 
-import numpy as np
 import pytest
 import torch
 

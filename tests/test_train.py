@@ -228,7 +228,6 @@ def test_a_run_folder_in_use_is_refused_before_anything_is_removed(tiny_model, t
 def part_gradients(objective, rows, budgets):
     """Gradients of one training batch through the loop's ``backward``, whole and cut at each token budget, with
     dropout off so that every computation sees the same network; and the parts each budget made."""
-    import torch
     from accelerate import Accelerator
 
     from common.train.loop import backward
