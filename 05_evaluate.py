@@ -99,6 +99,9 @@ def run_evaluate(args):
     if "retrieval" in wanted and wanted & EMBEDDING_TASKS:
         raise InputError("--task retrieval embeds abstracts alone, the other tasks title + text: evaluate them into "
                          "separate --out directories")
+    if "keysent" in wanted and args.precision != "float32":
+        raise InputError(f"--{args.precision}: the key-sentence task embeds its sentences in float32 only; evaluate "
+                         "it without the flag")
     how = embedding_of(args)
     check_here(args.precision)
     state = embedding.process_state()

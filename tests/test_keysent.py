@@ -285,3 +285,15 @@ def test_a_contrastive_batch_run_in_parts_has_the_loss_and_gradients_of_the_whol
     assert loss == pytest.approx(whole, rel=1e-6)
     for name in grads:  # the query, embedded once per part, has the gradient of its one embedding per batch
         torch.testing.assert_close(part_grads[name], grads[name], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("precision", ["int8", "bf16"])
+def test_the_key_sentence_task_refuses_a_lower_precision_it_would_not_use(keysent_data, tiny_model, tmp_path,
+                                                                          precision):
+    """The key-sentence evaluation embeds in float32 only: --int8 or --bf16 would be recorded for vectors it did not
+    make, so it is refused before anything is written."""
+    assert script_error("05_evaluate.py", "--data", keysent_data / "data", "--model", f"base={tiny_model}", "--out",
+                        tmp_path / "eval", f"--{precision}") == \
+        (f"error: --{precision}: the key-sentence task embeds its sentences in float32 only; evaluate it without the "
+         "flag")
+    assert not (tmp_path / "eval").exists()
