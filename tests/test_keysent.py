@@ -277,8 +277,8 @@ def test_a_contrastive_batch_run_in_parts_has_the_loss_and_gradients_of_the_whol
     from common.train.objectives.pairs import KEYSENT_QUERY, ContrastiveObjective
     from test_train import part_gradients
     args = SimpleNamespace(model=str(tiny_model), data=str(keysent_data / "data"), pooling="mean", normalize=False,
-                           max_length=32, length_groups=2, margin=0.5, query=KEYSENT_QUERY, query_token=None, query_init="zero",
-                           seed=0)
+                           max_length=32, length_groups=2, margin=0.5, query=KEYSENT_QUERY, query_token=None,
+                           query_init="zero", seed=0)
     objective = ContrastiveObjective(args, None)
     (whole, grads, sizes), (loss, part_grads, part_sizes) = part_gradients(objective, slice(0, 12), [0, 40])
     assert sizes is None and len(part_sizes) > 2 and sum(part_sizes) == 12
