@@ -1,6 +1,7 @@
 """03_train.py as a user runs it: schedule, preemption safety and input errors."""
 
 import json
+import math
 import os
 import shutil
 import signal
@@ -266,3 +267,23 @@ def test_a_triplet_batch_run_in_parts_has_the_loss_and_gradients_of_the_whole_ba
         assert part_grads.keys() == grads.keys()
         for name in grads:
             torch.testing.assert_close(part_grads[name], grads[name], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_bf16_mixed_precision_trains_on_a_cpu_and_says_when_the_cpu_has_no_native_bfloat16(tiny_data, tiny_model,
+                                                                                           tmp_path, native):
+    """Accelerate's bf16 mixed precision (ACCELERATE_MIXED_PRECISION=bf16, as `accelerate launch --mixed_precision
+    bf16` sets it) trains on a CPU; where the CPU lacks native bfloat16 (patched here), 03 says it will be slower."""
+    code = ("import runpy, sys; sys.path.insert(0, sys.argv[1]); from common.models import precision; "
+            f"precision.native_bf16 = lambda: {native}; sys.argv = sys.argv[2:]; "
+            "runpy.run_path(sys.argv[0], run_name='__main__')")
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-c", code, ROOT, os.path.join(ROOT, "03_train.py"),
+                           *map(str, train_args(tiny_data, tiny_model, out, "--max-steps", "2"))], cwd=ROOT,
+                          env={**ENV, "ACCELERATE_MIXED_PRECISION": "bf16"}, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    note = "note: bf16 mixed precision on a CPU without native bfloat16 (avx512_bf16 or AMX) runs slower than float32"
+    assert (note in proc.stdout) == (not native)
+    losses = [json.loads(line)["loss"] for line in (out / "log.jsonl").read_text().splitlines() if '"loss"' in line]
+    assert len(losses) == 2 and all(math.isfinite(x) for x in losses)

@@ -177,6 +177,11 @@ def train(args, script):
     accelerator = Accelerator(gradient_accumulation_steps=args.grad_accum, log_with=log_with or None,
                               project_config=ProjectConfiguration(args.out, os.path.join(args.out, "trackers")))
     set_seed(args.seed)
+    if accelerator.device.type == "cpu" and accelerator.mixed_precision == "bf16":
+        from common.models.precision import native_bf16
+        if not native_bf16():
+            accelerator.print("note: bf16 mixed precision on a CPU without native bfloat16 (avx512_bf16 or AMX) runs "
+                              "slower than float32 (docs/benchmarks.md, \"bfloat16 on a CPU\")")
     objective = objectives.get(args.objective)(args, accelerator)
     model = objective.build()
     if accelerator.device.type == "cpu":  # on a GPU PyTorch's own dropout is fused and fast
