@@ -6,6 +6,7 @@ torch has), as ``embed`` ran before it.
 
     python bench/contention.py                  # 0 and 1 busy processes, 2 and 1 threads
     python bench/contention.py --busy 0,1,2 --docs 200
+    python bench/contention.py --stop-after 12  # one embedding while a busy process runs its first 12 s
 
 The arXiv sample's abstracts at 256 tokens, as bench/all.py's embed row (all-MiniLM-L6-v2, fp32). For each number
 of busy processes and each thread count, every variant runs --rounds times, interleaved, in this one process after
@@ -39,6 +40,38 @@ def fixed_threads(run):
         encoder.Threads = threads.Threads
 
 
+def recovery(args, encoder, tokenizer, texts):
+    """One embedding of the texts (4 times over) with a busy process beside it for its first --stop-after seconds:
+    when ``embed`` changed its thread count, and the total time."""
+    import threading
+    from common.models import encoder as module, threads
+    from common.models.encoder import embed
+    from common.models.tokens import TokenStore
+    changes, start = [], [0.0]
+
+    class Logged(threads.Threads):
+        def timed(self, count, seconds, cpu, tokens):
+            if not changes or changes[-1][1] != count:
+                changes.append((time.perf_counter() - start[0], count))
+            super().timed(count, seconds, cpu, tokens)
+
+    module.Threads = Logged
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    timer = threading.Timer(args.stop_after, busy.terminate)
+    try:
+        timer.start()
+        start[0] = time.perf_counter()
+        embed(encoder, TokenStore(tokenizer, texts * 4, args.length))
+        total = time.perf_counter() - start[0]
+    finally:
+        timer.cancel()
+        busy.terminate()
+        busy.wait()
+        module.Threads = threads.Threads
+    print(f"{len(texts) * 4} texts in {total:.1f} s, a busy process beside them for the first {args.stop_after:g} s; "
+          f"thread count from then on (seconds: count): {', '.join(f'{t:.1f}: {c}' for t, c in changes)}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--docs", type=int, default=300)
@@ -48,6 +81,9 @@ def main():
     parser.add_argument("--busy", default="0,1", help="numbers of busy-loop processes beside the measurement")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--work", default=os.path.join(ROOT, "bench", "out", "train"))
+    parser.add_argument("--stop-after", type=float, default=None,
+                        help="instead of the table: one embedding beside a busy process stopped after this many "
+                             "seconds, and when embed changed its thread count")
     args = parser.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import torch
@@ -58,6 +94,8 @@ def main():
     from common.models.tokens import TokenStore
     texts = embed_texts(args.work, args.docs)
     encoder, tokenizer, _ = load_encoder(minilm(), max_length=args.length, say=lambda *a: None)
+    if args.stop_after is not None:
+        return recovery(args, encoder, tokenizer, texts)
     st = SentenceTransformer(minilm(), device="cpu")
     st.max_seq_length = args.length
     variants = {f"ours {b}" if b else "ours batch 64": (lambda b=b: embed(encoder, TokenStore(tokenizer, texts,

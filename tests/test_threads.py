@@ -17,13 +17,15 @@ def test_candidates_are_the_most_and_its_halvings_down_to_one():
 
 
 class Clocks:
-    """A wall clock and a CPU-time clock that a batch advances: by its cost per token at the thread count it ran
-    with, and by that time × the count × the share of their cores the threads got."""
+    """A wall clock, a CPU-time clock and the machine's idle ticks that a batch advances: by its cost per token at
+    the thread count it ran with, by that time × the count × the share of their cores the threads got, and by that
+    time × the cores nobody used (2 cores: the ones our threads and other work leave free)."""
 
     def __init__(self):
         self.wall = self.cpu = 0.0
+        self.idle = self.total = 0.0
 
-    def run(self, threads, cost, share, batches, tokens=100):
+    def run(self, threads, cost, share, batches, others=0, tokens=100):
         used = []
         for _ in range(batches):
             with threads.batch(tokens):
@@ -32,16 +34,19 @@ class Clocks:
                 seconds = cost[count] * tokens
                 self.wall += seconds
                 self.cpu += seconds * count * share[count]
+                self.idle += seconds * max(0, 2 - count - others)
+                self.total += seconds * 2
         return used
 
 
-def chooser(most=2, probe_every=4):
+def chooser(most=2, probe_every=4, look_every=2):
     clocks = Clocks()
-    return Threads(most=most, probe_every=probe_every, clock=lambda: clocks.wall, cpu_clock=lambda: clocks.cpu), clocks
+    return Threads(most=most, probe_every=probe_every, clock=lambda: clocks.wall, cpu_clock=lambda: clocks.cpu,
+                   idle_clock=lambda: (clocks.idle, clocks.total), cores=2, look_every=look_every), clocks
 
 
 IDLE = {"cost": {2: 1.0, 1: 2.0}, "share": {2: 1.0, 1: 1.0}}  # 2 threads twice as fast, each with its core
-BUSY = {"cost": {2: 3.0, 1: 2.0}, "share": {2: 0.6, 1: 1.0}}  # another process takes a core
+BUSY = {"cost": {2: 3.0, 1: 2.0}, "share": {2: 0.6, 1: 1.0}, "others": 1}  # another process takes a core
 
 
 def test_an_idle_machine_runs_every_batch_with_the_most_threads_and_probes_nothing():
@@ -64,10 +69,25 @@ def test_shared_cores_start_a_round_whose_cheapest_count_runs_until_the_next_and
         # confirms 1 and doubles the wait to 8
         assert clocks.run(threads, batches=9, **BUSY) == [2, 2, 1, 1, 1, 1, 1, 1, 2]
         assert threads.cost == {2: 3.0, 1: 2.0} and threads.wait == 8
-        # the busy process ends: at 1 thread nothing shows it until the round 8 batches later, which finds 2 threads
-        # cheaper again; from then on nothing is probed
-        assert clocks.run(threads, batches=15, **IDLE) == [1] * 8 + [2, 1] + [2] * 5
+        # the busy process ends: at 1 thread its share cannot show it, but the machine's idle core does at the next
+        # look (2 batches on), which starts a round at once instead of after the wait of 8: 2 threads are cheaper
+        # again, and from then on nothing is probed
+        assert clocks.run(threads, batches=15, **IDLE) == [1] * 2 + [2, 1] + [2] * 11
         assert threads.count == 2 and threads.wait == 4
+    finally:
+        threads.close()
+
+
+def test_without_an_idle_core_in_sight_fewer_threads_keep_their_wait():
+    threads, clocks = chooser()
+    try:
+        clocks.run(threads, batches=1, **IDLE)
+        assert clocks.run(threads, batches=9, **BUSY) == [2, 2, 1, 1, 1, 1, 1, 1, 2]
+        # still busy: the looks every 2 batches find no idle core, so the next round waits the full 8 batches
+        assert clocks.run(threads, batches=10, **BUSY) == [1] * 8 + [2, 1]
+        # where the machine's idle time cannot be read, only the rounds find freed cores
+        threads.idle_clock = lambda: None
+        assert clocks.run(threads, batches=18, **IDLE) == [1] * 16 + [1, 2]
     finally:
         threads.close()
 

@@ -13,18 +13,23 @@ of the machine, so ``Threads`` watches the batches themselves:
   free), a *round* runs one batch with each candidate count (the most, then halvings down to 1; every other round
   the other way round) and keeps the one whose batch cost least per padded token. Rounds come every
   ``PROBE_EVERY`` batches at first; each round that confirms the count already chosen doubles the wait, up to
-  ``LONGEST_WAIT``; a change of count, or a free machine, resets it. Cores freed while fewer threads run are
-  found only by the next round, up to ``LONGEST_WAIT`` batches later.
+  ``LONGEST_WAIT``; a change of count, or a free machine, resets it.
+- While fewer threads run, the machine's own idle time (``/proc/stat``) is read every ``LOOK_EVERY`` batches: where
+  at least half a core stood idle since the last look, the other work has ended and a round starts at once. (In a
+  container the host's idle cores show too; then rounds come every ``LOOK_EVERY`` batches at most.)
 
 The first batch is a warm-up and is not timed. Every count computes the same vectors up to the rounding of a parallel
 reduction (tests/test_threads.py).
 """
 
+import os
 import time
 
 import torch
 
 SHARED = 0.85  # share of CPU time per thread below which the cores are taken to be shared
+FREED = 0.5  # idle cores, on average since the last look, that start a round while fewer threads run
+LOOK_EVERY = 8  # batches between two looks at the machine's idle time while fewer threads run
 PROBE_EVERY = 32  # batches before the first round, and between rounds until one confirms the count
 LONGEST_WAIT = 512  # batches between rounds at most
 
@@ -37,12 +42,29 @@ def candidates(most):
     return found
 
 
+def system_idle():
+    """The whole machine's idle and total CPU time so far, in clock ticks (``/proc/stat``'s first line: idle +
+    iowait, and the sum of its first eight fields), or None where it cannot be read."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            fields = f.readline().split()
+        ticks = [int(x) for x in fields[1:9]]
+    except (OSError, ValueError):
+        return None
+    if not fields or fields[0] != "cpu" or len(ticks) < 5:
+        return None
+    return ticks[3] + ticks[4], sum(ticks)
+
+
 class Threads:
     """Chooses a thread count per batch. ``with threads.batch(tokens):`` runs the batch with the chosen count and
     times it; ``close`` restores the count torch had. ``most`` None: ``torch.get_num_threads()``."""
 
-    def __init__(self, most=None, probe_every=PROBE_EVERY, clock=time.perf_counter, cpu_clock=time.process_time):
+    def __init__(self, most=None, probe_every=PROBE_EVERY, clock=time.perf_counter, cpu_clock=time.process_time,
+                 idle_clock=system_idle, cores=None, look_every=LOOK_EVERY):
         self.before = torch.get_num_threads()
+        self.idle_clock, self.cores, self.look_every = idle_clock, cores or os.cpu_count() or 1, look_every
+        self.idle_mark = None  # the machine's idle and total ticks when the count last changed or was looked at
         self.candidates = candidates(most or self.before)
         self.most = self.candidates[0]
         self.probe_every, self.clock, self.cpu_clock = probe_every, clock, cpu_clock
@@ -67,6 +89,8 @@ class Threads:
                 self._end_round()
             return
         self.since += 1
+        if count < self.most and self.since % self.look_every == 0 and self._freed():
+            self.wait = self.since = self.probe_every  # the other work has ended: a round at once
         shared = count > 1 and cpu < SHARED * seconds * count
         if count == self.most and not shared:
             self.wait = self.probe_every  # the cores are free: the next sign of sharing is probed at once
@@ -76,7 +100,16 @@ class Threads:
             self.probes = self.candidates[::-1] if self.rounds % 2 else list(self.candidates)
             self.cost, self.rounds = {}, self.rounds + 1
 
+    def _freed(self):
+        """Whether at least ``FREED`` cores stood idle, on average, since the last look (or the end of a round)."""
+        now, before = self.idle_clock(), self.idle_mark
+        self.idle_mark = now
+        if now is None or before is None or now[1] <= before[1]:
+            return False
+        return (now[0] - before[0]) / (now[1] - before[1]) * self.cores >= FREED
+
     def _end_round(self):
+        self.idle_mark = self.idle_clock()
         best = min(self.cost, key=self.cost.get)
         self.wait = min(self.wait * 2, LONGEST_WAIT) if best == self.count else self.probe_every
         self.count, self.since = best, 0
