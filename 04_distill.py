@@ -100,7 +100,7 @@ def run_teachers(args):
                 name=teachers.STRUCTURAL if args.teacher_dim is None else teachers.STRUCTURAL + "_full",
                 precision=args.precision)
         if agreement is not None:
-            from common.models.quantize import AGREEMENT_SAMPLE
+            from common.models.precision import AGREEMENT_SAMPLE
             counts.update(precision=args.precision, mean_cosine_to_float32=round(agreement, 6))
             print(f"structural teacher in {args.precision}: mean cosine {agreement:.4f} to float32's (first "
                   f"{min(len(docs.ids), AGREEMENT_SAMPLE)} documents)")

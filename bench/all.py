@@ -161,14 +161,11 @@ def cpu_flags():
         return set()
 
 
-def native_bf16():
-    return bool(cpu_flags() & {"avx512_bf16", "amx_bf16"})
-
-
 def one_ceiling(args, n=2048, repeats=5):
     """FLOP/s of this machine now: the best of ``repeats`` timed n × n matrix products in float32, in bfloat16
     where the CPU has it natively, and of a dynamic int8 Linear of the same size (quantize_int8's kernel)."""
     import torch
+    from common.models.precision import native_bf16
     from common.models.quantize import FullRangeLinear, full_range_ok, quantize_int8
 
     def best(fn):

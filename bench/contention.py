@@ -2,7 +2,8 @@
 ``SentenceTransformer.encode`` at batch 64 and 8, with 2 and 1 torch threads, alone and beside busy-loop processes
 this script starts (and stops) itself. ``embed`` picks each batch's thread count up to the threads torch has
 (common/models/threads.py); "ours 2048 fixed" is the same with that choice turned off (every batch at the threads
-torch has), as ``embed`` ran before it.
+torch has), as ``embed`` ran before it, and gives the median share of CPU time a thread got in its batches (the
+signal the choice reads: 1.00 when every thread has its core).
 
     python bench/contention.py                  # 0 and 1 busy processes, 2 and 1 threads
     python bench/contention.py --busy 0,1,2 --docs 200
@@ -15,7 +16,9 @@ encode at batch 64 (bench/all.py's embed row).
 """
 
 import argparse
+import contextlib
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -24,52 +27,54 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 
-def fixed_threads(run):
-    """``run()`` with ``embed``'s choice of thread count turned off: one candidate, the threads torch has."""
+@contextlib.contextmanager
+def chooser(**settings):
+    """``embed`` with its thread chooser made with ``settings`` (``Threads``' own; ``fixed=True``: one candidate, the
+    threads torch has, so the choice is off) and recording every timed batch's (seconds from the start of the
+    ``with``, thread count, CPU-time share) into the list it yields."""
     from common.models import encoder, threads
+    record, start = [], time.perf_counter()
+    fixed = settings.pop("fixed", False)
 
-    class Fixed(threads.Threads):
-        def __init__(self):
-            super().__init__()
-            self.candidates = [self.before]
+    class Recorded(threads.Threads):
+        def __init__(self, **kw):
+            super().__init__(**kw, **settings)
+            if fixed:
+                self.candidates = [self.most]
 
-    encoder.Threads = Fixed
+        def timed(self, count, seconds, cpu, tokens):
+            record.append((time.perf_counter() - start, count, cpu / seconds / count))
+            super().timed(count, seconds, cpu, tokens)
+
+    encoder.Threads = Recorded
     try:
-        return run()
+        yield record
     finally:
         encoder.Threads = threads.Threads
 
 
 def recovery(args, encoder, tokenizer, texts):
-    """One embedding of the texts (4 times over) with a busy process beside it for its first --stop-after seconds:
-    when ``embed`` changed its thread count, and the total time."""
+    """One embedding of the texts (4 times over) with a busy process beside it for its first --stop-after seconds,
+    with ``embed``'s looks at the machine's idle time and without them: when the thread count changed, and the
+    total time."""
     import threading
-    from common.models import encoder as module, threads
     from common.models.encoder import embed
     from common.models.tokens import TokenStore
-    changes, start = [], [0.0]
-
-    class Logged(threads.Threads):
-        def timed(self, count, seconds, cpu, tokens):
-            if not changes or changes[-1][1] != count:
-                changes.append((time.perf_counter() - start[0], count))
-            super().timed(count, seconds, cpu, tokens)
-
-    module.Threads = Logged
-    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    timer = threading.Timer(args.stop_after, busy.terminate)
-    try:
-        timer.start()
-        start[0] = time.perf_counter()
-        embed(encoder, TokenStore(tokenizer, texts * 4, args.length))
-        total = time.perf_counter() - start[0]
-    finally:
-        timer.cancel()
-        busy.terminate()
-        busy.wait()
-        module.Threads = threads.Threads
-    print(f"{len(texts) * 4} texts in {total:.1f} s, a busy process beside them for the first {args.stop_after:g} s; "
-          f"thread count from then on (seconds: count): {', '.join(f'{t:.1f}: {c}' for t, c in changes)}")
+    for name, settings in (("with the idle-time looks", {}), ("without them", {"idle_clock": lambda: None})):
+        busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        timer = threading.Timer(args.stop_after, busy.terminate)
+        try:
+            with chooser(**settings) as record:
+                timer.start()
+                embed(encoder, TokenStore(tokenizer, texts * 4, args.length))
+        finally:
+            timer.cancel()
+            busy.terminate()
+            busy.wait()
+        changes = [(t, c) for i, (t, c, _) in enumerate(record) if i == 0 or record[i - 1][1] != c]
+        print(f"{name}: {len(texts) * 4} texts in {record[-1][0]:.1f} s, a busy process beside them for the first "
+              f"{args.stop_after:g} s; thread count from then on (seconds: count): "
+              f"{', '.join(f'{t:.1f}: {c}' for t, c in changes)}", flush=True)
 
 
 def main():
@@ -101,11 +106,17 @@ def main():
     variants = {f"ours {b}" if b else "ours batch 64": (lambda b=b: embed(encoder, TokenStore(tokenizer, texts,
                                                                                             args.length), 64, b))
                 for b in (int(x) for x in args.budgets.split(","))}
-    variants["ours 2048 fixed"] = lambda: fixed_threads(lambda: embed(encoder, TokenStore(tokenizer, texts,
-                                                                                           args.length), 64, 2048))
+    shares = []
+
+    def fixed():
+        with chooser(fixed=True) as record:
+            embed(encoder, TokenStore(tokenizer, texts, args.length), 64, 2048)
+        shares.extend(share for _, _, share in record)
+
+    variants["ours 2048 fixed"] = fixed
     variants.update({f"encode {b}": (lambda b=b: st.encode(texts, batch_size=b)) for b in (64, 8)})
     header = (f"| busy processes | threads | {' | '.join(variants)} | ours 2048 / encode 64 | fixed / encode 64 | "
-              "load average |")
+              "CPU-time share a thread, fixed (median) | load average |")
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for busy in (int(x) for x in args.busy.split(",")):
         procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
@@ -117,15 +128,17 @@ def main():
                 embed(encoder, TokenStore(tokenizer, texts[:64], args.length), 64, 2048)
                 st.encode(texts[:64], batch_size=64)
                 best, before = {}, os.getloadavg()[0]
+                shares.clear()
                 for _ in range(args.rounds):
                     for name, fn in variants.items():
                         start = time.perf_counter()
                         fn()
                         best[name] = max(best.get(name, 0), len(texts) / (time.perf_counter() - start))
                 ratio = best.get("ours 2048", 0) / best["encode 64"]
-                fixed = best["ours 2048 fixed"] / best["encode 64"]
+                fixed_ratio = best["ours 2048 fixed"] / best["encode 64"]
                 lines.append(f"| {busy} | {threads} | {' | '.join(f'{best[n]:.1f}' for n in variants)} | "
-                             f"{ratio:.2f}× | {fixed:.2f}× | {before:.1f} → {os.getloadavg()[0]:.1f} |")
+                             f"{ratio:.2f}× | {fixed_ratio:.2f}× | {statistics.median(shares):.2f} | "
+                             f"{before:.1f} → {os.getloadavg()[0]:.1f} |")
                 print(lines[-1], flush=True)
         finally:
             for p in procs:

@@ -1,5 +1,5 @@
 """How long embedding a whole corpus takes on this machine: documents/s of ``embed`` at 128 and 512 tokens, float32,
-int8 (``quantize_int8``) and, on a CPU with native bfloat16, bf16 autocast (``embed(..., bf16=True)``, 05's
+int8 (``quantize_int8``) and, on a CPU with native bfloat16, bf16 autocast (``precision.encoder_for``, 05's
 ``--bf16``), and the hours for a Finnish Wikipedia and for 2 million arXiv abstracts.
 
     python bench/project.py                       # all-MiniLM-L6-v2 and a BERT-base-sized encoder
@@ -58,13 +58,13 @@ def load(model, length):
     return encoder, tokenizer, settings["max_length"]
 
 
-def rate(encoder, tokenizer, texts, length, batch_size, batch_tokens, bf16=False):
+def rate(encoder, tokenizer, texts, length, batch_size, batch_tokens):
     from common.models.encoder import embed
     from common.models.tokens import TokenStore
-    embed(encoder, TokenStore(tokenizer, texts[:8], length), batch_size, batch_tokens, bf16=bf16)  # warm-up
+    embed(encoder, TokenStore(tokenizer, texts[:8], length), batch_size, batch_tokens)  # warm-up
     start = time.perf_counter()
     store = TokenStore(tokenizer, texts, length)
-    embed(encoder, store, batch_size, batch_tokens, bf16=bf16)
+    embed(encoder, store, batch_size, batch_tokens)
     seconds = time.perf_counter() - start
     return len(texts) / seconds, sum(store.lengths()) / len(texts)
 
@@ -82,9 +82,8 @@ def main():
     import torch
     from bench.train import ensure_arxiv
     from common.data.documents import Documents
-    from common.models.precision import native_bf16
-    from common.models.quantize import quantize_int8
-    precisions = ("fp32", "int8", "bf16") if native_bf16() else ("fp32", "int8")
+    from common.models.precision import encoder_for, native_bf16
+    precisions = ("float32", "int8", "bf16") if native_bf16() else ("float32", "int8")
     abstracts = Documents(ensure_arxiv(args.work)).texts
     rows = {}
     print(f"torch threads {torch.get_num_threads()}", flush=True)
@@ -92,14 +91,12 @@ def main():
         n = args.docs if model == "minilm" else args.docs_base
         for length in (int(x) for x in args.lengths.split(",")):
             encoder, tokenizer, length = load(model, length)
-            int8 = quantize_int8(encoder)
+            models = {precision: encoder_for(encoder, precision) for precision in precisions}
             for kind in ("abstracts", "full"):
                 texts = texts_of(kind, abstracts, tokenizer, n)
-                for precision in precisions:
-                    m = int8 if precision == "int8" else encoder
+                for precision, m in models.items():
                     before = os.getloadavg()[0]
-                    docs_s, tokens = rate(m, tokenizer, texts, length, args.batch_size, args.batch_tokens,
-                                          bf16=precision == "bf16")
+                    docs_s, tokens = rate(m, tokenizer, texts, length, args.batch_size, args.batch_tokens)
                     rows[model, length, kind, precision] = docs_s
                     print(f"{model:9s} {length:4d} tokens {kind:9s} {precision}: {docs_s:8.2f} docs/s "
                           f"({tokens:.0f} tokens a text, {n} texts)  load {before:.1f} → {os.getloadavg()[0]:.1f}",
@@ -113,7 +110,7 @@ def main():
         for name, size, corpus_kind in CORPORA:
             if corpus_kind != kind:
                 continue
-            fp32 = rows[model, length, kind, "fp32"]
+            fp32 = rows[model, length, kind, "float32"]
             cells = [f"{rows[model, length, kind, p]:.1f} | {size / rows[model, length, kind, p] / 3600:.1f} | "
                      f"{rows[model, length, kind, p] / fp32:.2f}×" for p in lower]
             print(f"| {model} | {length} | {name} ({kind}) | {size:,} | {fp32:.1f} | {size / fp32 / 3600:.1f} | "

@@ -199,12 +199,23 @@ def test_a_lower_precision_is_opt_in_says_how_far_it_is_from_float32_and_is_reco
     assert "precision" not in json.loads((tmp_path / "fp32" / "manifest.json").read_text())["embedding"]["base"]
 
 
+def test_the_bf16_encoder_is_a_view_sharing_the_weights_and_the_float32_one_is_left_as_it_was(tiny_model,
+                                                                                               monkeypatch):
+    from common.models import precision
+    from common.models.encoder import load_encoder
+    monkeypatch.setattr(precision, "native_bf16", lambda: True)
+    encoder, _, _ = load_encoder(tiny_model)
+    view = precision.encoder_for(encoder, "bf16")
+    assert view.bf16 and not encoder.bf16 and view.transformer is encoder.transformer
+    assert precision.encoder_for(encoder, "float32") is encoder
+
+
 def test_bf16_is_refused_on_a_gpu_where_every_embedding_is_bfloat16_already():
     from common.io import InputError
     from common.models.precision import check
     with pytest.raises(InputError, match=r"^--bf16: on a GPU every embedding already runs in bfloat16"):
-        check("bf16", "--bf16", "cuda")
-    check("int8", "--int8", "cpu"), check("float32", None, "cuda")  # accepted
+        check("bf16", "cuda")
+    check("int8", "cpu"), check("float32", "cuda")  # accepted
 
 
 def test_bf16_is_refused_on_a_cpu_without_native_bfloat16(tiny_model, tiny_data, tmp_path, monkeypatch, capsys):

@@ -54,7 +54,7 @@ def structural_teacher(outputs, docs, model, max_length, batch_size=32, batch_to
     as ``title + sep + text``, the mean of the last hidden states over the attention mask, not normalised (the
     thesis's SBERT teacher), over the first ``max_length`` tokens (or the model's limit). Returns (vectors, the memory
     map; lengths; max_length; in a ``precision`` other than float32 (``common/models/precision.py``), the mean cosine
-    of its vectors to float32's, ``quantize.agreement``, else None); lengths count every token, special tokens
+    of its vectors to float32's, ``precision.agreement``, else None); lengths count every token, special tokens
     excluded."""
     from common.models.encoder import default_device, embed, load_encoder
     from common.models.tokens import TokenStore
@@ -65,10 +65,8 @@ def structural_teacher(outputs, docs, model, max_length, batch_size=32, batch_to
                        dtype=np.int64)
     store = TokenStore(tokenizer, texts, settings["max_length"])
     out = io.open_rows(outputs, name, docs.ids, encoder.dimension)
-    from common.models.precision import encoder_for
-    from common.models.quantize import agreement
-    embed(encoder_for(encoder, precision, f"--{precision}"), store, batch_size, batch_tokens, progress, out=out,
-          bf16=precision == "bf16")
+    from common.models.precision import agreement, encoder_for
+    embed(encoder_for(encoder, precision), store, batch_size, batch_tokens, progress, out=out)
     cosine = float(agreement(encoder, out, store, batch_size, batch_tokens)) if precision != "float32" else None
     out.flush()
     return out, lengths, settings["max_length"], cosine

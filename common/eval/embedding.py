@@ -39,11 +39,7 @@ def load_model(path, name, how, say=print):
     for ``how.precision`` (int8: its int8 copy, a CPU only); ``settings["precision"]`` says which."""
     from common.models.precision import encoder_for
     encoder, tokenizer, settings = _load_float32(path, name, how, say)
-    return encoder_for(encoder, how.precision, FLAGS[how.precision]), tokenizer, {**settings,
-                                                                                    "precision": how.precision}
-
-
-FLAGS = {"float32": None, "bf16": "--bf16", "int8": "--int8"}  # the flag that asks for each precision
+    return encoder_for(encoder, how.precision), tokenizer, {**settings, "precision": how.precision}
 
 
 def _load_float32(path, name, how, say):
@@ -73,17 +69,15 @@ def embed_corpus(path, name, data_dir, docs, how, outputs=None, collect=True, sa
     finite; with ``collect=False`` (a helping process) no vectors are kept (None). In a precision other than
     float32, the mean cosine of the first documents' vectors to float32's is said and kept in the settings."""
     from common.models.encoder import embed_sharded
-    from common.models.precision import encoder_for
-    from common.models.quantize import AGREEMENT_SAMPLE, agreement
+    from common.models.precision import AGREEMENT_SAMPLE, agreement, encoder_for
     from common.models.tokens import TokenStore
     float32, tokenizer, settings = _load_float32(path, name, how, say)
-    encoder = encoder_for(float32, how.precision, FLAGS[how.precision])
+    encoder = encoder_for(float32, how.precision)
     settings = {**settings, "precision": how.precision}
     store = TokenStore(tokenizer, document_inputs(data_dir, docs, tokenizer.sep_token or ""), settings["max_length"])
     out = None if outputs is None else io.open_rows(outputs, name, docs.ids, encoder.dimension)
     with tqdm(total=len(store), desc=f"embed {name}", unit=" docs", mininterval=1.0) as bar:
-        vectors = embed_sharded(encoder, store, how.batch_size, how.batch_tokens, bar, out=out, collect=collect,
-                                bf16=how.precision == "bf16")
+        vectors = embed_sharded(encoder, store, how.batch_size, how.batch_tokens, bar, out=out, collect=collect)
     if vectors is not None:
         io.check_finite_rows(vectors, f"{path}: its vectors", docs.ids)
         if how.precision != "float32":
@@ -97,8 +91,7 @@ def embed_corpus(path, name, data_dir, docs, how, outputs=None, collect=True, sa
 def embed_queries(encoder, tokenizer, settings, texts, how):
     from common.models.encoder import embed
     from common.models.tokens import TokenStore
-    return embed(encoder, TokenStore(tokenizer, texts, settings["max_length"]), how.batch_size, how.batch_tokens,
-                 bf16=settings.get("precision") == "bf16")
+    return embed(encoder, TokenStore(tokenizer, texts, settings["max_length"]), how.batch_size, how.batch_tokens)
 
 
 def embedding_settings(settings):

@@ -75,6 +75,8 @@ class Encoder(nn.Module):
     their embeddings concatenated, in one call, so that a DDP wrapper sees a single forward per step.
     """
 
+    bf16 = False  # embed under bfloat16 autocast on a CPU (precision.encoder_for's bf16 view sets it)
+
     def __init__(self, transformer, pooling="cls", normalize=False):
         super().__init__()
         if pooling not in POOLINGS:
@@ -276,46 +278,42 @@ def _attention(transformer, implementation):
 
 
 @torch.inference_mode()
-def embed(encoder, store, batch_size=64, batch_tokens=None, progress=None, rows=None, out=None, bf16=False):
+def embed(encoder, store, batch_size=64, batch_tokens=None, progress=None, rows=None, out=None):
     """Embeddings of every text in ``store`` (or of positions ``rows``), float32 ``[N, d]``, in the store's order.
 
     The texts are sorted by token length once and cut by ``length_batches`` (``batch_tokens`` None: the device's
     default budget, ``batching.BATCH_TOKENS``; 0: ``batch_size`` alone). Each batch's rows are written into
     ``out`` as soon as they are computed, so ``out`` may be a memory-mapped NPY (``io.open_npy``) and the vectors
     are never held whole in memory; without it a new array is returned. On a GPU the encoder runs in bfloat16 and,
-    where flash attention is installed, on unpadded batches. On a CPU it runs in bfloat16 autocast where ``bf16``
-    (``precision.encoder_for`` checks the CPU), each batch with every thread torch has unless ``threads.Threads``
-    sees the cores shared and finds fewer faster."""
+    where flash attention is installed, on unpadded batches. On a CPU it runs in bfloat16 autocast where the encoder
+    is ``precision.encoder_for``'s bf16 view (``encoder.bf16``), each batch with every thread torch has unless
+    ``threads.Threads`` sees the cores shared and finds fewer faster."""
     device = next(encoder.parameters()).device
     encoder.eval()
     rows = np.arange(len(store)) if rows is None else np.asarray(rows)
     if out is None:
         out = np.zeros((len(rows), encoder.dimension), dtype=np.float32)
     packed = _packed_attention(encoder.transformer)
-    threads = Threads() if device.type == "cpu" else None
-    try:
-        with _attention(encoder.transformer, "flash_attention_2" if packed else
-                        encoder.transformer.config._attn_implementation), \
-                torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda" or bf16):
-            for idx in length_batches(store.lengths()[rows], batch_size, token_budget(batch_tokens, device.type)):
-                if packed:
-                    ids, lengths = store.packed(rows[idx])
-                    vectors = encoder.embed_packed(ids.to(device), lengths.to(device))
-                else:
-                    ids, mask = store.pad(rows[idx])
-                    with threads.batch(ids.numel()) if threads else contextlib.nullcontext():
-                        vectors = encoder.embed(ids.to(device), mask.to(device))
-                out[idx] = vectors.float().cpu().numpy()
-                if progress is not None:
-                    progress.update(len(idx))
-    finally:
-        if threads:
-            threads.close()
+    with _attention(encoder.transformer, "flash_attention_2" if packed else
+                    encoder.transformer.config._attn_implementation), \
+            torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda" or encoder.bf16), \
+            Threads(active=device.type == "cpu") as threads:
+        for idx in length_batches(store.lengths()[rows], batch_size, token_budget(batch_tokens, device.type)):
+            if packed:
+                ids, lengths = store.packed(rows[idx])
+                vectors = encoder.embed_packed(ids.to(device), lengths.to(device))
+            else:
+                ids, mask = store.pad(rows[idx])
+                with threads.batch(ids.numel()):
+                    vectors = encoder.embed(ids.to(device), mask.to(device))
+            out[idx] = vectors.float().cpu().numpy()
+            if progress is not None:
+                progress.update(len(idx))
     return out
 
 
 def embed_sharded(encoder, store, batch_size=64, batch_tokens=None, progress=None, out=None, block=4096,
-                  collect=True, bf16=False):
+                  collect=True):
     """``embed`` with the texts cut into one contiguous shard per process (under ``accelerate launch`` or any
     initialised process group) and the shards gathered in order, ``block`` rows of each at a time, into ``out`` (or
     a new array) on every process; with ``collect=False`` this process takes part in the gathering but keeps
@@ -324,12 +322,11 @@ def embed_sharded(encoder, store, batch_size=64, batch_tokens=None, progress=Non
     differs, which the attention mask makes irrelevant."""
     import torch.distributed as dist
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return embed(encoder, store, batch_size, batch_tokens, progress, out=out, bf16=bf16)
+        return embed(encoder, store, batch_size, batch_tokens, progress, out=out)
     world, rank = dist.get_world_size(), dist.get_rank()
     bounds = np.linspace(0, len(store), world + 1).astype(np.int64)
     sizes = np.diff(bounds)
-    mine = embed(encoder, store, batch_size, batch_tokens, progress, np.arange(bounds[rank], bounds[rank + 1]),
-                 bf16=bf16)
+    mine = embed(encoder, store, batch_size, batch_tokens, progress, np.arange(bounds[rank], bounds[rank + 1]))
     if out is None and collect:
         out = np.zeros((len(store), mine.shape[1]), dtype=np.float32)
     device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")

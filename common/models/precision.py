@@ -10,11 +10,17 @@
 |           | to float32                                                         | on a GPU, where it is the default  |
 | int8      | a copy with dynamically quantised Linear layers                    | a CPU                              |
 
-Any precision but float32 prints, and where the command writes a manifest records, the mean cosine of its vectors
-to float32's over the first ``quantize.AGREEMENT_SAMPLE`` texts.
+``encoder_for`` gives the encoder that embeds in a precision: the float32 one itself, a view of it that ``embed`` runs
+under bf16 autocast (``Encoder.bf16``: a shallow copy sharing every weight), or an int8 copy. Any precision but
+float32 prints, and where the command writes a manifest records, the mean cosine of its vectors to float32's over
+the first ``AGREEMENT_SAMPLE`` texts (``agreement``).
 """
 
+import copy
+
 from common.io import InputError
+
+AGREEMENT_SAMPLE = 256  # texts embedded again in float32 to say how far int8 or bf16 vectors are from float32's
 
 PRECISIONS = ("float32", "bf16", "int8")
 
@@ -28,32 +34,50 @@ def native_bf16():
     return any(check() for check in checks if check is not None)
 
 
-def check(precision, flag, device_type):
-    """Refuses, in one line naming ``flag``, a precision this device cannot run well; called before any slow work
-    (and again by ``encoder_for``)."""
+def check(precision, device_type):
+    """Refuses, in one line naming the precision's flag, a precision this device cannot run well; called before any
+    slow work (and again by ``encoder_for``)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}")
     if precision == "bf16" and device_type == "cuda":
-        raise InputError(f"{flag}: on a GPU every embedding already runs in bfloat16; leave the flag out")
+        raise InputError("--bf16: on a GPU every embedding already runs in bfloat16; leave the flag out")
     if precision == "bf16" and device_type == "cpu" and not native_bf16():
-        raise InputError(f"{flag}: this CPU has no native bfloat16 (avx512_bf16 or AMX), where bfloat16 runs "
-                         "slower than float32; embed in float32 or --int8")
+        raise InputError("--bf16: this CPU has no native bfloat16 (avx512_bf16 or AMX), where bfloat16 runs slower "
+                         "than float32; embed in float32 or --int8")
 
 
 def check_here(precision):
-    """``check`` of ``--PRECISION`` for the device a command embeds on (a GPU where there is one)."""
+    """``check`` for the device a command embeds on (a GPU where there is one); float32 needs no look at it."""
+    if precision == "float32":
+        return
     import torch
-    check(precision, f"--{precision}", "cuda" if torch.cuda.is_available() else "cpu")
+    check(precision, "cuda" if torch.cuda.is_available() else "cpu")
 
 
-def encoder_for(encoder, precision, flag):
-    """The encoder that embeds in ``precision``: the one given (float32, bf16), or its int8 copy. A precision this
-    device cannot run well is refused in one line naming ``flag``."""
-    check(precision, flag, next(encoder.parameters()).device.type)
+def encoder_for(encoder, precision):
+    """The encoder that embeds in ``precision``: the float32 one given, its bf16 view, or its int8 copy
+    (``quantize.quantize_int8``, whose refusals, a GPU among them, become one line). The one given is unchanged."""
+    check(precision, next(encoder.parameters()).device.type)
+    if precision == "bf16":
+        view = copy.copy(encoder)
+        view.bf16 = True
+        return view
     if precision == "int8":
-        from common.models.quantize import int8_for
-        return int8_for(encoder, flag)
+        from common.models.quantize import quantize_int8
+        try:
+            return quantize_int8(encoder)
+        except ValueError as e:
+            raise InputError(f"--int8: {e}") from None
     return encoder
+
+
+def agreement(encoder, vectors, store, batch_size=64, batch_tokens=None, sample=AGREEMENT_SAMPLE):
+    """The mean cosine between ``vectors`` (of ``store``'s texts in order, made in a lower precision) and the
+    float32 ``encoder``'s vectors of the same texts, over the first ``sample`` texts."""
+    from common.models.encoder import embed
+    from common.models.quantize import mean_cosine
+    rows = range(min(len(store), sample))
+    return mean_cosine(vectors[:len(rows)], embed(encoder, store, batch_size, batch_tokens, rows=rows))
 
 
 def add_precision_arguments(p, what):

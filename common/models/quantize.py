@@ -119,25 +119,3 @@ def mean_cosine(a, b, block=65536):
         dots = np.einsum("ij,ij->i", x, y)
         total += float(np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0).sum())
     return total / n
-
-
-AGREEMENT_SAMPLE = 256  # texts embedded again in float32 to say how far int8 or bf16 vectors are from float32's
-
-
-def int8_for(encoder, flag="--int8"):
-    """``quantize_int8`` for a command's flag: an encoder on a GPU is the user's choice of device, refused in one
-    line (on a GPU, embed in float32 or bfloat16)."""
-    from common.io import InputError
-    try:
-        return quantize_int8(encoder)
-    except ValueError as e:
-        raise InputError(f"{flag}: {e}") from None
-
-
-def agreement(encoder, vectors, store, batch_size=64, batch_tokens=None, sample=AGREEMENT_SAMPLE):
-    """The mean cosine between ``vectors`` (of ``store``'s texts in order, made in a lower precision: an int8 copy's,
-    or under bf16 autocast) and the float32 ``encoder``'s vectors of the same texts, over the first ``sample``
-    texts."""
-    from common.models.encoder import embed
-    rows = range(min(len(store), sample))
-    return mean_cosine(vectors[:len(rows)], embed(encoder, store, batch_size, batch_tokens, rows=rows))

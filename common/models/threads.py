@@ -5,8 +5,8 @@ On a CPU that other work shares, a parallel region waits for its slowest thread:
 (docs/benchmarks.md, "float32 embedding beside other work"). Which count is faster is a property of the moment, not
 of the machine, so ``Threads`` watches the batches themselves:
 
-- A batch's *share* is the CPU time the process got over the wall time × its threads. Idle it is 1.00 on the 2-core
-  AMD EPYC; beside one busy process 0.6 at 2 threads; beside two, 0.5.
+- A batch's *share* is the CPU time the process got over the wall time × its threads. On the 2-core AMD EPYC, at 2
+  threads, its median was 1.00 idle, 0.64 beside one busy process and 0.50 beside two (``bench/contention.py``).
 - While every thread gets its core (share ≥ ``SHARED``), every batch runs with the most threads and nothing is
   probed: an idle machine pays nothing.
 - When the share falls below it, or while a count below the most runs (whose share cannot say whether cores came
@@ -22,6 +22,7 @@ The first batch is a warm-up and is not timed. Every count computes the same vec
 reduction (tests/test_threads.py).
 """
 
+import contextlib
 import os
 import time
 
@@ -57,12 +58,14 @@ def system_idle():
 
 
 class Threads:
-    """Chooses a thread count per batch. ``with threads.batch(tokens):`` runs the batch with the chosen count and
-    times it; ``close`` restores the count torch had. ``most`` None: ``torch.get_num_threads()``."""
+    """Chooses a thread count per batch: ``with Threads() as threads:`` around the batches, ``with
+    threads.batch(tokens):`` around each, which runs it with the chosen count and times it; leaving the outer block
+    restores the count torch had. ``most`` None: ``torch.get_num_threads()``. ``active=False`` (not on a CPU):
+    nothing is chosen, timed or changed."""
 
     def __init__(self, most=None, probe_every=PROBE_EVERY, clock=time.perf_counter, cpu_clock=time.process_time,
-                 idle_clock=system_idle, cores=None, look_every=LOOK_EVERY):
-        self.before = torch.get_num_threads()
+                 idle_clock=system_idle, cores=None, look_every=LOOK_EVERY, active=True):
+        self.before, self.active = torch.get_num_threads(), active
         self.idle_clock, self.cores, self.look_every = idle_clock, cores or os.cpu_count() or 1, look_every
         self.idle_mark = None  # the machine's idle and total ticks when the count last changed or was looked at
         self.candidates = candidates(most or self.before)
@@ -75,11 +78,27 @@ class Threads:
         self.cost = {}  # count → seconds per padded token of its batch in the current round
         self.batches = self.rounds = 0
 
-    def choose(self):
-        return self.probes[0] if self.probes else self.count
+    def __enter__(self):
+        return self
 
+    def __exit__(self, *_):
+        self.close()
+
+    @contextlib.contextmanager
     def batch(self, tokens):
-        return _Timed(self, self.choose(), tokens)
+        """One batch, run with the count of the moment: a probe's within a round, else the chosen one. A batch that
+        fails, and the first (a warm-up), are not timed."""
+        if not self.active:
+            yield
+            return
+        count = self.probes[0] if self.probes else self.count
+        if torch.get_num_threads() != count:
+            torch.set_num_threads(count)
+        start, cpu, timed = self.clock(), self.cpu_clock(), self.batches > 0
+        self.batches += 1
+        yield
+        if timed:
+            self.timed(count, self.clock() - start, self.cpu_clock() - cpu, tokens)
 
     def timed(self, count, seconds, cpu, tokens):
         """What one timed batch says: its cost, and whether the next batches start, go on or end a round."""
@@ -91,10 +110,9 @@ class Threads:
         self.since += 1
         if count < self.most and self.since % self.look_every == 0 and self._freed():
             self.wait = self.since = self.probe_every  # the other work has ended: a round at once
-        shared = count > 1 and cpu < SHARED * seconds * count
-        if count == self.most and not shared:
+        if count == self.most and not (count > 1 and cpu < SHARED * seconds * count):
             self.wait = self.probe_every  # the cores are free: the next sign of sharing is probed at once
-        elif self.since >= self.wait and len(self.candidates) > 1:
+        elif self.since >= self.wait:
             # batches run longest first, so a later probe times shorter texts, cheaper per token: every other round
             # probes in the reverse order, so that no count is always the one timed on the shorter batches
             self.probes = self.candidates[::-1] if self.rounds % 2 else list(self.candidates)
@@ -115,22 +133,5 @@ class Threads:
         self.count, self.since = best, 0
 
     def close(self):
-        torch.set_num_threads(self.before)
-
-
-class _Timed:
-    def __init__(self, threads, count, tokens):
-        self.threads, self.count, self.tokens = threads, count, tokens
-
-    def __enter__(self):
-        if torch.get_num_threads() != self.count:
-            torch.set_num_threads(self.count)
-        self.start, self.cpu = self.threads.clock(), self.threads.cpu_clock()
-        return self
-
-    def __exit__(self, kind, *_):
-        threads = self.threads
-        if kind is None and threads.batches:
-            threads.timed(self.count, threads.clock() - self.start, threads.cpu_clock() - self.cpu, self.tokens)
-        threads.batches += 1
-        return False
+        if self.active:
+            torch.set_num_threads(self.before)

@@ -114,11 +114,9 @@ def last_layer_at(layer, hidden, attention_mask, masked):
     query = query.view(batch, -1, heads, size).transpose(1, 2)
     key = attention.key(hidden).view(batch, length, heads, size).transpose(1, 2)
     value = attention.value(hidden).view(batch, length, heads, size).transpose(1, 2)
-    bias = None
-    if attention_mask is not None and not bool(attention_mask.all()):
-        bias = torch.zeros(batch, 1, 1, length, dtype=query.dtype, device=hidden.device).masked_fill_(
-            attention_mask[:, None, None, :] == 0, torch.finfo(query.dtype).min)
-    context, _ = sdpa_cpu_dropout(attention, query, key, value, bias,
+    # padding as a boolean mask (True: attend), which the attention function turns into its additive bias
+    keep = None if attention_mask is None or bool(attention_mask.all()) else attention_mask[:, None, None, :].bool()
+    context, _ = sdpa_cpu_dropout(attention, query, key, value, keep,
                                   dropout=attention.dropout.p if attention.training else 0.0,
                                   scaling=attention.scaling, is_causal=False)
     context = context.reshape(batch, -1, heads * size)[rows, slots]
