@@ -91,13 +91,14 @@ class Encoder(nn.Module):
                 param.requires_grad_(False)
 
     def pool(self, hidden, attention_mask):
+        """float32 vectors whatever the states' dtype (a half-precision model, or an autocast region that leaves
+        them in half): the mean's sum, the norm and every loss after it then keep float32's resolution."""
         if self.pooling == "cls":
-            out = hidden[:, 0]
+            out = hidden[:, 0].float()
         else:
             mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
             out = (hidden * mask).sum(dim=1, dtype=torch.float32) / torch.clamp(
                 mask.sum(dim=1, dtype=torch.float32), min=1e-9)
-            out = out.to(hidden.dtype)
         return F.normalize(out, p=2, dim=1) if self.normalize else out
 
     def embed(self, input_ids, attention_mask):

@@ -48,13 +48,13 @@ def offsets(lengths):
 
 
 def pool(hidden, lengths, cu, pooling):
-    """One vector per text from packed ``[T, d]`` states: the first token's (``"cls"``), or the mean over the text
-    (summed in float32)."""
+    """One float32 vector per text from packed ``[T, d]`` states: the first token's (``"cls"``), or the mean over the
+    text (summed in float32), as ``Encoder.pool``."""
     if pooling == "cls":
-        return hidden[cu[:-1]]
+        return hidden[cu[:-1]].float()
     segment = torch.repeat_interleave(torch.arange(len(lengths), device=hidden.device), lengths)
     out = torch.zeros(len(lengths), hidden.shape[-1], dtype=torch.float32, device=hidden.device)
-    return (out.index_add(0, segment, hidden.float()) / lengths[:, None].float()).to(hidden.dtype)
+    return out.index_add(0, segment, hidden.float()) / lengths[:, None].float()
 
 
 class Packing:

@@ -54,6 +54,19 @@ class TrainConfig:
     save_epochs: bool = False  # also save the model at each epoch's end, as RUN/epoch_K
 
 
+def precision_line(accelerator):
+    """The precision a run trains under, as Accelerate resolved it (``accelerate launch --mixed_precision``,
+    ``accelerate config`` or ACCELERATE_MIXED_PRECISION), and the device: one line for the log's start."""
+    device = accelerator.device
+    where = f"{device}" + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "")
+    mode = accelerator.mixed_precision
+    if mode == "no":
+        return f"precision: fp32 on {where}"
+    scaling = ", dynamic loss scaling" if mode == "fp16" else ""
+    return (f"precision: {mode} mixed precision on {where} (autocast{scaling}; weights, optimizer state, pooled "
+            "vectors and losses in float32)")
+
+
 def backward(accelerator, model, objective, batch):
     """The micro-batch's mean loss, back-propagated; returns it detached. A batch that ``Objective.collate_train``
     cut into parts runs forward and backward one part at a time, each part's loss summed and divided by the whole
@@ -201,20 +214,26 @@ class Trainer:
         # the data each process sees depends on their number: a checkpoint resumes only with the same count
         self.identity = {**identity, "processes": accelerator.num_processes}
         rows = objective.train_rows
+        # On a GPU, batches are collated into pinned host memory and copied without blocking, so that the copy of a
+        # batch overlaps the kernels still queued; a CPU run has nothing to copy and keeps the default
+        pin = accelerator.device.type == "cuda"
+        if pin:
+            accelerator.dataloader_config.non_blocking = True
         if cfg.length_buckets > 0:
             lengths = objective.train_lengths()
             if lengths is None:
                 raise InputError(f"--length-buckets: the {objective.name} objective has no lengths to bucket by")
             self.sampler = BucketBatchSampler(lengths, cfg.batch_size, cfg.length_buckets, cfg.seed, cfg.drop_last)
-            train_dl = DataLoader(rows, batch_sampler=self.sampler, collate_fn=objective.collate_train)
+            train_dl = DataLoader(rows, batch_sampler=self.sampler, collate_fn=objective.collate_train,
+                                  pin_memory=pin)
         else:
             self.sampler = EpochSampler(len(rows), cfg.seed)
             train_dl = DataLoader(rows, batch_size=cfg.batch_size, sampler=self.sampler, drop_last=cfg.drop_last,
-                                  collate_fn=objective.collate_train)
+                                  collate_fn=objective.collate_train, pin_memory=pin)
         if not len(train_dl):
             raise InputError(f"{len(rows)} training rows make no full batch of {cfg.batch_size}")
         val_dl = DataLoader(objective.val_rows, batch_size=cfg.batch_size, shuffle=False,
-                            collate_fn=objective.collate)
+                            collate_fn=objective.collate, pin_memory=pin)
         # the fused kernel updates every parameter in one pass (CPU and GPU): a quarter of the foreach one's time
         optimizer = torch.optim.AdamW(parameter_groups(model, cfg.weight_decay), lr=cfg.lr, fused=True)
         acc = accelerator
@@ -419,6 +438,7 @@ class Trainer:
         cfg, acc = self.cfg, self.accelerator
         self._claim()
         acc.wait_for_everyone()
+        acc.print(precision_line(acc))
         acc.print(f"effective batch {cfg.batch_size * acc.num_processes * cfg.grad_accum} = {cfg.batch_size} per "
                   f"process × {acc.num_processes} processes × {cfg.grad_accum} accumulation; {self.total_steps} steps")
         self._resume()

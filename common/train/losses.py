@@ -8,7 +8,9 @@ import torch.nn.functional as F
 
 def in_fp32(loss):
     """Compute ``loss`` in float32 under bf16/fp16 autocast: autocast off, floating-point tensor arguments cast up.
-    For heads whose sums or exponentials lose too much in half precision (softmax over a batch, covariances)."""
+    Every loss here is wrapped: a difference of two distances (triplet margin), a softmax over a batch or a
+    cosine near 1 loses its signal in half precision (bf16 keeps 8 significant bits), while the cast is free in
+    float32 (``.float()`` of a float32 tensor is the tensor itself), so CPU float32 training is unchanged."""
 
     @functools.wraps(loss)
     def wrapper(*args, **kwargs):
@@ -18,11 +20,13 @@ def in_fp32(loss):
     return wrapper
 
 
+@in_fp32
 def triplet_margin(query, positive, negative, margin=1.0):
     """SPECTER: mean of max(0, ||q − p||₂ − ||q − n||₂ + margin), with torch's pairwise-distance epsilon."""
     return F.relu(F.pairwise_distance(query, positive) - F.pairwise_distance(query, negative) + margin)
 
 
+@in_fp32
 def contrastive_cosine(u, v, labels, margin=0.5):
     """Key-sentence thesis (sentence-transformers ContrastiveLoss, cosine distance): with D = 1 − cos(u, v),
     0.5·D² for key pairs and 0.5·max(0, margin − D)² for the others."""
@@ -31,6 +35,7 @@ def contrastive_cosine(u, v, labels, margin=0.5):
     return 0.5 * (labels * distance.pow(2) + (1 - labels) * F.relu(margin - distance).pow(2))
 
 
+@in_fp32
 def cosine_mse(u, v, labels):
     """Key-sentence thesis (sentence-transformers CosineSimilarityLoss): (cos(u, v) − label)²."""
     return (torch.cosine_similarity(u, v) - labels.to(u.dtype)).pow(2)
