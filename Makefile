@@ -160,8 +160,14 @@ reproduce-search: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
+# bench/all.py's embed-int8 row runs sentence-transformers' ONNX backend from a folder of its own (it needs
+# transformers < 4.58): installed without dependencies, then imported the way bench/all.py imports it
+ST_ONNX := bench/out/st-onnx
 bench-deps: $(STAMP)
 	$(PY) -m pip install -q -r bench/requirements.txt
+	$(PY) -m pip install -q --no-deps --upgrade --target $(ST_ONNX) -r bench/requirements-onnx.txt
+	PYTHONPATH=$(ST_ONNX) $(PY) -c "import sentence_transformers, optimum.onnxruntime, datasets; \
+		print('sentence-transformers', sentence_transformers.__version__, 'for the ONNX side in $(ST_ONNX)')"
 
 clean:
 	rm -rf demo bench/out work
