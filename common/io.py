@@ -287,12 +287,20 @@ def write_error(folder, error, staged=None, left="nothing was written", need=Non
     return InputError(f"{folder}: cannot write: {error.strerror or error}")
 
 
+# errors that mean the disk is full, as libraries spell them in their own exceptions
+FULL_DISK = {os.strerror(code): code for code in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)}
+
+
 def saving_error(folder, error, staged=None, left="nothing was written"):
-    """``write_error`` for an error met while a library saved into ``folder`` (torch, safetensors): an OSError, or
-    another error on a device left with (almost) no free space, which is how torch reports a full disk; None for
-    any other error (a bug, to be raised as it is)."""
+    """``write_error`` for an error met while a library saved into ``folder`` (torch, safetensors, faiss): an
+    OSError; another error whose message holds the system's words for a full disk (safetensors' SafetensorError,
+    faiss's RuntimeError); or any error on a device left with (almost) no free space, which is how torch reports a
+    full disk. None for any other error (a bug, to be raised as it is)."""
     if isinstance(error, OSError):
         return write_error(folder, error, staged, left)
+    for words, code in FULL_DISK.items():
+        if words in str(error):
+            return write_error(folder, OSError(code, words), staged, left)
     try:
         nearly_full = shutil.disk_usage(folder).free < 64 << 20
     except OSError:

@@ -317,3 +317,134 @@ def test_a_file_rewritten_with_its_old_size_and_date_is_refused_in_the_same_proc
     os.utime(out / "docs.jsonl", ns=(stat.st_atime_ns, stat.st_mtime_ns))
     with pytest.raises(InputError, match="differs from what 02_build_graph.py wrote"):
         list(io.read_jsonl(out / "docs.jsonl"))
+
+
+def objective_data(objective, root, tiny_data, tiny_model):
+    """--data (and the objective's own required flags) for a short run of ``objective`` on tiny inputs."""
+    if objective in ("mlm", "mnrl"):
+        from test_search import paper_articles
+        articles = root / "papers.jsonl"
+        articles.write_text("".join(json.dumps(a) + "\n" for a in paper_articles()), encoding="utf-8")
+        script_main("02_build_graph.py")(["retrieval", "--articles", str(articles), "--out", str(root / "data"),
+                                          "--test", "0.2", "--val", "0.2", "--topic-min", "5"])
+        return ["--data", str(root / "data")]
+    if objective == "contrastive":
+        script_main("01_extract.py")(["sentences", "--input", os.path.join(os.path.dirname(__file__), "..", "data",
+                                                                           "keysent-demo.jsonl"), "--out", str(root)])
+        script_main("02_build_graph.py")(["sentences", "--sentences", str(root / "sentences.jsonl"), "--out",
+                                          str(root / "data")])
+        return ["--data", str(root / "data")]
+    script_main("04_distill.py")(["teachers", "--data", str(tiny_data), "--out", str(root / "teach"), "--teacher",
+                                  str(tiny_model), "--teacher-max-length", "32", "--pv-vector-size", "8",
+                                  "--pv-epochs", "2", "--pv-min-count", "1"])
+    return ["--data", str(tiny_data), "--teachers", str(root / "teach")]
+
+
+# an objective's own flags that change only speed or logging, with a value other than the default
+OWN_SPEED_PROBES = {"mnrl": {"eval_batch_size": ["--eval-batch-size", "3"]},
+                    "mlm": {"cache_dir": ["--cache-dir", "{root}/other-cache"]}}
+SHORT_RUN = {"mnrl": ["--query-max-length", "16", "--batch-size", "8", "--eval-every", "1"],
+             "mlm": ["--batch-size", "8", "--cache-dir", "{root}/cache"],
+             "contrastive": ["--batch-size", "8", "--eval-every", "1"],
+             "distill": ["--batch-size", "4", "--grad-accum", "1", "--warmup", "1", "--max-structural-length", "0",
+                         "--student-projection", "8", "--teacher-projection", "8"]}
+
+
+def test_every_flag_of_every_objective_is_in_the_resume_identity_or_among_the_speed_flags():
+    import argparse
+
+    from common.train import objectives
+    from common.train import run as training
+    place = {"data", "out", "seeds"}  # the identity holds the data's path and content; --out is where it runs
+    for name in objectives.REGISTRY:
+        cls = objectives.get(name)
+        parser = argparse.ArgumentParser()
+        training.add_training_arguments(parser)
+        cls.add_arguments(parser)
+        flags = {action.dest for action in parser._actions} - {"help"}
+        result, speed = set(training.RESULT_ARGS) | set(cls.result_args), set(training.SPEED_ARGS) | set(cls.speed_args)
+        assert not result & speed, name
+        assert flags == (result | speed | place) - {"objective"}, (name, flags ^ (result | speed | place))
+        assert set(cls.speed_args) == set(OWN_SPEED_PROBES.get(name, {})), name
+    assert "cache_chunk" in objectives.get("mnrl").result_args
+
+
+@pytest.mark.parametrize("objective", ["mnrl", "mlm", "contrastive", "distill"])
+def test_every_speed_flag_of_an_objective_leaves_its_trained_weights_unchanged(objective, tmp_path, tiny_data,
+                                                                              tiny_model, capsys):
+    data = objective_data(objective, tmp_path, tiny_data, tiny_model)
+    script = "04_distill.py" if objective == "distill" else "03_train.py"
+    main = script_main(script)
+    base = [*data, "--model", str(tiny_model), "--max-length", "32", "--max-steps", "3", "--epochs", "1",
+            "--log-every", "1", "--checkpoint-every", "0", "--length-groups", "2",
+            *[a.format(root=tmp_path) for a in SHORT_RUN[objective]]]
+    base = (["train"] if objective == "distill" else ["--objective", objective]) + base
+    # every speed flag at once, shared and the objective's own
+    changed = [a.format(root=tmp_path) for extra in [*SPEED_PROBES.values(), *OWN_SPEED_PROBES.get(objective,
+                                                                                                   {}).values()]
+               for a in extra or ()]
+
+    def weights(name, extra):
+        main(base + ["--out", str(tmp_path / name), *extra])
+        return load_file(tmp_path / name / "model" / "model.safetensors")
+    reference = weights("reference", [])
+    got = weights("changed", changed)
+    assert set(got) == set(reference)
+    assert [k for k in reference if not np.array_equal(got[k].numpy(), reference[k].numpy())] == []
+
+
+def test_gradcache_chunks_change_the_weights_and_a_resume_with_other_chunks_is_refused(tmp_path, tiny_data,
+                                                                                    tiny_model, capsys):
+    data = objective_data("mnrl", tmp_path, tiny_data, tiny_model)
+    main = script_main("03_train.py")
+    base = ["--objective", "mnrl", *data, "--model", str(tiny_model), "--max-length", "32", "--query-max-length",
+            "16", "--batch-size", "8", "--max-steps", "2", "--log-every", "1", "--eval-every", "0",
+            "--checkpoint-every", "1"]
+
+    def losses(name, extra):
+        main(base + ["--out", str(tmp_path / name), *extra])
+        return [r["loss"] for r in map(json.loads, (tmp_path / name / "log.jsonl").read_text().splitlines())
+                if "loss" in r]
+    # each chunk draws its own dropout masks: other losses from the first step on
+    whole, chunked = losses("whole", []), losses("chunked", ["--cache-chunk", "4"])
+    assert len(whole) == len(chunked) == 2 and whole[0] != chunked[0]
+    (tmp_path / "whole" / "model").rename(tmp_path / "model")  # an unfinished run: resumes from its checkpoints
+    assert script_error("03_train.py", *base, "--out", tmp_path / "whole", "--cache-chunk", "4") == (
+        f"error: {tmp_path / 'whole'}: its checkpoints come from a run with other settings (cache_chunk); use "
+        f"another --out or remove {tmp_path / 'whole' / 'checkpoints' / 'step_2'}")
+
+
+def test_a_full_disk_while_saving_the_final_model_is_one_line_and_leaves_no_model(tmp_path, tiny_data, tiny_model,
+                                                                                 monkeypatch, capsys):
+    from safetensors import SafetensorError
+
+    def full(*args, **kwargs):  # what safetensors raises when the disk fills under it
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+    monkeypatch.setattr("transformers.modeling_utils.safe_save_file", full)
+    run = tmp_path / "run"
+    error = script_error("03_train.py", "--data", tiny_data, "--model", tiny_model, "--out", run, *TRAIN)
+    assert re.fullmatch(rf"error: {re.escape(str(run))}: no space left on the device \([\d,]+ bytes free\); "
+                        "RUN/model was not saved", error), error
+    assert not (run / "model").exists() and not list(run.rglob(".staging-*")) and not (run / ".lock").exists()
+
+
+def test_a_full_disk_while_saving_a_faiss_index_is_one_line_and_leaves_no_index(tmp_path, monkeypatch):
+    faiss = pytest.importorskip("faiss")
+    from common.eval import ann
+    vectors = np.random.default_rng(0).standard_normal((50, 8)).astype(np.float32)
+    np.save(tmp_path / "base.npy", vectors)
+
+    def full(index, path):  # faiss's own words when fwrite fails on a full disk
+        with open(path, "wb") as f:
+            f.write(b"\0" * 1000)
+        raise RuntimeError(f"Error in void faiss::write_HNSW(const HNSW*, IOWriter*) at index_write.cpp:362: Error: "
+                           f"'ret == (size)' failed: write error in {path}: 56 != 1945 (No space left on device)")
+    monkeypatch.setattr(faiss, "write_index", full)
+    with pytest.raises(InputError) as e:
+        ann.open_index(vectors, str(tmp_path / "base.npy"), "hnsw")
+    assert re.fullmatch(rf"{re.escape(str(tmp_path))}: no space left on the device \(needs more than 1,000 bytes, "
+                        r"[\d,]+ free\); the hnsw index was not saved", str(e.value)), str(e.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["base.npy"]
+    monkeypatch.setattr(faiss, "write_index", lambda index, path: (_ for _ in ()).throw(RuntimeError("a bug")))
+    with pytest.raises(RuntimeError, match="a bug"):  # any other error is not taken for a full disk
+        ann.open_index(vectors, str(tmp_path / "base.npy"), "hnsw")

@@ -14,7 +14,7 @@ import os
 
 import numpy as np
 
-from common.io import InputError, create, remove_entry, sha256, writing
+from common.io import InputError, create, remove_entry, saving_error, sha256, writing
 
 KINDS = ("flat", "hnsw")
 HNSW_M, HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH = 32, 200, 128
@@ -58,7 +58,13 @@ def open_index(vectors, vectors_path, kind, chunk=65536):
     with writing(folder, name + ".sha256") as record:  # no hash names an index until the new one is in place
         remove_entry(path + ".sha256")
         with writing(folder, name) as staged:
-            faiss.write_index(index, staged)  # faiss opens the path itself: it is in a private folder
+            try:
+                faiss.write_index(index, staged)  # faiss opens the path itself: it is in a private folder
+            except RuntimeError as e:  # faiss's word for a failed write
+                error = saving_error(folder, e, staged, f"the {kind} index was not saved")
+                if error is None:
+                    raise
+                raise error from None
         with create(record) as f:
             f.write(f"{digest} {sha256(path)}\n")
     _set_search_depth(index)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 from torch.utils.data import DataLoader, Sampler
 from tqdm import tqdm
 
@@ -31,6 +32,8 @@ RUN_FILE = "run.json"  # marks a run folder as this project's, with the identity
 # what a run writes besides RUN_FILE
 WRITTEN = ("model", "checkpoints", "log.jsonl", "curves.png", "trackers", "manifest.json")
 EPOCH_MODEL = re.compile(r"epoch_\d+")  # --save-epochs: the model at the end of epoch K
+# what saving a model or checkpoint raises on a full disk: torch's RuntimeError, safetensors' own error (no OSError)
+SAVE_ERRORS = (OSError, RuntimeError, SafetensorError)
 
 
 @dataclass
@@ -341,7 +344,7 @@ class Trainer:
                 io.put(tmp, final)
                 for old in checkpoints(self.run_dir)[:-self.cfg.keep] if self.cfg.keep > 0 else []:
                     shutil.rmtree(old, ignore_errors=True)
-        except (OSError, RuntimeError) as e:
+        except SAVE_ERRORS as e:
             error = io.saving_error(self.run_dir, e, tmp, f"checkpoint step_{self.step} was not saved, the earlier "
                                     "ones are kept")
             shutil.rmtree(tmp, ignore_errors=True)
@@ -382,7 +385,7 @@ class Trainer:
         if acc.is_main_process:
             try:
                 self.objective.save(acc.unwrap_model(self.model), os.path.join(self.run_dir, name))
-            except (OSError, RuntimeError) as e:
+            except SAVE_ERRORS as e:
                 error = io.saving_error(self.run_dir, e, left=f"RUN/{name} was not saved")
                 if error is None:
                     raise

@@ -14,6 +14,8 @@ normalised text as a row's is a false negative: its logit is masked (the keys tr
 ``--cache-chunk N`` computes the same loss and gradient with GradCache (Gao et al. 2021; sentence-transformers'
 ``CachedMultipleNegativesRankingLoss``): the batch is embedded N pairs at a time without gradient, the loss is
 back-propagated to the embeddings, then each chunk is embedded again with gradient under the same random state.
+Dropout draws its masks per chunk, not over the whole batch, so a run with another N trains other weights: N is
+part of what a resume must match.
 The model with the best validation nDCG@10 (validation titles against the whole corpus) becomes RUN/model.
 """
 
@@ -71,8 +73,8 @@ class MNRLObjective(Objective):
     defaults = {"lr": 5e-5, "batch_size": 128, "epochs": 1, "warmup": 0.1, "weight_decay": 0.01, "pooling": "mean",
                 "max_length": 256, "normalize": None, "drop_last": True}
     selection = "val_ndcg@10"
-    result_args = ("scale", "symmetric", "query_max_length", "gather", "mask_duplicates")
-    speed_args = ("cache_chunk", "eval_batch_size")
+    result_args = ("scale", "symmetric", "query_max_length", "gather", "mask_duplicates", "cache_chunk")
+    speed_args = ("eval_batch_size",)
     limits = {"--scale": cli.POSITIVE, "--query-max-length": cli.LENGTH, "--cache-chunk": cli.COUNT_0,
               "--eval-batch-size": cli.COUNT}
 
@@ -91,8 +93,9 @@ class MNRLObjective(Objective):
                             help="mask in-batch documents that are the same paper, have the same abstract or whose "
                                  "query has the same text (false negatives)")
         parser.add_argument("--cache-chunk", type=int, default=0,
-                            help="> 0: GradCache with chunks of this many pairs (same loss, less memory; "
-                                 "sentence-transformers' CachedMultipleNegativesRankingLoss)")
+                            help="> 0: GradCache with chunks of this many pairs (same loss, less memory; dropout draws "
+                                 "other masks per chunk, so a resume must keep it; sentence-transformers' "
+                                 "CachedMultipleNegativesRankingLoss)")
         parser.add_argument("--eval-batch-size", type=int, default=64, help="texts per forward pass in validation")
 
     def load_data(self):
