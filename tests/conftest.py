@@ -14,6 +14,10 @@ ENV = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_
            PYTHONHASHSEED="0")
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs a CUDA device, skipped without one (pytest -m gpu runs them)")
+
+
 def forget_hashes(folder):
     """Make an output folder a hand-made one, for a test that edits its files on purpose to check what a reader
     does with them: its manifest keeps no SHA-256, so ``io.verify_input`` takes the files as they are."""
