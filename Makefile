@@ -1,5 +1,6 @@
 # make demo — set up .venv and run 01 → 05 on the embedded sample; make demo-keysent, make demo-distill — the other
-# methods' demos, make demo-search the paper-search one; make test — the test suite.
+# methods' demos, make demo-search the paper-search one; make test — the test suite; make fuzz — every reader and
+# flag parser fuzzed (fuzz/, docs/reliability.md).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -24,7 +25,7 @@ DISTILL_MODELS = --model longformer=$(DISTILL)/student --model sbert="$(MINILM)"
 SEARCH := $(DEMO)/search
 SEARCH_MNRL := --batch-size 16 --max-length 128 --max-steps 4 --checkpoint-every 0
 
-.PHONY: demo demo-keysent demo-distill demo-search test bench-deps clean corpora pretrain reproduce-wikispecter \
+.PHONY: demo demo-keysent demo-distill demo-search test fuzz bench-deps clean corpora pretrain reproduce-wikispecter \
 	reproduce-wikispecter-topics reproduce-keysent reproduce-distill reproduce-search
 
 $(STAMP): requirements.txt
@@ -163,6 +164,12 @@ test: $(STAMP)
 # bench/all.py's embed-int8 row runs sentence-transformers' ONNX backend from a folder of its own (it needs
 # transformers < 4.58): installed without dependencies, then imported the way bench/all.py imports it
 ST_ONNX := bench/out/st-onnx
+# FUZZ_RUNS inputs per target, one target after another, niced so that other work keeps its cores
+FUZZ_RUNS ?= 100000
+fuzz: $(STAMP)
+	$(PY) -m pip install -q -r fuzz/requirements.txt
+	nice -n 10 $(PY) fuzz/all.py --runs $(FUZZ_RUNS)
+
 bench-deps: $(STAMP)
 	$(PY) -m pip install -q -r bench/requirements.txt
 	$(PY) -m pip install -q --no-deps --upgrade --target $(ST_ONNX) -r bench/requirements-onnx.txt

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import tokenize
 import zlib
 from importlib import metadata
 
@@ -24,7 +25,16 @@ class Preempted(Exception):
 
 
 class InputError(Exception):
-    """Bad input a user can fix; the scripts print it as one line and exit non-zero."""
+    """Bad input a user can fix; the scripts print it as one line and exit non-zero. A line break or other control
+    character in the message (from a file name, a CSV header, a value quoted from the input) is shown escaped, as
+    Python writes it in a string, so that the message stays one line."""
+
+    def __init__(self, message):
+        super().__init__(_CONTROL.sub(lambda m: repr(m.group())[1:-1], message))
+
+
+# what str.splitlines() breaks a line at, and the other C0/C1 control characters
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 _SAFE_NAME = re.compile(r"\w[\w.-]{0,99}")
@@ -107,6 +117,16 @@ def open_input(path, mode="r"):
         return TextInput(open(path, "rb"), path)
     except OSError as e:
         raise InputError(f"{path}: {e.strerror}") from None
+
+
+def read_input_bytes(path):
+    """The whole of an input file as bytes, a gzip file decompressed (``open_input``); a truncated or corrupt
+    compressed file is an InputError naming it."""
+    with open_input(path, "rb") as f:
+        try:
+            return f.read()
+        except (EOFError, OSError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
+            raise InputError(f"{path}: truncated or corrupt compressed file ({e})") from None
 
 
 # the longest JSONL line read (``--max-line-mb``): a line is held whole while parsed, and a file without newlines
@@ -618,10 +638,12 @@ def read_rows(directory, name, ids):
     if len(found) != len(ids):
         raise InputError(f"{ids_path}: {len(found)} ids, docs.jsonl has {len(ids)} documents")
     verify_input(path)
-    try:
+    try:  # numpy's header parser raises any of these for a header it cannot read or a file that ends early
         array = np.load(path, mmap_mode="r")
-    except ValueError as e:
+    except (ValueError, EOFError, OSError, SyntaxError, tokenize.TokenError) as e:
         raise InputError(f"{path}: not a NumPy array file ({e})") from None
+    if not isinstance(array, np.ndarray):  # a zip archive (.npz) loads as one
+        raise InputError(f"{path}: not a NumPy array file (an archive of arrays)")
     if array.ndim == 0 or len(array) != len(ids):
         raise InputError(f"{path}: {len(array) if array.ndim else 0} rows, {ids_path} names {len(ids)}")
     check_finite_rows(array, path, ids)
@@ -714,14 +736,34 @@ def manifest(script, args, started, inputs=(), counts=None, seed=None, **extra):
 
 
 def read_json_or_empty(path):
+    """A JSON file's value, or {} where there is no file; a file that is not JSON text is an InputError."""
     if not os.path.exists(path):
         return {}
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except ValueError as e:  # UnicodeDecodeError is one
+        raise InputError(f"{path}: not JSON text ({e})") from None
+    except OSError as e:
+        raise InputError(f"{path}: {e.strerror}") from None
+
+
+# the manifest fields that readers use, with their types (docs/contract.md)
+MANIFEST_FIELDS = {"script": str, "state": str, "language": str, "args": dict, "inputs": dict, "counts": dict,
+                   "sha256": dict, "files": list}
 
 
 def read_manifest(directory):
-    return read_json_or_empty(os.path.join(directory, "manifest.json"))
+    """A folder's manifest.json ({} where there is none), its fields that readers use of their types."""
+    path = os.path.join(directory, "manifest.json")
+    manifest = read_json_or_empty(path)
+    if not isinstance(manifest, dict):
+        raise InputError(f"{path}: not a manifest (a JSON object); re-run the step that wrote {directory}")
+    for field, kind in MANIFEST_FIELDS.items():
+        if manifest.get(field) is not None and not isinstance(manifest[field], kind):
+            raise InputError(f"{path}: field {field!r} is not a JSON {'string' if kind is str else kind.__name__}; "
+                             f"re-run the step that wrote {directory}")
+    return manifest
 
 
 def source_language(path):
@@ -739,12 +781,10 @@ def verify_input(path):
     if name == "manifest.json" or not os.path.isfile(manifest_path):
         return
     try:
-        manifest = read_json_or_empty(manifest_path)
-    except (OSError, ValueError):
+        manifest = read_manifest(folder)
+    except InputError:
         raise InputError(f"{manifest_path}: not a readable JSON manifest; re-run the step that wrote {folder}") \
             from None
-    if not isinstance(manifest, dict):
-        return
     if manifest.get("state") == "committing":
         raise InputError(f"{folder}: its run stopped while committing its files (manifest.json is marked "
                          f"'committing'); run {manifest.get('script') or 'it'} again")

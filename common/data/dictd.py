@@ -19,10 +19,9 @@ indented definition. In the definition ``{term}`` is a cross-reference to the en
 The index's offsets and lengths are numbers in the DICT base-64 alphabet. Every pattern here is linear in the text.
 """
 
-import gzip
 import re
 
-from common.io import InputError, dumps_line, open_input
+from common.io import InputError, dumps_line, open_input, read_input_bytes
 
 B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 _B64_VALUE = {c: i for i, c in enumerate(B64)}
@@ -67,11 +66,7 @@ def read_index(path):
 
 def read_dict(path):
     """The whole ``.dict`` body as bytes (``.dict.dz`` is gzip-compatible: dictzip adds a random-access table)."""
-    with open_input(path, "rb") as f:
-        try:
-            return f.read()
-        except (EOFError, OSError, gzip.BadGzipFile) as e:
-            raise InputError(f"{path}: truncated or corrupt compressed file ({e})") from None
+    return read_input_bytes(path)
 
 
 def one_line(text):

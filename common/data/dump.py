@@ -168,7 +168,10 @@ class DumpReader:
             depth -= 1
             tag = _local(elem.tag)
             if tag == "namespace":
-                names[int(elem.attrib["key"])] = elem.text or ""
+                key = elem.attrib.get("key", "")
+                if not re.fullmatch(r"-?[0-9]+", key):
+                    self._fail(f"<namespace key={key!r}> is not a number", self._last)
+                names[int(key)] = elem.text or ""
             elif tag == "case" and depth == 2:
                 first_letter = (elem.text or "").strip() != "case-sensitive"
             elif tag == "siteinfo":

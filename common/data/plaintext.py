@@ -16,7 +16,7 @@ import os
 import sys
 import zipfile
 
-from common.io import InputError, dumps_line, open_input, safe_name
+from common.io import InputError, dumps_line, read_input_bytes, safe_name
 
 
 def one_line(text):
@@ -54,8 +54,7 @@ def extract_folder(root, out, counts, min_chars=90):
     """Write one contract article per text file under ``root``'s label folders to ``out`` (text mode)."""
     for label, doc_id, path in labelled_files(root):
         counts["files"] += 1
-        with open_input(path, "rb") as f:
-            lines = decode(f.read(), counts).split("\n")
+        lines = decode(read_input_bytes(path), counts).split("\n")
         while lines and not lines[0].strip():
             lines.pop(0)
         title = one_line(lines[0]) if lines else ""
@@ -78,8 +77,7 @@ def open_table(path, counts):
                 raise InputError(f"{path}: a zip archive must hold exactly one .csv file (found {len(members)})")
             data = archive.read(members[0])
     else:
-        with open_input(path, "rb") as f:
-            data = f.read()
+        data = read_input_bytes(path)
     return io.StringIO(decode(data, counts), newline="")
 
 

@@ -9,10 +9,11 @@ that repeats its headline) would be found by string matching, not by what a mode
 counted (``queries_inside_document``), in every split.
 """
 
+import json
 import numpy as np
 
 from common.data.arxiv import normalise, text_key
-from common.io import InputError, dumps_line, read_jsonl, read_trec_qrels
+from common.io import InputError, dumps_line, open_input, read_jsonl, read_trec_qrels
 
 SPLITS = ("train", "val", "test")
 
@@ -112,6 +113,20 @@ def count_repeated_titles(articles_path, split, index, counts):
     keys = np.array(keys, dtype=np.uint64)
     _, inverse, freq = np.unique(keys, return_inverse=True, return_counts=True)
     counts["repeated_titles_held_out"] = int(((freq[inverse] > 1) & np.array(held, dtype=bool)).sum())
+
+
+def read_split_ids(path, split):
+    """The ids of ``split`` in a splits.json (``{"train": [ids], ...}``; a split it lacks has none)."""
+    with open_input(path) as f:
+        text = f.read()
+    try:
+        splits = json.loads(text)
+    except ValueError as e:
+        raise InputError(f"{path}: not JSON ({e})") from None
+    ids = splits.get(split, []) if isinstance(splits, dict) else None
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise InputError(f"{path}: expected an object of id lists, {{\"{split}\": [\"id\", ...], ...}}")
+    return set(ids)
 
 
 def read_qrels(path):

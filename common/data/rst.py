@@ -14,7 +14,7 @@ linear in the line.
 import os
 import re
 
-from common.io import dumps_line, open_input
+from common.io import dumps_line, read_input_bytes
 
 SUFFIXES = (".rst.txt", ".rst")
 # directives whose whole block is code, markup or a table, never prose
@@ -143,8 +143,7 @@ def title_of(lines):
 
 def read_text(path, counts):
     """A source file's text; invalid UTF-8 bytes are replaced and the file counted."""
-    with open_input(path, "rb") as f:
-        data = f.read()
+    data = read_input_bytes(path)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:

@@ -1,6 +1,8 @@
 """Evaluation splits shared by 02's commands: topic classification splits written from a corpus's labels, the
 ``--topic-cap`` setting, and the refusal of a split that rounds down to nothing."""
 
+import re
+
 from common import io
 from common.data import graph
 
@@ -10,9 +12,9 @@ def parse_caps(text):
     caps = {}
     for part in filter(None, text.split(",")):
         level, _, value = part.partition("=")
-        if not level.strip() or not value.strip().isdigit() or int(value) < 1:
+        if not level.strip() or not re.fullmatch(r"[0-9]+", value.strip()) or int(value.strip()) < 1:
             raise io.InputError(f"--topic-cap {text!r}: expected LEVEL=NUMBER,..., e.g. top=300,second=200")
-        caps[level.strip()] = int(value)
+        caps[level.strip()] = int(value.strip())
     return caps
 
 

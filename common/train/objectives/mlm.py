@@ -29,7 +29,6 @@ vocabulary of ``--vocab-size`` learnt from the training texts (``common/models/v
 
 import argparse
 import contextlib
-import json
 import os
 import re
 
@@ -39,7 +38,8 @@ from torch import nn
 
 from common import cli
 from common.data.documents import Documents
-from common.io import InputError, open_input
+from common.data.retrieval import read_split_ids
+from common.io import InputError
 from common.models.encoder import Encoder
 from common.train import losses
 from common.train.objectives import Objective
@@ -366,8 +366,7 @@ class MLMObjective(Objective):
             path = os.path.join(args.data, "splits.json")
             if not os.path.exists(path):
                 raise InputError(f"{path}: no such file (--mlm-docs train needs 02_build_graph.py retrieval's split)")
-            with open_input(path) as f:
-                train = set(json.load(f).get("train", []))
+            train = read_split_ids(path, "train")
             which = np.array([i for i, d in enumerate(docs.ids) if d in train], dtype=np.int64)
         self._all_texts = [docs.texts[i] for i in which.tolist()]
         return self._all_texts

@@ -1,0 +1,51 @@
+"""Coverage-guided fuzzing of one target of ``fuzz/targets.py`` with atheris (libFuzzer for Python).
+
+    python fuzz/run.py TARGET [-runs=100000] [libFuzzer flags]
+    python fuzz/run.py --list
+
+The project's modules are instrumented for coverage; the corpus starts from ``fuzz/seeds/TARGET`` (made from the
+test data by ``fuzz/seeds.py``) and grows in ``fuzz/out/TARGET/corpus``; a crashing input is saved as
+``fuzz/out/TARGET/crash-*`` (copy it to ``fuzz/corpus/TARGET/`` with the fix, where ``make test`` replays it).
+Bounds per input: 10 s (``-timeout``), 2,048 MB of resident memory for the whole process (``-rss_limit_mb``),
+inputs of at most 4,096 bytes (``-max_len``); each is a defect when exceeded.
+"""
+
+import atexit
+import os
+import shutil
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEFAULTS = ["-timeout=10", "-rss_limit_mb=2048", "-max_len=4096"]
+
+
+def main(argv):
+    sys.path.insert(0, HERE)
+    if not argv or argv[0] == "--list":
+        import targets
+        print("\n".join(targets.TARGETS))
+        return
+    import atheris
+    name, flags = argv[0], argv[1:]
+    out = os.path.join(HERE, "out", name)
+    corpus = os.path.join(out, "corpus")
+    os.makedirs(corpus, exist_ok=True)
+    seeds = [d for d in (os.path.join(HERE, "seeds", name), os.path.join(HERE, "corpus", name)) if os.path.isdir(d)]
+    # the work folder is made and removed for every input: in memory where the machine has a tmpfs
+    work = os.path.join("/dev/shm" if os.path.isdir("/dev/shm") else out, f"docembed-fuzz-{os.getpid()}")
+    atexit.register(shutil.rmtree, work, True)
+    with atheris.instrument_imports(include=["common", "targets"]):
+        import targets
+        for folder in seeds:  # the modules a target imports as it runs are imported here, instrumented
+            for seed in sorted(os.listdir(folder)):
+                with open(os.path.join(folder, seed), "rb") as f:
+                    targets.run_one(name, f.read(), work)
+
+    def one_input(data):
+        targets.run_one(name, data, work)
+    atheris.Setup([sys.argv[0], *DEFAULTS, f"-artifact_prefix={out}/", *flags, corpus, *seeds], one_input)
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

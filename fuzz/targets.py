@@ -1,0 +1,387 @@
+"""One fuzz target per reader and parser that a user's file or flag reaches, and the invariant they all keep.
+
+Each target takes the bytes of one input and a fresh work folder, writes the input there as the file (or files)
+its reader reads, and calls the reader as the scripts do. ``run_one(name, data)`` checks the invariant: the
+reader returns, or stops with the project's one-line error (``InputError``, a message of one line: ``cli.run``
+prints it and exits 2; argparse's own usage error exits 2 as well); any other exception is a defect, and so is a
+write outside the work folder (seen by an audit hook on every open for writing, rename, removal and folder made).
+Time and memory per input are bounded by the runner (``fuzz/run.py``: libFuzzer's ``-timeout`` and
+``-rss_limit_mb``).
+
+This module needs no fuzzer: ``tests/test_fuzz_replay.py`` replays the crash corpus through ``run_one``.
+"""
+
+import bz2
+import collections
+import contextlib
+import io as _io
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+import numpy as np  # noqa: E402
+
+from common.io import InputError  # noqa: E402
+
+SEP = b"\x00\x00"  # splits one input into the several files of a multi-file reader
+
+DOCS = [{"id": f"d{i}", "title": f"Title {i}", "text": f"text of document {i}"} for i in range(4)]
+INDEX = {d["id"]: i for i, d in enumerate(DOCS)}
+
+
+class Defect(AssertionError):
+    """The invariant broken: what a user would meet as a traceback or a stray file."""
+
+
+# -- writes outside the work folder --------------------------------------------------------------------------------
+
+_REMOVE_EVENTS = {"os.remove", "os.rmdir", "shutil.rmtree"}
+_CHANGE_EVENTS = {"os.truncate", "os.chmod", "os.chown", "os.utime", "os.link", "os.symlink"}
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+# outside the work folder: files and folders made during the input (a library's scratch file is fine if it is gone
+# when the input is done) and the paths of anything that existed before and was changed or removed
+_guard = {"root": None, "made": set(), "strays": []}
+
+
+def _outside(path):
+    if isinstance(path, int) or path is None:
+        return None
+    path = os.fsdecode(path)
+    if path == os.devnull:
+        return None
+    real, root = os.path.realpath(path), _guard["root"]
+    return None if real == root or real.startswith(root + os.sep) else real
+
+
+def _made_or_changed(path):
+    if path in _guard["made"] or not os.path.lexists(path):
+        _guard["made"].add(path)
+    else:
+        _guard["strays"].append(path)
+
+
+def _audit(event, args):
+    if _guard["root"] is None:
+        return
+    if event == "open":
+        path, mode, flags = args
+        if (isinstance(mode, str) and any(c in mode for c in "wax+")) or (isinstance(flags, int)
+                                                                           and flags & _WRITE_FLAGS):
+            path = _outside(path)
+            if path:
+                _made_or_changed(path)
+    elif event == "os.mkdir" and _outside(args[0]):
+        _made_or_changed(_outside(args[0]))
+    elif event == "os.rename":
+        source, target = _outside(args[0]), _outside(args[1])
+        if source and source not in _guard["made"]:
+            _guard["strays"].append(source)
+        if target:
+            _made_or_changed(target)
+    elif event in _REMOVE_EVENTS | _CHANGE_EVENTS and args and _outside(args[0]):
+        path = _outside(args[0])
+        if path not in _guard["made"]:
+            _guard["strays"].append(path)
+
+
+sys.addaudithook(_audit)
+
+
+def _write(folder, name, data):
+    path = os.path.join(folder, name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+    return path
+
+
+def _jsonl(folder, name, rows):
+    return _write(folder, name, "".join(json.dumps(r) + "\n" for r in rows).encode())
+
+
+def _parts(data, n):
+    parts = data.split(SEP, n - 1)
+    return parts + [b""] * (n - len(parts))
+
+
+def _text(data):
+    return data.decode("utf-8", "replace")
+
+
+# -- 01's readers --------------------------------------------------------------------------------------------------
+
+def dump(data, work, name="dump.xml"):
+    from common.data.dump import DumpReader
+    for page in DumpReader(_write(work, name, data)):
+        pass
+
+
+def dump_bz2(data, work):
+    dump(data, work, "dump.xml.bz2")
+
+
+def arxiv(data, work):
+    from common.data.arxiv import extract_arxiv
+    out = _io.StringIO()
+    extract_arxiv(_write(work, "arxiv.json", data), out, ("cs",) if data[:1] == b"c" else (),
+                  collections.Counter())
+
+
+def dictd(data, work):
+    from common.data.dictd import extract_dictd
+    index, body = _parts(data, 2)
+    extract_dictd(_write(work, "d.index", index), _write(work, "d.dict", body), _io.StringIO(),
+                  collections.Counter(), min_chars=5)
+
+
+def _tree(data, work, suffix, labels):
+    """Files from the parts of ``data``: a part ``NAME\\x01CONTENT`` is ``NAME`` (slashes make folders), else
+    ``LABEL/pN`` with ``suffix``."""
+    root = os.path.join(work, "in")
+    os.makedirs(root)
+    for n, part in enumerate(data.split(SEP)[:16]):
+        name, sep, content = part.partition(b"\x01")
+        if sep:
+            rel = os.path.normpath(_text(name).replace("\0", "")).lstrip("./") or f"p{n}"
+            if rel.startswith("..") or os.path.isabs(rel):
+                rel = f"p{n}"
+            rel = rel if rel.endswith(suffix) else rel + suffix
+        else:
+            rel, content = os.path.join(labels[n % len(labels)], f"p{n}{suffix}"), part
+        try:
+            _write(root, rel, content)
+        except OSError:  # a name that is a folder already, or too long: not this input's file
+            pass
+    return root
+
+
+def rst(data, work):
+    from common.data.rst import extract_rst
+    extract_rst(_tree(data, work, ".rst", ["", "guide"]), _io.StringIO(), collections.Counter(), min_chars=5)
+
+
+def folder(data, work):
+    from common.data.plaintext import extract_folder
+    extract_folder(_tree(data, work, ".txt", ["sport", "tiede"]), _io.StringIO(), collections.Counter(),
+                   min_chars=5)
+
+
+def csv(data, work):
+    from common.data.plaintext import extract_csv
+    flags, body = data[:1], data[1:]
+    options = {}
+    if flags and flags[0] & 1:
+        options["id_column"] = "id"
+    if flags and flags[0] & 2:
+        options["label_column"] = "label"
+    extract_csv(_write(work, "table.csv", body), _io.StringIO(), collections.Counter(), min_chars=5, **options)
+
+
+def sentences(data, work):
+    """01 sentences' input (``{"id", "text", "key_sentences"}``) and 02 sentences' (``sentences.jsonl``)."""
+    from common.data.keysent_splits import read_sentences
+    from common.data.sentences import extract_sentences
+    path = _write(work, "in.jsonl", data)
+    extract_sentences(path, _io.StringIO(), "punkt", collections.Counter(), say=lambda text: None)
+    read_sentences(path)
+
+
+# -- 02–05's readers -----------------------------------------------------------------------------------------------
+
+def articles(data, work):
+    """02's articles.jsonl (links, labels) and docs.jsonl as 03–05 read it."""
+    from common.data.documents import Documents
+    from common.data.graph import read_articles
+    path = _write(work, "articles.jsonl", data)
+    docs = _io.BytesIO()
+    read_articles(path, docs, collections.Counter())
+    _write(work, "data/docs.jsonl", data)
+    Documents(os.path.join(work, "data"))
+
+
+def splits(data, work):
+    """splits.json, as 03 --objective mlm --mlm-docs train reads it."""
+    from types import SimpleNamespace
+
+    from common.train.objectives.mlm import MLMObjective
+    _jsonl(work, "docs.jsonl", DOCS)
+    _write(work, "splits.json", data)
+    objective = MLMObjective.__new__(MLMObjective)
+    objective.args = SimpleNamespace(data=work, mlm_docs="train")
+    objective._texts()
+
+
+def triplets(data, work):
+    from common.data.documents import read_triplets
+    read_triplets(_write(work, "triplets.train.jsonl", data), INDEX)
+
+
+def pairs(data, work):
+    """02 retrieval --pairs FILE."""
+    from common.data.retrieval import file_queries
+    split = np.zeros(len(DOCS), dtype=np.int8)
+    file_queries(_write(work, "pairs.jsonl", data), INDEX, split, _jsonl(work, "articles.jsonl", DOCS),
+                 collections.Counter())
+
+
+def qrels(data, work):
+    from common.data.retrieval import read_qrels
+    from common.eval import wikispecter
+    path = _write(work, "x.qrels", data)
+    read_qrels(path)
+    wikispecter.read_qrels(path, INDEX)
+
+
+def topics(data, work):
+    """topics.<level>.{train,test}.jsonl (05 topics), a classification split (05 classify), the ratings of a
+    similarity test set, and 01's --topic-map TSV."""
+    from common.data.topic_labels import read_topic_map
+    from common.eval import classify, similarity, wikispecter
+    train, test = _parts(data, 2)
+    _write(work, "topics.top.train.jsonl", train)
+    _write(work, "topics.top.test.jsonl", test)
+    for reader in (lambda: wikispecter.read_topics(work, "top", INDEX),
+                   lambda: classify.read_split(os.path.join(work, "topics.top.train.jsonl"), INDEX),
+                   lambda: similarity.read_ratings(os.path.join(work, "topics.top.train.jsonl"), INDEX),
+                   lambda: read_topic_map(_write(work, "map.tsv", data))):
+        with contextlib.suppress(InputError):
+            reader()
+
+
+def queries(data, work):
+    """queries.{val,test}.jsonl, 05 search --queries FILE, and 05's key-sentence articles."""
+    from common.data.retrieval import read_queries
+    from common.eval.retrieval import read_query_file
+    path = _write(work, "queries.jsonl", data)
+    for reader in (lambda: read_queries(path), lambda: read_query_file(path)):
+        with contextlib.suppress(InputError):
+            reader()
+
+
+def log(data, work):
+    """A run's log.jsonl as a resume trims it (its first ``keep`` records) and as curves read it."""
+    from common.train.loop import read_log
+    path = _write(work, "log.jsonl", data)
+    records = read_log(path)
+    read_log(path, keep=len(records) // 2)
+
+
+def manifest(data, work):
+    """A folder's manifest.json as every reader checks it, and as 03 fingerprints a data directory."""
+    from common import io
+    from common.eval import wikispecter
+    from common.eval.retrieval import read_manifest_args
+    from common.train.run import data_fingerprint
+    _write(work, "manifest.json", data)
+    _jsonl(work, "docs.jsonl", DOCS)
+    _jsonl(work, "triplets.train.jsonl", [])
+    for reader in (lambda: io.verify_input(os.path.join(work, "docs.jsonl")), lambda: io.read_manifest(work),
+                   lambda: io.source_language(os.path.join(work, "docs.jsonl")),
+                   lambda: data_fingerprint("triplet", work), lambda: read_manifest_args(work),
+                   lambda: wikispecter.SNOWBALL.get(io.read_manifest(work).get("language") or "", "english")):
+        with contextlib.suppress(InputError):
+            reader()
+
+
+def teacher_ids(data, work):
+    """TEACH/pv.ids.txt and lengths.ids.txt against docs.jsonl's ids."""
+    from common.distill.teachers import read_lengths, read_vectors
+    np.save(os.path.join(work, "pv.npy"), np.ones((len(DOCS), 3), np.float32))
+    np.save(os.path.join(work, "lengths.npy"), np.arange(len(DOCS)))
+    _write(work, "pv.ids.txt", data)
+    _write(work, "lengths.ids.txt", data)
+    ids = [d["id"] for d in DOCS]
+    for reader in (lambda: read_vectors(work, "pv", ids), lambda: read_lengths(work, ids)):
+        with contextlib.suppress(InputError):
+            reader()
+
+
+def npy(data, work):
+    """An NPY file (header and rows) where 04 reads teacher vectors and 05 search reads saved vectors."""
+    from common import io
+    from common.distill.teachers import read_lengths, read_vectors
+    ids = [d["id"] for d in DOCS]
+    for name in ("pv", "lengths", "base"):
+        _write(work, f"{name}.npy", data)
+        _write(work, f"{name}.ids.txt", "".join(i + "\n" for i in ids).encode())
+    for reader in (lambda: read_vectors(work, "pv", ids), lambda: read_lengths(work, ids),
+                   lambda: io.read_rows(work, "base", ids)):
+        with contextlib.suppress(InputError):
+            reader()
+
+
+# -- flags ---------------------------------------------------------------------------------------------------------
+
+def _argv(data):
+    return [a for a in _text(data).replace("\0", "").split("\x01")][:24]
+
+
+def training_flags(data, work):
+    """03 and 04 train's command line (every size, list and choice flag and their checks) after a valid start."""
+    from common.train import run
+    fixture = os.path.join(work, "data")
+    for name in ("docs.jsonl", "triplets.train.jsonl", "pairs.train.jsonl"):
+        _jsonl(fixture, name, DOCS if name == "docs.jsonl" else [])
+    objective = ("triplet", "mnrl", "mlm")[data[0] % 3] if data else "triplet"
+    fixed = ["--objective", objective, "--data", fixture, "--model", "m", "--out", os.path.join(work, "run")]
+    with contextlib.redirect_stdout(_io.StringIO()), contextlib.redirect_stderr(_io.StringIO()):
+        run.parse(fixed + _argv(data[1:]), "", ("triplet", "mnrl", "mlm"))
+
+
+def name_values(data, work):
+    """NAME=VALUE and list flags: 05's --model/--pooling/--max-length, 02 corpus's --articles, --topic-cap."""
+    from common import cli
+    from common.data.splits import parse_caps
+    values = _argv(data)
+    text = _text(data)
+    for reader in (lambda: cli.name_values(values, "--model", "MODEL"), lambda: cli.named(values, "--articles", "PATH"),
+                   lambda: cli.per_name(values, ("cls", "mean"), ["base", "trained"], "--pooling"),
+                   lambda: parse_caps(text)):
+        with contextlib.suppress(InputError):
+            reader()
+
+
+def projection(data, work):
+    """04 train's --student-projection / --teacher-projection, sized against a machine of 256 MB so that nothing
+    large is allocated."""
+    from unittest import mock
+
+    from common import cli
+    from common.train.softcca import projection as build
+    with mock.patch.object(cli, "physical_memory", lambda: 256 << 20):
+        build(_text(data), 8)
+
+
+TARGETS = {f.__name__: f for f in (dump, dump_bz2, arxiv, dictd, rst, folder, csv, sentences, articles, splits,
+                                   triplets, pairs, qrels, topics, queries, log, manifest, teacher_ids, npy,
+                                   training_flags, name_values, projection)}
+
+
+def run_one(name, data, work_root=None):
+    """Run target ``name`` on ``data`` in a fresh work folder; raise ``Defect`` (or the reader's own exception) if
+    the invariant does not hold."""
+    base = work_root or os.path.join(tempfile.gettempdir(), f"docembed-fuzz-{os.getpid()}")
+    work = os.path.join(base, name)
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    _guard.update(root=os.path.realpath(work), made=set(), strays=[])
+    try:
+        TARGETS[name](data, work)
+    except InputError as e:
+        message = str(e)
+        if len(message.splitlines()) != 1:
+            raise Defect(f"{name}: an error that is not one line: {message!r}") from None
+    except SystemExit as e:  # argparse: 2 after its usage line, 0 after --help
+        if e.code not in (0, 2):
+            raise Defect(f"{name}: exit status {e.code!r}") from None
+    finally:
+        _guard["root"] = None
+    strays = _guard["strays"] + sorted(p for p in _guard["made"] if os.path.lexists(p))
+    if strays:
+        raise Defect(f"{name}: wrote outside its folder: {strays[:3]}")
