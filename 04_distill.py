@@ -156,6 +156,7 @@ def run_convert(args):
     cli.check(args, {"--max-length": cli.LENGTH, "--window": cli.between(2, 1 << 17)})
     if args.window % 2:
         raise InputError(f"--window {args.window}: must be an even number")
+    from common.models import card
     from common.models.encoder import Encoder
     from common.models.longformer import check_convertible, convert_to_longformer
     from common.models.saving import check_replaceable, save_model
@@ -163,8 +164,10 @@ def run_convert(args):
     check_convertible(args.model)
     model, tokenizer = convert_to_longformer(args.model, args.max_length, args.window)
     # mean pooling, not normalised: the student's pooling in the thesis
-    save_model(Encoder(model, "mean", False), tokenizer, args.out, args.max_length,
-               {"converted_from": args.model, "window": args.window})
+    encoder = Encoder(model, "mean", False)
+    save_model(encoder, tokenizer, args.out, args.max_length, {"converted_from": args.model, "window": args.window},
+               card=card.conversion_card(args.out, encoder, args.model, args.max_length, args.window,
+                                         io.manifest(__file__, args, None)["git_commit"]))
     print(f"{args.model} → Longformer, {args.max_length} tokens, window {args.window} → {args.out}")
 
 

@@ -128,7 +128,8 @@ def run_evaluate(args):
             written += part_figures
         with outputs.open("metrics.json") as f:
             f.write(io.dumps_line(metrics))
-        table = report.markdown(metrics) + report.embedding_table(embedded)
+        # beside each row, the card that tells how its model was made
+        table = report.markdown(metrics, cards=report.cards(args.model, args.out)) + report.embedding_table(embedded)
         with outputs.open("report.md") as f:
             f.write(report.document(table, written))
         inputs = [os.path.join(args.data, n) for n in sorted(os.listdir(args.data)) if not n.endswith(".json")]

@@ -64,8 +64,10 @@ def test_dump_to_report_with_a_tiny_model(tmp_path, write_dump, tiny_model):
     report = (evaluation / "report.md").read_text()
     table = report[:report.index("\n\n") + 1]
     assert table.splitlines()[0] == ("| model | crossref map | crossref ndcg | topics.second f1 | "
-                                     "topics.second accuracy | topics.top f1 | topics.top accuracy |")
+                                     "topics.second accuracy | topics.top f1 | topics.top accuracy | card |")
     assert [line.split("|")[1].strip() for line in table.splitlines()[2:]] == ["base", "trained", "lexical"]
+    assert [line.split("|")[-2].strip() for line in table.splitlines()[2:]] == [
+        "–", f"[{run / 'model' / 'README.md'}](<../run/model/README.md>)", "–"]
     assert f"{100 * metrics['trained']['crossref']['map']:.2f}" in table and table in proc.stdout
     for figure in ("token_lengths.png", "confusion_top.png", "labels.png", "tsne_top.png", "tsne_second.png"):
         assert (evaluation / figure).read_bytes()[:4] == b"\x89PNG" and f"]({figure})" in report

@@ -2,6 +2,7 @@
 and the figures written beside it, linked."""
 
 import math
+import os
 
 COLUMN_ORDER = ("crossref", "topics", "keysent")
 
@@ -39,19 +40,41 @@ def _separate_table(metrics, task, caption):
     return "\n".join(lines) + "\n"
 
 
-def markdown(metrics, unscaled=("mse", "pearson")):
-    """The report tables: the main one (fractions shown ×100, metrics named in ``unscaled`` as they are), then one
-    per task of ``SEPARATE``, as they are."""
+def cards(models, report_dir):
+    """Where each model's card is (``{name: path or hub name}``, as 05's ``--model`` gives them), as markdown links
+    from report.md in ``report_dir``: a folder's README.md (the card every model saved here holds), a hub model's
+    page; None where there is none (a folder without a card)."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+    found = {}
+    for name, model in models.items():
+        card = os.path.join(model, "README.md")
+        if os.path.isfile(card):
+            found[name] = f"[{card}](<{os.path.relpath(os.path.abspath(card), os.path.abspath(report_dir))}>)"
+        elif not os.path.exists(model):
+            try:
+                validate_repo_id(model)
+                found[name] = f"[{model}](https://huggingface.co/{model})"
+            except HFValidationError:
+                pass
+    return found
+
+
+def markdown(metrics, unscaled=("mse", "pearson"), cards=None):
+    """The report tables: the main one (fractions shown ×100, metrics named in ``unscaled`` as they are; with
+    ``cards``, {model: link}, a last column linking each model's card), then one per task of ``SEPARATE``, as
+    they are."""
     separate = "".join(_separate_table(metrics, task, caption) for task, caption in SEPARATE.items())
     metrics = {model: {t: v for t, v in tasks.items() if t not in SEPARATE} for model, tasks in metrics.items()}
     cols = _columns(metrics)
-    head = "| model | " + " | ".join(f"{task} {metric}" for task, metric in cols) + " |"
-    rule = "|---|" + "---:|" * len(cols)
+    card = " card |" if cards is not None else ""
+    head = "| model | " + " | ".join(f"{task} {metric}" for task, metric in cols) + " |" + card
+    rule = "|---|" + "---:|" * len(cols) + ("---|" if card else "")
     lines = [head, rule]
     for model, tasks in metrics.items():
         cells = [_cell(tasks.get(task, {}).get(metric), metric.split("_")[0] not in unscaled)
                  for task, metric in cols]
-        lines.append(f"| {model} | " + " | ".join(cells) + " |")
+        lines.append(f"| {model} | " + " | ".join(cells) + " |" + (f" {cards.get(model) or '–'} |" if card else ""))
     return "\n".join(lines) + "\n" + separate
 
 

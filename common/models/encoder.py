@@ -195,8 +195,67 @@ def _load_pretrained(auto_class, name_or_path):
     try:
         return auto_class.from_pretrained(name_or_path)
     except (OSError, ValueError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise InputError(f"{name_or_path}: cannot be loaded: {first}") from None
+        raise InputError(f"{name_or_path}: cannot be loaded: {_first_line(e)}") from None
+
+
+def _first_line(error):
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+
+
+@contextlib.contextmanager
+def quiet_transformers(warnings=False):
+    """transformers' progress bars off inside the block, and with ``warnings=False`` its warnings too (errors still
+    show): its load report lists every key a checkpoint holds or lacks, expected or not, in a dozen lines per model;
+    ``load_weights`` reports what matters in one line of its own."""
+    from transformers.utils import logging
+    verbosity, bars = logging.get_verbosity(), logging.is_progress_bar_enabled()
+    if not warnings:
+        logging.set_verbosity_error()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(verbosity)
+        if bars:
+            logging.enable_progress_bar()
+
+
+def _names(keys, most=6):
+    keys = sorted(keys)
+    return ", ".join(keys[:most]) + (f" and {len(keys) - most} more" if len(keys) > most else "")
+
+
+def load_weights(auto_class, name_or_path, say=print):
+    """``auto_class.from_pretrained(name_or_path)`` checked key by key, without transformers' load report; returns
+    (model, the task head's weights the checkpoint lacked, newly initialised).
+
+    A checkpoint may hold weights the model has no place for, and lack weights it never uses; both are expected and
+    pass silently: a task head (a masked-LM head when an encoder is wanted) is left out, and BERT's pooler (dense +
+    tanh over [CLS], which ``Encoder`` does not pool with) may be missing. A missing weight of the base model, or one
+    of another shape than its config says, is an InputError naming the keys: the model would compute with random
+    weights. A weight inside the model's own modules that it has no place for is one note through ``say``."""
+    try:
+        with quiet_transformers():
+            model, info = auto_class.from_pretrained(name_or_path, output_loading_info=True,
+                                                     ignore_mismatched_sizes=True)
+    except (OSError, ValueError) as e:
+        raise InputError(f"{name_or_path}: cannot be loaded: {_first_line(e)}") from None
+    prefix = "" if model.base_model is model else model.base_model_prefix + "."
+    base = [k for k in info["missing_keys"] if k.startswith(prefix)]
+    lacking = [k for k in base if not k[len(prefix):].startswith("pooler.")]
+    if lacking:
+        raise InputError(f"{name_or_path}: lacks weights the {type(model).__name__} needs ({_names(lacking)}): not a "
+                         "complete checkpoint of this architecture")
+    if info["mismatched_keys"]:
+        shapes = [f"{key} {list(saved)} where the config needs {list(wanted)}"
+                  for key, saved, wanted in sorted(info["mismatched_keys"])]
+        raise InputError(f"{name_or_path}: weights of another shape than its config.json says: {_names(shapes, 3)}")
+    own = {name for name, _ in model.named_children()}
+    stray = [k for k in info["unexpected_keys"] if k.split(".")[0] in own]
+    if stray:
+        say(f"note: {name_or_path}: {len(stray)} weights that {type(model).__name__} has no place for are left out "
+            f"({_names(stray, 3)})")
+    return model, sorted(set(info["missing_keys"]) - set(base))
 
 
 def _tokenizer_files(name_or_path, tokenizer):
@@ -239,7 +298,7 @@ def load_encoder(name_or_path, pooling=None, normalize=None, max_length=None, de
     tokenizer = _load_pretrained(AutoTokenizer, name_or_path)
     _tokenizer_files(name_or_path, tokenizer)
     # transformers loads PyTorch's fused scaled-dot-product attention by default where the architecture has it
-    transformer = _load_pretrained(AutoModel, name_or_path)
+    transformer, _ = load_weights(AutoModel, name_or_path, say)
     limit = tokenizer.model_max_length if tokenizer.model_max_length < 100_000 else getattr(
         transformer.config, "max_position_embeddings", settings["max_length"])
     if settings["max_length"] > limit:

@@ -32,8 +32,9 @@ def check_convertible(source):
 def convert_to_longformer(source, max_length=4096, window=512):
     """(LongformerModel, tokenizer) built from the model folder or hub name ``source``."""
     from transformers import AutoModel, AutoTokenizer, LongformerConfig, LongformerModel
+    from common.models.encoder import load_weights
     tokenizer = AutoTokenizer.from_pretrained(source)
-    short = AutoModel.from_pretrained(source)
+    short, _ = load_weights(AutoModel, source)
     cfg = short.config
     pad = cfg.pad_token_id if cfg.pad_token_id is not None else 0
     # RoBERTa-style models already start at pad + 1; their usable rows are the ones after it

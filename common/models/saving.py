@@ -7,6 +7,7 @@ import shutil
 from common.io import InputError, create, private_dir
 
 INFO = "docembed.json"
+CARD = "README.md"  # the model card, as the hub and sentence-transformers name it
 
 
 def check_replaceable(path):
@@ -25,17 +26,18 @@ def read_run_info(path):
     return read_json_or_empty(os.path.join(path, INFO))
 
 
-def save_model(encoder, tokenizer, path, max_length, info=None, extra=None):
+def save_model(encoder, tokenizer, path, max_length, info=None, extra=None, card=None):
     """Hugging Face ``save_pretrained`` + tokenizer + sentence-transformers files, so that both
     ``AutoModel.from_pretrained(path)`` and ``SentenceTransformer(path)`` load it with the pooling, normalisation
-    and length it was trained with. ``extra(folder)`` may add files (an objective's heads). Written to
-    a private folder beside it (``io.private_dir``) and moved into place; a folder that is not a model saved here is
-    never replaced."""
+    and length it was trained with. ``extra(folder)`` may add files (an objective's heads); ``card``, a
+    ``huggingface_hub.ModelCard`` (``common/models/card.py``), is written as ``README.md``. Written to a private
+    folder beside it (``io.private_dir``) and moved into place; a folder that is not a model saved here is never
+    replaced."""
     check_replaceable(path)
     parent, name = os.path.split(os.path.abspath(path))
     private = private_dir(parent)
     try:
-        _save(encoder, tokenizer, os.path.join(private, name), max_length, info, extra)
+        _save(encoder, tokenizer, os.path.join(private, name), max_length, info, extra, card)
         if os.path.lexists(path):
             os.replace(path, os.path.join(private, name + ".old"))  # a link is moved as a link, never followed
         os.replace(os.path.join(private, name), path)
@@ -43,9 +45,11 @@ def save_model(encoder, tokenizer, path, max_length, info=None, extra=None):
         shutil.rmtree(private, ignore_errors=True)
 
 
-def _save(encoder, tokenizer, tmp, max_length, info, extra):
-    encoder.transformer.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
+def _save(encoder, tokenizer, tmp, max_length, info, extra, card):
+    from common.models.encoder import quiet_transformers
+    with quiet_transformers(warnings=True):  # no progress bar for each file written
+        encoder.transformer.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
     modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
                {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
     if encoder.normalize:
@@ -64,7 +68,11 @@ def _save(encoder, tokenizer, tmp, max_length, info, extra):
     _dump(os.path.join(tmp, INFO), {"pooling": encoder.pooling, "normalize": encoder.normalize,
                                                "max_length": int(max_length), **(info or {})})
     if extra is not None:
-        extra(tmp)
+        with quiet_transformers(warnings=True):
+            extra(tmp)
+    if card is not None:
+        with create(os.path.join(tmp, CARD)) as f:
+            f.write(str(card))
 
 
 def _dump(path, obj):
@@ -72,3 +80,18 @@ def _dump(path, obj):
         json.dump(obj, f, indent=2)
         f.write("\n")
 
+
+def drop_tied_copies(models, weights, output_dir):
+    """An ``Accelerator.register_save_state_pre_hook``: from each checkpoint's state dict, the names under which a
+    transformers model declares a weight tied to another (``all_tied_weights_keys``: a masked-LM decoder and its bias
+    are the word embeddings and the head's bias), where they are indeed the same tensor. safetensors stores a tensor
+    once, so Accelerate would drop them itself, with a warning on every save that such sharing may be a mistake;
+    ``safetensors.torch.load_model``, which ``load_state`` uses, ties them again on loading. Sharing that no model
+    declares is left for Accelerate to warn about."""
+    for model, state in zip(models, weights):
+        for prefix, module in model.named_modules():
+            for target, source in (getattr(module, "all_tied_weights_keys", None) or {}).items():
+                name, origin = (f"{prefix}.{target}", f"{prefix}.{source}") if prefix else (target, source)
+                if name in state and origin in state and state[name].shape == state[origin].shape \
+                        and state[name].data_ptr() == state[origin].data_ptr():
+                    del state[name]

@@ -77,7 +77,8 @@ class Objective:
                             (``independent``): ``collate_train`` then cuts a batch over ``--chunk-tokens`` into
                             parts that the loop runs forward and backward one at a time (same gradient)
       ``validate(model, loader, accelerator)`` → metrics
-      ``save(model, path)`` RUN/model: the encoder in Hugging Face + sentence-transformers form, heads beside it
+      ``save(model, path)`` RUN/model: the encoder in Hugging Face + sentence-transformers form, heads beside it,
+                            and its model card (``card``; ``card_details`` adds an objective's own notes)
     """
 
     name = None
@@ -107,6 +108,9 @@ class Objective:
         self.say = print if accelerator is None else accelerator.print  # notes once, not once per process
         self.info = {"objective": self.name}
         self.train_rows = self.val_rows = None
+        if accelerator is not None:  # checkpoints store a tied weight once, under its own name
+            from common.models.saving import drop_tied_copies
+            accelerator.register_save_state_pre_hook(drop_tied_copies)
 
     def build(self):
         from common.models.encoder import load_encoder
@@ -164,4 +168,45 @@ class Objective:
     def save(self, model, path):
         from common.models.saving import save_model
         save_model(self.encoder_of(model), self.tokenizer, path, self.max_length, self.info,
-                   extra=lambda directory: self.save_extra(model, directory))
+                   extra=lambda directory: self.save_extra(model, directory), card=self.card(model, path))
+
+    def card_details(self):
+        """What this objective adds to its models' cards: ``notes`` (paragraphs under the model's details),
+        ``tags``, ``citations`` (keys of ``card.CITATIONS``), ``teachers`` (the data's teachers)."""
+        return {}
+
+    def card(self, model, path):
+        """The model card of ``path`` (RUN/model, RUN/epoch_K): the method, the run's settings, the steps and
+        validations that ``RUN/log.jsonl`` holds up to this model (the last of its records is this model's step),
+        and the data directory's manifest with the manifest of the corpus it was built from."""
+        from common import io
+        from common.models import card
+        from common.train.loop import read_log
+        from common.train.run import RESULT_ARGS
+        args, details = self.args, self.card_details()
+        log = os.path.join(os.path.dirname(os.path.abspath(path)), "log.jsonl")
+        records = read_log(log) if os.path.isfile(log) else []
+        last = records[-1] if records else {"step": 0, "epoch": 0}
+        validation = [r for r in records if "lr" not in r]
+        chosen = next((r for r in validation if r["step"] == last["step"]), None)
+        keys = [k for k in dict.fromkeys(RESULT_ARGS + self.result_args) if k != "model" and hasattr(args, k)]
+        script = REGISTRY[self.name].script
+        run = io.manifest(script, args, None)
+        accelerator = self.accelerator
+        training = {"script": script, "steps": last["step"], "epoch": last["epoch"],
+                    "processes": accelerator.num_processes if accelerator else 1,
+                    "precision": accelerator.mixed_precision if accelerator else "no", "commit": run["git_commit"],
+                    "versions": {k: v for k, v in run["versions"].items()
+                                 if k in ("torch", "transformers", "sentence-transformers")}}
+        manifest = io.read_manifest(args.data)
+        first = next(iter(manifest.get("inputs") or {}), None)
+        source = io.read_manifest(os.path.dirname(os.path.abspath(first))) if first else {}
+        data = card.data_summary(args.data, manifest, source if source.get("script") else None)
+        if details.get("teachers"):
+            data["teachers"] = details["teachers"]
+        return card.model_card(
+            self.name, path, card.model_facts(self.encoder_of(model), self.max_length),
+            [("objective", self.name)] + [(k, getattr(args, k)) for k in keys], training, validation, chosen, data,
+            base=card.base_model(args.model), start=args.model,
+            language=card.hub_language(manifest.get("language") or source.get("language")),
+            tags=details.get("tags", ()), citations=details.get("citations", ()), notes=details.get("notes", ()))

@@ -176,6 +176,20 @@ class DistillObjective(Objective):
         structural = structural_loss(y, batch["structural"], batch["mask"], args.structural_loss, args.gamma)
         return combine(structural, contextual, batch["mask"], args.lam, args.no_weighting)
 
+    def card_details(self):
+        from common import io
+        details = {"citations": ["longformer"] if self.encoder.transformer.config.model_type == "longformer" else []}
+        if self.uses_contextual():
+            details["notes"] = ["`heads.safetensors` beside the model holds the projection heads and SoftCCA's state "
+                                "of training; the embedding does not use them."]
+        teacher = io.read_manifest(self.args.teachers).get("args") or {}
+        if teacher:
+            details["teachers"] = {"structural": teacher.get("teacher"),
+                                   "structural_max_length": teacher.get("teacher_max_length"),
+                                   "contextual": f"Paragraph Vector {teacher.get('pv')}, "
+                                                 f"{teacher.get('pv_vector_size')}d"}
+        return details
+
     def save_extra(self, model, directory):
         from safetensors.torch import save_file
         heads = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()

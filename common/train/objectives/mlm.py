@@ -40,7 +40,7 @@ from common import cli
 from common.data.documents import Documents
 from common.data.retrieval import read_split_ids
 from common.io import InputError
-from common.models.encoder import Encoder
+from common.models.encoder import Encoder, load_weights
 from common.train import losses
 from common.train.objectives import Objective
 
@@ -279,10 +279,10 @@ class MLMObjective(Objective):
             self.tokenizer = AutoTokenizer.from_pretrained(args.model)
             if self.tokenizer.mask_token_id is None:
                 raise InputError(f"{args.model}: its tokenizer has no mask token")
-            mlm, loading = AutoModelForMaskedLM.from_pretrained(args.model, output_loading_info=True)
-            if loading["missing_keys"]:
-                self.say(f"note: {args.model} has no masked-LM head weights ({len(loading['missing_keys'])} "
-                         "tensors newly initialised); they start untrained")
+            mlm, head = load_weights(AutoModelForMaskedLM, args.model, self.say)
+            if head:
+                self.say(f"note: {args.model} has no masked-LM head weights ({len(head)} tensors newly "
+                         "initialised); they start untrained")
         model_limit = self.tokenizer.model_max_length if self.tokenizer.model_max_length < 100_000 else \
             mlm.config.max_position_embeddings
         limit = min(model_limit, 1024)  # run_mlm_no_trainer's cap
@@ -290,6 +290,7 @@ class MLMObjective(Objective):
         self.settings = {"pooling": args.pooling, "normalize": bool(args.normalize), "max_length": self.max_length,
                          "st_config": {}}
         model = MaskedLM(mlm, args.pooling, bool(args.normalize))
+        self.masked_lm = type(mlm).__name__
         self.encoder = model.encoder
         self.info.update({"mlm_probability": args.mlm_probability, "whole_word_mask": args.whole_word_mask,
                           "line_by_line": args.line_by_line, "mlm_docs": args.mlm_docs})
@@ -445,6 +446,20 @@ class MLMObjective(Objective):
             return {}
         return {"val_loss": loss_sum / count, "perplexity": float(np.exp(loss_sum / count)),
                 "val_accuracy": correct / count}
+
+    def card_details(self):
+        notes = [f"The folder holds the masked-LM head too: `AutoModelForMaskedLM` loads it with the encoder "
+                 f"(`{self.masked_lm}`), `AutoModel` and `SentenceTransformer` load the encoder alone."]
+        if self.args.model is None:
+            notes.append("The model was new: its configuration "
+                         + (f"`{self.args.config_name}`'s" if self.args.config_name else
+                            f"transformers' default for `{self.args.model_type}`")
+                         + (f" changed by `{self.args.config_overrides}`" if self.args.config_overrides else "")
+                         + ", its weights randomly initialised, its tokenizer "
+                         + (f"`{self.args.tokenizer_name}`'s." if self.args.tokenizer_name else
+                            f"a WordPiece vocabulary of {len(self.tokenizer):,} entries learnt from the training "
+                            "texts."))
+        return {"notes": notes}
 
     def save_extra(self, model, directory):
         # the masked-LM weights (encoder and head) replace the bare encoder's: AutoModel and sentence-transformers

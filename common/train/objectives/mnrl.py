@@ -158,6 +158,13 @@ class MNRLObjective(Objective):
         return losses.multiple_negatives_ranking(queries, docs, all_queries, offset, self.args.scale, mask,
                                                  self.args.symmetric)
 
+    def card_details(self):
+        if not self.args.cache_chunk:
+            return {}
+        return {"tags": ["loss:CachedMultipleNegativesRankingLoss"], "citations": ["gradcache"],
+                "notes": [f"The loss was computed with GradCache (Gao et al. 2021) in chunks of "
+                          f"{self.args.cache_chunk} pairs: the same loss and gradient as the whole batch's."]}
+
     def losses(self, model, batch):
         if "chunks" in batch:
             return self._cached_loss(model, batch)

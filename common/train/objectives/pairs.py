@@ -69,6 +69,11 @@ class PairObjective(Objective):
                           "query_init": args.query_init if args.query_token else None})
         return encoder
 
+    def card_details(self):
+        query = f"the new vocabulary token `{self.query}`" if self.args.query_token else f"`{self.query}`"
+        return {"notes": [f"The query it was trained with: {query}. An article's sentences are ranked by their "
+                          "cosine similarity to the query's embedding."]}
+
     def load_data(self):
         data_dir = self.args.data
         parts = {}

@@ -1,0 +1,335 @@
+"""The model card (``README.md``) of every model folder this project saves: the Hugging Face hub's YAML front matter
+(``huggingface_hub.ModelCardData``) and what a reader needs to know of the model: what it is (method and paper,
+pooling, normalisation, length, dimensions, parameters), how it was trained (settings, steps, the data and its
+provenance), its validation figures, how to use it, and the papers to cite.
+
+Everything here takes values and returns them: the facts come from the caller (``Objective.card``,
+``04_distill.py convert-long``), which reads the run's arguments, log and manifests.
+"""
+
+import os
+import re
+from typing import NamedTuple
+
+from huggingface_hub import ModelCard, ModelCardData
+
+CITATIONS = {
+    "specter": """@inproceedings{cohan-etal-2020-specter,
+    title = "{SPECTER}: Document-level Representation Learning using Citation-informed Transformers",
+    author = "Cohan, Arman and Feldman, Sergey and Beltagy, Iz and Downey, Doug and Weld, Daniel",
+    booktitle = "Proceedings of the 58th Annual Meeting of the Association for Computational Linguistics",
+    year = "2020",
+    publisher = "Association for Computational Linguistics",
+    url = "https://aclanthology.org/2020.acl-main.207",
+    doi = "10.18653/v1/2020.acl-main.207",
+    pages = "2270--2282",
+}""",
+    "sbert": """@inproceedings{reimers-2019-sentence-bert,
+    title = "Sentence-BERT: Sentence Embeddings using Siamese BERT-Networks",
+    author = "Reimers, Nils and Gurevych, Iryna",
+    booktitle = "Proceedings of the 2019 Conference on Empirical Methods in Natural Language Processing",
+    month = "11",
+    year = "2019",
+    publisher = "Association for Computational Linguistics",
+    url = "https://arxiv.org/abs/1908.10084",
+}""",
+    "henderson": """@misc{henderson2017efficient,
+    title = {Efficient Natural Language Response Suggestion for Smart Reply},
+    author = {Matthew Henderson and Rami Al-Rfou and Brian Strope and Yun-hsuan Sung and Laszlo Lukacs and Ruiqi Guo and Sanjiv Kumar and Balint Miklos and Ray Kurzweil},
+    year = {2017},
+    eprint = {1705.00652},
+    archivePrefix = {arXiv},
+    primaryClass = {cs.CL},
+}""",
+    "gradcache": """@misc{gao2021scaling,
+    title={Scaling Deep Contrastive Learning Batch Size under Memory Limited Setup},
+    author={Luyu Gao and Yunyi Zhang and Jiawei Han and Jamie Callan},
+    year={2021},
+    eprint={2101.06983},
+    archivePrefix={arXiv},
+    primaryClass={cs.LG}
+}""",
+    "bert": """@inproceedings{devlin-etal-2019-bert,
+    title = "{BERT}: Pre-training of Deep Bidirectional Transformers for Language Understanding",
+    author = "Devlin, Jacob and Chang, Ming-Wei and Lee, Kenton and Toutanova, Kristina",
+    booktitle = "Proceedings of the 2019 Conference of the North {A}merican Chapter of the Association for Computational Linguistics: Human Language Technologies, Volume 1 (Long and Short Papers)",
+    year = "2019",
+    publisher = "Association for Computational Linguistics",
+    url = "https://aclanthology.org/N19-1423",
+    doi = "10.18653/v1/N19-1423",
+    pages = "4171--4186",
+}""",
+    "hadsell": """@inproceedings{hadsell2006dimensionality,
+    author={Hadsell, R. and Chopra, S. and LeCun, Y.},
+    booktitle={2006 IEEE Computer Society Conference on Computer Vision and Pattern Recognition (CVPR'06)},
+    title={Dimensionality Reduction by Learning an Invariant Mapping},
+    year={2006},
+    volume={2},
+    number={},
+    pages={1735-1742},
+    doi={10.1109/CVPR.2006.100}
+}""",
+    "burian": """@mastersthesis{burian2023document,
+    author = {Burian, David},
+    title = {Document embedding using Transformers},
+    school = {Charles University, Faculty of Mathematics and Physics},
+    year = {2023},
+    url = {https://github.com/dburian/transformer_document_embedding},
+}""",
+    "longformer": """@article{beltagy2020longformer,
+    title = {Longformer: The Long-Document Transformer},
+    author = {Beltagy, Iz and Peters, Matthew E. and Cohan, Arman},
+    journal = {arXiv preprint arXiv:2004.05150},
+    year = {2020},
+}""",
+}
+
+
+class Method(NamedTuple):
+    title: str
+    what: str  # one paragraph: the objective and its paper
+    tags: tuple  # hub tags naming the method
+    citations: tuple  # keys of CITATIONS
+    similarity: bool = True  # trained for similarity (pipeline sentence-similarity), else feature-extraction
+    inputs: str = "documents as `title + tokenizer.sep_token + text` (SPECTER's input)"
+
+
+METHODS = {
+    "triplet": Method(
+        "SPECTER triplet objective",
+        "fine-tuned with SPECTER's objective (Cohan et al. 2020), as the WikiSpecter thesis used it: a triplet margin "
+        "loss on the L2 distance between a query document, a document it links to and a negative (a document two "
+        "links away, or a random one), so that linked documents lie close.",
+        ("specter", "triplet", "loss:TripletLoss"), ("specter", "sbert")),
+    "mnrl": Method(
+        "Multiple Negatives Ranking",
+        "fine-tuned as a bi-encoder with the Multiple Negatives Ranking loss (Henderson et al. 2017; "
+        "sentence-transformers' `MultipleNegativesRankingLoss`), stage 2 of the paper-search method: a query (a "
+        "paper's title) must pick its document (the paper's abstract) among every document of the batch, by "
+        "cross-entropy over scaled cosine similarities.",
+        ("mnrl", "loss:MultipleNegativesRankingLoss"), ("henderson", "sbert"),
+        inputs="a document's text alone (the abstract) and a query (a title or any free text), both as they are"),
+    "mlm": Method(
+        "masked-language-model domain adaptation",
+        "adapted to the corpus with BERT's masked-language-model objective (Devlin et al. 2019), continued on the "
+        "corpus's texts with the defaults of transformers' `run_mlm_no_trainer.py`: stage 1 of the paper-search "
+        "method. It was not trained for similarity: its pooled vectors are the adapted encoder's, a start for "
+        "fine-tuning (`--objective mnrl`).",
+        ("mlm", "fill-mask"), ("bert",), similarity=False, inputs="texts as they are"),
+    "contrastive": Method(
+        "key-sentence contrastive objective",
+        "fine-tuned after the key-sentence extraction thesis (CRISPR-Cas9 knockout articles): a fixed query, "
+        "embedded by the model itself, is paired with every sentence of every training article, and a contrastive "
+        "loss on cosine distance with a margin (sentence-transformers' `ContrastiveLoss`, after Hadsell et al. "
+        "2006) draws key sentences close to the query and pushes the others beyond the margin.",
+        ("contrastive", "key-sentence", "loss:ContrastiveLoss"), ("sbert", "hadsell"),
+        inputs="single sentences, and the query as one more text"),
+    "cosine": Method(
+        "key-sentence cosine objective",
+        "fine-tuned after the key-sentence extraction thesis (CRISPR-Cas9 knockout articles): a fixed query, "
+        "embedded by the model itself, is paired with every sentence of every training article, and the mean "
+        "squared error between their cosine similarity and the 0/1 key-sentence label is minimised "
+        "(sentence-transformers' `CosineSimilarityLoss`).",
+        ("cosine", "key-sentence", "loss:CosineSimilarityLoss"), ("sbert",),
+        inputs="single sentences, and the query as one more text"),
+    "distill": Method(
+        "teacher–student distillation",
+        "distilled after Burian (2023, master thesis \"Document embedding using Transformers\"): a student that "
+        "reads long documents learns from a structural teacher (Sentence-BERT vectors of each document, the "
+        "structural loss) and a contextual teacher (Paragraph Vector, through SoftCCA on projections of both).",
+        ("distillation", "long-documents"), ("burian",)),
+    "longformer": Method(
+        "Longformer conversion",
+        "made into a Longformer by the Longformer paper's recipe (Beltagy et al. 2020, §5): its "
+        "position embeddings copied over and over up to the new length, sliding-window attention in every layer, "
+        "and the global-attention projections initialised as copies of the local ones. It is not trained after the "
+        "conversion: pretrain or distil it before use (`04_distill.py train`).",
+        ("longformer", "long-documents"), ("longformer",), similarity=False),
+}
+
+
+def base_model(name_or_path, read_card=None):
+    """The hub model a model starts from, for the card's ``base_model``: ``name_or_path`` itself where it is a hub
+    name, the ``base_model`` the folder's own card declares where it is a folder, else None."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+    if name_or_path is None:
+        return None
+    if os.path.isdir(name_or_path):
+        path = os.path.join(name_or_path, "README.md")
+        if not os.path.isfile(path):
+            return None
+        found = ModelCard.load(path, ignore_metadata_errors=True).data.base_model
+        return found if isinstance(found, str) else None
+    try:
+        validate_repo_id(name_or_path)
+    except HFValidationError:
+        return None
+    return name_or_path
+
+
+def hub_language(language):
+    """An ISO 639 code for the card's ``language`` from what a dump's ``xml:lang`` says (``fi``, ``en``,
+    ``zh-classical`` → ``zh``), or None."""
+    code = str(language or "").split("-")[0].lower()
+    return code if re.fullmatch(r"[a-z]{2,3}", code) else None
+
+
+def _name(where):
+    """A model folder's name with its parent's (``RUN/model``, ``RUN/epoch_2``: the run names the model)."""
+    parent, name = os.path.split(os.path.normpath(where))
+    return f"{os.path.basename(parent)}/{name}" if os.path.basename(parent) else name
+
+
+def _table(rows, head=("", "")):
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _value(value):
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return f"`{value}`" if isinstance(value, str) and value else str(value)
+
+
+def model_card(method, where, model, settings=(), training=None, validation=(), chosen=None, data=None,
+               base=None, start=None, language=None, tags=(), citations=(), notes=()):
+    """The ``huggingface_hub.ModelCard`` of a model folder.
+
+    ``method``: a key of ``METHODS``; ``where``: the folder as a user names it (the usage examples load it);
+    ``model``: {architecture, model_type, layers, dimensions, parameters, pooling, normalize, max_length};
+    ``settings``: (flag, value) pairs of the training command; ``training``: {script, steps, epoch, processes,
+    precision, commit, versions}; ``validation``: the log's validation records, ``chosen`` the one whose model this
+    is (or None); ``data``: ``data_summary``'s dict; ``base``: the hub ``base_model``, ``start`` the folder or name it
+    started from; ``tags``, ``citations``, ``notes``: more of each for this model."""
+    m = METHODS[method]
+    pipeline = "sentence-similarity" if m.similarity else "feature-extraction"
+    card_data = ModelCardData(
+        library_name="sentence-transformers", pipeline_tag=pipeline, base_model=base, language=language,
+        tags=list(dict.fromkeys(["sentence-transformers", "feature-extraction", pipeline, "docembed",
+                                 *m.tags, *tags])))
+    pooling = {"cls": "the [CLS] token's last hidden state",
+               "mean": "the mean of the last hidden states over the attention mask"}[model["pooling"]]
+    sections = [
+        f"# {_name(where)}: {m.title}",
+        f"A [sentence-transformers](https://www.sbert.net) model of {model['dimensions']} dimensions"
+        f"{', from `' + start + '`,' if start else ''} {m.what}",
+        "## Model details\n\n" + _table([
+            ("method", m.title),
+            ("architecture", f"{model['architecture']} ({model['model_type']}, {model['layers']} layers)"),
+            ("base model", f"`{start}`" if start else "none (a new, randomly initialised model)"),
+            ("pooling", f"{model['pooling']}: {pooling}"),
+            ("normalised", "yes (unit vectors: cosine = dot product)" if model["normalize"] else "no"),
+            ("maximum length", f"{model['max_length']} tokens"),
+            ("dimensions", model["dimensions"]),
+            ("parameters", f"{model['parameters']:,}"),
+            ("input", m.inputs),
+        ], ("", "")) + "".join(f"\n\n{note}" for note in notes),
+    ]
+    if training is not None:
+        sections.append(_training(training, settings, data))
+    if validation:
+        sections.append(_validation(validation, chosen))
+    sections.append(_usage(where, model))
+    bibtex = [CITATIONS[key] for key in dict.fromkeys((*m.citations, *citations))]
+    sections.append("## Citation\n\n" + "\n\n".join(f"```bibtex\n{entry}\n```" for entry in bibtex))
+    return ModelCard(f"---\n{card_data.to_yaml()}\n---\n\n" + "\n\n".join(sections) + "\n")
+
+
+def _training(training, settings, data):
+    processes = f"{training['processes']} process" + ("es" if training["processes"] != 1 else "")
+    precision = "in float32" if training["precision"] == "no" else f"under {training['precision']} mixed precision"
+    versions = "".join(f", {k} {v}" for k, v in (training.get("versions") or {}).items())
+    lines = [f"## Training\n\nTrained by docembed's `{training['script']}` for {training['steps']} optimizer steps "
+             f"(epoch {training['epoch']:g}) on {processes} {precision}; docembed commit "
+             f"`{training.get('commit') or 'unknown'}`{versions}.",
+             "Settings (flags of the training command):\n\n" + _table(
+                 [(f"`--{k.replace('_', '-')}`", _value(v)) for k, v in settings], ("flag", "value"))]
+    if data:
+        lines.append(_data(data))
+    return "\n\n".join(lines)
+
+
+def _data(data):
+    text = [f"### Data\n\nThe data directory `{data['path']}`"
+            + (f", written by `{data['script']}{' ' + data['command'] if data.get('command') else ''}`"
+               if data.get("script") else " (made by hand: no manifest)")
+            + (f" at commit `{data['commit']}`" if data.get("commit") else "") + "."]
+    if data.get("inputs"):
+        text.append("Its inputs:\n\n" + _table([(f"`{p}`", f"`{h}`") for p, h in data["inputs"].items()],
+                                                ("file", "SHA-256")))
+    if data.get("source"):
+        source = data["source"]
+        text.append(f"They come from `{source['script']}`" + (f" (language `{source['language']}`)"
+                                                              if source.get("language") else "")
+                    + (" reading:\n\n" + _table([(f"`{p}`", f"`{h}`") for p, h in source["inputs"].items()],
+                                                ("file", "SHA-256")) if source.get("inputs") else "."))
+    if data.get("counts"):
+        counts = ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in data["counts"].items()
+                           if isinstance(v, int) and not isinstance(v, bool) and v)
+        if counts:
+            text.append(f"Counts: {counts}.")
+    if data.get("teachers"):
+        text.append("Teachers (`04_distill.py teachers`): " + ", ".join(
+            f"{k.replace('_', ' ')} {_value(v)}" for k, v in data["teachers"].items()) + ".")
+    return "\n\n".join(text)
+
+
+def _validation(records, chosen):
+    names = list(dict.fromkeys(k for r in records for k in r if k not in ("step", "epoch")))
+    rows = [[r["step"], f"{r['epoch']:g}", *(_value(r.get(k)) for k in names)] + (["←" if r is chosen else ""]
+                                                                                  if chosen is not None else [])
+            for r in records]
+    head = ["step", "epoch", *names] + (["this model"] if chosen is not None else [])
+    return "## Validation\n\nEvery validation of the run up to this model (`log.jsonl`):\n\n" + _table(rows, head)
+
+
+def _usage(where, model):
+    mask = 'batch["attention_mask"]'
+    pool = ("embeddings = hidden[:, 0]" if model["pooling"] == "cls" else
+            f"embeddings = (hidden * {mask}[..., None]).sum(1) / {mask}.sum(1)[:, None]")
+    if model["normalize"]:
+        pool += "\nembeddings = torch.nn.functional.normalize(embeddings, dim=-1)"
+    return (f"## Usage\n\nWith sentence-transformers (the pooling, normalisation and length saved with it):\n\n"
+            f"```python\nfrom sentence_transformers import SentenceTransformer\n"
+            f"model = SentenceTransformer(\"{where}\")\nembeddings = model.encode(texts)\n```\n\n"
+            f"With transformers:\n\n```python\nimport torch\nfrom transformers import AutoModel, AutoTokenizer\n"
+            f"tokenizer, model = AutoTokenizer.from_pretrained(\"{where}\"), AutoModel.from_pretrained(\"{where}\")\n"
+            f"batch = tokenizer(texts, padding=True, truncation=True, max_length={model['max_length']}, "
+            f"return_tensors=\"pt\")\nhidden = model(**batch).last_hidden_state\n{pool}\n```")
+
+
+def model_facts(encoder, max_length):
+    """The card's ``model`` dict of an ``Encoder``: its transformer's parameters only (a head saved beside it is
+    not counted)."""
+    config = encoder.transformer.config
+    return {"architecture": type(encoder.transformer).__name__, "model_type": config.model_type,
+            "layers": getattr(config, "num_hidden_layers", "?"), "dimensions": encoder.dimension,
+            "parameters": sum(p.numel() for p in encoder.transformer.parameters()), "pooling": encoder.pooling,
+            "normalize": bool(encoder.normalize), "max_length": int(max_length)}
+
+
+def data_summary(path, manifest, source=None):
+    """The card's ``data`` dict from a data directory's manifest (and, where there is one, the manifest beside its
+    first input: 01's, naming the corpus it read)."""
+    summary = {"path": path, "script": manifest.get("script"), "command": (manifest.get("args") or {}).get("command"),
+               "commit": manifest.get("git_commit"), "inputs": manifest.get("inputs") or {},
+               "counts": manifest.get("counts") or {}}
+    if source:
+        summary["source"] = {"script": source.get("script"), "inputs": source.get("inputs") or {},
+                             "language": source.get("language")}
+    return summary
+
+
+
+def conversion_card(where, encoder, source, max_length, window, commit):
+    """The card of a model ``04_distill.py convert-long`` made from ``source``."""
+    return model_card("longformer", where, model_facts(encoder, max_length), base=base_model(source), start=source,
+                      notes=[f"Made by docembed's `04_distill.py convert-long --model {source} --max-length "
+                             f"{max_length} --window {window}` (sliding window of {window} tokens in every layer) at "
+                             f"commit `{commit or 'unknown'}`."])
