@@ -232,3 +232,18 @@ def test_report_links_each_models_card_beside_its_row(tmp_path):
         f"| trained | 50.00 | {cards['trained']} |", f"| hub | 25.00 | {cards['hub']} |", "| bare | 12.50 | – |",
         "| lexical | 10.00 | – |"]
     assert report.markdown(metrics).splitlines()[0] == "| model | crossref map |"
+
+
+def test_a_damaged_manifest_beside_the_corpus_leaves_the_card_without_it_and_the_model_saved(tiny_model, tiny_data,
+                                                                                            tmp_path):
+    data = tmp_path / "data"
+    shutil.copytree(tiny_data, data)
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "manifest.json").write_text("[1, 2")
+    manifest = json.loads((data / "manifest.json").read_text())
+    (data / "manifest.json").write_text(json.dumps({**manifest, "inputs": {str(corpus / "articles.jsonl"): "0" * 64}}))
+    out = tmp_path / "run"
+    _train("triplet", data, tiny_model, out, "--max-length", "32", "--batch-size", "16", "--max-steps", "1")
+    text = ModelCard.load(out / "model" / "README.md").text
+    assert f"| `{corpus / 'articles.jsonl'}` | `{'0' * 64}` |" in text and "They come from" not in text

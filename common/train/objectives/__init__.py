@@ -200,7 +200,10 @@ class Objective:
                                  if k in ("torch", "transformers", "sentence-transformers")}}
         manifest = io.read_manifest(args.data)
         first = next(iter(manifest.get("inputs") or {}), None)
-        source = io.read_manifest(os.path.dirname(os.path.abspath(first))) if first else {}
+        try:  # the corpus's own manifest only adds to the card: one moved or damaged since is left out
+            source = io.read_manifest(os.path.dirname(os.path.abspath(first))) if first else {}
+        except (InputError, OSError, ValueError):
+            source = {}
         data = card.data_summary(args.data, manifest, source if source.get("script") else None)
         if details.get("teachers"):
             data["teachers"] = details["teachers"]
