@@ -247,3 +247,16 @@ def test_a_damaged_manifest_beside_the_corpus_leaves_the_card_without_it_and_the
     _train("triplet", data, tiny_model, out, "--max-length", "32", "--batch-size", "16", "--max-steps", "1")
     text = ModelCard.load(out / "model" / "README.md").text
     assert f"| `{corpus / 'articles.jsonl'}` | `{'0' * 64}` |" in text and "They come from" not in text
+
+
+def test_a_half_precision_checkpoint_loads_as_float32_with_the_same_values(tiny_model, tmp_path):
+    from transformers import AutoModel
+    folder = tmp_path / "fp16"
+    shutil.copytree(tiny_model, folder)
+    half = AutoModel.from_pretrained(str(tiny_model)).to(torch.float16)
+    half.save_pretrained(str(folder))
+    encoder, _, _ = load_encoder(str(folder))
+    weights = dict(encoder.transformer.named_parameters())
+    assert {p.dtype for p in weights.values()} == {torch.float32}
+    for name, p in half.named_parameters():
+        assert torch.equal(weights[name], p.float()), name

@@ -233,11 +233,15 @@ def load_weights(auto_class, name_or_path, say=print):
     pass silently: a task head (a masked-LM head when an encoder is wanted) is left out, and BERT's pooler (dense +
     tanh over [CLS], which ``Encoder`` does not pool with) may be missing. A missing weight of the base model, or one
     of another shape than its config says, is an InputError naming the keys: the model would compute with random
-    weights. A weight inside the model's own modules that it has no place for is one note through ``say``."""
+    weights. A weight inside the model's own modules that it has no place for is one note through ``say``.
+
+    The weights are float32 whatever dtype the checkpoint was saved in: transformers 5 would otherwise load a
+    half-precision checkpoint as it is, and training would then run without float32 master weights (mixed
+    precision casts per operation under autocast; it never keeps the weights themselves in half precision)."""
     try:
         with quiet_transformers():
             model, info = auto_class.from_pretrained(name_or_path, output_loading_info=True,
-                                                     ignore_mismatched_sizes=True)
+                                                     ignore_mismatched_sizes=True, dtype=torch.float32)
     except (OSError, ValueError) as e:
         raise InputError(f"{name_or_path}: cannot be loaded: {_first_line(e)}") from None
     prefix = "" if model.base_model is model else model.base_model_prefix + "."
