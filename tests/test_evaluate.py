@@ -231,3 +231,42 @@ def test_bf16_is_refused_on_a_cpu_without_native_bfloat16(tiny_model, tiny_data,
         script_main("05_evaluate.py")(["--data", str(tiny_data), "--model", f"base={tiny_model}", "--out",
                                        str(tmp_path / "both"), "--bf16", "--int8"])
     assert "argument --int8: not allowed with argument --bf16" in capsys.readouterr().err
+
+
+def _topic_split(x, labels):
+    """Every fourth document a test document, the rest training documents."""
+    ids = [f"d{i}" for i in range(len(x))]
+    rows = {"train": [(ids[i], labels[i]) for i in range(len(x)) if i % 4],
+            "test": [(ids[i], labels[i]) for i in range(len(x)) if i % 4 == 0]}
+    return {d: i for i, d in enumerate(ids)}, rows
+
+
+def test_topic_classification_reports_its_c_whether_it_sits_at_the_grids_end_and_whether_liblinear_converged(
+        monkeypatch):
+    import numpy as np
+    from sklearn.svm import LinearSVC
+    from common.eval import wikispecter
+    labels = ["a", "b", "c"] * 20
+    rng = np.random.default_rng(0)
+    x = rng.normal(0, 1, (60, 5)) * 100
+    x[:, 0] += np.array(["abc".index(label) for label in labels]) * 300
+    index, rows = _topic_split(x.astype(np.float32), labels)
+    metrics, (truth, predicted) = wikispecter.topics(x.astype(np.float32), index, rows)
+    assert {k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()} == {
+        "f1": 0.7222, "accuracy": 0.7333, "C": 1.0, "C_at_edge": False, "converged": True}
+    assert truth == labels[::4]
+    per_label = []  # macro F1 by hand from the predictions returned
+    for label in "abc":
+        hits = sum(t == p == label for t, p in zip(truth, predicted))
+        per_label.append(2 * hits / (truth.count(label) + predicted.count(label)))
+    assert metrics["f1"] == pytest.approx(sum(per_label) / 3)
+    # the same vectors for every document: every C scores alike, and the grid's first wins
+    metrics, _ = wikispecter.topics(np.zeros((60, 5), np.float32), index, rows)
+    assert (metrics["C"], metrics["C_at_edge"], metrics["converged"]) == (1e-4, True, True)
+
+    class OneIteration(LinearSVC):
+        def __init__(self, loss="squared_hinge", random_state=None, C=1.0, max_iter=1):
+            super().__init__(loss=loss, random_state=random_state, C=C, max_iter=max_iter)
+
+    monkeypatch.setattr("sklearn.svm.LinearSVC", OneIteration)
+    assert wikispecter.topics(x.astype(np.float32), index, rows)[0]["converged"] is False

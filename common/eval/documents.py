@@ -126,6 +126,12 @@ def evaluate_documents(models, data_dir, how, outputs, wanted, seed, head_epochs
                             f"{settings['max_length']} marked", "token_lengths.png"))
         embeddings[name] = (emb, docs.index)
         topics, predicted = tasks.topics(emb, seed)
+        for task, found in topics.items():
+            fragile = [what for what, off in (("the C chosen sits at the end of the grid", found["C_at_edge"]),
+                                              ("liblinear did not converge", not found["converged"])) if off]
+            if fragile:
+                say(f"note: {name}: {task}: {' and '.join(fragile)} (C {found['C']:g}); its F1 may move by points "
+                    "on changes of the vectors too small to show in their cosines")
         if predicted is not None:
             predictions[name] = predicted
         metrics[name] = {**tasks.crossref(emb), **topics, **tasks.classification(emb, seed, head_epochs),

@@ -95,10 +95,20 @@ def topic_levels(data_dir):
     return sorted(levels)
 
 
+# SciDocs' grid of the LinearSVC's C
+GRID_C = np.logspace(-4, 2, 7)
+
+
 def topics(emb, index, rows, seed=42):
     """SciDocs' classification protocol: LinearSVC (squared hinge) with C chosen by 3-fold grid search over
     logspace(-4, 2, 7) on the training documents; macro F1 and accuracy on the test documents. Returns the metrics
-    and the test documents' ``(true labels, predicted labels)``."""
+    and the test documents' ``(true labels, predicted labels)``.
+
+    Beside the metrics: the C chosen, whether it sits at an end of the grid (the best C may lie outside it) and
+    whether liblinear converged on the final fit within its iteration limit. Either makes the F1 fragile: a change
+    of the vectors too small to move any cosine can then move it by points."""
+    import warnings
+    from sklearn.exceptions import ConvergenceWarning
     from sklearn.metrics import accuracy_score, f1_score
     from sklearn.model_selection import GridSearchCV
     from sklearn.svm import LinearSVC
@@ -106,11 +116,16 @@ def topics(emb, index, rows, seed=42):
     y_train = [label for _, label in rows["train"]]
     x_test = emb[[index[i] for i, _ in rows["test"]]]
     y_test = [label for _, label in rows["test"]]
-    search = GridSearchCV(LinearSVC(loss="squared_hinge", random_state=seed), {"C": np.logspace(-4, 2, 7)}, cv=3)
-    search.fit(x_train, y_train)
+    search = GridSearchCV(LinearSVC(loss="squared_hinge", random_state=seed), {"C": GRID_C}, cv=3)
+    with warnings.catch_warnings():  # reported once, as "converged", instead of once per fold and C
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        search.fit(x_train, y_train)
     pred = search.predict(x_test)
+    final = search.best_estimator_
+    c = float(search.best_params_["C"])
     return {"f1": float(f1_score(y_test, pred, average="macro")), "accuracy": float(accuracy_score(y_test, pred)),
-            "C": float(search.best_params_["C"])}, (y_test, pred.tolist())
+            "C": c, "C_at_edge": bool(c in (GRID_C[0], GRID_C[-1])),
+            "converged": bool(final.n_iter_ < final.max_iter)}, (y_test, pred.tolist())
 
 
 def token_lengths(tokenizer, texts, batch=4096):
