@@ -35,7 +35,8 @@ CITATIONS = {
 }""",
     "henderson": """@misc{henderson2017efficient,
     title = {Efficient Natural Language Response Suggestion for Smart Reply},
-    author = {Matthew Henderson and Rami Al-Rfou and Brian Strope and Yun-hsuan Sung and Laszlo Lukacs and Ruiqi Guo and Sanjiv Kumar and Balint Miklos and Ray Kurzweil},
+    author = {Matthew Henderson and Rami Al-Rfou and Brian Strope and Yun-hsuan Sung and Laszlo Lukacs and
+              Ruiqi Guo and Sanjiv Kumar and Balint Miklos and Ray Kurzweil},
     year = {2017},
     eprint = {1705.00652},
     archivePrefix = {arXiv},
@@ -52,7 +53,8 @@ CITATIONS = {
     "bert": """@inproceedings{devlin-etal-2019-bert,
     title = "{BERT}: Pre-training of Deep Bidirectional Transformers for Language Understanding",
     author = "Devlin, Jacob and Chang, Ming-Wei and Lee, Kenton and Toutanova, Kristina",
-    booktitle = "Proceedings of the 2019 Conference of the North {A}merican Chapter of the Association for Computational Linguistics: Human Language Technologies, Volume 1 (Long and Short Papers)",
+    booktitle = "Proceedings of the 2019 Conference of the North {A}merican Chapter of the Association for
+                 Computational Linguistics: Human Language Technologies, Volume 1 (Long and Short Papers)",
     year = "2019",
     publisher = "Association for Computational Linguistics",
     url = "https://aclanthology.org/N19-1423",
@@ -110,11 +112,11 @@ METHODS = {
         ("mnrl", "loss:MultipleNegativesRankingLoss"), ("henderson", "sbert"),
         inputs="a document's text alone (the abstract) and a query (a title or any free text), both as they are"),
     "mlm": Method(
-        "masked-language-model domain adaptation",
-        "adapted to the corpus with BERT's masked-language-model objective (Devlin et al. 2019), continued on the "
-        "corpus's texts with the defaults of transformers' `run_mlm_no_trainer.py`: stage 1 of the paper-search "
-        "method. It was not trained for similarity: its pooled vectors are the adapted encoder's, a start for "
-        "fine-tuning (`--objective mnrl`).",
+        "masked-language-model training",
+        "trained on the corpus's texts with BERT's masked-language-model objective (Devlin et al. 2019) and the "
+        "defaults of transformers' `run_mlm_no_trainer.py`: from a pretrained model, the domain adaptation of the "
+        "paper-search method's stage 1; from a new one, pretraining. It was not trained for similarity: its pooled "
+        "vectors are the encoder's, a start for fine-tuning (`--objective mnrl`, `--objective triplet`).",
         ("mlm", "fill-mask"), ("bert",), similarity=False, inputs="texts as they are"),
     "contrastive": Method(
         "key-sentence contrastive objective",
@@ -140,9 +142,9 @@ METHODS = {
         ("distillation", "long-documents"), ("burian",)),
     "longformer": Method(
         "Longformer conversion",
-        "made into a Longformer by the Longformer paper's recipe (Beltagy et al. 2020, §5): its "
-        "position embeddings copied over and over up to the new length, sliding-window attention in every layer, "
-        "and the global-attention projections initialised as copies of the local ones. It is not trained after the "
+        "made into a Longformer by the Longformer paper's recipe (Beltagy et al. 2020): its position embeddings "
+        "copied over and over up to the new length (§5), sliding-window attention in every layer, and the "
+        "global-attention projections initialised as copies of the local ones (§3.1). It is not trained after the "
         "conversion: pretrain or distil it before use (`04_distill.py train`).",
         ("longformer", "long-documents"), ("longformer",), similarity=False),
 }
@@ -291,14 +293,17 @@ def _validation(records, chosen):
 
 def _usage(where, model):
     mask = 'batch["attention_mask"]'
+    imports = "from transformers import AutoModel, AutoTokenizer"
     pool = ("embeddings = hidden[:, 0]" if model["pooling"] == "cls" else
             f"embeddings = (hidden * {mask}[..., None]).sum(1) / {mask}.sum(1)[:, None]")
     if model["normalize"]:
+        imports = "import torch\n" + imports
         pool += "\nembeddings = torch.nn.functional.normalize(embeddings, dim=-1)"
-    return (f"## Usage\n\nWith sentence-transformers (the pooling, normalisation and length saved with it):\n\n"
+    return (f"## Usage\n\nFor `texts`, a list of strings; with sentence-transformers (the pooling, normalisation "
+            f"and length saved with it):\n\n"
             f"```python\nfrom sentence_transformers import SentenceTransformer\n"
             f"model = SentenceTransformer(\"{where}\")\nembeddings = model.encode(texts)\n```\n\n"
-            f"With transformers:\n\n```python\nimport torch\nfrom transformers import AutoModel, AutoTokenizer\n"
+            f"With transformers:\n\n```python\n{imports}\n"
             f"tokenizer, model = AutoTokenizer.from_pretrained(\"{where}\"), AutoModel.from_pretrained(\"{where}\")\n"
             f"batch = tokenizer(texts, padding=True, truncation=True, max_length={model['max_length']}, "
             f"return_tensors=\"pt\")\nhidden = model(**batch).last_hidden_state\n{pool}\n```")
@@ -324,7 +329,6 @@ def data_summary(path, manifest, source=None):
         summary["source"] = {"script": source.get("script"), "inputs": source.get("inputs") or {},
                              "language": source.get("language")}
     return summary
-
 
 
 def conversion_card(where, encoder, source, max_length, window, commit):
