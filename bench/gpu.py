@@ -2,27 +2,27 @@
 each side at least --seconds of work, model FLOP/s against the chip's bf16 matrix-product peak measured in the same
 run, and the projections of the papers' full runs.
 
-    bash bench/gpu.sh             # on the GPU machine: installs .whl/ (../shared/gpu/wheels.sh) first, then this
+    bash bench/gpu.sh             # on a GPU machine (installs the wheels in .whl/ first, where there are any)
     python bench/gpu.py --dry     # any machine, CPU too: tiny models and sizes, every row end to end
 
 Offline: the models are built at start from bench/configs (all-MiniLM-L6-v2's and BERT-base's config.json, MiniLM's
 WordPiece vocabulary) with random weights (speed does not depend on their values); the texts are the shipped arXiv
 sample's abstracts (data/arxiv-sample-1000.json.gz, repeated where a row needs more).
 
-| row          | ours                                                | theirs                                           |
-|--------------|-----------------------------------------------------|--------------------------------------------------|
-| embed-300    | ``embed`` (05, 04, retrieval), 300 abstracts, 256   | ``SentenceTransformer.encode``, same batch       |
-|              | tokens, batch 64, called again until --seconds      |                                                  |
-| embed-20000  | the same, 20,000 abstracts, batch 128               | the same                                         |
-| triplet      | 03 --objective triplet, batch 16 × 128 tokens,      | SentenceTransformerTrainer + TripletLoss         |
-|              | title [SEP] abstract, links within an arXiv category |                                                 |
-| mnrl         | 03 --objective mnrl, title → abstract, 16 × 256     | SentenceTransformerTrainer + MNRL (scale 20)     |
-| mlm          | 03 --objective mlm, blocks of 8 × 256 tokens        | transformers' Trainer + DataCollatorForLanguage- |
-|              |                                                     | Modeling, same blocks                            |
-| distill      | 04_distill.py train: BERT-base converted to a       | none: the thesis's ~30 GPU-hours (1M documents,  |
-|              | Longformer (4,096 tokens, window 512), batch 6,     | batch 60) stand beside the projection            |
-|              | gradient checkpointing, cosine-masked (L_S and      |                                                  |
-|              | SoftCCA), documents of 4,096 tokens                 |                                                  |
+| row         | ours                                                | theirs                                           |
+|-------------|-----------------------------------------------------|--------------------------------------------------|
+| embed-300   | ``embed`` (05, 04, retrieval), 300 abstracts, 256   | ``SentenceTransformer.encode``, same batch       |
+|             | tokens, batch 64, called again until --seconds      |                                                  |
+| embed-20000 | the same, 20,000 abstracts, batch 128               | the same                                         |
+| triplet     | 03 --objective triplet, batch 16 × 128 tokens,      | SentenceTransformerTrainer + TripletLoss         |
+|             | title [SEP] abstract, links within an arXiv category |                                                 |
+| mnrl        | 03 --objective mnrl, title → abstract, 16 × 256     | SentenceTransformerTrainer + MNRL (scale 20)     |
+| mlm         | 03 --objective mlm, blocks of 8 × 256 tokens        | transformers' Trainer + DataCollatorForLanguage- |
+|             |                                                     | Modeling, same blocks                            |
+| distill     | 04_distill.py train: BERT-base converted to a       | none: the thesis's ~30 GPU-hours (1M documents,  |
+|             | Longformer (4,096 tokens, window 512), batch 6,     | batch 60) stand beside the projection            |
+|             | gradient checkpointing, cosine-masked (L_S and      |                                                  |
+|             | SoftCCA), documents of 4,096 tokens                 |                                                  |
 
 Each row runs in the MiniLM shape and, where --base-rows names it, in the BERT-base shape too. Precision: ours
 trains under Accelerate's bf16 mixed precision (ACCELERATE_MIXED_PRECISION=bf16: autocast, float32 weights) and
@@ -205,7 +205,6 @@ def ceiling(dry):
 
 def one_embed(side, args, n, batch):
     """Texts/s of one side over repeated calls on the same ``n`` abstracts until --seconds have passed."""
-    import numpy as np
     import torch
     from bench.all import embed_texts
     texts = embed_texts(args.work, n)
@@ -213,7 +212,8 @@ def one_embed(side, args, n, batch):
     if side == "ours":
         from common.models.encoder import embed, load_encoder
         from common.models.tokens import TokenStore
-        encoder, tokenizer, settings = load_encoder(os.environ["BENCH_MODEL"], max_length=args.length, say=lambda *a: None)
+        encoder, tokenizer, settings = load_encoder(os.environ["BENCH_MODEL"], max_length=args.length,
+                                                    say=lambda *a: None)
         encoder.to(dev)
 
         def run():
@@ -229,12 +229,11 @@ def one_embed(side, args, n, batch):
     run()  # warm-up: allocator, kernels
     calls, start = 0, time.perf_counter()
     while True:
-        vectors = run()
+        run()
         calls += 1
         if time.perf_counter() - start >= args.seconds:
             break
     seconds = time.perf_counter() - start
-    np.save(os.path.join(args.work, f"vectors-{side}.npy"), np.asarray(vectors, dtype=np.float32))
     peak = torch.cuda.max_memory_allocated() if dev == "cuda" else 0
     return {"rate": n * calls / seconds, "seconds": seconds, "peak": peak}
 
@@ -320,7 +319,6 @@ def train_shape(args, objective):
 
 def tokens_per_unit(row, args):
     """Non-padding tokens a text (embed rows) or a step (training rows), the same count for both sides."""
-    import statistics as st
     from transformers import AutoTokenizer
     from bench.all import embed_texts
     from bench.train import ensure_arxiv, pair_columns, triplet_columns
@@ -329,7 +327,7 @@ def tokens_per_unit(row, args):
     def lengths(texts, limit):
         return [min(len(ids), limit) for ids in tokenizer(texts, verbose=False)["input_ids"]]
     if row.startswith("embed"):
-        return st.mean(lengths(embed_texts(args.work, sizes(args)[row]), args.length))
+        return statistics.mean(lengths(embed_texts(args.work, sizes(args)[row]), args.length))
     if row == "distill":
         return sizes(args)["distill_batch"] * sizes(args)["distill_length"]
     batch, length = train_shape(args, row)
@@ -337,7 +335,7 @@ def tokens_per_unit(row, args):
         return batch * length
     columns = pair_columns(ensure_arxiv(args.work)) if row == "mnrl" else \
         triplet_columns(ensure_triplets(args.work), tokenizer.sep_token)
-    return batch * sum(st.mean(lengths(texts, length)) for texts in columns.values())
+    return batch * sum(statistics.mean(lengths(texts, length)) for texts in columns.values())
 
 
 def one(row, side, args):

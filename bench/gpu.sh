@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The GPU benchmark (bench/gpu.py: every row beside sentence-transformers / transformers' Trainer in bf16, the
-# distillation student at 4,096 tokens, the papers' runs projected) in one device call, from the project root:
-#     bash ../shared/gpu/wheels.sh       # here, once: the wheels the GPU machine's image lacks, into .whl/
-#     OUT=... bash bench/gpu.sh          # there, carrying .whl: installs them into /tmp/site, then measures
-#     bash bench/gpu.sh --dry            # anywhere, CPU too: tiny models and sizes, every row end to end
-# Where OUT is set (the device machine's folder that comes back), the table and bench/results.md are copied there.
+# distillation student at 4,096 tokens, the papers' runs projected) in one command, from the project root:
+#     bash bench/gpu.sh          # on a GPU machine
+#     bash bench/gpu.sh --dry    # anywhere, CPU too: tiny models and sizes, every row end to end
+# On a machine without the network, wheels put in .whl/ beforehand (pip download of what its Python lacks) are
+# installed into /tmp/site first. With OUT set to a folder, the table and bench/results.md are also copied there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -x .venv/bin/python ]; then PY=${PY:-.venv/bin/python}; else PY=${PY:-python3}; fi
