@@ -55,7 +55,8 @@ def check_run(run, proc, precision):
 def arxiv_data(tmp_path_factory):
     root = tmp_path_factory.mktemp("arxiv")
     run_script("01_extract.py", "arxiv", "--input", "data/arxiv-sample-1000.json.gz", "--out", root / "arxiv")
-    run_script("02_build_graph.py", "retrieval", "--articles", root / "arxiv" / "articles.jsonl", "--out", root / "data")
+    run_script("02_build_graph.py", "retrieval", "--articles", root / "arxiv" / "articles.jsonl", "--out",
+               root / "data")
     return root / "data"
 
 
@@ -131,7 +132,7 @@ def test_a_run_resumed_on_the_gpu_ends_where_the_uninterrupted_one_does(precisio
         f.writelines(json.dumps(r) + "\n" for r in read_jsonl(whole / "log.jsonl")[:lines])
     proc = train("03_train.py", [*args, "--out", resumed], precision)
     assert "resuming from" in proc.stdout
-    a, b = load_file(str(whole / "model" / "model.safetensors")), load_file(str(resumed / "model" / "model.safetensors"))
+    a, b = (load_file(str(run / "model" / "model.safetensors")) for run in (whole, resumed))
     assert a.keys() == b.keys()
     for key in a:
         torch.testing.assert_close(b[key], a[key], rtol=0, atol=1e-4)

@@ -56,7 +56,8 @@ def test_the_section_replaces_its_earlier_self_and_keeps_the_other_sections(tmp_
     path = tmp_path / "results.md"
     path.write_text("# Benchmarks\n\ntable\n\n## Scale\n\nscale\n")
     gpu.write_section(path, ["first", ""])
-    assert path.read_text() == "# Benchmarks\n\ntable\n\n## Scale\n\nscale\n\n## GPU benchmark (bench/gpu.sh)\n\nfirst\n"
+    assert path.read_text() == ("# Benchmarks\n\ntable\n\n## Scale\n\nscale\n\n## GPU benchmark (bench/gpu.sh)\n\n"
+                                "first\n")
     path.write_text(path.read_text() + "\n## Later\n\nkept\n")
     gpu.write_section(path, ["second"])
     assert path.read_text() == ("# Benchmarks\n\ntable\n\n## Scale\n\nscale\n\n## Later\n\nkept\n\n"

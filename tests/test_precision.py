@@ -105,7 +105,6 @@ def test_losses_leave_autocast_and_compute_in_float32():
 def test_a_half_precision_model_pools_float32_vectors(tiny_model):
     from transformers import AutoModel
     from common.models.encoder import Encoder
-    model = AutoModel.from_pretrained(tiny_model).eval()
     ids = torch.tensor([[2, 40, 41, 42, 3], [2, 50, 3, 0, 0]])
     mask = (ids > 0).long()
     for pooling in ("cls", "mean"):
@@ -116,7 +115,6 @@ def test_a_half_precision_model_pools_float32_vectors(tiny_model):
         assert got.dtype == torch.float32
         pooled = hidden[:, 0] if pooling == "cls" else (hidden * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
         torch.testing.assert_close(got, pooled / pooled.norm(dim=1, keepdim=True), rtol=1e-5, atol=1e-6)
-    assert model.dtype == torch.float32
 
 
 @pytest.mark.parametrize("mode, expected", [
