@@ -260,3 +260,26 @@ def test_a_half_precision_checkpoint_loads_as_float32_with_the_same_values(tiny_
     assert {p.dtype for p in weights.values()} == {torch.float32}
     for name, p in half.named_parameters():
         assert torch.equal(weights[name], p.float()), name
+
+
+def test_bert_pretraining_extras_pass_silently_and_a_layer_more_than_the_config_is_one_note(tmp_path):
+    """A hub BERT checkpoint (BertForPreTraining: pooler and next-sentence head beside the encoder and masked-LM
+    head) starts an encoder and a masked LM without a word; a layer its config does not have is named."""
+    from transformers import AutoModel, AutoModelForMaskedLM, BertConfig, BertForPreTraining
+    from common.models.encoder import load_weights
+    folder = tmp_path / "bert"
+    torch.manual_seed(0)
+    BertForPreTraining(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                                  intermediate_size=32)).save_pretrained(folder)
+    notes = []
+    for auto_class in (AutoModel, AutoModelForMaskedLM):
+        load_weights(auto_class, str(folder), notes.append)
+    assert notes == []
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 1}))
+    for auto_class in (AutoModel, AutoModelForMaskedLM):
+        load_weights(auto_class, str(folder), notes.append)
+    layer = "bert.encoder.layer.1.attention.output"
+    assert notes == [f"note: {folder}: 16 weights that {name} has no place for are left out ({layer}.LayerNorm.bias, "
+                     f"{layer}.LayerNorm.weight, {layer}.dense.bias and 13 more)"
+                     for name in ("BertModel", "BertForMaskedLM")]

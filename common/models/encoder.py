@@ -230,10 +230,12 @@ def load_weights(auto_class, name_or_path, say=print):
     (model, the task head's weights the checkpoint lacked, newly initialised).
 
     A checkpoint may hold weights the model has no place for, and lack weights it never uses; both are expected and
-    pass silently: a task head (a masked-LM head when an encoder is wanted) is left out, and BERT's pooler (dense +
-    tanh over [CLS], which ``Encoder`` does not pool with) may be missing. A missing weight of the base model, or one
-    of another shape than its config says, is an InputError naming the keys: the model would compute with random
-    weights. A weight inside the model's own modules that it has no place for is one note through ``say``.
+    pass silently: a task head (a masked-LM head when an encoder is wanted, BERT's next-sentence head when a masked
+    LM is) is left out, and BERT's pooler (dense + tanh over [CLS], which ``Encoder`` does not pool with) may be
+    missing, or left out where the model has none (a masked LM). A missing weight of the base model, or one of
+    another shape than its config says, is an InputError naming the keys: the model would compute with random
+    weights. A weight inside the base model's own modules that it has no place for (a layer more than its config
+    says) is one note through ``say``.
 
     The weights are float32 whatever dtype the checkpoint was saved in: transformers 5 would otherwise load a
     half-precision checkpoint as it is, and training would then run without float32 master weights (mixed
@@ -254,8 +256,9 @@ def load_weights(auto_class, name_or_path, say=print):
         shapes = [f"{key} {list(saved)} where the config needs {list(wanted)}"
                   for key, saved, wanted in sorted(info["mismatched_keys"])]
         raise InputError(f"{name_or_path}: weights of another shape than its config.json says: {_names(shapes, 3)}")
-    own = {name for name, _ in model.named_children()}
-    stray = [k for k in info["unexpected_keys"] if k.split(".")[0] in own]
+    # named as in the checkpoint: under the base model's prefix where it holds a head too, else without it
+    own = {name for name, _ in model.base_model.named_children()}
+    stray = [k for k in info["unexpected_keys"] if k.removeprefix(model.base_model_prefix + ".").split(".")[0] in own]
     if stray:
         say(f"note: {name_or_path}: {len(stray)} weights that {type(model).__name__} has no place for are left out "
             f"({_names(stray, 3)})")
