@@ -638,16 +638,20 @@ def read_rows(directory, name, ids):
     if len(found) != len(ids):
         raise InputError(f"{ids_path}: {len(found)} ids, docs.jsonl has {len(ids)} documents")
     verify_input(path)
+    with open(path, "rb") as f:  # np.load would also open a zip archive (.npz) or a pickle by their magic
+        if f.read(len(NPY_MAGIC)) != NPY_MAGIC:
+            raise InputError(f"{path}: not a NumPy array file (it does not start as one)")
     try:  # numpy's header parser raises any of these for a header it cannot read or a file that ends early
         array = np.load(path, mmap_mode="r")
     except (ValueError, EOFError, OSError, SyntaxError, tokenize.TokenError) as e:
         raise InputError(f"{path}: not a NumPy array file ({e})") from None
-    if not isinstance(array, np.ndarray):  # a zip archive (.npz) loads as one
-        raise InputError(f"{path}: not a NumPy array file (an archive of arrays)")
     if array.ndim == 0 or len(array) != len(ids):
         raise InputError(f"{path}: {len(array) if array.ndim else 0} rows, {ids_path} names {len(ids)}")
     check_finite_rows(array, path, ids)
     return array
+
+
+NPY_MAGIC = b"\x93NUMPY"
 
 
 def check_finite_rows(array, path, ids=None, chunk=65_536):

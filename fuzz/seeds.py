@@ -44,12 +44,16 @@ def seeds():
     yield "dump", "pages.xml", dump
     yield "dump", "empty.xml", make_dump([], ENGLISH_NAMESPACES, "en").encode()
     yield "dump_bz2", "pages.xml.bz2", bz2.compress(dump)
+    for n, page in enumerate(pages):
+        yield "wikitext", f"page{n}", bytes([n]) + page[3].encode()
+    yield "wikitext", "hostile", b"\x07" + ("{{a|" * 50 + "x" + "}}" * 50 + "=" * 300 + "x [[Category:a" + " " * 300
+                                            + "[//x " * 100 + "#REDIRECT" + " " * 100).encode()
     with gzip.open(os.path.join(ROOT, "data", "arxiv-sample-1000.json.gz"), "rb") as f:
         records = [json.loads(next(f)) for _ in range(3)]
     for r in records:
         r["abstract"] = r["abstract"][:300]
     yield "arxiv", "three.json", jsonl(records)
-    yield "arxiv", "three.json.gz", gzip.compress(jsonl(records))
+    yield "arxiv", "three.json.gz", gzip.compress(jsonl(records), mtime=0)
     body, rows = b"", []
     for heads, text in ENTRIES:
         data = text.encode()
@@ -57,7 +61,7 @@ def seeds():
         body += data
     index = "".join(f"{h}\t{b64(o)}\t{b64(n)}\n" for h, o, n in sorted(rows)).encode()
     yield "dictd", "foldoc", index + SEP + body
-    yield "dictd", "foldoc-dz", index + SEP + gzip.compress(body)
+    yield "dictd", "foldoc-dz", index + SEP + gzip.compress(body, mtime=0)
     yield "rst", "json", b"library/json.rst\x01" + RST.encode() + SEP + b"empty.rst\x01Title\n=====\n\n.. toctree::\n"
     yield "folder", "bbc", (b"Ink helps drive democracy\n\nThe Kyrgyz Republic is using ink." + SEP
                             + b"Title\n\nCost \xa33m, paid in cash by the club." + SEP + b"readme.md\x01not a document")

@@ -126,6 +126,19 @@ def dump_bz2(data, work):
     dump(data, work, "dump.xml.bz2")
 
 
+def wikitext(data, work):
+    """A page's wikitext as 01 wiki cleans it (``process_article``): the lead (first paragraph or section) or the
+    full text, its links and categories, on English Wikipedia's namespaces."""
+    from common.data.wiki import ExtractConfig, process_article
+    from common.data.wikitext import Namespaces
+    mode = data[0] if data else 0
+    names = {-2: "Media", -1: "Special", 1: "Talk", 2: "User", 4: "Wikipedia", 6: "File", 10: "Template",
+             14: "Category"}
+    config = ExtractConfig(Namespaces(names), lead=("first-paragraph", "section")[mode & 1],
+                           links=("lead", "all")[mode >> 1 & 1], text=("lead", "full")[mode >> 2 & 1], min_chars=5)
+    process_article("Page", _text(data[1:]), config)
+
+
 def arxiv(data, work):
     from common.data.arxiv import extract_arxiv
     out = _io.StringIO()
@@ -358,7 +371,7 @@ def projection(data, work):
         build(_text(data), 8)
 
 
-TARGETS = {f.__name__: f for f in (dump, dump_bz2, arxiv, dictd, rst, folder, csv, sentences, articles, splits,
+TARGETS = {f.__name__: f for f in (dump, dump_bz2, wikitext, arxiv, dictd, rst, folder, csv, sentences, articles, splits,
                                    triplets, pairs, qrels, topics, queries, log, manifest, teacher_ids, npy,
                                    training_flags, name_values, projection)}
 

@@ -1,0 +1,112 @@
+"""The line coverage the fuzzer reached: every target's seeds and the corpus its run kept (``fuzz/out/TARGET/
+corpus``) replayed under coverage.py, each target measured on the lines of the readers it is there to reach
+(``READERS``: the functions it calls and their own helpers; a docstring or a comment is no line).
+
+    python fuzz/line_coverage.py [TARGET ...]
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+# the functions (and classes) each target is there to reach: the reader it calls and that reader's own helpers
+READERS = {
+    "dump": ["common.data.dump:DumpReader", "common.data.dump:redirect_target"],
+    "dump_bz2": ["common.data.dump:DumpReader", "common.data.dump:_decompressed_blocks",
+                 "common.data.dump:PrefetchReader"],
+    "wikitext": ["common.data.wiki:process_article", "common.data.wiki:is_disambiguation"]
+    + ["common.data.wikitext:" + f for f in ("Spans", "strip_templates", "strip_tables", "outer_links", "strip_noise",
+                                             "_link_kind", "strip_nontext_links", "render_links", "finish_prose",
+                                             "strip_structure", "clean", "lead", "full_text", "all_links",
+                                             "categories", "normalize_title", "title_key")],
+    "arxiv": ["common.data.arxiv:read_records", "common.data.arxiv:extract_arxiv",
+              "common.data.arxiv:parse_categories", "common.io:read_jsonl"],
+    "dictd": ["common.data.dictd:" + f for f in ("b64_number", "read_index", "read_dict", "link_target",
+                                                 "split_entry", "categories", "clean", "extract_dictd")],
+    "rst": ["common.data.rst:" + f for f in ("role_text", "inline", "prose_lines", "title_of", "read_text",
+                                             "source_files", "extract_rst")],
+    "folder": ["common.data.plaintext:" + f for f in ("decode", "labelled_files", "extract_folder")],
+    "csv": ["common.data.plaintext:" + f for f in ("decode", "open_table", "extract_csv")],
+    "sentences": ["common.data.sentences:extract_sentences", "common.data.sentences:clean",
+                  "common.data.sentences:split", "common.data.sentences:label",
+                  "common.data.keysent_splits:read_sentences"],
+    "articles": ["common.data.graph:read_articles", "common.data.graph:_check_unique",
+                 "common.data.documents:Documents"],
+    "splits": ["common.data.retrieval:read_split_ids"],
+    "triplets": ["common.data.documents:read_triplets"],
+    "pairs": ["common.data.retrieval:file_queries"],
+    "qrels": ["common.io:read_trec_qrels", "common.data.retrieval:read_qrels", "common.eval.wikispecter:read_qrels"],
+    "topics": ["common.eval.wikispecter:read_topics", "common.eval.classify:read_split",
+               "common.eval.similarity:read_ratings", "common.data.topic_labels:read_topic_map"],
+    "queries": ["common.data.retrieval:read_queries", "common.eval.retrieval:read_query_file"],
+    "log": ["common.train.loop:read_log"],
+    "manifest": ["common.io:read_json_or_empty", "common.io:read_manifest", "common.io:verify_input",
+                 "common.train.run:data_fingerprint", "common.eval.retrieval:read_manifest_args"],
+    "teacher_ids": ["common.distill.teachers:read_vectors", "common.distill.teachers:read_lengths",
+                    "common.io:read_rows"],
+    "npy": ["common.io:read_rows", "common.io:check_finite_rows", "common.distill.teachers:read_vectors",
+            "common.distill.teachers:read_lengths"],
+    "training_flags": ["common.train.run:parse", "common.cli:check"],
+    "name_values": ["common.cli:name_values", "common.cli:named", "common.cli:per_name",
+                    "common.data.splits:parse_caps", "common.io:safe_name"],
+    "projection": ["common.train.softcca:projection_blocks", "common.train.softcca:projection",
+                   "common.cli:check_memory"],
+}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("targets", nargs="*", default=list(READERS))
+    p.add_argument("--one", help=argparse.SUPPRESS)  # measure one target in this process (a module's import too)
+    args = p.parse_args()
+    if args.one:
+        return measure(args.one)
+    print("| target | inputs replayed | reader lines run |\n|---|---:|---:|", flush=True)
+    for name in args.targets:
+        subprocess.run([sys.executable, __file__, "--one", name], check=True)
+
+
+def _lines(spec):
+    """(file, the line numbers of ``module:name``'s source)."""
+    import importlib
+    import inspect
+    module, name = spec.split(":")
+    obj = getattr(importlib.import_module(module), name)
+    source, first = inspect.getsourcelines(obj)
+    return inspect.getsourcefile(obj), set(range(first, first + len(source)))
+
+
+def measure(name):
+    import coverage
+    inputs = []
+    for folder in (os.path.join(HERE, "seeds", name), os.path.join(HERE, "corpus", name),
+                   os.path.join(HERE, "out", name, "corpus")):
+        inputs += [os.path.join(folder, f) for f in sorted(os.listdir(folder))] if os.path.isdir(folder) else []
+    cov = coverage.Coverage(data_file=None, include=[os.path.join(ROOT, "common", "*")])
+    cov.start()
+    sys.path.insert(0, HERE)
+    import targets
+    for path in inputs:
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:  # a corpus file that a running fuzzer has just replaced by a shorter one
+            continue
+        targets.run_one(name, data)
+    cov.stop()
+    run = total = 0
+    for spec in READERS[name]:
+        path, lines = _lines(spec)
+        _, statements, _, missing, _ = cov.analysis2(path)
+        statements = set(statements) & lines
+        total += len(statements)
+        run += len(statements - set(missing))
+    print(f"| {name} | {len(inputs):,} | {run} / {total} ({100 * run / total:.0f} %) |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
