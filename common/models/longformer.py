@@ -1,6 +1,6 @@
 """A short encoder (BERT or RoBERTa) turned into a Longformer by the Longformer paper's recipe (Beltagy et al.
-2020, §5): the learned position embeddings copied over and over up to the new length, sliding-window attention of
-the given width in every layer, and the global-attention projections initialised as copies of the local ones.
+2020): the learned position embeddings copied over and over up to the new length (§5), sliding-window attention of
+the given width in every layer, and the global-attention projections initialised as copies of the local ones (§3.1).
 
 Longformer numbers positions from ``pad_token_id + 1`` (RoBERTa's convention); a BERT numbers them from 0, so the
 tiling starts at that offset and token k still reads the position row it was trained with. On inputs no longer

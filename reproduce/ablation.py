@@ -1,0 +1,121 @@
+"""The topic-F1 ablation's table (reproduce/wikispecter_ablation.sh): per row and epoch, the mean ± sample standard
+deviation over seeds of cross-reference MAP, topic macro-F1 and accuracy, how often the LinearSVC's C sat at the
+grid's end or liblinear did not converge, and the geometry of the topic documents' vectors (common/eval/geometry.py;
+``moved`` against the base embedded with the same pooling).
+
+    python reproduce/ablation.py --data work/ablation/data-hard2 --base work/ablation/base --out work/ablation \\
+        --rows default hard0
+
+Reads OUT/<row>/seed_<S>/eval (05's metrics.json and vectors: models ``epoch_<E>``, and ``epoch_<E>-l2`` for the
+default row) and BASE (models ``base-cls``, ``base-mean``).
+"""
+
+import argparse
+import glob
+import json
+import os
+import re
+import statistics
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from common.eval.geometry import geometry  # noqa: E402
+from common.io import read_jsonl  # noqa: E402
+
+SCORES = (("crossref", "map", "MAP"), ("topics.top", "f1", "topic F1"), ("topics.top", "accuracy", "accuracy"))
+SHAPES = (("norm", "norm", 2), ("anisotropy", "anisotropy", 3), ("within_between", "within/between", 3),
+          ("moved", "cos to base", 3))
+
+
+def topic_documents(data_dir):
+    """(ids, labels) of the top-level topic documents, training and test."""
+    ids, labels = [], []
+    for part in ("train", "test"):
+        for _, obj in read_jsonl(os.path.join(data_dir, f"topics.top.{part}.jsonl")):
+            ids.append(obj["id"])
+            labels.append(obj["label"])
+    return ids, labels
+
+
+def vectors(eval_dir, name, ids):
+    """The rows of ``ids`` in 05's EVAL/<name>.npy."""
+    with open(os.path.join(eval_dir, f"{name}.ids.txt"), encoding="utf-8") as f:
+        index = {line.rstrip("\n"): i for i, line in enumerate(f)}
+    return np.asarray(np.load(os.path.join(eval_dir, f"{name}.npy"), mmap_mode="r")[[index[i] for i in ids]])
+
+
+def pooling(eval_dir, name):
+    """How 05 pooled model ``name`` (its manifest's embedding settings)."""
+    with open(os.path.join(eval_dir, "manifest.json"), encoding="utf-8") as f:
+        return json.load(f)["embedding"][name]["pooling"]
+
+
+def spread(values, digits=2, percent=True):
+    values = [100 * v if percent else v for v in values]
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
+
+
+def measure(eval_dir, name, ids, labels, base):
+    """The scores and geometry of one model in one EVAL folder; ``base``: {pooling: base vectors}."""
+    with open(os.path.join(eval_dir, "metrics.json"), encoding="utf-8") as f:
+        metrics = json.load(f)[name]
+    x = vectors(eval_dir, name, ids)
+    before = base.get(pooling(eval_dir, name))
+    found = {f"{task} {metric}": metrics[task][metric] for task, metric, _ in SCORES}
+    topic = metrics["topics.top"]
+    found.update(C=topic["C"], edge=topic["C_at_edge"], converged=topic["converged"],
+                 **geometry(x, labels, before if before is not None and before.shape == x.shape else None))
+    return found
+
+
+def epoch(name):
+    return int(re.fullmatch(r"epoch_(\d+)(-l2)?", name).group(1))
+
+
+def row_line(label, runs):
+    cells = [label, str(len(runs))]
+    cells += [spread([r[f"{task} {metric}"] for r in runs]) for task, metric, _ in SCORES]
+    cells.append(", ".join(f"{c:g}" for c in sorted({r["C"] for r in runs})))
+    cells.append(f"{sum(r['edge'] for r in runs)}/{len(runs)}")
+    cells.append(f"{sum(not r['converged'] for r in runs)}/{len(runs)}")
+    for key, _, digits in SHAPES:
+        have = [r[key] for r in runs if key in r]
+        cells.append(spread(have, digits, percent=False) if have else "–")
+    return "| " + " | ".join(cells) + " |"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", required=True, help="the default row's data directory (its topic documents)")
+    parser.add_argument("--base", required=True, help="05's EVAL folder of the base (models base-cls, base-mean)")
+    parser.add_argument("--out", required=True, help="the ablation's folder: OUT/<row>/seed_<S>/eval")
+    parser.add_argument("--rows", nargs="+", action="extend", required=True, help="rows, in the table's order")
+    args = parser.parse_args()
+    ids, labels = topic_documents(args.data)
+    base = {}
+    header = ["row", "seeds", *(name for _, _, name in SCORES), "C chosen", "C at grid end", "not converged",
+              *(name for _, name, _ in SHAPES)]
+    print("| " + " | ".join(header) + " |")
+    print("|" + "|".join(["---"] * 2 + ["---:"] * 3 + ["---"] * 3 + ["---:"] * len(SHAPES)) + "|")
+    for name in ("base-cls", "base-mean"):
+        found = measure(args.base, name, ids, labels, {})
+        base[name.split("-")[1]] = vectors(args.base, name, ids)
+        print(row_line(name, [found]))
+    for row in args.rows:
+        by_model = {}
+        for eval_dir in sorted(glob.glob(os.path.join(args.out, row, "seed_*", "eval"))):
+            with open(os.path.join(eval_dir, "metrics.json"), encoding="utf-8") as f:
+                names = [n for n in json.load(f) if re.fullmatch(r"epoch_\d+(-l2)?", n)]
+            for name in names:
+                by_model.setdefault(name, []).append(measure(eval_dir, name, ids, labels, base))
+        for name in sorted(by_model, key=lambda n: (n.endswith("-l2"), epoch(n))):
+            print(row_line(f"{row}{'-l2' if name.endswith('-l2') else ''}, epoch {epoch(name)}", by_model[name]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Why topic F1 does not rise after WikiSpecter training: each row one change from the thesis's default, after each
+# epoch, over several seeds (mean ± sample standard deviation, so a row's change can be told from noise), with the
+# LinearSVC's chosen C and convergence and the vectors' geometry (reproduce/ablation.py). Same FOLDOC data and
+# MLM-only base as reproduce/wikispecter.sh; the evaluation documents are the same for every row (checked).
+#
+#   default      02 --hard 2 (SPECTER: 2 hard + 3 easy negatives per query), 03 margin 1, lr 3e-5, [CLS], 2 epochs
+#   hard0/hard1  02 --hard 0 / 1 (all easy / one hard negative per query)
+#   margin0.5/2  03 --margin 0.5 / 2
+#   lr1e-5/1e-4  03 --lr 1e-5 / 1e-4
+#   mean         03 --pooling mean (the base and the trained model embedded by mean pooling)
+#   default-l2   the default's models, their vectors L2-normalised before the classifier (05 --normalize yes)
+#
+# 8 rows × 3 seeds × 2 epochs of 1,838 steps: about 24 hours on 2 CPU cores, minutes a run on a GPU (in float32:
+# ACCELERATE_MIXED_PRECISION=no). ROWS and SEEDS choose a part, e.g. ROWS="default hard0" SEEDS="1 2".
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-.venv/bin/python}
+WORK=${WORK:-work}
+BASE=${BASE:-$WORK/bert-mini/model}
+OUT=${OUT:-$WORK/ablation}
+SEEDS=${SEEDS:-"1 2 3"}
+ROWS=${ROWS:-"default hard0 hard1 margin0.5 margin2 lr1e-5 lr1e-4 mean"}
+TRAIN=${TRAIN:-}  # more 03 flags for every run
+ARTICLES=${ARTICLES:-$WORK/foldoc/articles.jsonl}
+DATA_FLAGS=${DATA_FLAGS:-"--crossref-queries 100 --topic-min 100 --topic-cap top=60"}  # 02's, as reproduce/wikispecter.sh
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+[ -f "$BASE/config.json" ] || bash reproduce/pretrain.sh
+[ -f "$ARTICLES" ] || { bash reproduce/corpora.sh; \
+    "$PY" 01_extract.py dictd --input corpora/foldoc/foldoc --out "$WORK/foldoc"; }
+
+data_dir() {  # the data directory of 02 --hard $1, built once
+    local dir="$OUT/data-hard$1"
+    # shellcheck disable=SC2086
+    [ -f "$dir/manifest.json" ] || "$PY" 02_build_graph.py --articles "$ARTICLES" --out "$dir" $DATA_FLAGS \
+        --hard "$1" >&2
+    echo "$dir"
+}
+
+EVAL_FLAGS=(--max-length 128 --task crossref topics)
+"$PY" 05_evaluate.py --data "$(data_dir 2)" --out "$OUT/base" "${EVAL_FLAGS[@]}" \
+    --model base-cls="$BASE" --pooling base-cls=cls --model base-mean="$BASE" --pooling base-mean=mean
+for row in $ROWS; do
+    hard=2 flags=()
+    case "$row" in
+        default) ;;
+        hard0|hard1) hard=${row#hard} ;;
+        margin*) flags=(--margin "${row#margin}") ;;
+        lr*) flags=(--lr "${row#lr}") ;;
+        mean) flags=(--pooling mean) ;;
+        *) echo "unknown row $row" >&2; exit 2 ;;
+    esac
+    data=$(data_dir "$hard")
+    for part in crossref.qrels topics.top.train.jsonl topics.top.test.jsonl; do
+        cmp -s "$data/$part" "$(data_dir 2)/$part" || { echo "$data/$part differs from --hard 2's" >&2; exit 1; }
+    done
+    # shellcheck disable=SC2086
+    "$PY" 03_train.py --objective triplet --data "$data" --model "$BASE" --out "$OUT/$row" --seeds $SEEDS \
+        --save-epochs --checkpoint-every 0 "${flags[@]}" $TRAIN
+    for seed in $SEEDS; do
+        models=()
+        for epoch_dir in "$OUT/$row/seed_$seed"/epoch_*; do
+            models+=(--model "${epoch_dir##*/}=$epoch_dir")
+            if [ "$row" = default ]; then
+                models+=(--model "${epoch_dir##*/}-l2=$epoch_dir" --normalize "${epoch_dir##*/}-l2=yes")
+            fi
+        done
+        "$PY" 05_evaluate.py --data "$data" --out "$OUT/$row/seed_$seed/eval" "${EVAL_FLAGS[@]}" "${models[@]}"
+    done
+done
+# shellcheck disable=SC2086
+"$PY" reproduce/ablation.py --data "$(data_dir 2)" --base "$OUT/base" --out "$OUT" --rows $ROWS | tee "$OUT/ablation.md"
