@@ -11,7 +11,7 @@
 #   mean         03 --pooling mean (the base and the trained model embedded by mean pooling)
 #   default-l2   the default's models, their vectors L2-normalised before the classifier (05 --normalize yes)
 #
-# 8 rows × 3 seeds × 2 epochs of 1,838 steps: about 24 hours on 2 CPU cores, minutes a run on a GPU (in float32:
+# 8 rows × 3 seeds × 2 epochs of 1,838 steps: about a day on 2 CPU cores, minutes a run on a GPU (in float32:
 # ACCELERATE_MIXED_PRECISION=no). ROWS and SEEDS choose a part, e.g. ROWS="default hard0" SEEDS="1 2".
 set -euo pipefail
 cd "$(dirname "$0")/.."
