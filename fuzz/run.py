@@ -6,7 +6,8 @@
 The project's modules are instrumented for coverage; the corpus starts from ``fuzz/seeds/TARGET`` (made from the
 test data by ``fuzz/seeds.py``) and grows in ``fuzz/out/TARGET/corpus``; a crashing input is saved as
 ``fuzz/out/TARGET/crash-*`` (copy it to ``fuzz/corpus/TARGET/`` with the fix, where ``make test`` replays it).
-Bounds per input: 10 s (``-timeout``), 2,048 MB of resident memory for the whole process (``-rss_limit_mb``),
+The JSON targets' mutations also insert JSON tokens and the files' field names (``fuzz/dicts/json.dict``). Bounds
+per input: 10 s (``-timeout``), 2,048 MB of resident memory for the whole process (``-rss_limit_mb``),
 inputs of at most 4,096 bytes (``-max_len``); each is a defect when exceeded.
 """
 
@@ -17,6 +18,8 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULTS = ["-timeout=10", "-rss_limit_mb=2048", "-max_len=4096"]
+# targets whose files are JSON: their mutations also insert JSON tokens and field names (fuzz/dicts/json.dict)
+JSON = ("arxiv", "sentences", "articles", "splits", "triplets", "pairs", "topics", "queries", "log", "manifest")
 
 
 def main(argv):
@@ -43,7 +46,8 @@ def main(argv):
 
     def one_input(data):
         targets.run_one(name, data, work)
-    atheris.Setup([sys.argv[0], *DEFAULTS, f"-artifact_prefix={out}/", *flags, corpus, *seeds], one_input)
+    tokens = [f"-dict={os.path.join(HERE, 'dicts', 'json.dict')}"] if name in JSON else []
+    atheris.Setup([sys.argv[0], *DEFAULTS, *tokens, f"-artifact_prefix={out}/", *flags, corpus, *seeds], one_input)
     atheris.Fuzz()
 
 
