@@ -9,6 +9,7 @@ import argparse
 import os
 import subprocess
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -89,13 +90,14 @@ def measure(name):
     cov.start()
     sys.path.insert(0, HERE)
     import targets
-    for path in inputs:
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except FileNotFoundError:  # a corpus file that a running fuzzer has just replaced by a shorter one
-            continue
-        targets.run_one(name, data)
+    with tempfile.TemporaryDirectory() as work:
+        for path in inputs:
+            try:
+                with open(path, "rb") as f:
+                    data = f.read()
+            except FileNotFoundError:  # a corpus file that a running fuzzer has just replaced by a shorter one
+                continue
+            targets.run_one(name, data, work)
     cov.stop()
     run = total = 0
     for spec in READERS[name]:

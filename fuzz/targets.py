@@ -18,7 +18,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
@@ -45,7 +44,7 @@ _CHANGE_EVENTS = {"os.truncate", "os.chmod", "os.chown", "os.utime", "os.link", 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 # outside the work folder: files and folders made during the input (a library's scratch file is fine if it is gone
 # when the input is done) and the paths of anything that existed before and was changed or removed
-_guard = {"root": None, "made": set(), "strays": []}
+_guard = {"root": None, "made": set(), "strays": [], "hooked": False}
 
 
 def _outside(path):
@@ -88,8 +87,6 @@ def _audit(event, args):
         if path not in _guard["made"]:
             _guard["strays"].append(path)
 
-
-sys.addaudithook(_audit)
 
 
 def _write(folder, name, data):
@@ -377,11 +374,13 @@ TARGETS = {f.__name__: f for f in (dump, dump_bz2, wikitext, arxiv, dictd, rst, 
                                    training_flags, name_values, projection)}
 
 
-def run_one(name, data, work_root=None):
-    """Run target ``name`` on ``data`` in a fresh work folder; raise ``Defect`` (or the reader's own exception) if
-    the invariant does not hold."""
-    base = work_root or os.path.join(tempfile.gettempdir(), f"docembed-fuzz-{os.getpid()}")
-    work = os.path.join(base, name)
+def run_one(name, data, work_root):
+    """Run target ``name`` on ``data`` in a fresh work folder under ``work_root``; raise ``Defect`` (or the reader's
+    own exception) if the invariant does not hold."""
+    if not _guard["hooked"]:  # installed once, at the first input (an audit hook cannot be removed)
+        sys.addaudithook(_audit)
+        _guard["hooked"] = True
+    work = os.path.join(work_root, name)
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     _guard.update(root=os.path.realpath(work), made=set(), strays=[])
