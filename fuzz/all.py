@@ -9,6 +9,7 @@ finds a defect (its input is in ``fuzz/out/TARGET/``).
 import argparse
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -28,12 +29,15 @@ def main():
           "|---|---:|---:|---:|---:|---:|---:|---:|", flush=True)
     for name in args.targets:
         started = time.perf_counter()
-        proc = subprocess.run([sys.executable, os.path.join(HERE, "run.py"), name, f"-runs={args.runs}"],
-                              capture_output=True, text=True)
+        proc = subprocess.Popen([sys.executable, os.path.join(HERE, "run.py"), name, f"-runs={args.runs}"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        _, stderr = proc.communicate()
         seconds = time.perf_counter() - started
-        found = STATS.findall(proc.stderr)
+        # its work folder (run.py's), which libFuzzer's exit leaves behind
+        shutil.rmtree(os.path.join("/dev/shm", f"docembed-fuzz-{proc.pid}"), ignore_errors=True)
+        found = STATS.findall(stderr)
         if proc.returncode or not found:
-            sys.exit(f"{name}: exit status {proc.returncode}\n{proc.stderr[-3000:]}")
+            sys.exit(f"{name}: exit status {proc.returncode}\n{stderr[-3000:]}")
         runs, cov, ft, corpus, size, rss = found[-1]
         print(f"| {name} | {int(runs):,} | {seconds:,.0f} | {int(runs) / seconds:,.0f} | {cov} | {ft} | "
               f"{corpus} ({size}) | {rss} MB |", flush=True)

@@ -11,7 +11,6 @@ per input: 10 s (``-timeout``), 2,048 MB of resident memory for the whole proces
 inputs of at most 4,096 bytes (``-max_len``); each is a defect when exceeded.
 """
 
-import atexit
 import os
 import shutil
 import sys
@@ -34,9 +33,14 @@ def main(argv):
     corpus = os.path.join(out, "corpus")
     os.makedirs(corpus, exist_ok=True)
     seeds = [d for d in (os.path.join(HERE, "seeds", name), os.path.join(HERE, "corpus", name)) if os.path.isdir(d)]
-    # the work folder is made and removed for every input: in memory where the machine has a tmpfs
-    work = os.path.join("/dev/shm" if os.path.isdir("/dev/shm") else out, f"docembed-fuzz-{os.getpid()}")
-    atexit.register(shutil.rmtree, work, True)
+    # the work folder is made and removed for every input: in memory where the machine has a tmpfs. libFuzzer ends
+    # the process without Python's exit handlers, so the folders of earlier runs that have ended are removed here
+    scratch = "/dev/shm" if os.path.isdir("/dev/shm") else out
+    for old in os.listdir(scratch):
+        pid = old[len("docembed-fuzz-"):]
+        if old.startswith("docembed-fuzz-") and pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            shutil.rmtree(os.path.join(scratch, old), ignore_errors=True)
+    work = os.path.join(scratch, f"docembed-fuzz-{os.getpid()}")
     with atheris.instrument_imports(include=["common", "targets"]):
         import targets
         for folder in seeds:  # the modules a target imports as it runs are imported here, instrumented
