@@ -203,13 +203,16 @@ def model_card(method, where, model, settings=(), training=None, validation=(), 
                base=None, start=None, language=None, tags=(), citations=(), notes=()):
     """The ``huggingface_hub.ModelCard`` of a model folder.
 
-    ``method``: a key of ``METHODS``; ``where``: the folder as a user names it (the usage examples load it);
-    ``model``: {architecture, model_type, layers, dimensions, parameters, pooling, normalize, max_length};
+    ``method``: a key of ``METHODS``, or another objective's name (a card without a paper); ``where``: the folder as
+    a user names it (the usage examples load it); ``model``: {architecture, model_type, layers, dimensions,
+    parameters, pooling, normalize, max_length};
     ``settings``: (flag, value) pairs of the training command; ``training``: {script, steps, epoch, processes,
     precision, commit, versions}; ``validation``: the log's validation records, ``chosen`` the one whose model this
     is (or None); ``data``: ``data_summary``'s dict; ``base``: the hub ``base_model``, ``start`` the folder or name it
     started from; ``tags``, ``citations``, ``notes``: more of each for this model."""
-    m = METHODS[method]
+    m = METHODS.get(method) or Method(  # an objective registered outside this project's methods
+        f"`{method}` objective", f"fine-tuned with the `{method}` objective registered with docembed's 03_train.py.",
+        (method,), ())
     pipeline = "sentence-similarity" if m.similarity else "feature-extraction"
     card_data = ModelCardData(
         library_name="sentence-transformers", pipeline_tag=pipeline, base_model=base, language=language,

@@ -163,7 +163,9 @@ class MNRLObjective(Objective):
             return {}
         return {"tags": ["loss:CachedMultipleNegativesRankingLoss"], "citations": ["gradcache"],
                 "notes": [f"The loss was computed with GradCache (Gao et al. 2021) in chunks of "
-                          f"{self.args.cache_chunk} pairs: the same loss and gradient as the whole batch's."]}
+                          f"{self.args.cache_chunk} pairs: every document of the batch is still a negative of every "
+                          "query, as without it; dropout draws its masks per chunk, so the weights differ from an "
+                          "uncached run's as another random seed's would."]}
 
     def losses(self, model, batch):
         if "chunks" in batch:
