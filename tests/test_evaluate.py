@@ -241,7 +241,7 @@ def _topic_split(x, labels):
     return {d: i for i, d in enumerate(ids)}, rows
 
 
-def test_topic_classification_reports_its_c_whether_it_sits_at_the_grids_end_and_whether_liblinear_converged(
+def test_topic_classification_reports_its_c_its_margin_over_the_next_c_its_place_in_the_grid_and_convergence(
         monkeypatch):
     import numpy as np
     from sklearn.svm import LinearSVC
@@ -253,7 +253,8 @@ def test_topic_classification_reports_its_c_whether_it_sits_at_the_grids_end_and
     index, rows = _topic_split(x.astype(np.float32), labels)
     metrics, (truth, predicted) = wikispecter.topics(x.astype(np.float32), index, rows)
     assert {k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()} == {
-        "f1": 0.7222, "accuracy": 0.7333, "C": 1.0, "C_at_edge": False, "converged": True}
+        "f1": 0.7222, "accuracy": 0.7333, "C": 1.0, "C_at_edge": False, "converged": True, "cv_margin": 0.0222,
+        "C_tied": True}  # the next best C: one of the 45 training documents fewer right (1/45 = 0.0222)
     assert truth == labels[::4]
     per_label = []  # macro F1 by hand from the predictions returned
     for label in "abc":
@@ -262,7 +263,8 @@ def test_topic_classification_reports_its_c_whether_it_sits_at_the_grids_end_and
     assert metrics["f1"] == pytest.approx(sum(per_label) / 3)
     # the same vectors for every document: every C scores alike, and the grid's first wins
     metrics, _ = wikispecter.topics(np.zeros((60, 5), np.float32), index, rows)
-    assert (metrics["C"], metrics["C_at_edge"], metrics["converged"]) == (1e-4, True, True)
+    assert (metrics["C"], metrics["C_at_edge"], metrics["converged"], metrics["cv_margin"], metrics["C_tied"]) == (
+        1e-4, True, True, 0.0, True)
 
     class OneIteration(LinearSVC):
         def __init__(self, loss="squared_hinge", random_state=None, C=1.0, max_iter=1):

@@ -128,7 +128,9 @@ def evaluate_documents(models, data_dir, how, outputs, wanted, seed, head_epochs
         topics, predicted = tasks.topics(emb, seed)
         for task, found in topics.items():
             fragile = [what for what, off in (("the C chosen sits at the end of the grid", found["C_at_edge"]),
-                                              ("liblinear did not converge", not found["converged"])) if off]
+                                              ("liblinear did not converge", not found["converged"]),
+                                              ("the next best C scores within one training document of it",
+                                               found["C_tied"])) if off]
             if fragile:
                 say(f"note: {name}: {task}: {' and '.join(fragile)} (C {found['C']:g}); its F1 may move by points "
                     "on changes of the vectors too small to show in their cosines")

@@ -12,7 +12,7 @@ def _columns(metrics):
     for tasks in metrics.values():
         for task, values in tasks.items():
             for metric, value in values.items():
-                if (isinstance(value, (int, float)) and not isinstance(value, bool) and metric != "C"
+                if (isinstance(value, (int, float)) and not isinstance(value, bool) and metric not in ("C", "cv_margin")
                         and (task, metric) not in cols):
                     cols.append((task, metric))
     return sorted(cols, key=lambda c: (next((i for i, p in enumerate(COLUMN_ORDER) if c[0].startswith(p)), 9),

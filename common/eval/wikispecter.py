@@ -104,9 +104,11 @@ def topics(emb, index, rows, seed=42):
     logspace(-4, 2, 7) on the training documents; macro F1 and accuracy on the test documents. Returns the metrics
     and the test documents' ``(true labels, predicted labels)``.
 
-    Beside the metrics: the C chosen, whether it sits at an end of the grid (the best C may lie outside it) and
-    whether liblinear converged on the final fit within its iteration limit. Either makes the F1 fragile: a change
-    of the vectors too small to move any cosine can then move it by points."""
+    Beside the metrics: the C chosen, whether it sits at an end of the grid (the best C may lie outside it), whether
+    liblinear converged on the final fit within its iteration limit, and ``cv_margin``: how far the chosen C's mean
+    cross-validated accuracy lies above the next best C's. Each can make the F1 fragile: a change of the vectors too
+    small to move any cosine can then move it by points. ``C_tied``: the margin is at most one training document's
+    share of the accuracy, so that such a change can pick another C."""
     import warnings
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.metrics import accuracy_score, f1_score
@@ -123,9 +125,11 @@ def topics(emb, index, rows, seed=42):
     pred = search.predict(x_test)
     final = search.best_estimator_
     c = float(search.best_params_["C"])
+    scores = np.sort(search.cv_results_["mean_test_score"])
     return {"f1": float(f1_score(y_test, pred, average="macro")), "accuracy": float(accuracy_score(y_test, pred)),
-            "C": c, "C_at_edge": bool(c in (GRID_C[0], GRID_C[-1])),
-            "converged": bool(final.n_iter_ < final.max_iter)}, (y_test, pred.tolist())
+            "C": c, "C_at_edge": bool(c in (GRID_C[0], GRID_C[-1])), "converged": bool(final.n_iter_ < final.max_iter),
+            "cv_margin": float(scores[-1] - scores[-2]),
+            "C_tied": bool(scores[-1] - scores[-2] <= 1 / len(y_train) + 1e-9)}, (y_test, pred.tolist())
 
 
 def token_lengths(tokenizer, texts, batch=4096):
