@@ -1,7 +1,8 @@
 """The topic-F1 ablation's table (reproduce/wikispecter_ablation.sh): per row and epoch, the mean ± sample standard
 deviation over seeds of cross-reference MAP, topic macro-F1 and accuracy, how often the LinearSVC's C sat at the
-grid's end or liblinear did not converge, and the geometry of the topic documents' vectors (common/eval/geometry.py;
-``moved`` against the base embedded with the same pooling).
+grid's end, liblinear did not converge or the next best C scored within one training document, and the geometry
+of the topic documents' vectors (common/eval/geometry.py; ``moved`` against the base embedded with the same
+pooling).
 
     python reproduce/ablation.py --data work/ablation/data-hard2 --base work/ablation/base --out work/ablation \\
         --rows default hard0
@@ -68,7 +69,7 @@ def measure(eval_dir, name, ids, labels, base):
     before = base.get(pooling(eval_dir, name))
     found = {f"{task} {metric}": metrics[task][metric] for task, metric, _ in SCORES}
     topic = metrics["topics.top"]
-    found.update(C=topic["C"], edge=topic["C_at_edge"], converged=topic["converged"],
+    found.update(C=topic["C"], edge=topic["C_at_edge"], converged=topic["converged"], tied=topic["C_tied"],
                  **geometry(x, labels, before if before is not None and before.shape == x.shape else None))
     return found
 
@@ -83,6 +84,7 @@ def row_line(label, runs):
     cells.append(", ".join(f"{c:g}" for c in sorted({r["C"] for r in runs})))
     cells.append(f"{sum(r['edge'] for r in runs)}/{len(runs)}")
     cells.append(f"{sum(not r['converged'] for r in runs)}/{len(runs)}")
+    cells.append(f"{sum(r['tied'] for r in runs)}/{len(runs)}")
     for key, _, digits in SHAPES:
         have = [r[key] for r in runs if key in r]
         cells.append(spread(have, digits, percent=False) if have else "–")
@@ -99,9 +101,9 @@ def main():
     ids, labels = topic_documents(args.data)
     base = {}
     header = ["row", "seeds", *(name for _, _, name in SCORES), "C chosen", "C at grid end", "not converged",
-              *(name for _, name, _ in SHAPES)]
+              "C within a document", *(name for _, name, _ in SHAPES)]
     print("| " + " | ".join(header) + " |")
-    print("|" + "|".join(["---"] * 2 + ["---:"] * 3 + ["---"] * 3 + ["---:"] * len(SHAPES)) + "|")
+    print("|" + "|".join(["---"] * 2 + ["---:"] * 3 + ["---"] * 4 + ["---:"] * len(SHAPES)) + "|")
     for name in ("base-cls", "base-mean"):
         found = measure(args.base, name, ids, labels, {})
         base[name.split("-")[1]] = vectors(args.base, name, ids)

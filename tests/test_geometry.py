@@ -48,7 +48,8 @@ def _eval_folder(folder, models, ids):
         np.save(folder / f"{name}.npy", np.asarray(vectors, dtype=np.float32))
         (folder / f"{name}.ids.txt").write_text("".join(f"{i}\n" for i in ids))
         metrics[name] = {"crossref": {"map": map_}, "topics.top": {
-            "f1": f1, "accuracy": f1, "C": c, "C_at_edge": c in (1e-4, 100.0), "converged": converged}}
+            "f1": f1, "accuracy": f1, "C": c, "C_at_edge": c in (1e-4, 100.0), "converged": converged,
+            "C_tied": not converged}}
         embedding[name] = {"pooling": pooling, "normalize": False, "max_length": 128}
     (folder / "metrics.json").write_text(json.dumps(metrics))
     (folder / "manifest.json").write_text(json.dumps({"embedding": embedding}))
@@ -80,6 +81,6 @@ def test_the_ablation_table_gives_each_row_and_epoch_its_mean_and_spread_over_se
     # the base and seed 1: the labels' two directions (anisotropy 2 of 6 pairs, within-label distance 0), seed 1 at
     # twice the length; seed 2 moves d onto label x's direction: anisotropy 3/6, within = between, d's cosine 0
     assert lines[0].startswith("| row | seeds | MAP | topic F1 |")
-    assert lines[2] == "| base-cls | 1 | 50.00 | 50.00 | 50.00 | 1 | 0/1 | 0/1 | 1.00 | 0.333 | 0.000 | – |"
+    assert lines[2] == "| base-cls | 1 | 50.00 | 50.00 | 50.00 | 1 | 0/1 | 0/1 | 0/1 | 1.00 | 0.333 | 0.000 | – |"
     assert lines[4] == ("| default, epoch 1 | 2 | 70.00 ± 14.14 | 60.00 ± 14.14 | 60.00 ± 14.14 | 0.01, 100 | 1/2 | "
-                        "1/2 | 2.00 ± 0.00 | 0.417 ± 0.118 | 0.500 ± 0.707 | 0.875 ± 0.177 |")
+                        "1/2 | 1/2 | 2.00 ± 0.00 | 0.417 ± 0.118 | 0.500 ± 0.707 | 0.875 ± 0.177 |")
