@@ -32,7 +32,7 @@ import os
 from dataclasses import fields
 import sys
 
-from common import cli, io
+from common import cli, folders, io
 from common.data import topic_labels
 from common.data.wiki import DISAMBIGUATION_MARKERS, DISAMBIGUATION_TEMPLATES, WikiSettings, extract_wiki
 
@@ -126,7 +126,7 @@ def add_min_chars(p):
 def run_wiki(args):
     cli.check(args, {"--min-chars": cli.COUNT_0, "--topic-depth": cli.between(0, 1000), "--workers": cli.WORKERS})
     started = io.now()
-    with io.Outputs(args.out, __file__) as outputs:
+    with folders.Outputs(args.out, __file__) as outputs:
         settings = WikiSettings(**{f.name: getattr(args, f.name) for f in fields(WikiSettings)})
         reader, labelled, counts = extract_wiki(settings, outputs)
         rows = topic_labels.label_counts(labelled)
@@ -151,7 +151,7 @@ def run_sentences(args):
     from common.data.sentences import extract_sentences
     started = io.now()
     counts = collections.Counter()
-    with io.Outputs(args.out, __file__) as outputs:
+    with folders.Outputs(args.out, __file__) as outputs:
         with outputs.open("sentences.jsonl") as out:
             extract_sentences(args.input, out, args.splitter, counts)
         outputs.write_manifest(io.manifest(__file__, args, started, inputs=[args.input], counts=dict(counts)))
@@ -164,7 +164,7 @@ def run_arxiv(args):
     started = io.now()
     counts = collections.Counter()
     prefixes = tuple(p.strip() for p in args.categories.split(",") if p.strip())
-    with io.Outputs(args.out, __file__) as outputs:
+    with folders.Outputs(args.out, __file__) as outputs:
         with outputs.open("articles.jsonl") as out:
             extract_arxiv(args.input, out, prefixes, counts)
         outputs.write_manifest(io.manifest(__file__, args, started, inputs=[args.input], counts=dict(counts),
@@ -201,7 +201,7 @@ def run_corpus(args):
             args.min_chars)
     started = io.now()
     counts = collections.Counter()
-    with io.Outputs(args.out, __file__) as outputs:
+    with folders.Outputs(args.out, __file__) as outputs:
         with outputs.open("articles.jsonl") as out:
             read(out, counts)
         if not counts["articles"]:

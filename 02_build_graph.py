@@ -29,7 +29,7 @@ import sys
 
 import numpy as np
 
-from common import cli, io
+from common import cli, folders, io
 from common.data import graph, triplets
 from common.data.splits import parse_caps, refuse_empty_splits, write_topics
 
@@ -84,7 +84,7 @@ def run_graph(args):
         raise io.InputError(f"--hard {args.hard} exceeds --per-query {args.per_query}")
     started = io.now()
     counts = collections.Counter()
-    with io.Outputs(args.out, __file__, args.command) as outputs:
+    with folders.Outputs(args.out, __file__, args.command) as outputs:
         with outputs.open("docs.jsonl", "wb") as docs:
             corpus = graph.read_articles(args.articles, docs, counts)
         settings = triplets.GraphSettings(**{f.name: getattr(args, f.name) for f in fields(triplets.GraphSettings)})
@@ -119,7 +119,7 @@ def run_sentences(args):
     refuse_empty_splits(args.sentences, len(articles), "articles",
                         {part: len(splits[part]) for part in keysent_splits.PARTS},
                         {"test": args.test, "val": args.val, "train": 1})
-    with io.Outputs(args.out, __file__, args.command) as outputs:
+    with folders.Outputs(args.out, __file__, args.command) as outputs:
         keysent_splits.write_splits(splits, outputs, counts)
         outputs.write_manifest(io.manifest(__file__, args, started, inputs=[args.sentences], counts=dict(counts),
                                            seed=args.seed))
@@ -150,7 +150,7 @@ def run_retrieval(args):
     parse_caps(args.topic_cap)
     started = io.now()
     counts = collections.Counter()
-    with io.Outputs(args.out, __file__, args.command) as outputs:
+    with folders.Outputs(args.out, __file__, args.command) as outputs:
         with outputs.open("docs.jsonl", "wb") as docs:
             corpus = graph.read_articles(args.articles, docs, counts)
         rng_split, rng_topics = (np.random.default_rng(s) for s in np.random.SeedSequence(args.seed).spawn(2))
@@ -189,7 +189,7 @@ def run_corpus(args):
         sources.append((name, path))
     started = io.now()
     counts = collections.Counter()
-    with io.Outputs(args.out, __file__, args.command) as outputs:
+    with folders.Outputs(args.out, __file__, args.command) as outputs:
         with outputs.open("docs.jsonl", "wb") as docs:
             write_corpus(sources, docs, counts)
         if not counts["documents"]:
@@ -216,11 +216,11 @@ def run_testsets(args):
     parts = {"lee": lambda out: testsets.lee(out, args.lee_threshold),
              "newsgroups": lambda out: testsets.newsgroups(out, args.seed)}
     with contextlib.ExitStack() as stack:
-        top = stack.enter_context(io.Outputs(args.out, __file__, args.command))
+        top = stack.enter_context(folders.Outputs(args.out, __file__, args.command))
         done = []
         for name, build in parts.items():
             directory = os.path.join(args.out, name)
-            outputs = stack.enter_context(io.Outputs(directory, __file__, args.command))
+            outputs = stack.enter_context(folders.Outputs(directory, __file__, args.command))
             counts = build(outputs)
             outputs.write_manifest(io.manifest(__file__, args, started, counts=counts, seed=args.seed))
             done.append(f"{name}: {', '.join(f'{k} {v}' for k, v in counts.items())} → {directory}")

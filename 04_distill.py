@@ -17,7 +17,8 @@ Transformers").
 import os
 import sys
 
-from common import cli, io
+from common import cli, folders, io
+from common.vectors import open_rows
 from common.io import InputError
 from common.models.batching import BATCH_LIMITS, add_batch_arguments
 from common.models.precision import add_precision_arguments, check_here
@@ -93,7 +94,7 @@ def run_teachers(args):
         if args.teacher_dim >= width or args.teacher_dim > len(docs.ids):
             raise InputError(f"--teacher-dim {args.teacher_dim}: must be below the teacher's {width} dimensions and "
                              f"at most the {len(docs.ids)} documents")
-    with io.Outputs(args.out, __file__) as outputs:
+    with folders.Outputs(args.out, __file__) as outputs:
         with tqdm(total=len(docs.ids), desc="structural teacher", unit=" docs", mininterval=1.0) as bar:
             vectors, lengths, max_length, agreement = teachers.structural_teacher(
                 outputs, docs, args.teacher, args.teacher_max_length, args.batch_size, args.batch_tokens, bar,
@@ -106,8 +107,8 @@ def run_teachers(args):
                   f"{min(len(docs.ids), AGREEMENT_SAMPLE)} documents)")
         if args.teacher_dim is not None:
             axes, kept = teachers.principal_axes(vectors, args.teacher_dim, args.seed)
-            vectors = teachers.project_rows(vectors, axes, io.open_rows(outputs, teachers.STRUCTURAL, docs.ids,
-                                                                        args.teacher_dim))
+            vectors = teachers.project_rows(vectors, axes, open_rows(outputs, teachers.STRUCTURAL, docs.ids,
+                                                                     args.teacher_dim))
             counts.update({"teacher_dim": args.teacher_dim, "teacher_variance_kept": round(kept, 4)})
             print(f"structural teacher projected to {args.teacher_dim} of its dimensions, keeping {kept:.1%} of "
                   "their variance")
@@ -116,7 +117,7 @@ def run_teachers(args):
         pv = ParagraphVector.train(teachers.pv_texts(docs), args.pv, args.pv_vector_size, args.pv_window,
                                    args.pv_negative, args.pv_min_count, args.pv_epochs, preprocess, args.pv_workers,
                                    args.seed, args.pv_max_vocab_size, counts)
-        contextual = io.open_rows(outputs, teachers.CONTEXTUAL, docs.ids, pv.dim)
+        contextual = open_rows(outputs, teachers.CONTEXTUAL, docs.ids, pv.dim)
         with tqdm(total=len(docs.ids), desc="contextual teacher", unit=" docs", mininterval=1.0) as bar:
             pv.embed(teachers.pv_texts(docs), bar, out=contextual)
         contextual.flush()

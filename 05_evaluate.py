@@ -30,7 +30,7 @@ import os
 import sys
 
 
-from common import cli, io
+from common import cli, folders, io
 from common.eval import ann, documents, embedding, report, retrieval
 from common.eval.embedding import Embedding
 from common.io import InputError
@@ -109,7 +109,7 @@ def run_evaluate(args):
         return embedding.follow(args.model, args.data, how) if wanted & ({"retrieval"} | EMBEDDING_TASKS) else None
     started = io.now()
     metrics, counts, written = {}, {}, []
-    with io.Outputs(args.out, __file__) as outputs:
+    with folders.Outputs(args.out, __file__) as outputs:
         parts = []
         if wanted & {"retrieval", "bm25"}:
             parts.append(retrieval.evaluate_retrieval(args.model, args.data, how, outputs, wanted))
@@ -165,7 +165,7 @@ def run_extract(args):
     articles = read_articles(args.input, args.splitter)
     counts = {"articles": len(articles), "sentences": sum(len(sents) for _, _, sents in articles), "selected": 0}
     directory, name = os.path.split(os.path.abspath(args.out))
-    with io.Outputs(directory) as outputs:  # the one file (and its manifest) in the user's folder, whole or not
+    with folders.Outputs(directory) as outputs:  # the one file (and its manifest) in the user's folder, whole or not
         with outputs.open(name) as f:
             for record in key_sentences(model, articles, args.top, args.threshold):
                 counts["selected"] += len(record["key_sentences"])

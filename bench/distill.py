@@ -89,7 +89,7 @@ def throughput(data, teach, student, args):
 
 def memory(data, teach, args):
     from common.data.documents import Documents
-    from common.io import Outputs
+    from common.folders import Outputs
     docs = Documents(data)
     with tempfile.TemporaryDirectory() as work:
         student = os.path.join(work, "student")

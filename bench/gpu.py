@@ -149,7 +149,7 @@ def ensure_distill(work, shape_path, size):
     from bench.project import texts_of
     from bench.train import ensure_arxiv
     from common.data.documents import Documents
-    from common.io import Outputs
+    from common.folders import Outputs
     root = os.path.join(work, "distill")
     if os.path.exists(os.path.join(root, "student", "config.json")):
         return root

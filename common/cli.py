@@ -5,7 +5,7 @@ import os
 import signal
 import sys
 
-from common import io
+from common import folders, io
 from common.io import InputError, Preempted
 
 
@@ -159,7 +159,7 @@ def run(main):
               file=sys.stderr)
         sys.exit(1)
     except OSError as e:  # writes the output helpers did not see (a library's own file): still one line
-        if e.errno not in io.WRITE_ERRNOS:
+        if e.errno not in folders.WRITE_ERRNOS:
             raise
         print(f"error: {e.filename + ': ' if e.filename else ''}{e.strerror}", file=sys.stderr)
         sys.exit(1)

@@ -48,7 +48,7 @@ READERS = {
     "manifest": ["common.io:read_json_or_empty", "common.io:read_manifest", "common.io:verify_input",
                  "common.train.run:data_fingerprint", "common.eval.retrieval:read_manifest_args"],
     "teacher_ids": ["common.distill.teachers:read_vectors", "common.distill.teachers:read_lengths"],
-    "npy": ["common.io:read_rows", "common.io:check_finite_rows", "common.distill.teachers:read_vectors",
+    "npy": ["common.vectors:read_rows", "common.vectors:check_finite_rows", "common.distill.teachers:read_vectors",
             "common.distill.teachers:read_lengths"],
     "training_flags": ["common.train.run:parse", "common.cli:check"],
     "name_values": ["common.cli:name_values", "common.cli:named", "common.cli:per_name",

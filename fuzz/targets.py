@@ -315,14 +315,14 @@ def teacher_ids(data, work):
 
 def npy(data, work):
     """An NPY file (header and rows) where 04 reads teacher vectors and 05 search reads saved vectors."""
-    from common import io
     from common.distill.teachers import read_lengths, read_vectors
+    from common.vectors import read_rows
     ids = [d["id"] for d in DOCS]
     for name in ("pv", "lengths", "base"):
         _write(work, f"{name}.npy", data)
         _write(work, f"{name}.ids.txt", "".join(i + "\n" for i in ids).encode())
     for reader in (lambda: read_vectors(work, "pv", ids), lambda: read_lengths(work, ids),
-                   lambda: io.read_rows(work, "base", ids)):
+                   lambda: read_rows(work, "base", ids)):
         with contextlib.suppress(InputError):
             reader()
 

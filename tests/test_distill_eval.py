@@ -10,7 +10,7 @@ import pytest
 
 from conftest import ROOT
 
-from common import io
+from common import folders, io
 from common.data import testsets
 from common.eval import classify, similarity
 
@@ -43,7 +43,7 @@ def test_similarity_ranks_the_corpus_without_the_source_and_scores_map_and_mrr()
 
 
 def test_the_lee_corpus_becomes_a_similarity_data_directory_that_05_scores(tiny_model, tmp_path):
-    with io.Outputs(tmp_path / "lee") as out:
+    with folders.Outputs(tmp_path / "lee") as out:
         counts = testsets.lee(out)
     assert counts == {"documents": 50, "rated_pairs": 1225, "similarity_targets": 286}
     first = json.loads((tmp_path / "lee" / "similarity.ratings.jsonl").read_text().split("\n")[0])

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from safetensors.torch import load_file
 
-from common import io
+from common import folders, io
 from common.io import InputError
 from conftest import linked_articles, script_error, script_main
 
@@ -76,17 +76,17 @@ def test_a_run_killed_while_committing_is_refused_by_readers_and_repaired_by_the
     data = tmp_path / "data"
     build(articles, data, "--seed", "1")
     before = (data / "splits.json").read_text()
-    moved, put = [], io.put
+    moved, put = [], folders.put
 
     def killed(staged, final):  # the commit stops after two files are in place
         if len(moved) == 2 and not final.endswith("manifest.json"):
             raise KeyboardInterrupt
         moved.append(final)
         put(staged, final)
-    monkeypatch.setattr(io, "put", killed)
+    monkeypatch.setattr(folders, "put", killed)
     with pytest.raises(KeyboardInterrupt):
         build(articles, data, "--seed", "2")
-    monkeypatch.setattr(io, "put", put)
+    monkeypatch.setattr(folders, "put", put)
     manifest = json.loads((data / "manifest.json").read_text())
     assert manifest["state"] == "committing" and (data / "splits.json").read_text() == before
     assert not list(data.glob(".staging-*")) and not (data / ".lock").exists()
@@ -307,7 +307,7 @@ def test_every_setting_left_out_of_the_resume_identity_leaves_the_trained_weight
 
 def test_a_file_rewritten_with_its_old_size_and_date_is_refused_in_the_same_process(tmp_path):
     out = tmp_path / "out"
-    with io.Outputs(out, "02_build_graph.py") as outputs:
+    with folders.Outputs(out, "02_build_graph.py") as outputs:
         with outputs.open("docs.jsonl") as f:
             f.write('{"id": "a", "title": "A", "text": "one"}\n')
         outputs.write_manifest({"script": "02_build_graph.py"})

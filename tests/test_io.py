@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from common.io import InputError, Outputs, safe_name
+from common.io import InputError, safe_name
+from common.folders import Outputs
 from conftest import script_error, script_main
 
 
@@ -149,7 +150,7 @@ def test_a_folder_that_is_not_this_scripts_own_run_is_refused(tmp_path):
 
 
 def test_a_folder_in_use_by_another_run_is_refused_and_the_lock_goes_with_the_run(tmp_path, capsys):
-    from common.io import FolderLock
+    from common.folders import FolderLock
     src = write_articles(tmp_path)
     out = tmp_path / "data"
     out.mkdir()

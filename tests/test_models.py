@@ -82,13 +82,14 @@ def test_embedding_equals_sentence_transformers_encode_in_fp32_under_any_batchin
 
 
 def test_embed_writes_its_rows_into_a_memory_mapped_npy_with_the_bytes_of_np_save(tiny_model, tmp_path):
-    from common import io
+    from common.folders import Outputs
+    from common.vectors import open_npy
     from conftest import corpus_text
     encoder, tokenizer, _ = load_encoder(str(tiny_model), pooling="mean")
     store = TokenStore(tokenizer, corpus_text(5, 30), 24)
     expected = embed(encoder, store, 64, 50)
-    with io.Outputs(str(tmp_path / "out")) as outputs:
-        out = io.open_npy(outputs, "v.npy", expected.shape)
+    with Outputs(str(tmp_path / "out")) as outputs:
+        out = open_npy(outputs, "v.npy", expected.shape)
         assert embed(encoder, store, 64, 50, out=out) is out
         assert not (tmp_path / "out" / "v.npy").exists()  # committed with the folder
     np.save(tmp_path / "reference.npy", expected)

@@ -22,7 +22,7 @@ def data_dir():
 
 
 def lee(out, threshold=0.5):
-    """Writes docs.jsonl and the two similarity files to the ``io.Outputs`` ``out``; returns counts."""
+    """Writes docs.jsonl and the two similarity files to the ``folders.Outputs`` ``out``; returns counts."""
     with open(os.path.join(data_dir(), "lee.cor"), encoding="latin-1") as f:
         texts = [line.strip() for line in f if line.strip()]
     ratings = np.loadtxt(os.path.join(data_dir(), "similarities0-1.txt"))

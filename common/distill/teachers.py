@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 
-from common import io
+from common.vectors import open_rows, read_rows, write_ids
 from common.io import InputError
 
 STRUCTURAL, CONTEXTUAL, LENGTHS = "sbert", "pv", "lengths"
@@ -19,22 +19,22 @@ STRUCTURAL, CONTEXTUAL, LENGTHS = "sbert", "pv", "lengths"
 def write_rows(outputs, name, array, ids):
     with outputs.open(f"{name}.npy", "wb") as f:
         np.save(f, array)
-    io.write_ids(outputs, name, ids)
+    write_ids(outputs, name, ids)
 
 
 def read_vectors(directory, name, ids):
-    """Teacher vectors: a float ``[N, d]`` array as float32, every value finite (``io.read_rows``: one NaN or inf
+    """Teacher vectors: a float ``[N, d]`` array as float32, every value finite (``read_rows``: one NaN or inf
     would make every weight of the student NaN within a step)."""
-    array = np.asarray(io.read_rows(directory, name, ids))
+    array = np.asarray(read_rows(directory, name, ids))
     path = os.path.join(directory, name + '.npy')
     if array.ndim != 2 or array.shape[1] < 1 or not np.issubdtype(array.dtype, np.floating):
         raise InputError(f"{path}: expected float vectors [N, d], got {array.dtype} {list(array.shape)}")
-    return array.astype(np.float32, copy=False)  # io.read_rows refused any row that is not finite
+    return array.astype(np.float32, copy=False)  # read_rows refused any row that is not finite
 
 
 def read_lengths(directory, ids):
     """Structural-teacher token counts: a non-negative integer ``[N]`` array."""
-    array = np.asarray(io.read_rows(directory, LENGTHS, ids))
+    array = np.asarray(read_rows(directory, LENGTHS, ids))
     if array.ndim != 1 or not np.issubdtype(array.dtype, np.integer) or (array < 0).any():
         raise InputError(f"{os.path.join(directory, LENGTHS + '.npy')}: expected one non-negative token count per "
                          f"document, got {array.dtype} {list(array.shape)}")
@@ -64,7 +64,7 @@ def structural_teacher(outputs, docs, model, max_length, batch_size=32, batch_to
     lengths = np.array([len(ids) for ids in tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]],
                        dtype=np.int64)
     store = TokenStore(tokenizer, texts, settings["max_length"])
-    out = io.open_rows(outputs, name, docs.ids, encoder.dimension)
+    out = open_rows(outputs, name, docs.ids, encoder.dimension)
     from common.models.precision import agreement, encoder_for
     embed(encoder_for(encoder, precision), store, batch_size, batch_tokens, progress, out=out)
     cosine = float(agreement(encoder, out, store, batch_size, batch_tokens)) if precision != "float32" else None

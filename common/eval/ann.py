@@ -14,7 +14,8 @@ import os
 
 import numpy as np
 
-from common.io import InputError, create, remove_entry, saving_error, sha256, writing
+from common.io import InputError, sha256
+from common.folders import create, remove_entry, saving_error, writing
 
 KINDS = ("flat", "hnsw")
 HNSW_M, HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH = 32, 200, 128

@@ -6,7 +6,7 @@ import os
 
 from tqdm import tqdm
 
-from common import io
+from common import io, vectors
 from common.eval import embedding, retrieval, wikispecter
 
 
@@ -48,10 +48,10 @@ def embed_documents(path, name, data_dir, docs, how, outputs, say=print):
     from common.distill.teachers import pv_texts
     if is_paragraph_vector(path):
         pv = ParagraphVector.load(path)
-        emb = io.open_rows(outputs, name, docs.ids, pv.dim)
+        emb = vectors.open_rows(outputs, name, docs.ids, pv.dim)
         with tqdm(total=len(docs.ids), desc=f"embed {name}", unit=" docs", mininterval=1.0) as bar:
             pv.embed(pv_texts(docs), bar, out=emb)
-        io.check_finite_rows(emb, f"{path}: its vectors", docs.ids)
+        vectors.check_finite_rows(emb, f"{path}: its vectors", docs.ids)
         say(f"{name}: {emb.shape[0]} documents, {emb.shape[1]} dimensions (Paragraph Vector, inferred)")
         return emb, None, {"pooling": "paragraph vector", "normalize": False, "max_length": None}
     _, tokenizer, settings, emb = embedding.embed_corpus(path, name, data_dir, docs, how, outputs, say=say)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from tqdm import tqdm
 
-from common import io
+from common.vectors import check_finite_rows, open_rows
 
 
 @dataclass(frozen=True)
@@ -75,11 +75,11 @@ def embed_corpus(path, name, data_dir, docs, how, outputs=None, collect=True, sa
     encoder = encoder_for(float32, how.precision)
     settings = {**settings, "precision": how.precision}
     store = TokenStore(tokenizer, document_inputs(data_dir, docs, tokenizer.sep_token or ""), settings["max_length"])
-    out = None if outputs is None else io.open_rows(outputs, name, docs.ids, encoder.dimension)
+    out = None if outputs is None else open_rows(outputs, name, docs.ids, encoder.dimension)
     with tqdm(total=len(store), desc=f"embed {name}", unit=" docs", mininterval=1.0) as bar:
         vectors = embed_sharded(encoder, store, how.batch_size, how.batch_tokens, bar, out=out, collect=collect)
     if vectors is not None:
-        io.check_finite_rows(vectors, f"{path}: its vectors", docs.ids)
+        check_finite_rows(vectors, f"{path}: its vectors", docs.ids)
         if how.precision != "float32":
             cosine = float(agreement(float32, vectors, store, how.batch_size, how.batch_tokens))
             settings["mean_cosine_to_float32"] = round(cosine, 6)

@@ -22,6 +22,7 @@ import numpy as np
 
 from common.data.retrieval import read_qrels, read_queries
 from common import io
+from common.vectors import check_finite_rows, read_rows
 from common.eval.embedding import (embed_corpus, embed_queries, embedding_settings, is_retrieval_data,
                                   load_model)
 from common.io import InputError, open_input
@@ -200,7 +201,7 @@ def saved_index(index_dir, model, doc_ids):
     if not names:
         raise InputError(f"{index_dir}: holds no vectors of {model} (its manifest.json names no such --model)")
     name = io.safe_name(names[0], f"{index_dir}/manifest.json: model name")
-    vectors = io.read_rows(index_dir, name, doc_ids)
+    vectors = read_rows(index_dir, name, doc_ids)
     if vectors.ndim != 2 or not np.issubdtype(vectors.dtype, np.floating):
         raise InputError(f"{os.path.join(index_dir, name + '.npy')}: {vectors.dtype} {list(vectors.shape)}, expected "
                          "float vectors [N, d]")
@@ -231,7 +232,7 @@ def search_documents(model_path, data_dir, queries, how, top, index_dir=None, in
         say(f"note: embedding all {len(docs.ids)} documents; --index EVAL reuses the vectors 05_evaluate.py wrote")
         encoder, tokenizer, settings, doc_vecs = embed_corpus(model_path, "model", data_dir, docs, how, say=say)
     query_vecs = embed_queries(encoder, tokenizer, settings, queries, how)
-    io.check_finite_rows(query_vecs, f"{model_path}: the vectors of the queries")
+    check_finite_rows(query_vecs, f"{model_path}: the vectors of the queries")
     if query_vecs.shape[1] != doc_vecs.shape[1]:
         raise InputError(f"{index_dir}: its vectors have {doc_vecs.shape[1]} dimensions, {model_path} makes "
                          f"{query_vecs.shape[1]} (vectors of another model?)")

@@ -350,7 +350,7 @@ def embed(encoder, store, batch_size=64, batch_tokens=None, progress=None, rows=
 
     The texts are sorted by token length once and cut by ``length_batches`` (``batch_tokens`` None: the device's
     default budget, ``batching.BATCH_TOKENS``; 0: ``batch_size`` alone). Each batch's rows are written into
-    ``out`` as soon as they are computed, so ``out`` may be a memory-mapped NPY (``io.open_npy``) and the vectors
+    ``out`` as soon as they are computed, so ``out`` may be a memory-mapped NPY (``vectors.open_npy``) and the vectors
     are never held whole in memory; without it a new array is returned. On a GPU the encoder runs in bfloat16 and,
     where flash attention is installed, on unpadded batches. On a CPU it runs in bfloat16 autocast where the encoder
     is ``precision.encoder_for``'s bf16 view (``encoder.bf16``), each batch with every thread torch has unless

@@ -4,7 +4,8 @@ import json
 import os
 import shutil
 
-from common.io import InputError, create, private_dir
+from common.io import InputError
+from common.folders import create, private_dir
 
 INFO = "docembed.json"
 CARD = "README.md"  # the model card, as the hub and sentence-transformers name it
@@ -31,7 +32,7 @@ def save_model(encoder, tokenizer, path, max_length, info=None, extra=None, card
     ``AutoModel.from_pretrained(path)`` and ``SentenceTransformer(path)`` load it with the pooling, normalisation
     and length it was trained with. ``extra(folder)`` may add files (an objective's heads); ``card``, a
     ``huggingface_hub.ModelCard`` (``common/models/card.py``), is written as ``README.md``. Written to a private
-    folder beside it (``io.private_dir``) and moved into place; a folder that is not a model saved here is never
+    folder beside it (``folders.private_dir``) and moved into place; a folder that is not a model saved here is never
     replaced."""
     check_replaceable(path)
     parent, name = os.path.split(os.path.abspath(path))

@@ -40,7 +40,7 @@ def train_wordpiece(texts, vocab_size, lowercase=True, min_frequency=2, model_ma
     if path is not None:
         import shutil
 
-        from common.io import private_dir
+        from common.folders import private_dir
         os.makedirs(cache_dir, exist_ok=True)
         private = private_dir(cache_dir)
         try:

@@ -24,8 +24,9 @@ from safetensors import SafetensorError
 from torch.utils.data import DataLoader, Sampler
 from tqdm import tqdm
 
-from common import io
-from common.io import LOCK, STAGING, InputError, Preempted
+from common import folders, io
+from common.io import InputError, Preempted
+from common.folders import LOCK, STAGING
 
 STATE = "trainer_state.json"
 RUN_FILE = "run.json"  # marks a run folder as this project's, with the identity of the run that owns it
@@ -263,7 +264,7 @@ class Trainer:
         run on it is refused). Without checkpoints to resume from, what an earlier run wrote there is removed (a
         run killed before its first checkpoint leaves a log that would otherwise get its steps twice); with
         checkpoints, ``_resume`` checks their settings. The folder is made and locked as every output folder is
-        (``io.own_folder``); nothing is written through a symbolic link in it."""
+        (``folders.own_folder``); nothing is written through a symbolic link in it."""
         own = os.path.join(self.run_dir, RUN_FILE)
         if os.path.exists(self.run_dir) and not os.path.isdir(self.run_dir):
             raise InputError(f"{self.run_dir}: --out is a file, not a run folder")
@@ -274,7 +275,7 @@ class Trainer:
                              "use another --out")
         if not self.accelerator.is_main_process:
             return
-        self.lock = io.own_folder(self.run_dir)
+        self.lock = folders.own_folder(self.run_dir)
         root = os.path.join(self.run_dir, "checkpoints")
         inside = [os.path.join(self.run_dir, name) for name in WRITTEN + (RUN_FILE,)]
         inside += [os.path.join(root, name) for name in os.listdir(root) if re.fullmatch(r"step_\d+", name)] \
@@ -289,8 +290,8 @@ class Trainer:
         if not checkpoints(self.run_dir):
             leftovers += list(WRITTEN) + [n for n in os.listdir(self.run_dir) if EPOCH_MODEL.fullmatch(n)]
         for name in leftovers:
-            io.remove_entry(os.path.join(self.run_dir, name))
-        io.write_json(own, {"identity": self.identity})
+            folders.remove_entry(os.path.join(self.run_dir, name))
+        folders.write_json(own, {"identity": self.identity})
 
     def _resume(self):
         found = checkpoints(self.run_dir)
@@ -332,20 +333,20 @@ class Trainer:
         try:
             if acc.is_main_process:
                 os.makedirs(root, exist_ok=True)
-                io.fresh_dir(tmp)
+                folders.fresh_dir(tmp)
             acc.wait_for_everyone()
             acc.save_state(tmp)
             acc.wait_for_everyone()
             if acc.is_main_process:
-                with io.create(os.path.join(tmp, STATE)) as f:
+                with folders.create(os.path.join(tmp, STATE)) as f:
                     json.dump({"step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
                                "best": self.best, "log_lines": self.log_lines, "identity": self.identity}, f,
                               indent=1)
-                io.put(tmp, final)
+                folders.put(tmp, final)
                 for old in checkpoints(self.run_dir)[:-self.cfg.keep] if self.cfg.keep > 0 else []:
                     shutil.rmtree(old, ignore_errors=True)
         except SAVE_ERRORS as e:
-            error = io.saving_error(self.run_dir, e, tmp, f"checkpoint step_{self.step} was not saved, the earlier "
+            error = folders.saving_error(self.run_dir, e, tmp, f"checkpoint step_{self.step} was not saved, the earlier "
                                     "ones are kept")
             shutil.rmtree(tmp, ignore_errors=True)
             if error is None:
@@ -357,9 +358,9 @@ class Trainer:
         self.log_lines += 1
         if self.accelerator.is_main_process:
             try:
-                io.append_line(os.path.join(self.run_dir, "log.jsonl"), json.dumps(record) + "\n")
+                folders.append_line(os.path.join(self.run_dir, "log.jsonl"), json.dumps(record) + "\n")
             except OSError as e:
-                raise io.write_error(self.run_dir, e) from None
+                raise folders.write_error(self.run_dir, e) from None
         if self.tracked:
             self.accelerator.log({k: v for k, v in record.items() if k != "step"}, step=record["step"])
 
@@ -367,7 +368,7 @@ class Trainer:
         """RUN/curves.png: training loss, learning rate and validation metrics against the step, from log.jsonl."""
         from common.eval.figures import training_curves
         records = read_log(os.path.join(self.run_dir, "log.jsonl"))
-        with io.writing(self.run_dir, "curves.png") as staged:
+        with folders.writing(self.run_dir, "curves.png") as staged:
             training_curves(staged, records)
 
     def _trim_log(self):
@@ -376,7 +377,7 @@ class Trainer:
         if not self.accelerator.is_main_process or not os.path.exists(path):
             return
         kept = read_log(path, self.log_lines)
-        with io.writing(self.run_dir, "log.jsonl") as staged, io.create(staged) as f:
+        with folders.writing(self.run_dir, "log.jsonl") as staged, folders.create(staged) as f:
             f.writelines(json.dumps(record) + "\n" for record in kept)
 
     def _save_model(self, name="model"):
@@ -386,7 +387,7 @@ class Trainer:
             try:
                 self.objective.save(acc.unwrap_model(self.model), os.path.join(self.run_dir, name))
             except SAVE_ERRORS as e:
-                error = io.saving_error(self.run_dir, e, left=f"RUN/{name} was not saved")
+                error = folders.saving_error(self.run_dir, e, left=f"RUN/{name} was not saved")
                 if error is None:
                     raise
                 raise error from None

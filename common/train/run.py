@@ -10,7 +10,7 @@ import hashlib
 import json
 import os
 
-from common import cli, io
+from common import cli, folders, io
 from common.train import objectives
 
 # flags that change the trained weights or which checkpoint becomes RUN/model: a resume must match them all
@@ -211,7 +211,7 @@ def train(args, script):
         if accelerator.is_main_process:
             inputs = [os.path.join(args.data, name) for name in sorted(os.listdir(args.data))
                       if name.endswith(".jsonl")]
-            io.write_json(os.path.join(args.out, "manifest.json"),
+            folders.write_json(os.path.join(args.out, "manifest.json"),
                           io.manifest(script, args, started, inputs=inputs, counts=counts, seed=args.seed))
             print(f"model → {os.path.join(args.out, 'model')}")
     finally:

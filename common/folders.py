@@ -1,0 +1,434 @@
+"""An output folder owned by one run: its lock, the private folder every file is made in and moved from, the
+all-or-nothing commit with a manifest (``Outputs``), and the one-line errors of a folder that cannot be written
+(a full disk, no permission). Reading inputs and manifests is ``common.io``'s."""
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import shutil
+import tempfile
+
+from common.io import InputError, dumps_line, read_json_or_empty, sha256
+
+
+LOCK = ".lock"  # held (fcntl.flock) by the run writing a folder; removed when it ends
+
+
+class FolderLock:
+    """An advisory lock on an output folder for as long as one run writes it, so that a second run on the same
+    folder is refused instead of interleaving its files with the first's. The lock file holds the owner's process
+    id, for the error message, and is removed on release (a file left by a killed run is simply taken over)."""
+
+    def __init__(self, directory):
+        self.directory, self.path, self.fd = directory, os.path.join(directory, LOCK), None
+
+    def acquire(self):
+        while True:
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            except OSError as e:
+                raise InputError(f"{self.path}: cannot be opened as a lock file: {e.strerror}") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                owner = os.read(fd, 32).decode("ascii", "replace").strip()
+                os.close(fd)
+                raise InputError(f"{self.directory}: in use by another run (process {owner or 'unknown'}); wait "
+                                 "for it to end or give another folder") from None
+            try:
+                same = os.path.samestat(os.fstat(fd), os.lstat(self.path))
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)  # the previous owner removed the file between our open and our lock: lock the new one
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self.fd = fd
+        return self
+
+    def release(self):
+        if self.fd is None:
+            return
+        try:
+            os.remove(self.path)
+        except OSError:
+            pass
+        os.close(self.fd)
+        self.fd = None
+
+    def __enter__(self):
+        return self.acquire()
+
+    def __exit__(self, *exc):
+        self.release()
+        return False
+
+
+def remove_entry(path):
+    """Remove a file, a symbolic link (never what it points to) or a real directory tree; absent is fine."""
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
+    except FileNotFoundError:
+        pass
+
+
+STAGING = ".staging-"  # the prefix of a private folder a run writes its files in before they are moved into place
+
+
+def private_dir(folder):
+    """A fresh folder inside ``folder`` that no one else has written: ``tempfile.mkdtemp`` makes it exclusively,
+    with a random name and mode 0700, so nothing planted in ``folder`` (a link at a temporary name) is ever written
+    through. Every file the project writes is made in one, by its own code (``create``) or by a library that wants
+    a path (numpy, matplotlib, faiss, ``save_pretrained``), and then moved into place (``put``)."""
+    try:
+        return tempfile.mkdtemp(prefix=STAGING, dir=folder)
+    except OSError as e:
+        raise write_error(folder, e) from None
+
+
+def create(path, mode="w"):
+    """A new file opened for writing, the one way this project creates a file: ``O_CREAT | O_EXCL | O_NOFOLLOW``,
+    so an existing file or link at ``path`` is an error, never written through. Text is UTF-8."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    return os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8")
+
+
+def put(staged, final):
+    """Move ``staged`` (a file or folder in a private folder) to ``final``: a file or link there is replaced, never
+    followed; a folder there is removed first."""
+    if os.path.isdir(final) and not os.path.islink(final):
+        shutil.rmtree(final)
+    os.replace(staged, final)
+
+
+@contextlib.contextmanager
+def writing(folder, name):
+    """A path for ``folder/name`` in a private folder, moved into place when the block ends normally and removed
+    with the private folder otherwise: the file (or folder) appears whole or not at all. Errors writing are one
+    line naming ``folder`` (``write_error``)."""
+    private = private_dir(folder)
+    try:
+        yield os.path.join(private, name)
+        put(os.path.join(private, name), os.path.join(folder, name))
+    except OSError as e:
+        raise write_error(folder, e, private) from None
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+
+
+def write_error(folder, error, staged=None, left="nothing was written", need=None):
+    """The one-line InputError for an OSError met writing into ``folder``; a full disk names what was needed
+    (``need``, else the bytes the write had reached: ``staged``, the file or folder being written), what is free,
+    and ``left``: what became of it."""
+    if error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        written = tree_bytes(staged) if staged else 0
+        free = shutil.disk_usage(folder).free if os.path.isdir(folder) else 0
+        need = need or (f"needs more than {written:,} bytes" if written else None)
+        return InputError(f"{folder}: no space left on the device ({need + ', ' if need else ''}{free:,} "
+                          f"{'free' if need else 'bytes free'}); {left}")
+    return InputError(f"{folder}: cannot write: {error.strerror or error}")
+
+
+# errors that mean the disk is full, as libraries spell them in their own exceptions
+FULL_DISK = {os.strerror(code): code for code in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)}
+
+
+def saving_error(folder, error, staged=None, left="nothing was written"):
+    """``write_error`` for an error met while a library saved into ``folder`` (torch, safetensors, faiss): an
+    OSError; another error whose message holds the system's words for a full disk (safetensors' SafetensorError,
+    faiss's RuntimeError); or any error on a device left with (almost) no free space, which is how torch reports a
+    full disk. None for any other error (a bug, to be raised as it is)."""
+    if isinstance(error, OSError):
+        return write_error(folder, error, staged, left)
+    for words, code in FULL_DISK.items():
+        if words in str(error):
+            return write_error(folder, OSError(code, words), staged, left)
+    try:
+        nearly_full = shutil.disk_usage(folder).free < 64 << 20
+    except OSError:
+        nearly_full = False
+    if nearly_full:
+        return write_error(folder, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), staged, left)
+    return None
+
+
+def tree_bytes(path):
+    """Bytes allocated to a file, or to every file under a folder (links not followed)."""
+    if not os.path.lexists(path):
+        return 0
+    if not os.path.isdir(path) or os.path.islink(path):
+        return os.lstat(path).st_size
+    return sum(os.lstat(os.path.join(d, f)).st_size for d, _, files in os.walk(path) for f in files)
+
+
+def reserve(path, nbytes, folder):
+    """Allocate ``nbytes`` to the file ``path`` now (``posix_fallocate``), so that a memory-mapped write into it
+    can never meet a full disk (which kills the process with SIGBUS); a full disk is one line naming ``folder``
+    and the bytes needed. A file system that cannot allocate ahead is left as it is."""
+    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.posix_fallocate(fd, 0, nbytes)
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise write_error(folder, e, need=f"{os.path.basename(path)} needs {nbytes:,} bytes") from None
+        if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+            raise
+    finally:
+        os.close(fd)
+
+
+def make_folder(directory):
+    """``directory``, made if missing; one line if it is a file, cannot be made or is not writable."""
+    if os.path.lexists(directory) and not os.path.isdir(directory):
+        raise InputError(f"{directory}: exists and is not a directory")
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"{directory}: cannot be created: {e.strerror}") from None
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise InputError(f"{directory}: not writable")
+
+
+def own_folder(directory):
+    """The one way a script takes an output folder for its run: made if missing (``make_folder``) and locked
+    (``FolderLock``), so that a second run on it is refused; returns the held lock. What may already be inside
+    is for the caller to judge (``Outputs._claim`` for the scripts' outputs, ``Trainer._claim`` for a run folder,
+    whose checkpoints a later run resumes from)."""
+    make_folder(directory)
+    return FolderLock(directory).acquire()
+
+
+def fresh_dir(path):
+    """A new empty folder at ``path`` made exclusively (``mkdir`` never follows a link), any entry of that name
+    removed first (a link as a link): for a private folder that several processes must find by name."""
+    remove_entry(path)
+    os.mkdir(path, 0o700)
+    return path
+
+
+def append_line(path, line):
+    """Append one line to a log file, created if missing; a link at ``path`` is refused, never followed."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    with os.fdopen(fd, "a", encoding="utf-8") as f:
+        f.write(line)
+
+
+class Outputs:
+    """All files of one output directory, committed together.
+
+    Every file is written in a private folder inside the directory (``private_dir``; ``open`` creates a file
+    there, ``tmp_path`` gives a path there to writers that want one). Leaving the ``with`` block
+    normally commits them; an exception removes the private folder, so a crash never leaves a partial file under a
+    final name. A folder that cannot be made or written (an existing file, no permission, a full disk, any failing
+    file operation) is an InputError naming it, one line.
+
+    The commit is all or nothing for the scripts that read the folder: manifest.json names every file with its
+    SHA-256; it is first written marked ``"state": "committing"``, then the files are moved into place, then it is
+    written again without the mark. A reader (``verify_input``) refuses a folder whose manifest is marked or whose
+    files do not match their hashes, so a run killed while committing never passes for a finished one.
+
+    Nothing is written, replaced or removed through a symbolic link inside the folder: files are made only in the
+    private folder, moved over a link (never through it), and a name whose parent folder is a link, or resolves
+    outside the folder, is refused.
+
+    With ``script``, the folder is that script's own: it is locked for the run (a second run on it is refused),
+    a non-empty folder is refused unless its manifest.json comes from the same script (and ``command``, where the
+    script has several), and once the new files are in place, those the previous manifest lists and this run did
+    not write again are removed (with private folders a killed run left), so no stale file outlives its run.
+    """
+
+    def __init__(self, directory, script=None, command=None):
+        self.directory = os.fspath(directory)
+        self.script = script and os.path.basename(script)
+        self.command = command
+        self._files = {}
+        self._previous = []
+        self._lock = None
+        self._stage = None
+        self._manifest = None
+
+    def __enter__(self):
+        if self.script:
+            self._lock = own_folder(self.directory)
+            try:
+                self._claim()
+            except BaseException:
+                self._lock.release()
+                raise
+        else:
+            make_folder(self.directory)
+        try:
+            self._stage = private_dir(self.directory)
+        except BaseException:
+            if self._lock is not None:
+                self._lock.release()
+            raise
+        return self
+
+    def _claim(self):
+        """Refuse a folder that is not this script's; note what its previous run wrote."""
+        names = [n for n in os.listdir(self.directory) if not n.startswith(STAGING) and n != LOCK]
+        if not names:
+            return
+        if "manifest.json" not in names:
+            raise InputError(f"{self.directory}: not empty and not an output folder of this project (no "
+                             "manifest.json); give a new or empty folder")
+        try:
+            previous = read_json_or_empty(self.path("manifest.json"))
+        except (OSError, ValueError, InputError):
+            previous = {}
+        if not isinstance(previous, dict) or previous.get("script") != self.script:
+            owner = previous.get("script") if isinstance(previous, dict) else None
+            raise InputError(f"{self.directory}: holds the output of {owner or 'another program'}; {self.script} "
+                             "writes to a folder of its own")
+        previous_args = previous.get("args")
+        previous_command = previous_args.get("command") if isinstance(previous_args, dict) else None
+        if self.command and previous_command and previous_command != self.command:
+            raise InputError(f"{self.directory}: holds the output of {self.script} {previous_command}; "
+                             f"{self.script} {self.command} writes to a folder of its own")
+        listed = [previous.get("files", [])]
+        if previous.get("state") == "committing":  # a run killed while committing: what it replaced is stale too
+            listed.append(previous.get("replacing", []))
+        self._previous = [n for names in listed if isinstance(names, list) for n in names if isinstance(n, str)]
+
+    def write_manifest(self, manifest):
+        """manifest.json, the last file, with the list of files this run wrote (the next run removes those it does
+        not write again) and their SHA-256 (readers check them); written when the folder is committed."""
+        self._manifest = manifest
+
+    def _remove_stale(self):
+        stale = set(self._previous) - set(self._files)
+        leftovers = [n for n in os.listdir(self.directory) if n.startswith(STAGING) and
+                     os.path.join(self.directory, n) != self._stage]
+        for name in sorted(stale) + leftovers:
+            try:
+                remove_entry(self.path(name))
+            except (OSError, ValueError, InputError):  # a name no run of ours writes, or one that leaves the folder
+                pass
+
+    def path(self, name):
+        """``name`` inside the folder; a name that would leave it, by its text or through a symbolic link on the
+        way, is refused."""
+        if os.path.isabs(name) or ".." in name.replace("\\", "/").split("/"):  # names pass safe_name first
+            raise ValueError(f"{name!r} would leave {self.directory}")
+        path = os.path.join(self.directory, name)
+        parent = os.path.dirname(path)
+        root, resolved = os.path.realpath(self.directory), os.path.realpath(parent)
+        through_link = any(os.path.islink(os.path.join(self.directory, *name.split("/")[:k]))
+                           for k in range(1, name.count("/") + 1))
+        if through_link or (resolved != root and not resolved.startswith(root + os.sep)):
+            raise InputError(f"{self.directory}: {name} would be written through a symbolic link; remove the link")
+        return path
+
+    def _staged(self, name):
+        """Where ``name`` is written before the commit: in the private folder, its parent folders made there."""
+        self.path(name)  # the name is checked against the final folder now, not only at the commit
+        if name in self._files:
+            raise ValueError(f"{name!r} is written twice into {self.directory}")
+        staged = os.path.join(self._stage, name)
+        try:
+            os.makedirs(os.path.dirname(staged), exist_ok=True)
+        except OSError as e:
+            raise write_error(self.directory, e) from None
+        return staged
+
+    def open(self, name, mode="w"):
+        staged = self._staged(name)
+        try:
+            f = create(staged, mode)
+        except OSError as e:
+            raise write_error(self.directory, e) from None
+        self._files[name] = f
+        return f
+
+    def tmp_path(self, name):
+        """A path for writers that want a file or folder name (numpy, matplotlib, gensim's models), in the private
+        folder; committed like the others (a folder replaces the folder ``name``)."""
+        staged = self._staged(name)
+        self._files[name] = None
+        return staged
+
+    def scratch(self, name):
+        """A path in a private folder for a file the run needs while it works and does not commit; removed with
+        the private folder at the end."""
+        scratch = os.path.join(self._stage, ".scratch")
+        os.makedirs(scratch, exist_ok=True)
+        return os.path.join(scratch, name)
+
+    def _hashes(self):
+        found = {}
+        for name in sorted(self._files):
+            staged = os.path.join(self._stage, name)
+            if os.path.isdir(staged):
+                for d, _, files in sorted(os.walk(staged)):
+                    for f in sorted(files):
+                        full = os.path.join(d, f)
+                        found[os.path.relpath(full, self._stage)] = sha256(full)
+            elif os.path.isfile(staged):
+                found[name] = sha256(staged)
+        return found
+
+    def _write_manifest(self, manifest, final):
+        staged = os.path.join(self._stage, "manifest.json")
+        remove_entry(staged)
+        with create(staged) as f:
+            f.write(dumps_line(manifest))
+            f.flush()
+            os.fsync(f.fileno())
+        put(staged, final)
+
+    def _commit(self):
+        names = sorted(self._files)
+        manifest = None
+        if self._manifest is not None:
+            manifest = {**self._manifest, "files": names, "sha256": self._hashes()}
+            self._write_manifest({**manifest, "state": "committing", "replacing": sorted(self._previous)},
+                                 self.path("manifest.json"))
+        for name in names:
+            put(os.path.join(self._stage, name), self.path(name))
+        if manifest is not None:
+            self._write_manifest(manifest, self.path("manifest.json"))
+            self._files["manifest.json"] = None
+        if self.script:
+            self._remove_stale()
+
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            try:
+                for f in self._files.values():
+                    if f is not None and not f.closed:
+                        f.close()  # flushes: a full disk may show only here
+                if exc_type is None:
+                    self._commit()
+                    return False
+            except OSError as e:
+                exc = e
+            if isinstance(exc, OSError) and (exc_type is None or exc.errno in WRITE_ERRNOS):
+                error = write_error(self.directory, exc, self._stage)
+                shutil.rmtree(self._stage, ignore_errors=True)
+                raise error from None
+            if exc is not None and exc_type is None:
+                raise exc
+            return False
+        finally:
+            shutil.rmtree(self._stage, ignore_errors=True)
+            if self._lock is not None:
+                self._lock.release()
+
+
+# what only writing can fail with (reading an input cannot), so it is reported against the output folder
+WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
+
+
+def write_json(path, obj):
+    """Write one JSON file whole or not at all (``writing``)."""
+    folder, name = os.path.split(os.path.abspath(path))
+    with writing(folder, name) as staged, create(staged) as f:
+        json.dump(obj, f, ensure_ascii=False, indent=1)
+        f.write("\n")
