@@ -18,7 +18,7 @@ from conftest import ENV, ROOT, read_jsonl
 from common import cli
 from common.io import InputError, Preempted
 from common.train import objectives, run
-from common.train.loop import BucketBatchSampler
+from common.train.samplers import BucketBatchSampler
 
 TOY = ["--log-every", "1", "--eval-every", "0", "--checkpoint-every", "5", "--keep", "10"]
 

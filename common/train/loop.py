@@ -18,15 +18,15 @@ import signal
 import time
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 from safetensors import SafetensorError
-from torch.utils.data import DataLoader, Sampler
+from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from common import folders, io
 from common.io import InputError, Preempted
 from common.folders import LOCK, STAGING
+from common.train.samplers import BucketBatchSampler, EpochSampler
 
 STATE = "trainer_state.json"
 RUN_FILE = "run.json"  # marks a run folder as this project's, with the identity of the run that owns it
@@ -89,45 +89,6 @@ def backward(accelerator, model, objective, batch):
             accelerator.backward(loss)
         total = total + loss.detach()
     return total
-
-
-class EpochSampler(Sampler):
-    """A permutation of the training rows drawn from (seed, epoch): the same in every process and on resume."""
-
-    def __init__(self, n, seed):
-        self.n, self.seed, self.epoch = n, seed, 0
-
-    def __iter__(self):
-        return iter(np.random.default_rng([self.seed, self.epoch]).permutation(self.n).tolist())
-
-    def __len__(self):
-        return self.n
-
-
-class BucketBatchSampler(Sampler):
-    """Batches of similar token length that keep the corpus's length mix: the (seed, epoch) permutation is cut
-    into windows of ``window`` batches, each window sorted by length and cut into batches, and the batches are
-    shuffled with the same generator (the "sortish" sampler of fairseq and transformers)."""
-
-    def __init__(self, lengths, batch_size, window, seed, drop_last):
-        self.lengths, self.batch_size, self.window = np.asarray(lengths), batch_size, window
-        self.seed, self.drop_last, self.epoch = seed, drop_last, 0
-
-    def __iter__(self):
-        rng = np.random.default_rng([self.seed, self.epoch])
-        order = rng.permutation(len(self.lengths))
-        span = self.batch_size * self.window
-        for start in range(0, len(order), span):
-            chunk = order[start:start + span]
-            order[start:start + span] = chunk[np.argsort(-self.lengths[chunk], kind="stable")]
-        batches = [order[i:i + self.batch_size].tolist() for i in range(0, len(order), self.batch_size)]
-        if self.drop_last and batches and len(batches[-1]) < self.batch_size:
-            batches.pop()
-        return iter([batches[i] for i in rng.permutation(len(batches))])
-
-    def __len__(self):
-        n = len(self.lengths)
-        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
 
 def parameter_groups(model, weight_decay):
