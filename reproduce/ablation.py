@@ -24,21 +24,21 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from common.eval.geometry import geometry  # noqa: E402
-from common.io import read_jsonl  # noqa: E402
+from common.eval.wikispecter import read_topics  # noqa: E402
 
 SCORES = (("crossref", "map", "MAP"), ("topics.top", "f1", "topic F1"), ("topics.top", "accuracy", "accuracy"))
 SHAPES = (("norm", "norm", 2), ("anisotropy", "anisotropy", 3), ("within_between", "within/between", 3),
           ("moved", "cos to base", 3))
 
 
-def topic_documents(data_dir):
-    """(ids, labels) of the top-level topic documents, training and test."""
-    ids, labels = [], []
-    for part in ("train", "test"):
-        for _, obj in read_jsonl(os.path.join(data_dir, f"topics.top.{part}.jsonl")):
-            ids.append(obj["id"])
-            labels.append(obj["label"])
-    return ids, labels
+def topic_documents(data_dir, eval_dir, name):
+    """(ids, labels) of the top-level topic documents, training and test, as 05 read them (every id one of the
+    documents EVAL/<name>.ids.txt holds)."""
+    with open(os.path.join(eval_dir, f"{name}.ids.txt"), encoding="utf-8") as f:
+        index = {line.rstrip("\n"): i for i, line in enumerate(f)}
+    rows = read_topics(data_dir, "top", index)
+    pairs = rows["train"] + rows["test"]
+    return [i for i, _ in pairs], [label for _, label in pairs]
 
 
 def vectors(eval_dir, name, ids):
@@ -48,10 +48,12 @@ def vectors(eval_dir, name, ids):
     return np.asarray(np.load(os.path.join(eval_dir, f"{name}.npy"), mmap_mode="r")[[index[i] for i in ids]])
 
 
-def pooling(eval_dir, name):
-    """How 05 pooled model ``name`` (its manifest's embedding settings)."""
+def read_eval(eval_dir):
+    """05's metrics.json and its manifest's embedding settings, {model: ...} each."""
+    with open(os.path.join(eval_dir, "metrics.json"), encoding="utf-8") as f:
+        metrics = json.load(f)
     with open(os.path.join(eval_dir, "manifest.json"), encoding="utf-8") as f:
-        return json.load(f)["embedding"][name]["pooling"]
+        return metrics, json.load(f)["embedding"]
 
 
 def spread(values, digits=2, percent=True):
@@ -61,17 +63,17 @@ def spread(values, digits=2, percent=True):
     return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
 
-def measure(eval_dir, name, ids, labels, base):
-    """The scores and geometry of one model in one EVAL folder; ``base``: {pooling: base vectors}."""
-    with open(os.path.join(eval_dir, "metrics.json"), encoding="utf-8") as f:
-        metrics = json.load(f)[name]
+def measure(eval_dir, evaluation, name, ids, labels, base):
+    """The scores and geometry of one model in one EVAL folder (``evaluation``: its ``read_eval``), and its
+    vectors; ``base``: {pooling: base vectors}."""
+    metrics, embedding = evaluation[0][name], evaluation[1][name]
     x = vectors(eval_dir, name, ids)
-    before = base.get(pooling(eval_dir, name))
+    before = base.get(embedding["pooling"])
     found = {f"{task} {metric}": metrics[task][metric] for task, metric, _ in SCORES}
     topic = metrics["topics.top"]
     found.update(C=topic["C"], edge=topic["C_at_edge"], converged=topic["converged"], tied=topic["C_tied"],
                  **geometry(x, labels, before if before is not None and before.shape == x.shape else None))
-    return found
+    return found, x
 
 
 def epoch(name):
@@ -98,23 +100,21 @@ def main():
     parser.add_argument("--out", required=True, help="the ablation's folder: OUT/<row>/seed_<S>/eval")
     parser.add_argument("--rows", nargs="+", action="extend", required=True, help="rows, in the table's order")
     args = parser.parse_args()
-    ids, labels = topic_documents(args.data)
-    base = {}
+    ids, labels = topic_documents(args.data, args.base, "base-cls")
+    base, evaluation = {}, read_eval(args.base)
     header = ["row", "seeds", *(name for _, _, name in SCORES), "C chosen", "C at grid end", "not converged",
               "C within a document", *(name for _, name, _ in SHAPES)]
     print("| " + " | ".join(header) + " |")
     print("|" + "|".join(["---"] * 2 + ["---:"] * 3 + ["---"] * 4 + ["---:"] * len(SHAPES)) + "|")
     for name in ("base-cls", "base-mean"):
-        found = measure(args.base, name, ids, labels, {})
-        base[name.split("-")[1]] = vectors(args.base, name, ids)
+        found, base[name.split("-")[1]] = measure(args.base, evaluation, name, ids, labels, {})
         print(row_line(name, [found]))
     for row in args.rows:
         by_model = {}
         for eval_dir in sorted(glob.glob(os.path.join(args.out, row, "seed_*", "eval"))):
-            with open(os.path.join(eval_dir, "metrics.json"), encoding="utf-8") as f:
-                names = [n for n in json.load(f) if re.fullmatch(r"epoch_\d+(-l2)?", n)]
-            for name in names:
-                by_model.setdefault(name, []).append(measure(eval_dir, name, ids, labels, base))
+            evaluation = read_eval(eval_dir)
+            for name in (n for n in evaluation[0] if re.fullmatch(r"epoch_\d+(-l2)?", n)):
+                by_model.setdefault(name, []).append(measure(eval_dir, evaluation, name, ids, labels, base)[0])
         for name in sorted(by_model, key=lambda n: (n.endswith("-l2"), epoch(n))):
             print(row_line(f"{row}{'-l2' if name.endswith('-l2') else ''}, epoch {epoch(name)}", by_model[name]))
 
