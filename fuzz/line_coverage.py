@@ -26,7 +26,7 @@ READERS = {
                                              "categories", "normalize_title", "title_key")],
     "arxiv": ["common.data.arxiv:read_records", "common.data.arxiv:extract_arxiv",
               "common.data.arxiv:parse_categories", "common.io:read_jsonl"],
-    "dictd": ["common.data.dictd:" + f for f in ("b64_number", "read_index", "read_dict", "link_target",
+    "dictd": ["common.data.dictd:" + f for f in ("b64_number", "read_index", "link_target",
                                                  "split_entry", "categories", "clean", "extract_dictd")],
     "rst": ["common.data.rst:" + f for f in ("role_text", "inline", "prose_lines", "title_of", "read_text",
                                              "source_files", "extract_rst")],

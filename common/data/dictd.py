@@ -64,11 +64,6 @@ def read_index(path):
     return rows
 
 
-def read_dict(path):
-    """The whole ``.dict`` body as bytes (``.dict.dz`` is gzip-compatible: dictzip adds a random-access table)."""
-    return read_input_bytes(path)
-
-
 def one_line(text):
     return _SPACES.sub(" ", text).strip()
 
@@ -128,7 +123,7 @@ def plural_forms(term):
 def extract_dictd(index_path, dict_path, out, counts, min_chars=90):
     """Write one contract article per entry to ``out`` (text mode); entries whose text is shorter than
     ``min_chars`` after cleaning are dropped, and links to them too (both counted)."""
-    body = read_dict(dict_path)
+    body = read_input_bytes(dict_path)  # a .dict.dz is gzip-compatible: dictzip adds a random-access table
     by_place, headword_of = {}, {}
     for headword, offset, length in read_index(index_path):
         if offset + length > len(body):

@@ -12,9 +12,10 @@ def parse_caps(text):
     caps = {}
     for part in filter(None, text.split(",")):
         level, _, value = part.partition("=")
-        if not level.strip() or not re.fullmatch(r"[0-9]+", value.strip()) or int(value.strip()) < 1:
+        level, value = level.strip(), value.strip()
+        if not level or not re.fullmatch(r"[0-9]+", value) or int(value) < 1:
             raise io.InputError(f"--topic-cap {text!r}: expected LEVEL=NUMBER,..., e.g. top=300,second=200")
-        caps[level.strip()] = int(value.strip())
+        caps[level] = int(value)
     return caps
 
 
