@@ -39,8 +39,9 @@ class Defect(AssertionError):
 
 # -- writes outside the work folder --------------------------------------------------------------------------------
 
-_REMOVE_EVENTS = {"os.remove", "os.rmdir", "shutil.rmtree"}
-_CHANGE_EVENTS = {"os.truncate", "os.chmod", "os.chown", "os.utime", "os.link", "os.symlink"}
+# events that remove or change the path they are given first
+_PATH_EVENTS = {"os.remove", "os.rmdir", "shutil.rmtree", "os.truncate", "os.chmod", "os.chown", "os.utime",
+                "os.link", "os.symlink"}
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 # outside the work folder: files and folders made during the input (a library's scratch file is fine if it is gone
 # when the input is done) and the paths of anything that existed before and was changed or removed
@@ -74,16 +75,15 @@ def _audit(event, args):
             path = _outside(path)
             if path:
                 _made_or_changed(path)
-    elif event == "os.mkdir" and _outside(args[0]):
-        _made_or_changed(_outside(args[0]))
+    elif event == "os.mkdir" and (path := _outside(args[0])):
+        _made_or_changed(path)
     elif event == "os.rename":
         source, target = _outside(args[0]), _outside(args[1])
         if source and source not in _guard["made"]:
             _guard["strays"].append(source)
         if target:
             _made_or_changed(target)
-    elif event in _REMOVE_EVENTS | _CHANGE_EVENTS and args and _outside(args[0]):
-        path = _outside(args[0])
+    elif event in _PATH_EVENTS and args and (path := _outside(args[0])):
         if path not in _guard["made"]:
             _guard["strays"].append(path)
 
@@ -330,7 +330,7 @@ def npy(data, work):
 # -- flags ---------------------------------------------------------------------------------------------------------
 
 def _argv(data):
-    return [a for a in _text(data).replace("\0", "").split("\x01")][:24]
+    return _text(data).replace("\0", "").split("\x01")[:24]
 
 
 def training_flags(data, work):
