@@ -150,7 +150,7 @@ METHODS = {
 }
 
 
-def base_model(name_or_path, read_card=None):
+def base_model(name_or_path):
     """The hub model a model starts from, for the card's ``base_model``: ``name_or_path`` itself where it is a hub
     name, the ``base_model`` the folder's own card declares where it is a folder, else None."""
     from huggingface_hub.errors import HFValidationError

@@ -7,6 +7,7 @@ The registry names each objective's module lazily, with the files it needs in th
 that trains it, so a script lists its objectives and checks ``--data`` before it imports torch or loads a model.
 """
 
+import functools
 import importlib
 import os
 from typing import NamedTuple
@@ -179,22 +180,31 @@ class Objective:
         """The model card of ``path`` (RUN/model, RUN/epoch_K): the method, the run's settings, the steps and
         validations that ``RUN/log.jsonl`` holds up to this model (the last of its records is this model's step),
         and the data directory's manifest with the manifest of the corpus it was built from."""
-        from common import io
         from common.models import card
         from common.train.loop import read_log
-        from common.train.run import RESULT_ARGS
-        args, details = self.args, self.card_details()
         log = os.path.join(os.path.dirname(os.path.abspath(path)), "log.jsonl")
         records = read_log(log) if os.path.isfile(log) else []
         last = records[-1] if records else {"step": 0, "epoch": 0}
         validation = [r for r in records if "lr" not in r]
         chosen = next((r for r in validation if r["step"] == last["step"]), None)
+        facts = self._card_facts
+        training = {**facts["training"], "steps": last["step"], "epoch": last["epoch"]}
+        return card.model_card(self.name, path, card.model_facts(self.encoder_of(model), self.max_length),
+                               facts["settings"], training, validation, chosen, **facts["card"])
+
+    @functools.cached_property
+    def _card_facts(self):
+        """What every card of the run shares (settings, versions, commit, the data's and the corpus's manifests,
+        the base model), read once: only the log grows between saves."""
+        from common import io
+        from common.models import card
+        from common.train.run import RESULT_ARGS
+        args, details = self.args, self.card_details()
         keys = [k for k in dict.fromkeys(RESULT_ARGS + self.result_args) if k != "model" and hasattr(args, k)]
         script = REGISTRY[self.name].script
         run = io.manifest(script, args, None)
         accelerator = self.accelerator
-        training = {"script": script, "steps": last["step"], "epoch": last["epoch"],
-                    "processes": accelerator.num_processes if accelerator else 1,
+        training = {"script": script, "processes": accelerator.num_processes if accelerator else 1,
                     "precision": accelerator.mixed_precision if accelerator else "no", "commit": run["git_commit"],
                     "versions": {k: v for k, v in run["versions"].items()
                                  if k in ("torch", "transformers", "sentence-transformers")}}
@@ -207,9 +217,9 @@ class Objective:
         data = card.data_summary(args.data, manifest, source if source.get("script") else None)
         if details.get("teachers"):
             data["teachers"] = details["teachers"]
-        return card.model_card(
-            self.name, path, card.model_facts(self.encoder_of(model), self.max_length),
-            [("objective", self.name)] + [(k, getattr(args, k)) for k in keys], training, validation, chosen, data,
-            base=card.base_model(args.model), start=args.model,
-            language=card.hub_language(manifest.get("language") or source.get("language")),
-            tags=details.get("tags", ()), citations=details.get("citations", ()), notes=details.get("notes", ()))
+        return {
+            "settings": [("objective", self.name)] + [(k, getattr(args, k)) for k in keys], "training": training,
+            "card": {"data": data, "base": card.base_model(args.model), "start": args.model,
+                     "language": card.hub_language(manifest.get("language") or source.get("language")),
+                     "tags": details.get("tags", ()), "citations": details.get("citations", ()),
+                     "notes": details.get("notes", ())}}
