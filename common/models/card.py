@@ -150,11 +150,20 @@ METHODS = {
 }
 
 
+def hub_name(name):
+    """``name`` where it is a valid hub repository name (``owner/model`` or ``model``), else None."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return None
+    return name
+
+
 def base_model(name_or_path):
     """The hub model a model starts from, for the card's ``base_model``: ``name_or_path`` itself where it is a hub
     name, the ``base_model`` the folder's own card declares where it is a folder, else None."""
-    from huggingface_hub.errors import HFValidationError
-    from huggingface_hub.utils import validate_repo_id
     if name_or_path is None:
         return None
     if os.path.isdir(name_or_path):
@@ -163,11 +172,7 @@ def base_model(name_or_path):
             return None
         found = ModelCard.load(path, ignore_metadata_errors=True).data.base_model
         return found if isinstance(found, str) else None
-    try:
-        validate_repo_id(name_or_path)
-    except HFValidationError:
-        return None
-    return name_or_path
+    return hub_name(name_or_path)
 
 
 def hub_language(language):
