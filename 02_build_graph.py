@@ -43,6 +43,9 @@ def add_links_arguments(parser):
                         help="share of queries held out, from which the cross-reference queries are drawn (the "
                              "thesis states no share; 0.2 is this project's choice)")
     parser.add_argument("--val", type=float, default=0.1, help="share of the remaining queries for validation")
+    parser.add_argument("--train-queries", type=int, default=0,
+                        help="at most this many training queries, a seeded sample of them (0 = all); the evaluation "
+                             "documents and validation triplets stay as without it (for ablations on a budget)")
     parser.add_argument("--per-query", type=int, default=5, help="triplets per query (SPECTER)")
     parser.add_argument("--hard", type=int, default=2,
                         help="of those, how many take a two-hop hard negative (SPECTER); the rest are easy")
@@ -72,7 +75,7 @@ def add_topic_arguments(parser):
 
 
 TOPIC_LIMITS = {"--topic-min": cli.COUNT, "--topic-test": cli.OPEN_SHARE, "--seed": cli.SEED}
-LINKS_LIMITS = {"--holdout": cli.SHARE, "--val": cli.SHARE, "--per-query": cli.COUNT, "--hard": cli.COUNT_0,
+LINKS_LIMITS = {"--holdout": cli.SHARE, "--val": cli.SHARE, "--per-query": cli.COUNT, "--train-queries": cli.COUNT_0, "--hard": cli.COUNT_0,
                 "--crossref-queries": cli.COUNT_0, "--crossref-min-links": cli.COUNT,
                 "--crossref-positives": cli.COUNT, "--crossref-negatives": cli.COUNT_0, **TOPIC_LIMITS}
 

@@ -12,7 +12,9 @@
 #   default-l2   the default's models, their vectors L2-normalised before the classifier (05 --normalize yes)
 #
 # 8 rows × 3 seeds × 2 epochs of 1,838 steps: about a day on 2 CPU cores, minutes a run on a GPU (in float32:
-# ACCELERATE_MIXED_PRECISION=no). ROWS and SEEDS choose a part, e.g. ROWS="default hard0" SEEDS="1 2".
+# ACCELERATE_MIXED_PRECISION=no). ROWS and SEEDS choose a part, e.g. ROWS="default hard0" SEEDS="1 2"; on a budget,
+# DATA_FLAGS="... --train-queries 300" trains every row on the same seeded sample of 300 training queries (1,500
+# triplets an epoch) with the same evaluation documents (docs/results.md's ablation was run so).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}

@@ -363,3 +363,23 @@ def test_pre_encoded_ids_take_memory_for_their_length_only():
     used, _ = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert pieces[0] == b'"doc0"' and used / len(pieces) < 200  # orjson's own result keeps ~4 KB each
+
+
+def test_train_queries_samples_the_training_queries_and_leaves_evaluation_and_validation_as_they_were(
+        tmp_path, random_data):
+    full, articles = random_data
+    out = build(tmp_path, articles, "--seed", "7", "--eval-docs", "shared", "--train-queries", "12")
+    splits, full_splits = (json.loads((d / "splits.json").read_text()) for d in (out, full))
+    assert len(splits["train"]) == 12 and set(splits["train"]) < set(full_splits["train"])
+    assert splits["val"] == full_splits["val"] and splits["holdout"] == full_splits["holdout"]
+    for name in ("crossref.qrels", "topics.top.train.jsonl", "topics.top.test.jsonl", "triplets.val.jsonl",
+                 "graph.npz", "docs.jsonl"):
+        assert (out / name).read_bytes() == (full / name).read_bytes(), name
+    triplets = read_jsonl(out / "triplets.train.jsonl")
+    assert sorted({t["query"] for t in triplets}) == sorted(splits["train"]) and len(triplets) == 12 * 5
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["counts"]["queries_train"] == 12 and manifest["counts"]["triplets_train"] == 60
+    # as many or more queries than there are: every one, the data as without the flag
+    again = build(tmp_path, articles, "--seed", "7", "--eval-docs", "shared", "--train-queries", "100000",
+                  name="all")
+    assert (again / "triplets.train.jsonl").read_bytes() == (full / "triplets.train.jsonl").read_bytes()

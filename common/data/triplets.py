@@ -130,14 +130,15 @@ class GraphSettings:
     topic_cap: str
     topic_test: float
     graph_json: bool = False
+    train_queries: int = 0
 
 
 def build_graph(settings, corpus, outputs, counts, say=print):
     """The link-graph data directory in SPECTER's steps: query splits, the held-out cross-reference candidates and
     topic splits (the evaluation documents, chosen first), the training corpus without them, then the training
     graph and the triplets. ``settings`` is a ``GraphSettings``; the files go into ``outputs``."""
-    streams = np.random.SeedSequence(settings.seed).spawn(5)
-    rng_split, rng_train, rng_val, rng_qrels, rng_topics = (np.random.default_rng(s) for s in streams)
+    streams = np.random.SeedSequence(settings.seed).spawn(6)  # a sixth stream leaves the first five as they were
+    rng_split, rng_train, rng_val, rng_qrels, rng_topics, rng_subset = (np.random.default_rng(s) for s in streams)
     splits = split_queries(corpus, settings.holdout, settings.val, rng_split)
 
     # The evaluation documents are chosen first, so that training can be kept off them (the thesis evaluates on
@@ -154,6 +155,9 @@ def build_graph(settings, corpus, outputs, counts, say=print):
     train_corpus, new_number = training_corpus(corpus, excluded, counts)
     queries_before = len(splits["train"]) + len(splits["val"])
     train_queries = training_queries(splits, new_number, train_corpus, counts)
+    if 0 < settings.train_queries < len(train_queries["train"]):  # a seeded sample, for a quick or smaller run
+        train_queries["train"] = np.sort(rng_subset.choice(train_queries["train"], settings.train_queries,
+                                                           replace=False))
     kept_docs = np.flatnonzero(new_number >= 0)
     splits.update({name: kept_docs[members] for name, members in train_queries.items()})
     for name, members in splits.items():
