@@ -9,6 +9,11 @@ pooling).
 
 Reads OUT/<row>/seed_<S>/eval (05's metrics.json and vectors: models ``epoch_<E>``, and ``epoch_<E>-l2`` for the
 default row) and BASE (models ``base-cls``, ``base-mean``).
+
+With ``--sensitivity``, a second table: the same vectors' topic F1 under the protocol and under one change of the
+classifier each (L2-normalised or standardised features, a C grid two decades wider at each end) and over
+``RESPLITS`` seeded stratified re-splits of the same topic documents (mean, and the spread over splits), so that an
+F1 change can be told from the protocol's own noise.
 """
 
 import argparse
@@ -24,9 +29,14 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from common.eval.geometry import geometry  # noqa: E402
-from common.eval.wikispecter import read_topics  # noqa: E402
+from common.eval.wikispecter import GRID_C, read_topics, topics  # noqa: E402
 
 SCORES = (("crossref", "map", "MAP"), ("topics.top", "f1", "topic F1"), ("topics.top", "accuracy", "accuracy"))
+RESPLITS = 5
+WIDE_GRID = np.logspace(-6, 4, 11)
+SENSITIVITY = (("f1", "protocol"), ("f1_l2", "L2-normalised"), ("f1_std", "standardised"),
+               ("f1_wide", "C grid 1e-6…1e4"), ("f1_resplit", f"{RESPLITS} re-splits, mean"),
+               ("f1_resplit_sd", "spread over re-splits"))
 SHAPES = (("norm", "norm", 2), ("anisotropy", "anisotropy", 3), ("within_between", "within/between", 3),
           ("moved", "cos to base", 3))
 
@@ -38,7 +48,30 @@ def topic_documents(data_dir, eval_dir, name):
         index = {line.rstrip("\n"): i for i, line in enumerate(f)}
     rows = read_topics(data_dir, "top", index)
     pairs = rows["train"] + rows["test"]
-    return [i for i, _ in pairs], [label for _, label in pairs]
+    return [i for i, _ in pairs], [label for _, label in pairs], len(rows["train"])
+
+
+def sensitivity(x, labels, n_train, seed=42):
+    """Topic macro-F1 of the vectors ``x`` (training documents first, ``n_train`` of them) under the protocol
+    (common/eval/wikispecter.topics) and under one change each; the re-splits keep the protocol's test share."""
+    from sklearn.model_selection import StratifiedShuffleSplit
+    from sklearn.preprocessing import StandardScaler
+    x = np.asarray(x, dtype=np.float64)
+    index = {str(i): i for i in range(len(x))}
+    split = {"train": [(str(i), labels[i]) for i in range(n_train)],
+             "test": [(str(i), labels[i]) for i in range(n_train, len(x))]}
+    unit = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+    scaled = StandardScaler().fit(x[:n_train]).transform(x)
+    found = {"f1": topics(x, index, split, seed)[0]["f1"], "f1_l2": topics(unit, index, split, seed)[0]["f1"],
+             "f1_std": topics(scaled, index, split, seed)[0]["f1"],
+             "f1_wide": topics(x, index, split, seed, WIDE_GRID)[0]["f1"]}
+    resplit = []
+    shuffles = StratifiedShuffleSplit(RESPLITS, test_size=len(x) - n_train, random_state=seed)
+    for train, test in shuffles.split(x, labels):
+        rows = {"train": [(str(i), labels[i]) for i in train], "test": [(str(i), labels[i]) for i in test]}
+        resplit.append(topics(x, index, rows, seed)[0]["f1"])
+    found.update(f1_resplit=statistics.mean(resplit), f1_resplit_sd=statistics.stdev(resplit))
+    return found
 
 
 def vectors(eval_dir, name, ids):
@@ -63,9 +96,9 @@ def spread(values, digits=2, percent=True):
     return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
 
-def measure(eval_dir, evaluation, name, ids, labels, base):
+def measure(eval_dir, evaluation, name, ids, labels, base, n_train=None):
     """The scores and geometry of one model in one EVAL folder (``evaluation``: its ``read_eval``), and its
-    vectors; ``base``: {pooling: base vectors}."""
+    vectors; ``base``: {pooling: base vectors}; ``n_train``: also the classifier's sensitivity (``sensitivity``)."""
     metrics, embedding = evaluation[0][name], evaluation[1][name]
     x = vectors(eval_dir, name, ids)
     before = base.get(embedding["pooling"])
@@ -73,6 +106,8 @@ def measure(eval_dir, evaluation, name, ids, labels, base):
     topic = metrics["topics.top"]
     found.update(C=topic["C"], edge=topic["C_at_edge"], converged=topic["converged"], tied=topic["C_tied"],
                  **geometry(x, labels, before if before is not None and before.shape == x.shape else None))
+    if n_train is not None:
+        found.update(sensitivity(x, labels, n_train))
     return found, x
 
 
@@ -93,30 +128,49 @@ def row_line(label, runs):
     return "| " + " | ".join(cells) + " |"
 
 
+def sensitivity_line(label, runs):
+    return "| " + " | ".join([label, str(len(runs))] + [spread([r[key] for r in runs]) for key, _ in SENSITIVITY]) \
+        + " |"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", required=True, help="the default row's data directory (its topic documents)")
     parser.add_argument("--base", required=True, help="05's EVAL folder of the base (models base-cls, base-mean)")
     parser.add_argument("--out", required=True, help="the ablation's folder: OUT/<row>/seed_<S>/eval")
     parser.add_argument("--rows", nargs="+", action="extend", required=True, help="rows, in the table's order")
+    parser.add_argument("--sensitivity", action="store_true",
+                        help="also the table of topic F1 under other classifier settings and re-splits")
     args = parser.parse_args()
-    ids, labels = topic_documents(args.data, args.base, "base-cls")
+    ids, labels, n_train = topic_documents(args.data, args.base, "base-cls")
+    n_train = n_train if args.sensitivity else None
+    lines = []
     base, evaluation = {}, read_eval(args.base)
     header = ["row", "seeds", *(name for _, _, name in SCORES), "C chosen", "C at grid end", "not converged",
               "C within a document", *(name for _, name, _ in SHAPES)]
     print("| " + " | ".join(header) + " |")
     print("|" + "|".join(["---"] * 2 + ["---:"] * 3 + ["---"] * 4 + ["---:"] * len(SHAPES)) + "|")
     for name in ("base-cls", "base-mean"):
-        found, base[name.split("-")[1]] = measure(args.base, evaluation, name, ids, labels, {})
+        found, base[name.split("-")[1]] = measure(args.base, evaluation, name, ids, labels, {}, n_train)
         print(row_line(name, [found]))
+        lines.append((name, [found]))
     for row in args.rows:
         by_model = {}
         for eval_dir in sorted(glob.glob(os.path.join(args.out, row, "seed_*", "eval"))):
             evaluation = read_eval(eval_dir)
             for name in (n for n in evaluation[0] if re.fullmatch(r"epoch_\d+(-l2)?", n)):
-                by_model.setdefault(name, []).append(measure(eval_dir, evaluation, name, ids, labels, base)[0])
+                by_model.setdefault(name, []).append(
+                    measure(eval_dir, evaluation, name, ids, labels, base, n_train)[0])
         for name in sorted(by_model, key=lambda n: (n.endswith("-l2"), epoch(n))):
-            print(row_line(f"{row}{'-l2' if name.endswith('-l2') else ''}, epoch {epoch(name)}", by_model[name]))
+            label = f"{row}{'-l2' if name.endswith('-l2') else ''}, epoch {epoch(name)}"
+            print(row_line(label, by_model[name]))
+            lines.append((label, by_model[name]))
+    if args.sensitivity:
+        print("\nTopic macro-F1 (%) of the same vectors under the protocol and one change of the classifier each:")
+        print("| " + " | ".join(["row", "seeds", *(name for _, name in SENSITIVITY)]) + " |")
+        print("|" + "|".join(["---"] * 2 + ["---:"] * len(SENSITIVITY)) + "|")
+        for label, runs in lines:
+            print(sensitivity_line(label, runs))
 
 
 if __name__ == "__main__":

@@ -84,3 +84,39 @@ def test_the_ablation_table_gives_each_row_and_epoch_its_mean_and_spread_over_se
     assert lines[2] == "| base-cls | 1 | 50.00 | 50.00 | 50.00 | 1 | 0/1 | 0/1 | 0/1 | 1.00 | 0.333 | 0.000 | – |"
     assert lines[4] == ("| default, epoch 1 | 2 | 70.00 ± 14.14 | 60.00 ± 14.14 | 60.00 ± 14.14 | 0.01, 100 | 1/2 | "
                         "1/2 | 1/2 | 2.00 ± 0.00 | 0.417 ± 0.118 | 0.500 ± 0.707 | 0.875 ± 0.177 |")
+
+
+def test_the_sensitivity_table_scores_the_same_vectors_as_sklearn_does_under_each_change(tmp_path):
+    """reproduce/ablation.py --sensitivity: each F1 equals scikit-learn's own pipeline for that change."""
+    import importlib.util
+    import os
+    from conftest import ROOT
+    from sklearn.metrics import f1_score
+    from sklearn.model_selection import GridSearchCV, StratifiedShuffleSplit
+    from sklearn.preprocessing import StandardScaler, normalize
+    from sklearn.svm import LinearSVC
+    spec = importlib.util.spec_from_file_location("ablation", os.path.join(ROOT, "reproduce", "ablation.py"))
+    ablation = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ablation)
+    rng = np.random.default_rng(3)
+    labels = [f"l{i % 3}" for i in range(60)]
+    centres = rng.normal(size=(3, 8))
+    x = np.array([centres[i % 3] + 1.5 * rng.normal(size=8) for i in range(60)]) * [1, 1, 1, 1, 1, 1, 40, 0.01]
+    n_train = 42
+
+    def f1(features, train, test, grid=np.logspace(-4, 2, 7)):
+        search = GridSearchCV(LinearSVC(random_state=42), {"C": grid}, cv=3)
+        search.fit(features[train], [labels[i] for i in train])
+        return f1_score([labels[i] for i in test], search.predict(features[test]), average="macro")
+
+    train, test = np.arange(n_train), np.arange(n_train, 60)
+    scaled = StandardScaler().fit(x[train]).transform(x)
+    resplit = [f1(x, a, b) for a, b in StratifiedShuffleSplit(5, test_size=18, random_state=42).split(x, labels)]
+    expected = {"f1": f1(x, train, test), "f1_l2": f1(normalize(x), train, test), "f1_std": f1(scaled, train, test),
+                "f1_wide": f1(x, train, test, np.logspace(-6, 4, 11)), "f1_resplit": np.mean(resplit),
+                "f1_resplit_sd": np.std(resplit, ddof=1)}
+    found = ablation.sensitivity(x, labels, n_train)
+    assert found.keys() == expected.keys()
+    for key, value in expected.items():
+        assert found[key] == pytest.approx(value, abs=1e-12), key
+    assert len(set(round(v, 6) for v in expected.values())) > 2  # the changes do change the score here
