@@ -29,7 +29,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from common.eval.geometry import geometry  # noqa: E402
-from common.eval.wikispecter import GRID_C, read_topics, topics  # noqa: E402
+from common.eval.wikispecter import read_topics, topics  # noqa: E402
 
 SCORES = (("crossref", "map", "MAP"), ("topics.top", "f1", "topic F1"), ("topics.top", "accuracy", "accuracy"))
 RESPLITS = 5

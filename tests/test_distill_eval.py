@@ -95,3 +95,61 @@ def test_testsets_refuse_a_foreign_folder_and_an_impossible_threshold_and_commit
     with pytest.raises(io.InputError):
         module.main(["testsets", "--out", str(tmp_path / "t")])
     assert [(d, f) for d, _, f in os.walk(tmp_path / "t") if f] == []  # lee was built, but not committed
+
+
+def test_distill_probe_refits_the_teachers_axes_and_scores_each_step_to_the_students_target(tmp_path, capsys):
+    """reproduce/distill_probe.py: the axes refitted from TEACH/sbert_full.npy give 04 teachers' projected vectors
+    exactly, and each row's MAP is 05's crossref MAP of those vectors (trec_eval's, through pytrec_eval)."""
+    import importlib.util
+    import numpy as np
+    import pytrec_eval
+    from common.distill import teachers
+    spec = importlib.util.spec_from_file_location("distill_probe", os.path.join(ROOT, "reproduce", "distill_probe.py"))
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    rng = np.random.default_rng(0)
+    teach, data, ev, raw = (tmp_path / n for n in ("teach", "data", "eval", "raw"))
+    for d in (teach, data, ev, raw):
+        d.mkdir()
+    full = (rng.normal(size=(40, 6)) * [5, 4, 3, 2, 0.1, 0.1]).astype(np.float32)
+    axes, _ = teachers.principal_axes(full, 3, 7)
+    np.save(teach / "sbert_full.npy", full)
+    (teach / "manifest.json").write_text(json.dumps({"seed": 7, "counts": {"teacher_dim": 3}}))
+    ids = [f"d{i}" for i in range(12)]
+    (data / "docs.jsonl").write_text("".join(json.dumps({"id": i, "title": i, "text": i}) + "\n" for i in ids))
+    qrels = {"d0": {"d1": 1, "d2": 1, "d3": 0, "d4": 0, "d5": 0}, "d6": {"d7": 1, "d8": 0, "d9": 0, "d10": 1, "d11": 0}}
+    (data / "crossref.qrels").write_text("".join(f"{q} 0 {d} {r}\n" for q, j in qrels.items() for d, r in j.items()))
+    vectors = {"sbert": rng.normal(size=(12, 6)), "sbert-raw": rng.normal(size=(12, 6)),
+               "student": rng.normal(size=(12, 3))}
+    for name, x in vectors.items():
+        folder = raw if name == "sbert-raw" else ev
+        np.save(folder / f"{name}.npy", x.astype(np.float32))
+        (folder / f"{name}.ids.txt").write_text("".join(i + "\n" for i in ids))
+    probe.sys.argv = ["distill_probe.py", "--data", str(data), "--teach", str(teach), "--eval", str(ev), "--raw",
+                      str(raw), "--student", "student"]
+    probe.main()
+    lines = capsys.readouterr().out.splitlines()
+
+    def trec_map(x):
+        run = {q: {d: -float(np.linalg.norm(x[ids.index(d)] - x[ids.index(q)])) for d in j} for q, j in qrels.items()}
+        found = pytrec_eval.RelevanceEvaluator(qrels, {"map"}).evaluate(run)
+        return 100 * np.mean([v["map"] for v in found.values()])
+
+    raw32 = vectors["sbert-raw"].astype(np.float32).astype(np.float64)
+    target = raw32 @ axes.T.astype(np.float64)
+    student = vectors["student"].astype(np.float32).astype(np.float64)
+    cos = np.mean([a @ b / np.linalg.norm(a) / np.linalg.norm(b) for a, b in zip(student, target)])
+    unit = student / np.linalg.norm(student, axis=1, keepdims=True)
+    assert lines[2].endswith(f"| {trec_map(vectors['sbert'].astype(np.float32)):.2f} |  |  |")
+    assert lines[3].endswith(f"| {trec_map(raw32):.2f} |  |  |")
+    assert f"| {trec_map(target):.2f} |" in lines[4] and "3 axes" in lines[4]
+    assert lines[5] == f"| student | {trec_map(student):.2f} | {trec_map(unit):.2f} | {cos:.3f} |"
+    # the refitted axes are 04 teachers' own: its projection of the full vectors, to the last bit
+    out = np.zeros((40, 3), dtype=np.float32)
+
+    class Flushing(np.ndarray):
+        def flush(self):
+            pass
+    projected = teachers.project_rows(full, axes, out.view(Flushing))
+    refitted, _ = probe.teacher_axes(str(teach))
+    assert np.array_equal(full @ refitted.T, projected)

@@ -1,0 +1,91 @@
+"""Where distillation's retrieval comes from on documents never distilled on (reproduce/distill.sh): the structural
+teacher's own vectors at each step between the published model and the target the student imitates, and how near
+each student comes to that target on the evaluation documents.
+
+    python reproduce/distill_probe.py --data work/foldoc-data --teach work/teach \\
+        --eval work/distill-foldoc-eval --raw work/distill-foldoc-raw --student longformer only-mse mse-contextual
+
+Rows, each scored by 05's cross-reference MAP (common/eval/wikispecter.crossref: L2 distance, as the thesis's
+students are compared):
+- ``sbert``: the teacher as sentence-transformers publishes it (mean pooling, normalised): EVAL/sbert.
+- ``teacher, not normalised``: mean pooling without the Normalize module, at the teacher's length: RAW/sbert-raw,
+  what 04 teachers embeds the training documents with.
+- ``teacher → D axes``: those vectors projected onto the principal axes 04 teachers fitted on the distillation
+  corpus (refitted here from TEACH/sbert_full.npy with the same seed and width): the student's MSE target.
+- the same, L2-normalised: what the projection alone costs once the norm is taken out again.
+- each student: its MAP, its MAP on L2-normalised vectors, and its mean cosine to the projected teacher on the
+  evaluation documents (how much of the target it learned to reproduce off its training corpus).
+"""
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from common.data.documents import Documents  # noqa: E402
+from common.distill import teachers  # noqa: E402
+from common.eval.wikispecter import crossref, read_qrels  # noqa: E402
+from common.vectors import read_rows  # noqa: E402
+
+
+def unit(x):
+    x = np.asarray(x, dtype=np.float64)
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+
+
+def mean_cosine(a, b):
+    return float((unit(a) * unit(b)).sum(axis=1).mean())
+
+
+def teacher_axes(teach):
+    """The axes 04 teachers projected the structural teacher onto: refitted from its full-width vectors with the
+    seed and width its manifest records (the same PCA call, so the same axes)."""
+    with open(os.path.join(teach, "manifest.json"), encoding="utf-8") as f:
+        manifest = json.load(f)
+    dim = manifest["counts"].get("teacher_dim")
+    if dim is None:
+        return None, None
+    full = np.load(os.path.join(teach, f"{teachers.STRUCTURAL}_full.npy"), mmap_mode="r")
+    axes, kept = teachers.principal_axes(full, dim, manifest["seed"])
+    return axes, kept
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", required=True, help="the evaluation data directory (crossref.qrels, docs.jsonl)")
+    parser.add_argument("--teach", required=True, help="04 teachers' folder of the distillation")
+    parser.add_argument("--eval", required=True, help="05's EVAL folder with the models sbert and the students")
+    parser.add_argument("--raw", required=True, help="05's EVAL folder with sbert-raw: the teacher not normalised")
+    parser.add_argument("--student", nargs="+", action="extend", default=[], help="student model names in EVAL")
+    args = parser.parse_args()
+    docs = Documents(args.data)
+    qrels = read_qrels(os.path.join(args.data, "crossref.qrels"), docs.index)
+
+    def score(x):
+        return 100 * crossref(np.asarray(x, dtype=np.float64), docs.index, qrels)["map"]
+
+    sbert = read_rows(args.eval, "sbert", docs.ids)
+    raw = read_rows(args.raw, "sbert-raw", docs.ids)
+    axes, kept = teacher_axes(args.teach)
+    target = np.asarray(raw, dtype=np.float64) @ axes.T if axes is not None else np.asarray(raw, dtype=np.float64)
+    rows = [("sbert (as published: mean, normalised)", score(sbert), "", ""),
+            ("teacher, not normalised (04 teachers' vectors)", score(raw), "", "")]
+    if axes is not None:
+        rows += [(f"teacher → {axes.shape[0]} axes ({kept:.1%} of the variance on the distillation corpus): the "
+                  "student's target", score(target), score(unit(target)), "")]
+    for name in args.student:
+        x = read_rows(args.eval, name, docs.ids)
+        cos = f"{mean_cosine(x, target):.3f}" if x.shape[1] == target.shape[1] else "–"
+        rows.append((name, score(x), score(unit(x)), cos))
+    print("| vectors | crossref MAP | MAP, L2-normalised | cosine to the student's target |")
+    print("|---|---:|---:|---:|")
+    for label, m, m_unit, cos in rows:
+        print(f"| {label} | {m:.2f} | {m_unit if isinstance(m_unit, str) else f'{m_unit:.2f}'} | {cos} |")
+
+
+if __name__ == "__main__":
+    main()
