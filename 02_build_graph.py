@@ -75,8 +75,8 @@ def add_topic_arguments(parser):
 
 
 TOPIC_LIMITS = {"--topic-min": cli.COUNT, "--topic-test": cli.OPEN_SHARE, "--seed": cli.SEED}
-LINKS_LIMITS = {"--holdout": cli.SHARE, "--val": cli.SHARE, "--per-query": cli.COUNT, "--train-queries": cli.COUNT_0, "--hard": cli.COUNT_0,
-                "--crossref-queries": cli.COUNT_0, "--crossref-min-links": cli.COUNT,
+LINKS_LIMITS = {"--holdout": cli.SHARE, "--val": cli.SHARE, "--per-query": cli.COUNT, "--hard": cli.COUNT_0,
+                "--train-queries": cli.COUNT_0, "--crossref-queries": cli.COUNT_0, "--crossref-min-links": cli.COUNT,
                 "--crossref-positives": cli.COUNT, "--crossref-negatives": cli.COUNT_0, **TOPIC_LIMITS}
 
 

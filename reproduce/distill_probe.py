@@ -13,8 +13,11 @@ students are compared):
 - ``teacher → D axes``: those vectors projected onto the principal axes 04 teachers fitted on the distillation
   corpus (refitted here from TEACH/sbert_full.npy with the same seed and width): the student's MSE target.
 - the same, L2-normalised: what the projection alone costs once the norm is taken out again.
-- each student: its MAP, its MAP on L2-normalised vectors, and its mean cosine to the projected teacher on the
-  evaluation documents (how much of the target it learned to reproduce off its training corpus).
+- the target cut to its top ``TOP`` axes: how much of the ranking the axes of most variance carry (MSE weighs each
+  axis by its variance, so a student learns those first).
+- each student: its MAP, its MAP on L2-normalised vectors, its mean cosine to the projected teacher on the
+  evaluation documents (how much of the target it learned to reproduce off its training corpus), and R² against
+  the target on the top ``TOP`` axes and on the rest (1: reproduced; 0: no better than the target's mean).
 """
 
 import argparse
@@ -32,6 +35,9 @@ from common.eval.wikispecter import crossref, read_qrels  # noqa: E402
 from common.vectors import read_rows  # noqa: E402
 
 
+TOP = 16
+
+
 def unit(x):
     x = np.asarray(x, dtype=np.float64)
     return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
@@ -39,6 +45,12 @@ def unit(x):
 
 def mean_cosine(a, b):
     return float((unit(a) * unit(b)).sum(axis=1).mean())
+
+
+def r2(x, target):
+    """1 - residual / total sum of squares of ``target``'s rows about their mean."""
+    x, target = np.asarray(x, dtype=np.float64), np.asarray(target, dtype=np.float64)
+    return float(1 - ((x - target) ** 2).sum() / ((target - target.mean(axis=0)) ** 2).sum())
 
 
 def teacher_axes(teach):
@@ -72,19 +84,24 @@ def main():
     raw = read_rows(args.raw, "sbert-raw", docs.ids)
     axes, kept = teacher_axes(args.teach)
     target = np.asarray(raw, dtype=np.float64) @ axes.T if axes is not None else np.asarray(raw, dtype=np.float64)
-    rows = [("sbert (as published: mean, normalised)", score(sbert), "", ""),
-            ("teacher, not normalised (04 teachers' vectors)", score(raw), "", "")]
+    rows = [("sbert (as published: mean, normalised)", score(sbert), None, "", "", ""),
+            ("teacher, not normalised (04 teachers' vectors)", score(raw), None, "", "", "")]
     if axes is not None:
         rows += [(f"teacher → {axes.shape[0]} axes ({kept:.1%} of the variance on the distillation corpus): the "
-                  "student's target", score(target), score(unit(target)), "")]
+                  "student's target", score(target), score(unit(target)), "", "", ""),
+                 (f"the target's top {TOP} axes alone", score(target[:, :TOP]), score(unit(target[:, :TOP])), "", "",
+                  "")]
     for name in args.student:
         x = read_rows(args.eval, name, docs.ids)
-        cos = f"{mean_cosine(x, target):.3f}" if x.shape[1] == target.shape[1] else "–"
-        rows.append((name, score(x), score(unit(x)), cos))
-    print("| vectors | crossref MAP | MAP, L2-normalised | cosine to the student's target |")
-    print("|---|---:|---:|---:|")
-    for label, m, m_unit, cos in rows:
-        print(f"| {label} | {m:.2f} | {m_unit if isinstance(m_unit, str) else f'{m_unit:.2f}'} | {cos} |")
+        same = x.shape[1] == target.shape[1]
+        rows.append((name, score(x), score(unit(x)), f"{mean_cosine(x, target):.3f}" if same else "–",
+                     f"{r2(x[:, :TOP], target[:, :TOP]):.3f}" if same else "–",
+                     f"{r2(x[:, TOP:], target[:, TOP:]):.3f}" if same else "–"))
+    print(f"| vectors | crossref MAP | MAP, L2-normalised | cosine to the student's target | R², top {TOP} axes | "
+          "R², the rest |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for label, m, m_unit, cos, top, rest in rows:
+        print(f"| {label} | {m:.2f} | {'' if m_unit is None else f'{m_unit:.2f}'} | {cos} | {top} | {rest} |")
 
 
 if __name__ == "__main__":

@@ -111,16 +111,16 @@ def test_distill_probe_refits_the_teachers_axes_and_scores_each_step_to_the_stud
     teach, data, ev, raw = (tmp_path / n for n in ("teach", "data", "eval", "raw"))
     for d in (teach, data, ev, raw):
         d.mkdir()
-    full = (rng.normal(size=(40, 6)) * [5, 4, 3, 2, 0.1, 0.1]).astype(np.float32)
-    axes, _ = teachers.principal_axes(full, 3, 7)
+    full = (rng.normal(size=(60, 20)) * np.linspace(5, 0.1, 20)).astype(np.float32)
+    axes, _ = teachers.principal_axes(full, 18, 7)
     np.save(teach / "sbert_full.npy", full)
-    (teach / "manifest.json").write_text(json.dumps({"seed": 7, "counts": {"teacher_dim": 3}}))
+    (teach / "manifest.json").write_text(json.dumps({"seed": 7, "counts": {"teacher_dim": 18}}))
     ids = [f"d{i}" for i in range(12)]
     (data / "docs.jsonl").write_text("".join(json.dumps({"id": i, "title": i, "text": i}) + "\n" for i in ids))
     qrels = {"d0": {"d1": 1, "d2": 1, "d3": 0, "d4": 0, "d5": 0}, "d6": {"d7": 1, "d8": 0, "d9": 0, "d10": 1, "d11": 0}}
     (data / "crossref.qrels").write_text("".join(f"{q} 0 {d} {r}\n" for q, j in qrels.items() for d, r in j.items()))
-    vectors = {"sbert": rng.normal(size=(12, 6)), "sbert-raw": rng.normal(size=(12, 6)),
-               "student": rng.normal(size=(12, 3))}
+    vectors = {"sbert": rng.normal(size=(12, 20)), "sbert-raw": rng.normal(size=(12, 20)),
+               "student": rng.normal(size=(12, 18))}
     for name, x in vectors.items():
         folder = raw if name == "sbert-raw" else ev
         np.save(folder / f"{name}.npy", x.astype(np.float32))
@@ -140,12 +140,21 @@ def test_distill_probe_refits_the_teachers_axes_and_scores_each_step_to_the_stud
     student = vectors["student"].astype(np.float32).astype(np.float64)
     cos = np.mean([a @ b / np.linalg.norm(a) / np.linalg.norm(b) for a, b in zip(student, target)])
     unit = student / np.linalg.norm(student, axis=1, keepdims=True)
-    assert lines[2].endswith(f"| {trec_map(vectors['sbert'].astype(np.float32)):.2f} |  |  |")
-    assert lines[3].endswith(f"| {trec_map(raw32):.2f} |  |  |")
-    assert f"| {trec_map(target):.2f} |" in lines[4] and "3 axes" in lines[4]
-    assert lines[5] == f"| student | {trec_map(student):.2f} | {trec_map(unit):.2f} | {cos:.3f} |"
+    assert lines[2].endswith(f"| {trec_map(vectors['sbert'].astype(np.float32)):.2f} |  |  |  |  |")
+    assert lines[3].endswith(f"| {trec_map(raw32):.2f} |  |  |  |  |")
+    target_unit = target / np.linalg.norm(target, axis=1)[:, None]
+    assert lines[4].endswith(f"| {trec_map(target):.2f} | {trec_map(target_unit):.2f} |  |  |  |")
+    assert "18 axes" in lines[4]
+    top = target[:, :16]
+    assert lines[5] == (f"| the target's top 16 axes alone | {trec_map(top):.2f} | "
+                        f"{trec_map(top / np.linalg.norm(top, axis=1)[:, None]):.2f} |  |  |  |")
+
+    def r2(a, b):
+        return 1 - ((a - b) ** 2).sum() / ((b - b.mean(axis=0)) ** 2).sum()
+    assert lines[6] == (f"| student | {trec_map(student):.2f} | {trec_map(unit):.2f} | {cos:.3f} | "
+                        f"{r2(student[:, :16], top):.3f} | {r2(student[:, 16:], target[:, 16:]):.3f} |")
     # the refitted axes are 04 teachers' own: its projection of the full vectors, to the last bit
-    out = np.zeros((40, 3), dtype=np.float32)
+    out = np.zeros((60, 18), dtype=np.float32)
 
     class Flushing(np.ndarray):
         def flush(self):

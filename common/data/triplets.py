@@ -148,8 +148,8 @@ def build_graph(settings, corpus, outputs, counts, say=print):
                                            settings.crossref_negatives, rng_qrels, counts)
     with outputs.open("crossref.qrels") as f:
         f.writelines(qrels_lines(corpus, candidates))
-    topic_parts = write_topics(corpus, outputs, rng_topics, counts, settings.topic_min, settings.topic_cap, settings.topic_test,
-                               settings.seed, say)
+    topic_parts = write_topics(corpus, outputs, rng_topics, counts, settings.topic_min, settings.topic_cap,
+                               settings.topic_test, settings.seed, say)
 
     excluded = evaluation_documents(settings.eval_docs, candidates, topic_parts)
     train_corpus, new_number = training_corpus(corpus, excluded, counts)
