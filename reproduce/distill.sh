@@ -5,7 +5,8 @@
 # before and after distillation and both teachers are evaluated on documents never distilled on: BBC News topic
 # classification with the thesis's MLP head on 1k and all training documents, the Lee corpus's human similarity
 # ratings, and retrieval: FOLDOC's cross-reference ranking (MAP over each held-out entry's 5 linked and 25 random
-# candidates, as reproduce/wikispecter.sh builds it). About 60 minutes on 2 CPU cores after reproduce/pretrain.sh.
+# candidates, as reproduce/wikispecter.sh builds it), with reproduce/distill_probe.py's account of where the
+# retrieval goes. About 60 minutes on 2 CPU cores after reproduce/pretrain.sh.
 #
 # Relaxed for 2 CPU cores, each as the thesis allows: the student reads 1,024 tokens (thesis 4,096) with a 256-token
 # window (512); training takes the thesis's validation-run settings (its Table 4.4: batch 6 without accumulation,
@@ -61,3 +62,8 @@ MODELS="--model longformer=$WORK/student --model sbert=$MINILM --model dm=$WORK/
     "$WORK/distill-foldoc-eval/metrics.json" \
     --row longformer=Longformer sbert=SBERT dm=DM mse-contextual=MSE-contextual only-mse=only-MSE \
     | tee "$WORK/distill.md"
+echo "== where the retrieval goes: the teacher at each step to the student's target, each student's distance from it"
+"$PY" 05_evaluate.py --data "$WORK/foldoc-data" --task crossref --out "$WORK/distill-foldoc-raw" \
+    --model sbert-raw="$MINILM" --normalize sbert-raw=no
+"$PY" reproduce/distill_probe.py --data "$WORK/foldoc-data" --teach "$WORK/teach" --eval "$WORK/distill-foldoc-eval" \
+    --raw "$WORK/distill-foldoc-raw" --student longformer only-mse mse-contextual | tee -a "$WORK/distill.md"
