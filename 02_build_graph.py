@@ -31,7 +31,7 @@ import numpy as np
 
 from common import cli, folders, io
 from common.data import graph, triplets
-from common.data.splits import parse_caps, refuse_empty_splits, write_topics
+from common.data.splits import TOPIC_LIMITS, add_topic_arguments, parse_caps, refuse_empty_splits, write_topics
 
 
 def add_links_arguments(parser):
@@ -67,14 +67,6 @@ def add_links_arguments(parser):
                              "(tens of GB for a full Wikipedia; graph.npz holds the same graph)")
 
 
-def add_topic_arguments(parser):
-    parser.add_argument("--topic-min", type=int, default=10, help="drop topic labels with fewer documents (thesis)")
-    parser.add_argument("--topic-cap", default="top=300,second=200",
-                        help="most documents per label, per level (thesis)")
-    parser.add_argument("--topic-test", type=float, default=0.3, help="stratified test share of topic documents")
-
-
-TOPIC_LIMITS = {"--topic-min": cli.COUNT, "--topic-test": cli.OPEN_SHARE, "--seed": cli.SEED}
 LINKS_LIMITS = {"--holdout": cli.SHARE, "--val": cli.SHARE, "--per-query": cli.COUNT, "--hard": cli.COUNT_0,
                 "--train-queries": cli.COUNT_0, "--crossref-queries": cli.COUNT_0, "--crossref-min-links": cli.COUNT,
                 "--crossref-positives": cli.COUNT, "--crossref-negatives": cli.COUNT_0, **TOPIC_LIMITS}

@@ -50,9 +50,9 @@ def mean_cosine(a, b):
 
 
 def r2(x, target):
-    """1 - residual / total sum of squares of ``target``'s rows about their mean."""
-    x, target = np.asarray(x, dtype=np.float64), np.asarray(target, dtype=np.float64)
-    return float(1 - ((x - target) ** 2).sum() / ((target - target.mean(axis=0)) ** 2).sum())
+    """1 - residual / total sum of squares of ``target``'s rows about their mean, over all its dimensions."""
+    from sklearn.metrics import r2_score
+    return float(r2_score(target, x, multioutput="variance_weighted"))
 
 
 def teacher_axes(teach):

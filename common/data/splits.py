@@ -3,8 +3,19 @@
 
 import re
 
-from common import io
+from common import cli, io
 from common.data import graph
+
+
+TOPIC_LIMITS = {"--topic-min": cli.COUNT, "--topic-test": cli.OPEN_SHARE, "--seed": cli.SEED}
+
+
+def add_topic_arguments(parser):
+    """02's topic-split flags (the links and retrieval commands share them), checked with ``TOPIC_LIMITS``."""
+    parser.add_argument("--topic-min", type=int, default=10, help="drop topic labels with fewer documents (thesis)")
+    parser.add_argument("--topic-cap", default="top=300,second=200",
+                        help="most documents per label, per level (thesis)")
+    parser.add_argument("--topic-test", type=float, default=0.3, help="stratified test share of topic documents")
 
 
 def parse_caps(text):

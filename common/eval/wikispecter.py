@@ -99,7 +99,7 @@ def topic_levels(data_dir):
 GRID_C = np.logspace(-4, 2, 7)
 
 
-def topics(emb, index, rows, seed=42, grid=GRID_C):
+def topics(emb, index, rows, seed=42):
     """SciDocs' classification protocol: LinearSVC (squared hinge) with C chosen by 3-fold grid search over
     logspace(-4, 2, 7) on the training documents; macro F1 and accuracy on the test documents. Returns the metrics
     and the test documents' ``(true labels, predicted labels)``.
@@ -108,8 +108,7 @@ def topics(emb, index, rows, seed=42, grid=GRID_C):
     liblinear converged on the final fit within its iteration limit, and ``cv_margin``: how far the chosen C's mean
     cross-validated accuracy lies above the next best C's. Each can make the F1 fragile: a change of the vectors too
     small to move any cosine can then move it by points. ``C_tied``: the margin is at most one training document's
-    share of the accuracy, so that such a change can pick another C. ``grid``: the C values searched (SciDocs' by
-    default)."""
+    share of the accuracy, so that such a change can pick another C."""
     import warnings
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.metrics import accuracy_score, f1_score
@@ -119,7 +118,7 @@ def topics(emb, index, rows, seed=42, grid=GRID_C):
     y_train = [label for _, label in rows["train"]]
     x_test = emb[[index[i] for i, _ in rows["test"]]]
     y_test = [label for _, label in rows["test"]]
-    search = GridSearchCV(LinearSVC(loss="squared_hinge", random_state=seed), {"C": grid}, cv=3)
+    search = GridSearchCV(LinearSVC(loss="squared_hinge", random_state=seed), {"C": GRID_C}, cv=3)
     with warnings.catch_warnings():  # reported once, as "converged", instead of once per fold and C
         warnings.simplefilter("ignore", ConvergenceWarning)
         search.fit(x_train, y_train)
@@ -128,7 +127,7 @@ def topics(emb, index, rows, seed=42, grid=GRID_C):
     c = float(search.best_params_["C"])
     best, runner_up = np.sort(search.cv_results_["mean_test_score"])[-1:-3:-1]
     return {"f1": float(f1_score(y_test, pred, average="macro")), "accuracy": float(accuracy_score(y_test, pred)),
-            "C": c, "C_at_edge": bool(c in (grid[0], grid[-1])), "converged": bool(final.n_iter_ < final.max_iter),
+            "C": c, "C_at_edge": bool(c in (GRID_C[0], GRID_C[-1])), "converged": bool(final.n_iter_ < final.max_iter),
             "cv_margin": float(best - runner_up), "C_tied": bool(best - runner_up <= 1 / len(y_train) + 1e-9)}, (
         y_test, pred.tolist())
 
