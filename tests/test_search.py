@@ -2,6 +2,7 @@
 collator and sentence-transformers' losses), the retrieval metrics (against pytrec_eval and
 sentence-transformers' evaluator), sharded embedding and the search command."""
 
+import argparse
 import gzip
 import importlib.util
 import json
@@ -368,8 +369,9 @@ def test_a_masked_lm_batch_with_nothing_masked_gives_no_logits_and_keeps_every_p
         logits = model(ids, attention_mask, nothing)
         assert logits.shape == (0, reference.config.vocab_size)
     model.train()
-    loss = MLMObjective.losses(None, model, {"input_ids": ids, "attention_mask": attention_mask,
-                                             "labels": torch.full_like(ids, -100)})
+    objective = MLMObjective(argparse.Namespace(nsp=False), None)
+    loss = objective.losses(model, {"input_ids": ids, "attention_mask": attention_mask,
+                                    "labels": torch.full_like(ids, -100)})
     loss.backward()
     assert float(loss) == 0.0
     assert all(p.grad is not None for p in model.mlm.bert.encoder.layer[-1].parameters())

@@ -118,6 +118,15 @@ METHODS = {
         "paper-search method's stage 1; from a new one, pretraining. It was not trained for similarity: its pooled "
         "vectors are the encoder's, a start for fine-tuning (`--objective mnrl`, `--objective triplet`).",
         ("mlm", "fill-mask"), ("bert",), similarity=False, inputs="texts as they are"),
+    "mlm-nsp": Method(
+        "masked-language-model and next-sentence-prediction training",
+        "trained on the corpus's texts with both of BERT's pre-training objectives (Devlin et al. 2019, §3.1): the "
+        "masked language model, and next-sentence prediction, a two-way classifier on BERT's pooler over `[CLS]` "
+        "that tells whether segment B of a pair followed segment A in one document or was cut from another "
+        "(pairs cut as BERT's `create_pretraining_data.py` cuts them, with token types 0 and 1). Its `[CLS]` vector "
+        "has thus been trained before any fine-tuning, as BERT's was; it was not trained for similarity: its "
+        "pooled vectors are the encoder's, a start for fine-tuning (`--objective mnrl`, `--objective triplet`).",
+        ("mlm", "nsp", "fill-mask"), ("bert",), similarity=False, inputs="texts as they are"),
     "contrastive": Method(
         "key-sentence contrastive objective",
         "fine-tuned after the key-sentence extraction thesis (CRISPR-Cas9 knockout articles): a fixed query, "

@@ -227,7 +227,7 @@ def _names(keys, most=6):
 
 def load_weights(auto_class, name_or_path, say=print):
     """``auto_class.from_pretrained(name_or_path)`` checked key by key, without transformers' load report; returns
-    (model, the task head's weights the checkpoint lacked, newly initialised).
+    (model, the weights the checkpoint lacked that were newly initialised: a task head's, and BERT's pooler's).
 
     A checkpoint may hold weights the model has no place for, and lack weights it never uses; both are expected and
     pass silently: a task head (a masked-LM head when an encoder is wanted, BERT's next-sentence head when a masked
@@ -262,7 +262,7 @@ def load_weights(auto_class, name_or_path, say=print):
     if stray:
         say(f"note: {name_or_path}: {len(stray)} weights that {type(model).__name__} has no place for are left out "
             f"({_names(stray, 3)})")
-    return model, sorted(set(info["missing_keys"]) - set(base))
+    return model, sorted(set(info["missing_keys"]) - set(lacking))
 
 
 def _tokenizer_files(name_or_path, tokenizer):

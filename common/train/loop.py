@@ -447,7 +447,8 @@ class Trainer:
                         mean = acc.reduce(torch.stack(window).mean(), reduction="mean").item()
                         rate = len(window) / cfg.grad_accum / (time.perf_counter() - started)
                         self._log({"step": self.step, "epoch": round(self.step / self.steps_per_epoch, 4),
-                                   "loss": mean, "lr": self.scheduler.get_last_lr()[0], "steps_per_s": rate})
+                                   "loss": mean, **self.objective.log_metrics(acc),
+                                   "lr": self.scheduler.get_last_lr()[0], "steps_per_s": rate})
                         bar.set_postfix(loss=f"{mean:.4f}")
                         window, started = [], time.perf_counter()
                     if cfg.eval_every and self.step % cfg.eval_every == 0:

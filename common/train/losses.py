@@ -79,3 +79,11 @@ def masked_lm(logits, labels):
     """BERT's masked-language-model loss per masked token: cross-entropy of ``logits`` [N, V] at ``labels`` [N]
     (the masked positions only, so their mean is Hugging Face's ``outputs.loss``)."""
     return F.cross_entropy(logits, labels, reduction="none")
+
+
+@in_fp32
+def next_sentence(logits, labels):
+    """BERT's next-sentence-prediction loss per pair: cross-entropy of the two-way ``logits`` [B, 2] at ``labels``
+    [B] (0: segment B follows A, 1: B is from another document; their mean is the second term of
+    ``BertForPreTraining``'s loss)."""
+    return F.cross_entropy(logits, labels, reduction="none")

@@ -77,6 +77,8 @@ class Objective:
       ``row_tokens(rows)``  tokens of each row, for an objective whose examples' losses do not depend on one another
                             (``independent``): ``collate_train`` then cuts a batch over ``--chunk-tokens`` into
                             parts that the loop runs forward and backward one at a time (same gradient)
+      ``log_metrics(accelerator)`` → what the training log adds to the mean loss every ``--log-every`` steps (parts
+                            of a loss, an accuracy), means over the processes since the last record
       ``validate(model, loader, accelerator)`` → metrics
       ``save(model, path)`` RUN/model: the encoder in Hugging Face + sentence-transformers form, heads beside it,
                             and its model card (``card``; ``card_details`` adds an objective's own notes)
@@ -156,6 +158,9 @@ class Objective:
     def losses(self, model, batch):
         raise NotImplementedError
 
+    def log_metrics(self, accelerator):
+        return {}
+
     def validate(self, model, loader, accelerator):
         return {}
 
@@ -173,7 +178,8 @@ class Objective:
 
     def card_details(self):
         """What this objective adds to its models' cards: ``notes`` (paragraphs under the model's details),
-        ``tags``, ``citations`` (keys of ``card.CITATIONS``), ``teachers`` (the data's teachers)."""
+        ``tags``, ``citations`` (keys of ``card.CITATIONS``), ``teachers`` (the data's teachers), ``method`` (the
+        key of ``card.METHODS`` that describes this run, where it is not the objective's name)."""
         return {}
 
     def card(self, model, path):
@@ -189,7 +195,7 @@ class Objective:
         chosen = next((r for r in validation if r["step"] == last["step"]), None)
         facts = self._card_facts
         training = {**facts["training"], "steps": last["step"], "epoch": last["epoch"]}
-        return card.model_card(self.name, path, card.model_facts(self.encoder_of(model), self.max_length),
+        return card.model_card(facts["method"], path, card.model_facts(self.encoder_of(model), self.max_length),
                                facts["settings"], training, validation, chosen, **facts["card"])
 
     @functools.cached_property
@@ -218,6 +224,7 @@ class Objective:
         if details.get("teachers"):
             data["teachers"] = details["teachers"]
         return {
+            "method": details.get("method", self.name),
             "settings": [("objective", self.name)] + [(k, getattr(args, k)) for k in keys], "training": training,
             "card": {"data": data, "base": card.base_model(args.model), "start": args.model,
                      "language": card.hub_language(manifest.get("language") or source.get("language")),

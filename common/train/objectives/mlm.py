@@ -20,6 +20,13 @@ RUN/model is the masked-LM model (encoder and head, ``save_pretrained``) with se
 pooling: ``AutoModel`` and ``SentenceTransformer`` load the encoder from it and drop the head, so 05 scores the
 adapted encoder and stage 2 starts from it.
 
+With ``--nsp``, BERT's pre-training as a whole (Devlin et al. 2019, §3.1): the masked LM on pairs of segments A and
+B cut from one document at sentence boundaries (``common/train/nsp.py``, after BERT's ``create_pretraining_data.py``)
+instead of blocks, plus next-sentence prediction (is B A's continuation or a span of another document) by a two-way
+classifier on BERT's pooler over ``[CLS]``. The loss is ``BertForPreTraining``'s: the mean masked-LM loss over the
+masked tokens plus the mean next-sentence cross-entropy. The pairs are cut once, from (seed, document); their masks
+are drawn as the blocks' are. RUN/model is then the ``BertForPreTraining`` (pooler and both heads).
+
 A new model (no ``--model``): as ``run_mlm_no_trainer.py`` trains one from scratch, from ``--config-name`` (a model
 whose configuration is copied, not its weights) or ``--model-type`` (transformers' default configuration of that
 architecture), changed by ``--config-overrides`` (``run_mlm.py``'s ``"n_layer=4,hidden_size=256"`` form), with
@@ -41,7 +48,7 @@ from common.data.documents import Documents
 from common.data.retrieval import read_split_ids
 from common.io import InputError
 from common.models.encoder import Encoder, load_weights
-from common.train import losses
+from common.train import losses, nsp
 from common.train.objectives import Objective
 
 VAL = int.from_bytes(b"val", "little")  # the "epoch" of validation masks: fixed for the whole run
@@ -57,16 +64,27 @@ class MaskedLM(nn.Module):
     come from every position, its queries, attention output and feed-forward block only from the masked ones. The
     logits are those of the whole model at the masked positions (tests/test_search.py checks them against
     ``BertForMaskedLM``); on 8 blocks of 256 tokens of all-MiniLM-L6-v2 this leaves out about a tenth of a step's
-    arithmetic (docs/benchmarks.md, "Masked-LM training")."""
+    arithmetic (docs/benchmarks.md, "Masked-LM training").
 
-    def __init__(self, mlm, pooling, normalize):
+    With ``nsp`` (``mlm`` a ``BertForPreTraining``: ``cls.predictions`` and ``cls.seq_relationship``) the model also
+    predicts the next sentence from BERT's pooler over ``[CLS]``, so the ``[CLS]`` position goes through the last
+    layer too, and the pooler, which ``Encoder`` freezes for pooling of its own, is trained."""
+
+    def __init__(self, mlm, pooling, normalize, nsp=False):
         super().__init__()
         self.mlm = mlm
+        self.nsp = nsp
         self.__dict__["encoder"] = Encoder(mlm.base_model, pooling, normalize)
-        self.__dict__["head"] = getattr(mlm, "cls", getattr(mlm, "lm_head", None))
+        heads = getattr(mlm, "cls", getattr(mlm, "lm_head", None))
+        self.__dict__["head"] = heads.predictions if nsp else heads
+        if nsp:
+            mlm.base_model.pooler.requires_grad_(True)
 
-    def forward(self, input_ids, attention_mask, masked):
-        """Logits ``[number of masked positions, vocabulary]``, in the order of ``masked.nonzero()``."""
+    def forward(self, input_ids, attention_mask, masked, token_type_ids=None):
+        """Logits ``[number of masked positions, vocabulary]``, in the order of ``masked.nonzero()``; with ``nsp``,
+        ``(those logits, next-sentence logits [batch, 2])``."""
+        if self.nsp:
+            return self._pretraining(input_ids, attention_mask, masked, token_type_ids)
         if self.head is None:
             return self.mlm(input_ids=input_ids, attention_mask=attention_mask).logits[masked]
         base = self.mlm.base_model
@@ -81,6 +99,25 @@ class MaskedLM(nn.Module):
             base.encoder.layer = layers
         return self.head(last_layer_at(layers[-1], hidden, attention_mask, masked))
 
+    def _pretraining(self, input_ids, attention_mask, masked, token_type_ids):
+        base, relationship = self.mlm.base_model, self.mlm.cls.seq_relationship
+        layers = getattr(getattr(base, "encoder", None), "layer", None)
+        if not _bert_last_layer(base, layers):
+            out = base(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+            return self.head(out.last_hidden_state[masked]), relationship(out.pooler_output)
+        pooler = base.pooler
+        base.encoder.layer, base.pooler = layers[:-1], None  # the pooler reads the last layer's [CLS], not this
+        try:
+            hidden = base(input_ids=input_ids, attention_mask=attention_mask,
+                          token_type_ids=token_type_ids).last_hidden_state
+        finally:
+            base.encoder.layer, base.pooler = layers, pooler
+        at = masked.clone()
+        at[:, 0] = True
+        states = last_layer_at(layers[-1], hidden, attention_mask, at)
+        first = at.nonzero(as_tuple=True)[1] == 0  # each row's [CLS], first of its row's positions
+        return self.head(states[masked[at]]), relationship(pooler(states[first][:, None]))
+
 
 def _bert_last_layer(base, layers):
     """Whether ``last_layer_at`` computes this model's last layer: a BERT layer (BERT, MiniLM, …) with absolute
@@ -91,6 +128,15 @@ def _bert_last_layer(base, layers):
             and getattr(config, "position_embedding_type", "absolute") == "absolute"
             and not config.is_decoder and not getattr(config, "add_cross_attention", False)
             and config._attn_implementation in ("sdpa", ATTENTION, "eager"))
+
+
+def _check_nsp(model, nsp, what):
+    """``--nsp`` needs a pre-training model with BERT's pooler and next-sentence head (a one-line error else)."""
+    heads = getattr(model, "cls", None)
+    if nsp and not (hasattr(heads, "predictions") and hasattr(heads, "seq_relationship")
+                    and getattr(model.base_model, "pooler", None) is not None):
+        raise InputError(f"--nsp: {what} has no next-sentence-prediction head in transformers ({model.config.model_type}"
+                         f"'s pre-training model is {type(model).__name__}); BERT's is BertForPreTraining")
 
 
 def last_layer_at(layer, hidden, attention_mask, masked):
@@ -213,8 +259,9 @@ class MLMObjective(Objective):
                 "pooling": "mean", "max_length": None, "normalize": False, "drop_last": False}
     result_args = ("mlm_probability", "mask_replace_prob", "random_replace_prob", "whole_word_mask", "line_by_line",
                    "mlm_docs", "validation_split", "model_type", "config_name", "config_overrides", "tokenizer_name",
-                   "vocab_size", "lowercase")
-    limits = {"--vocab-size": ("between 100 and 1,000,000", lambda v: 100 <= v <= 1_000_000)}
+                   "vocab_size", "lowercase", "nsp", "short_seq_prob")
+    limits = {"--vocab-size": ("between 100 and 1,000,000", lambda v: 100 <= v <= 1_000_000),
+              "--short-seq-prob": cli.SHARE}
     speed_args = ("cache_dir",)
 
     @classmethod
@@ -237,6 +284,14 @@ class MLMObjective(Objective):
         parser.add_argument("--validation-split", type=float, default=0.05,
                             help="share of those papers held out for validation loss and perplexity "
                                  "(run_mlm_no_trainer's validation_split_percentage 5)")
+        parser.add_argument("--nsp", action="store_true",
+                            help="BERT's pre-training: next-sentence prediction besides the masked LM, on pairs of "
+                                 "segments cut from one document at sentence boundaries (B the continuation half of "
+                                 "the time, else from another document), BERT's pooler and a two-way classifier on "
+                                 "[CLS]; the model is a BertForPreTraining (Devlin et al. 2019, §3.1)")
+        parser.add_argument("--short-seq-prob", type=float, default=0.1,
+                            help="--nsp: share of documents whose pairs aim at a shorter length, drawn from 2 to the "
+                                 "model's (BERT's create_pretraining_data.py short_seq_prob)")
         parser.add_argument("--cache-dir", default=None,
                             help="where tokenised texts are cached (default: the datasets cache, as "
                                  "run_mlm_no_trainer)")
@@ -269,9 +324,12 @@ class MLMObjective(Objective):
         if args.model and (args.config_overrides or args.tokenizer_name):
             raise InputError("--config-overrides and --tokenizer-name apply to a new model "
                              "(--model-type / --config-name), not to --model")
+        if args.nsp and args.line_by_line:
+            raise InputError("--nsp cuts pairs of segments at sentence boundaries; --line-by-line trains on single "
+                             "texts: give one of them")
 
     def build(self):
-        from transformers import AutoModelForMaskedLM, AutoTokenizer
+        from transformers import AutoTokenizer
         args = self.args
         if args.model is None:
             mlm = self._new_model()
@@ -279,26 +337,39 @@ class MLMObjective(Objective):
             self.tokenizer = AutoTokenizer.from_pretrained(args.model)
             if self.tokenizer.mask_token_id is None:
                 raise InputError(f"{args.model}: its tokenizer has no mask token")
-            mlm, head = load_weights(AutoModelForMaskedLM, args.model, self.say)
+            mlm, new = load_weights(self._auto_class(), args.model, self.say)
+            _check_nsp(mlm, args.nsp, args.model)
+            prefix = mlm.base_model_prefix + "."
+            nsp_part = [k for k in new if k.startswith(("cls.seq_relationship.", prefix + "pooler."))]
+            head = [k for k in new if k not in nsp_part]
             if head:
                 self.say(f"note: {args.model} has no masked-LM head weights ({len(head)} tensors newly "
                          "initialised); they start untrained")
+            if nsp_part:
+                self.say(f"note: {args.model} has no next-sentence head or pooler weights ({len(nsp_part)} tensors "
+                         "newly initialised); they start untrained")
         model_limit = self.tokenizer.model_max_length if self.tokenizer.model_max_length < 100_000 else \
             mlm.config.max_position_embeddings
         limit = min(model_limit, 1024)  # run_mlm_no_trainer's cap
         self.max_length = min(args.max_length or limit, model_limit)
         self.settings = {"pooling": args.pooling, "normalize": bool(args.normalize), "max_length": self.max_length,
                          "st_config": {}}
-        model = MaskedLM(mlm, args.pooling, bool(args.normalize))
+        model = MaskedLM(mlm, args.pooling, bool(args.normalize), nsp=args.nsp)
         self.masked_lm = type(mlm).__name__
         self.encoder = model.encoder
         self.info.update({"mlm_probability": args.mlm_probability, "whole_word_mask": args.whole_word_mask,
-                          "line_by_line": args.line_by_line, "mlm_docs": args.mlm_docs})
+                          "line_by_line": args.line_by_line, "mlm_docs": args.mlm_docs, "nsp": args.nsp})
+        self._window = []  # --nsp: each training batch's masked-LM loss, next-sentence loss and accuracy
         return model
 
+    def _auto_class(self):
+        from transformers import AutoModelForMaskedLM, AutoModelForPreTraining
+        return AutoModelForPreTraining if self.args.nsp else AutoModelForMaskedLM
+
     def _new_model(self):
-        """A randomly initialised masked-LM model from a configuration, with its tokenizer (``self.tokenizer``)."""
-        from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
+        """A randomly initialised masked-LM model (``--nsp``: pre-training model) from a configuration, with its
+        tokenizer (``self.tokenizer``)."""
+        from transformers import AutoConfig, AutoTokenizer
         from transformers.models.auto.configuration_auto import CONFIG_MAPPING
         args = self.args
         if args.config_name:
@@ -320,6 +391,10 @@ class MLMObjective(Objective):
                 config.update_from_string(args.config_overrides)
             except ValueError as e:
                 raise InputError(f"--config-overrides {args.config_overrides!r}: {e}") from None
+        auto_class = self._auto_class()
+        if args.nsp:  # refused before a vocabulary is learnt for it
+            with torch.device("meta"):
+                _check_nsp(auto_class.from_config(config), True, f"a new {config.model_type} model")
         limit = getattr(config, "max_position_embeddings", 512)
         if args.tokenizer_name:
             self.tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_name)
@@ -337,9 +412,9 @@ class MLMObjective(Objective):
         config.vocab_size = len(self.tokenizer)
         config.pad_token_id = self.tokenizer.pad_token_id
         with torch.device("meta"):  # sizes only: a configuration too large for the machine is refused unallocated
-            planned = sum(p.numel() for p in AutoModelForMaskedLM.from_config(config).parameters())
+            planned = sum(p.numel() for p in auto_class.from_config(config).parameters())
         cli.check_memory(planned * 4 * 4, f"a new {config.model_type} model of {planned:,} parameters")
-        mlm = AutoModelForMaskedLM.from_config(config)
+        mlm = auto_class.from_config(config)
         sizes = sum(p.numel() for p in mlm.parameters())
         self.say(f"new {config.model_type} model ({sizes / 1e6:.1f}M parameters, randomly initialised): "
                  f"{getattr(config, 'num_hidden_layers', '?')} layers, hidden size {getattr(config, 'hidden_size', '?')}")
@@ -377,79 +452,150 @@ class MLMObjective(Objective):
         texts = self._texts()
         if not texts:
             raise InputError(f"{os.path.join(args.data, 'docs.jsonl')}: no abstracts to train on")
-        ids, word_start, offsets = tokenize(texts, self.tokenizer, self.max_length, args.line_by_line,
-                                            self._cache_dir())
-        parts = [Part.of_texts(ids, word_start, offsets, np.sort(p)) for p in self._split(len(texts))]
-        if not args.line_by_line:
-            parts = [p.blocks(self.max_length) for p in parts]
+        if args.nsp:
+            parts = self._pairs(texts)
+        else:
+            ids, word_start, offsets = tokenize(texts, self.tokenizer, self.max_length, args.line_by_line,
+                                                self._cache_dir())
+            parts = [Part.of_texts(ids, word_start, offsets, np.sort(p)) for p in self._split(len(texts))]
+            if not args.line_by_line:
+                parts = [p.blocks(self.max_length) for p in parts]
         self.parts = parts
         self.special_ids = np.array(self.tokenizer.all_special_ids)
         self.train_rows = np.stack([np.arange(len(parts[0])), np.zeros(len(parts[0]), np.int64)], 1)
         self.val_rows = np.stack([np.arange(len(parts[1])), np.ones(len(parts[1]), np.int64)], 1)
         self.epoch = 0
         if not len(self.train_rows):
-            raise InputError(f"{os.path.join(args.data, 'docs.jsonl')}: too few tokens for one block of "
-                             f"{self.max_length}")
+            raise InputError(f"{os.path.join(args.data, 'docs.jsonl')}: " + (
+                "no sentences to pair" if args.nsp else f"too few tokens for one block of {self.max_length}"))
+
+    def _pairs(self, texts):
+        """``--nsp``: the training and validation parts as next-sentence pairs of their own documents."""
+        args = self.args
+        ids, word_start, sentences, per_text = nsp.tokenize_sentences(texts, self.tokenizer, self._cache_dir())
+        parts = [nsp.Pairs(ids, word_start, nsp.pairs(sentences, per_text, np.sort(p), self.max_length - 3,
+                                                     args.short_seq_prob, args.seed),
+                           self.tokenizer.cls_token_id, self.tokenizer.sep_token_id)
+                 for p in self._split(len(texts))]
+        random = [float(p.table[:, 4].mean()) if len(p) else 0.0 for p in parts]
+        self.say(f"next-sentence pairs: {len(parts[0]):,} for training ({random[0]:.1%} random), {len(parts[1]):,} "
+                 f"for validation ({random[1]:.1%} random)")
+        return parts
 
     def set_epoch(self, epoch):
         self.epoch = epoch
 
     def train_lengths(self):
-        return np.diff(self.parts[0].offsets)
+        part = self.parts[0]
+        return part.lengths() if self.args.nsp else np.diff(part.offsets)
 
     def example(self, example, part):
-        """Masked input ids and labels of one example, from (seed, epoch or VAL, example)."""
+        """Masked input ids and labels of one example, from (seed, epoch or VAL, example); with ``--nsp`` also its
+        token type ids and next-sentence label."""
         args = self.args
-        ids, word_start = self.parts[part].get(example)
+        if args.nsp:
+            ids, word_start, types, label = self.parts[part].get(example)
+        else:
+            ids, word_start = self.parts[part].get(example)
         rng = np.random.default_rng([args.seed, VAL if part else self.epoch, int(example)])
-        return mask_tokens(ids, np.isin(ids, self.special_ids), word_start, rng, args.mlm_probability,
-                           args.mask_replace_prob, args.random_replace_prob, args.whole_word_mask,
-                           self.tokenizer.mask_token_id, len(self.tokenizer))
+        masked = mask_tokens(ids, np.isin(ids, self.special_ids), word_start, rng, args.mlm_probability,
+                             args.mask_replace_prob, args.random_replace_prob, args.whole_word_mask,
+                             self.tokenizer.mask_token_id, len(self.tokenizer))
+        return (*masked, types, label) if args.nsp else masked
 
     def collate(self, rows):
         rows = np.asarray(rows).reshape(-1, 2)
         examples = [self.example(e, p) for e, p in rows.tolist()]
-        width = max(len(ids) for ids, _ in examples)
+        width = max(len(example[0]) for example in examples)
         input_ids = np.full((len(rows), width), self.tokenizer.pad_token_id or 0, dtype=np.int64)
         labels = np.full((len(rows), width), IGNORE, dtype=np.int64)
         mask = np.zeros((len(rows), width), dtype=np.int64)
-        for r, (ids, lab) in enumerate(examples):
+        for r, (ids, lab, *_) in enumerate(examples):
             input_ids[r, :len(ids)], labels[r, :len(ids)], mask[r, :len(ids)] = ids, lab, 1
-        return {"input_ids": torch.from_numpy(input_ids), "attention_mask": torch.from_numpy(mask),
-                "labels": torch.from_numpy(labels)}
+        batch = {"input_ids": torch.from_numpy(input_ids), "attention_mask": torch.from_numpy(mask),
+                 "labels": torch.from_numpy(labels)}
+        if self.args.nsp:
+            types = np.zeros((len(rows), width), dtype=np.int64)
+            for r, (ids, _, token_types, _) in enumerate(examples):
+                types[r, :len(ids)] = token_types
+            batch["token_type_ids"] = torch.from_numpy(types)
+            batch["next_sentence_label"] = torch.tensor([example[3] for example in examples], dtype=torch.int64)
+        return batch
 
     def losses(self, model, batch):
         masked = batch["labels"] != IGNORE
+        if self.args.nsp:
+            return self._pretraining_loss(model, batch, masked)
         logits = model(batch["input_ids"], batch["attention_mask"], masked)
         if not masked.any():
             return logits.sum() * 0.0  # keeps every process's graph (and DDP) in step
         return losses.masked_lm(logits, batch["labels"][masked])
 
+    def _pretraining_loss(self, model, batch, masked):
+        """``BertForPreTraining``'s loss: the mean masked-LM loss over the batch's masked tokens plus the mean
+        next-sentence cross-entropy over its pairs (a scalar). Its two parts and the next-sentence accuracy are
+        kept, detached, for the training log."""
+        logits, relationship = model(batch["input_ids"], batch["attention_mask"], masked, batch["token_type_ids"])
+        labels = batch["next_sentence_label"]
+        masked_lm = losses.masked_lm(logits, batch["labels"][masked]).mean() if masked.any() else logits.sum() * 0.0
+        next_sentence = losses.next_sentence(relationship, labels).mean()
+        self._window.append(torch.stack([masked_lm.detach(), next_sentence.detach(),
+                                         (relationship.detach().argmax(-1) == labels).float().mean()]))
+        return masked_lm + next_sentence
+
+    def log_metrics(self, accelerator):
+        if not self._window:
+            return {}
+        mean = accelerator.reduce(torch.stack(self._window).mean(0), reduction="mean").tolist()
+        self._window = []
+        return dict(zip(("mlm_loss", "nsp_loss", "nsp_accuracy"), mean))
+
     @torch.no_grad()
     def validate(self, model, loader, accelerator):
         """Token-weighted validation loss over the fixed validation masks, its exp (perplexity), and the share of
-        masked tokens whose most likely prediction is the original (accuracy)."""
+        masked tokens whose most likely prediction is the original (accuracy); with ``--nsp`` also the mean
+        next-sentence loss and the share of the fixed validation pairs whose label is predicted."""
         totals = []
         for batch in loader:
             masked = batch["labels"] != IGNORE
-            logits = model(batch["input_ids"], batch["attention_mask"], masked)
+            if self.args.nsp:
+                logits, relationship = model(batch["input_ids"], batch["attention_mask"], masked,
+                                             batch["token_type_ids"])
+                pair = batch["next_sentence_label"]
+                pairs = torch.stack([losses.next_sentence(relationship, pair),
+                                     (relationship.argmax(-1) == pair).float()], 1)
+            else:
+                logits = model(batch["input_ids"], batch["attention_mask"], masked)
+                pairs = torch.zeros(len(masked), 0)
             labels = batch["labels"][masked]
             per_token = losses.masked_lm(logits, labels)
             row = masked.nonzero()[:, 0]
             sums = torch.zeros(len(masked), 2, device=per_token.device).index_add_(
                 0, row, torch.stack([per_token, (logits.argmax(-1) == labels).float()], 1))
-            totals.append(accelerator.gather_for_metrics(torch.cat([sums, masked.sum(1, keepdim=True).float()], 1)))
+            totals.append(accelerator.gather_for_metrics(torch.cat(
+                [sums, masked.sum(1, keepdim=True).float(), pairs.to(sums.device)], 1)))
         if not totals:
             return {}
-        loss_sum, correct, count = torch.cat(totals).sum(0).tolist()
-        if not count:
-            return {}
-        return {"val_loss": loss_sum / count, "perplexity": float(np.exp(loss_sum / count)),
-                "val_accuracy": correct / count}
+        sums = torch.cat(totals)
+        loss_sum, correct, count = sums[:, :3].sum(0).tolist()
+        found = {}
+        if count:
+            found = {"val_loss": loss_sum / count, "perplexity": float(np.exp(loss_sum / count)),
+                     "val_accuracy": correct / count}
+        if self.args.nsp:
+            nsp_loss, nsp_correct = sums[:, 3:].mean(0).tolist()
+            found.update({"val_nsp_loss": nsp_loss, "val_nsp_accuracy": nsp_correct})
+        return found
 
     def card_details(self):
-        notes = [f"The folder holds the masked-LM head too: `AutoModelForMaskedLM` loads it with the encoder "
-                 f"(`{self.masked_lm}`), `AutoModel` and `SentenceTransformer` load the encoder alone."]
+        if self.args.nsp:
+            notes = [f"The folder holds BERT's pre-training heads too (`{self.masked_lm}`: the masked-LM head, the "
+                     "pooler and the next-sentence classifier): `AutoModelForPreTraining` loads them with the "
+                     "encoder, `AutoModel` loads the encoder with its trained pooler, `SentenceTransformer` the "
+                     "encoder alone."]
+        else:
+            notes = [f"The folder holds the masked-LM head too: `AutoModelForMaskedLM` loads it with the encoder "
+                     f"(`{self.masked_lm}`), `AutoModel` and `SentenceTransformer` load the encoder alone."]
         if self.args.model is None:
             notes.append("The model was new: its configuration "
                          + (f"`{self.args.config_name}`'s" if self.args.config_name else
@@ -459,7 +605,7 @@ class MLMObjective(Objective):
                          + (f"`{self.args.tokenizer_name}`'s." if self.args.tokenizer_name else
                             f"a WordPiece vocabulary of {len(self.tokenizer):,} entries learnt from the training "
                             "texts."))
-        return {"notes": notes}
+        return {"notes": notes, "method": "mlm-nsp" if self.args.nsp else "mlm"}
 
     def save_extra(self, model, directory):
         # the masked-LM weights (encoder and head) replace the bare encoder's: AutoModel and sentence-transformers
