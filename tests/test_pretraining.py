@@ -292,3 +292,31 @@ def test_nsp_settings_that_cannot_work_are_one_line(nsp_data, tmp_path, args, ex
                            *args)
     assert message == f"error: {expected}"
     assert not (tmp_path / "run").exists()
+
+
+def test_the_bases_table_gives_each_phase_its_last_validation_and_no_nsp_accuracy_without_the_head(tmp_path):
+    import importlib.util
+    import os
+    from conftest import ROOT
+    spec = importlib.util.spec_from_file_location("bases", os.path.join(ROOT, "reproduce", "bases.py"))
+    bases = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bases)
+
+    def run(name, records, val_examples):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+        (folder / "manifest.json").write_text(json.dumps({"counts": {"val_examples": val_examples}}))
+        return str(folder)
+
+    mlm = run("bert-mini", [{"step": 50, "epoch": 0.1, "val_loss": 6.5, "perplexity": 665.1, "val_accuracy": 0.12},
+                            {"step": 150, "epoch": 0.4, "loss": 6.2, "lr": 0.0},
+                            {"step": 150, "epoch": 0.4, "val_loss": 6.18, "perplexity": 483.0, "val_accuracy": 0.131}],
+              340)
+    both = run("bert-mini-nsp", [{"step": 1384, "epoch": 3.1, "val_loss": 6.0123, "perplexity": 408.0,
+                                  "val_accuracy": 0.14567, "val_nsp_loss": 0.4321, "val_nsp_accuracy": 0.8}], 2201)
+    assert bases.table([("mlm-only", [mlm]), ("mlm+nsp", [both])]).splitlines() == [
+        "| base | run | step | validated on | masked-token accuracy | masked-LM loss | NSP accuracy | NSP loss |",
+        "|---|---|---:|---|---:|---:|---:|---:|",
+        "| mlm-only | bert-mini | 150 | 340 blocks | 13.10 % | 6.180 | – (no next-sentence head) | – |",
+        "| mlm+nsp | bert-mini-nsp | 1,384 | 2,201 segment pairs | 14.57 % | 6.012 | 80.00 % | 0.432 |"]

@@ -477,9 +477,9 @@ class MLMObjective(Objective):
                                                      args.short_seq_prob, args.seed),
                            self.tokenizer.cls_token_id, self.tokenizer.sep_token_id)
                  for p in self._split(len(texts))]
-        random = [float(p.table[:, 4].mean()) if len(p) else 0.0 for p in parts]
-        self.say(f"next-sentence pairs: {len(parts[0]):,} for training ({random[0]:.1%} random), {len(parts[1]):,} "
-                 f"for validation ({random[1]:.1%} random)")
+        shown = [f"{len(p):,} for {name} ({p.table[:, 4].mean():.1%} random, {p.lengths().mean():.1f} tokens on "
+                 "average)" if len(p) else f"none for {name}" for p, name in zip(parts, ("training", "validation"))]
+        self.say(f"next-sentence pairs of at most {self.max_length} tokens: {shown[0]}, {shown[1]}")
         return parts
 
     def set_epoch(self, epoch):
