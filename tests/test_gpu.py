@@ -69,15 +69,16 @@ def keysent_data(tmp_path_factory):
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
-@pytest.mark.parametrize("objective", ["triplet", "contrastive", "cosine", "mnrl", "mlm"])
+@pytest.mark.parametrize("objective", ["triplet", "contrastive", "cosine", "mnrl", "mlm", "mlm-nsp"])
 def test_each_objective_trains_under_mixed_precision_on_the_gpu(objective, precision, tiny_model, tiny_data,
                                                                 arxiv_data, keysent_data, tmp_path):
     data = {"triplet": tiny_data, "contrastive": keysent_data, "cosine": keysent_data}.get(objective, arxiv_data)
     extra = {"mnrl": ["--batch-size", "16", "--max-length", "64"], "mlm": ["--max-length", "64"],
+             "mlm-nsp": ["--max-length", "64", "--nsp"],
              "triplet": ["--batch-size", "8"]}.get(objective, ["--batch-size", "16"])
     run = tmp_path / "run"
-    proc = train("03_train.py", ["--objective", objective, "--data", data, "--model", tiny_model, "--out", run,
-                                 *STEPS, *extra], precision)
+    proc = train("03_train.py", ["--objective", objective.split("-")[0], "--data", data, "--model", tiny_model,
+                                 "--out", run, *STEPS, *extra], precision)
     check_run(run, proc, precision)
 
 
