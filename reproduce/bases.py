@@ -1,7 +1,8 @@
 """The pretrained bases side by side: each phase's last validation, read from its run folder (log.jsonl and
 manifest.json), as a Markdown table.
 
-    python reproduce/bases.py mlm-only=work/bert-mini-128,work/bert-mini mlm+nsp=work/bert-mini-nsp-128,work/bert-mini-nsp
+    python reproduce/bases.py mlm-only=work/bert-mini-128,work/bert-mini \
+        mlm+nsp=work/bert-mini-nsp-128,work/bert-mini-nsp
 
 Each ``NAME=RUN,RUN,...`` is one base and its runs in the order they trained. The masked-token accuracy is the
 share of the masked validation tokens whose most likely prediction is the original, on the run's own validation

@@ -43,7 +43,8 @@ def test_pairs_tile_each_document_with_a_and_true_continuations_and_take_random_
     multi = []
     for text in part.tolist():
         mine = table[owner == text]
-        runs = sorted([tuple(r) for r in mine[:, 0:2].tolist()] + [tuple(r) for r in mine[mine[:, 4] == 0][:, 2:4].tolist()])
+        runs = sorted([tuple(r) for r in mine[:, 0:2].tolist()]
+                      + [tuple(r) for r in mine[mine[:, 4] == 0][:, 2:4].tolist()])
         assert runs[0][0] == starts[text] and runs[-1][1] == ends[text]
         assert all(a[1] == b[0] for a, b in zip(runs, runs[1:]))
         for a0, a1, b0, b1, label in mine.tolist():

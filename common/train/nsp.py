@@ -2,19 +2,22 @@
 2019, §3.1 and appendix A.2): documents split into sentences, segments A and B of whole sentences, B the true
 continuation half of the time and a span of another document otherwise.
 
-| step      | what                                                                                                    |
-|-----------|---------------------------------------------------------------------------------------------------------|
-| sentences | each document split by the project's sentence splitter (untrained NLTK Punkt, no downloaded data:       |
-|           | ``common/data/sentences.py``), each sentence tokenised without special tokens; empty documents dropped  |
-| target    | per document, ``max_tokens`` (the model's length − 3 for ``[CLS]``, ``[SEP]``, ``[SEP]``), or with       |
-|           | ``short_seq_prob`` a length drawn uniformly from 2 … ``max_tokens``                                       |
-| chunk     | sentences gathered until they reach the target or the document ends                                     |
-| A         | the chunk's first ``a_end`` sentences, ``a_end`` uniform in 1 … chunk − 1 (1 for a one-sentence chunk)   |
-| B         | with ½ (always for a one-sentence chunk): sentences of another document of the same part from a random   |
-|           | sentence on until B reaches the target less A (label 1, random), the chunk's unused sentences put back   |
-|           | for the next chunk; else the chunk's remaining sentences (label 0, the continuation)                    |
-| truncate  | while A + B exceed ``max_tokens``, the longer (B on a tie) loses a token at its front or its end, each    |
-|           | with ½                                                                                                  |
+| step      | what                                                                                          |
+|-----------|-----------------------------------------------------------------------------------------------|
+| sentences | each document split by the project's sentence splitter (untrained NLTK Punkt, no downloaded   |
+|           | data: ``common/data/sentences.py``), each sentence tokenised without special tokens; empty    |
+|           | documents dropped                                                                             |
+| target    | per document, ``max_tokens`` (the model's length − 3 for ``[CLS]``, ``[SEP]``, ``[SEP]``),    |
+|           | or with ``short_seq_prob`` a length drawn uniformly from 2 … ``max_tokens``                   |
+| chunk     | sentences gathered until they reach the target or the document ends                           |
+| A         | the chunk's first ``a_end`` sentences, ``a_end`` uniform in 1 … chunk − 1 (1 for a            |
+|           | one-sentence chunk)                                                                           |
+| B         | with ½ (always for a one-sentence chunk): sentences of another document of the same part from |
+|           | a random sentence on until B reaches the target less A (label 1, random), the chunk's unused  |
+|           | sentences put back for the next chunk; else the chunk's remaining sentences (label 0, the     |
+|           | continuation)                                                                                 |
+| truncate  | while A + B exceed ``max_tokens``, the longer (B on a tie) loses a token at its front or its  |
+|           | end, each with ½                                                                              |
 
 The labels are ``BertForPreTraining``'s ``next_sentence_label``: 0 where B continues A, 1 where B is random.
 Each document's draws come from a generator seeded by (seed, document), so a run, a resumed run and every process

@@ -135,8 +135,9 @@ def _check_nsp(model, nsp, what):
     heads = getattr(model, "cls", None)
     if nsp and not (hasattr(heads, "predictions") and hasattr(heads, "seq_relationship")
                     and getattr(model.base_model, "pooler", None) is not None):
-        raise InputError(f"--nsp: {what} has no next-sentence-prediction head in transformers ({model.config.model_type}"
-                         f"'s pre-training model is {type(model).__name__}); BERT's is BertForPreTraining")
+        raise InputError(f"--nsp: {what} has no next-sentence-prediction head in transformers "
+                         f"({model.config.model_type}'s pre-training model is {type(model).__name__}); BERT's is "
+                         "BertForPreTraining")
 
 
 def last_layer_at(layer, hidden, attention_mask, masked):
