@@ -96,23 +96,6 @@ def _check_names(args):
     args.normalize = cli.per_name(args.normalize, ("yes", "no"), args.model, "--normalize")
 
 
-def compared(values, rows):
-    """``--compare A=B`` arguments → [(a, b)], each name one of ``rows`` (the --model names and the baselines the
-    tasks score) and the two different."""
-    pairs = []
-    for value in values:
-        a, sep, b = value.partition("=")
-        if not sep or not a or not b:
-            raise InputError(f"--compare {value!r}: expected A=B, two of {', '.join(rows)}")
-        unknown = [name for name in (a, b) if name not in rows]
-        if unknown:
-            raise InputError(f"--compare {value}: no row {unknown[0]!r} (rows: {', '.join(rows)})")
-        if a == b:
-            raise InputError(f"--compare {value}: compares {a} with itself")
-        pairs.append((a, b))
-    return pairs
-
-
 def run_evaluate(args):
     cli.check(args, {"--max-length": cli.LENGTH, "--head-epochs": cli.COUNT, "--seed": cli.SEED,
                      "--resamples": cli.COUNT_0, "--resplits": cli.COUNT_0, **BATCH_LIMITS})
@@ -135,7 +118,8 @@ def run_evaluate(args):
     if "keysent" in wanted and args.precision != "float32":
         raise InputError(f"--{args.precision}: the key-sentence task embeds its sentences in float32 only; evaluate "
                          "it without the flag")
-    pairs = compared(args.compare, [*args.model, *(name for name in ("lexical", "bm25") if name in wanted)])
+    pairs = cli.pairs(args.compare, [*args.model, *(name for name in ("lexical", "bm25") if name in wanted)],
+                      "--compare")
     how = embedding_of(args)
     check_here(args.precision)
     state = embedding.process_state()
@@ -162,13 +146,9 @@ def run_evaluate(args):
             embedded.update(part_counts.pop("embedding", {}))
             counts.update(part_counts)
             written += part_figures
-        intervals, differences = uncertainty.summarise(metrics, samples, pairs, args.resamples, args.seed)
-        for name, tasks in intervals.items():
-            for task, values in tasks.items():
-                metrics[name][task].update(values)
-        metrics.update(differences)
+        metrics = uncertainty.summarise(metrics, samples, pairs, args.resamples, args.seed)
         for a, b in pairs:
-            if uncertainty.difference_name(a, b) not in differences:
+            if uncertainty.difference_name(a, b) not in metrics:
                 print(f"note: --compare {a}={b}: no task scores both")
         with outputs.open("metrics.json") as f:
             f.write(io.dumps_line(metrics))

@@ -140,9 +140,10 @@ def test_topic_intervals_span_the_splits_and_comparisons_flip_signs_over_the_sam
     samples = {"a": {"topics.top": [uncertainty.splits(np.stack([f1_a, acc], 1), ("f1", "accuracy"))]},
                "b": {"topics.top": [uncertainty.splits(np.stack([f1_b, acc], 1), ("f1", "accuracy"))]}}
     metrics = {m: {"topics.top": {"f1": f[0], "accuracy": acc[0], "C": 1.0}} for m, f in (("a", f1_a), ("b", f1_b))}
-    intervals, differences = uncertainty.summarise(metrics, samples, [("a", "b")], 0, 42)  # no bootstrap needed
-    assert intervals["a"]["topics.top"]["f1_ci"] == [f1_a.min(), f1_a.max()]
-    row = differences["a - b"]["topics.top"]
+    found = uncertainty.summarise(metrics, samples, [("a", "b")], 0, 42)  # no bootstrap needed
+    assert found["a"]["topics.top"] == {**metrics["a"]["topics.top"], "f1_ci": [f1_a.min(), f1_a.max()],
+                                        "accuracy_ci": [acc.min(), acc.max()]}
+    row = found["a - b"]["topics.top"]
     assert row["f1"] == f1_a[0] - f1_b[0] and row["f1_ci"] == [(f1_a - f1_b).min(), (f1_a - f1_b).max()]
     ref = stats.permutation_test((f1_a, f1_b), mean_difference, permutation_type="samples", n_resamples=1 << 11,
                                  vectorized=True)
@@ -158,9 +159,9 @@ def test_without_resamples_or_resplits_there_are_differences_and_nothing_else():
                    "topics.top": [uncertainty.splits([[v, v]], ("f1", "accuracy"))]} for m, v in (("a", 1), ("b", 0))}
     metrics = {m: {"crossref": {"map": v, "ndcg": 0.5}, "topics.top": {"f1": v, "accuracy": v}}
                for m, v in (("a", 0.75), ("b", 0.25))}
-    intervals, differences = uncertainty.summarise(metrics, samples, [("a", "b")], 0, 42)
-    assert intervals == {}
-    assert differences == {"a - b": {"crossref": {"map": 0.5, "ndcg": 0.0}, "topics.top": {"f1": 0.5, "accuracy": 0.5}}}
+    found = uncertainty.summarise(metrics, samples, [("a", "b")], 0, 42)
+    assert found == {**metrics, "a - b": {"crossref": {"map": 0.5, "ndcg": 0.0},
+                                          "topics.top": {"f1": 0.5, "accuracy": 0.5}}}
 
 
 def test_a_test_articles_bootstrap_resamples_articles_with_their_sentences():

@@ -80,13 +80,13 @@ def keysent_metrics(scored):
     return {"arp": average_r_precision(scored), "mse": float(np.mean((scores - labels) ** 2)), "pearson": pearson}
 
 
-class ArticleSums:
+class ArticleSums(uncertainty.Sums):
     """The statistic of test articles, each a row of sums over its sentences (``article_sums``): ARP over the
     articles with key sentences, MSE and Pearson's r over all their sentences, as ``keysent_metrics``."""
     names = ("arp", "mse", "pearson")
 
-    def __call__(self, rows):
-        rp, has_key, sse, m, sx, sy, sxx, syy, sxy = np.moveaxis(rows.sum(-2), -1, 0)
+    def figures(self, totals, n):
+        rp, has_key, sse, m, sx, sy, sxx, syy, sxy = np.moveaxis(totals, -1, 0)
         with np.errstate(invalid="ignore", divide="ignore"):  # no key sentence, or no spread: NaN, as the figure
             return {"arp": rp / has_key, "mse": sse / m,
                     "pearson": (m * sxy - sx * sy) / np.sqrt((m * sxx - sx * sx) * (m * syy - sy * sy))}

@@ -33,16 +33,29 @@ EXACT_UNITS = 16
 CHUNK = 1 << 22
 
 
-class Means:
+class Sums:
+    """A statistic whose figures are functions (``figures``) of the column sums over the units: a resample's sums
+    are its counts of each unit times the rows, and a swap's add the swapped units' differences, both one matrix
+    product instead of the resampled rows themselves. Means, and key sentences' ARP, MSE and r, are such."""
+    names = ()
+
+    def figures(self, totals, n):
+        """{name: [...]} from ``totals`` [..., k], the sums over ``n`` units."""
+        raise NotImplementedError
+
+    def __call__(self, rows):
+        """``rows`` [..., n, k] → {name: [...]}."""
+        return self.figures(rows.sum(-2), rows.shape[-2])
+
+
+class Means(Sums):
     """The statistic of figures that are means over units, one column each (``names``)."""
 
     def __init__(self, names):
         self.names = tuple(names)
 
-    def __call__(self, rows):
-        """``rows`` [..., n, k] → {name: [...]}, the mean over the units."""
-        found = rows.mean(-2)
-        return {name: found[..., j] for j, name in enumerate(self.names)}
+    def figures(self, totals, n):
+        return {name: totals[..., j] / n for j, name in enumerate(self.names)}
 
 
 @dataclass(frozen=True)
@@ -79,13 +92,21 @@ def draws(n, resamples, seed, width=1):
         yield rng.integers(0, n, (min(step, resamples - start), n))
 
 
+def counts(idx, n):
+    """How many times each of ``n`` units is drawn in each index set of ``idx`` [rows, n]: float [rows, n]."""
+    offsets = idx + n * np.arange(len(idx))[:, None]
+    return np.bincount(offsets.ravel(), minlength=idx.size).reshape(idx.shape).astype(np.float64)
+
+
 def bootstrap(values, statistic, resamples, seed):
     """The statistic on ``resamples`` resamples of the units (axis -2 of ``values`` [..., n, k]; every leading
     index, a model, is resampled on the same units): {name: [..., resamples]}."""
     n = values.shape[-2]
     found = {name: [] for name in statistic.names}
-    for idx in draws(n, resamples, seed, values.size // max(n, 1)):
-        for name, x in statistic(values[..., idx, :]).items():
+    sums = isinstance(statistic, Sums)
+    for idx in draws(n, resamples, seed, 1 if sums else values.size // max(n, 1)):
+        figures = statistic.figures(counts(idx, n) @ values, n) if sums else statistic(values[..., idx, :])
+        for name, x in figures.items():
             found[name].append(x)
     return {name: np.concatenate(parts, -1) for name, parts in found.items()}
 
@@ -126,15 +147,21 @@ def permutation_p(a, b, statistic, permutations, seed):
     [n, k], row i of each the same unit), as ``scipy.stats.permutation_test((a, b), …,
     permutation_type="samples")``: twice the smaller tail, each tail counting the null values at least as extreme
     within scipy's relative tolerance, + 1 over + 1 when the swaps are drawn at random; {} where there are none."""
-    chunks, exact, total = swaps(len(a), permutations, seed)
+    n = len(a)
+    chunks, exact, total = swaps(n, permutations, seed)
     if chunks is None:
         return {}
     observed = {name: x - y for (name, x), y in zip(statistic(a).items(), statistic(b).values())}
     low = {name: 0 for name in observed}
     high = dict(low)
+    sum_a, sum_b, change = a.sum(0), b.sum(0), b - a
     for mask in chunks:
-        m = mask[..., None]
-        first, second = statistic(np.where(m, b, a)), statistic(np.where(m, a, b))
+        if isinstance(statistic, Sums):  # the swapped units move their difference from one side's sums to the other
+            moved = mask.astype(np.float64) @ change
+            first, second = statistic.figures(sum_a + moved, n), statistic.figures(sum_b - moved, n)
+        else:
+            m = mask[..., None]
+            first, second = statistic(np.where(m, b, a)), statistic(np.where(m, a, b))
         for name, value in observed.items():
             null = first[name] - second[name]
             gamma = abs(np.finfo(np.float64).eps * 100 * value)
@@ -168,12 +195,11 @@ def _spreads(group, resamples, seed):
 
 
 def summarise(metrics, samples, pairs, resamples, seed):
-    """Each figure's interval and the comparisons ``pairs`` [(a, b)]: ``(intervals, differences)``, where
-    ``intervals`` = {model: {task: {"<figure>_ci": [low, high]}}} goes beside ``metrics`` ({model: {task: {figure:
-    value}}}, the headline figures) and ``differences`` = {"a - b": {task: {figure: a − b, "<figure>_ci": [low,
-    high], "<figure>_p": p}}} holds a row per pair, over the tasks both have samples of. ``samples`` = {model:
-    {task: [Sample]}}. Without ``resamples`` the units' figures get neither interval nor p-value, and a single split
-    gives the topics' neither."""
+    """``metrics`` ({model: {task: {figure: value}}}, the headline figures) with each figure's interval beside it,
+    ``"<figure>_ci": [low, high]``, and a row per comparison of ``pairs`` [(a, b)], ``"a - b": {task: {figure: a − b,
+    "<figure>_ci": [low, high], "<figure>_p": p}}``, over the tasks both have samples of. ``samples`` = {model:
+    {task: [Sample]}}. Without ``resamples`` the units' figures get neither interval nor p-value, and a single
+    split gives the topics' neither."""
     spreads = {}
     for task in sorted({task for found in samples.values() for task in found}):
         models = [model for model in samples if task in samples[model]]
@@ -182,25 +208,23 @@ def summarise(metrics, samples, pairs, resamples, seed):
             found = _spreads(group, resamples, seed)
             for i, model in enumerate(models):
                 spreads[model, task, position] = found and {name: x[i] for name, x in found.items()}
-    intervals = {}
+    out = {model: {task: dict(values) for task, values in tasks.items()} for model, tasks in metrics.items()}
     for (model, task, position), found in spreads.items():
         splits = samples[model][task][position].splits
-        for name, x in (found or {}).items():
-            intervals.setdefault(model, {}).setdefault(task, {})[f"{name}_ci"] = interval(x, splits)
-    differences = {}
+        out[model][task].update({f"{name}_ci": interval(x, splits) for name, x in (found or {}).items()})
     for a, b in pairs:
         row = {}
         for task in [task for task in metrics[a] if task in samples.get(a, {}) and task in samples.get(b, {})]:
-            out = row[task] = {}
+            found = row[task] = {}
             for position, (first, second) in enumerate(zip(samples[a][task], samples[b][task])):
-                out.update({name: metrics[a][task][name] - metrics[b][task][name] for name in first.names})
+                found.update({name: metrics[a][task][name] - metrics[b][task][name] for name in first.names})
                 spread_a, spread_b = spreads[a, task, position], spreads[b, task, position]
                 if spread_a is None:
                     continue
-                out.update({f"{name}_ci": interval(spread_a[name] - spread_b[name], first.splits)
-                            for name in first.names})
-                found = permutation_p(first.values, second.values, first.statistic, resamples, seed)
-                out.update({f"{name}_p": p for name, p in found.items()})
+                found.update({f"{name}_ci": interval(spread_a[name] - spread_b[name], first.splits)
+                              for name in first.names})
+                tested = permutation_p(first.values, second.values, first.statistic, resamples, seed)
+                found.update({f"{name}_p": p for name, p in tested.items()})
         if row:
-            differences[difference_name(a, b)] = row
-    return intervals, differences
+            out[difference_name(a, b)] = row
+    return out
