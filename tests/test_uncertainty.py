@@ -9,7 +9,7 @@ import pytest
 from scipy import stats
 
 from common.eval import report, uncertainty
-from conftest import run_script, script_error
+from conftest import forget_hashes, run_script, script_error
 
 
 def mean_difference(x, y, axis=-1):
@@ -301,3 +301,29 @@ def test_a_negative_count_of_resamples_or_resplits_is_one_line(tiny_model, tiny_
     for flag in ("--resamples", "--resplits"):
         assert script_error("05_evaluate.py", "--data", tiny_data, "--model", f"base={tiny_model}", "--out",
                             tmp_path / "e", flag, "-1") == f"error: {flag} -1: must be between 0 and 1,073,741,824"
+
+
+def test_a_topic_level_that_cannot_be_re_split_keeps_its_figure_and_gets_no_interval(tiny_data, tmp_path):
+    """A label with a single document cannot be stratified: 05 says so once, classifies the protocol's split
+    alone, and the level's figures get no interval."""
+    import shutil
+    from common.data.documents import Documents
+    from common.eval import documents
+    data = tmp_path / "data"
+    shutil.copytree(tiny_data, data)
+    forget_hashes(data)
+    test = data / "topics.top.test.jsonl"
+    lone = json.loads(test.read_text().splitlines()[0])["id"]
+    test.write_text("".join(line if json.loads(line)["id"] != lone else json.dumps({"id": lone, "label": "yksin"})
+                            + "\n" for line in test.read_text().splitlines(keepends=True)))
+    index = Documents(str(data)).index
+    notes = []
+    tasks = documents.Tasks(str(data), {"topics"}, index, resplits=3, say=notes.append)
+    assert notes == ["note: topics.top: a label with one document, or fewer documents on a side than labels: no "
+                     "stratified re-splits, and no interval on its F1 and accuracy"]
+    emb = np.random.default_rng(0).normal(size=(len(index), 8)).astype(np.float32)
+    scores, _ = tasks.topics(emb, 42)
+    found, (sample,) = scores["topics.top"]
+    assert sample.splits and sample.values.tolist() == [[found["f1"], found["accuracy"]]]
+    assert uncertainty.summarise({"m": {"topics.top": found}}, {"m": {"topics.top": [sample]}}, [], 1000, 42) == {
+        "m": {"topics.top": found}}

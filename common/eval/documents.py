@@ -78,7 +78,7 @@ class Tasks:
         for level in self.levels:
             if resplits and level not in self.resplit:
                 say(f"note: topics.{level}: a label with one document, or fewer documents on a side than labels: "
-                    "no stratified re-splits, and no interval on its F1")
+                    "no stratified re-splits, and no interval on its F1 and accuracy")
         self.classify = {task: classify.read_task(*paths, index)
                          for task, paths in classify.splits(data_dir).items()} if "classify" in wanted else {}
         for task, (train, test) in self.classify.items():
