@@ -189,14 +189,15 @@ def test_a_test_articles_bootstrap_resamples_articles_with_their_sentences():
 
 def test_the_report_puts_each_interval_beside_its_figure_and_the_differences_in_a_table_of_their_own():
     metrics = {"trained": {"crossref": {"map": 0.6223, "map_ci": [0.5811, 0.6601]},
+                           "topics.top": {"f1": 0.4016, "f1_ci": [0.3897, 0.4267], "C": 10.0},
                            "keysent": {"pearson": 0.7573, "pearson_ci": [0.7012, 0.8]}},
-               "base": {"crossref": {"map": 0.4965, "map_ci": [0.45, 0.54]}},
+               "base": {"crossref": {"map": 0.4965, "map_ci": [0.45, 0.54]}, "topics.top": {"f1": 0.3897}},
                "trained - base": {"crossref": {"map": 0.1258, "map_ci": [0.0801, 0.17], "map_p": 0.000999}}}
     assert report.markdown(metrics, resampling=(1000, 10)) == (
-        "| model | crossref map | keysent pearson |\n"
-        "|---|---:|---:|\n"
-        "| trained | 62.23 [58.11, 66.01] | 0.7573 [0.7012, 0.8000] |\n"
-        "| base | 49.65 [45.00, 54.00] | – |\n"
+        "| model | crossref map | topics.top f1 | keysent pearson |\n"
+        "|---|---:|---:|---:|\n"
+        "| trained | 62.23 [58.11, 66.01] | 40.16 [38.97, 42.67] | 0.7573 [0.7012, 0.8000] |\n"
+        "| base | 49.65 [45.00, 54.00] | 38.97 | – |\n"
         "\nIn brackets, the 95 % interval (percentile bootstrap over the task's queries, test documents, articles or "
         "rated pairs, 1,000 resamples; topics: the protocol's split and 10 stratified re-splits).\n"
         "\nPaired differences A − B (the same queries, documents, articles or splits for both; p two-sided, paired "
@@ -204,6 +205,10 @@ def test_the_report_puts_each_interval_beside_its_figure_and_the_differences_in_
         "| A − B | task | metric | difference | 95 % interval | p |\n"
         "|---|---|---|---:|---:|---:|\n"
         "| trained − base | crossref | map | +12.58 | [+8.01, +17.00] | 0.000999 |\n")
+    keysent = {model: {"keysent": tasks["keysent"]} for model, tasks in metrics.items() if "keysent" in tasks}
+    assert "(percentile bootstrap over the task's queries, test documents, articles or rated pairs, 1,000 " \
+           "resamples).\n" in report.markdown(keysent, resampling=(1000, 10))  # no topics: no word of them
+    assert "In brackets" not in report.markdown({"base": {"crossref": {"map": 0.5}}}, resampling=(0, 0))
 
 
 def test_reproductions_tables_show_intervals_where_the_metrics_have_them(tmp_path, capsys):

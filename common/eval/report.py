@@ -68,11 +68,14 @@ def _scaled(metric, unscaled):
     return metric.split("_")[0] not in unscaled
 
 
-def how_measured(resamples, resplits):
-    """What the brackets and p-values of a report are, for the sentence under its tables."""
+def how_measured(metrics, resamples, resplits):
+    """How the intervals in ``metrics`` were made, for the sentence under the main table ("" where there are
+    none): a bootstrap for every task but topics, the splits for topics."""
+    kinds = {task.startswith("topics.") for tasks in metrics.values() for task, values in tasks.items()
+             if any(key.endswith("_ci") for key in values)}
     ways = ([f"percentile bootstrap over the task's queries, test documents, articles or rated pairs, {resamples:,} "
-             "resamples"] if resamples else []) + (
-        [f"topics: the protocol's split and {resplits} stratified re-splits"] if resplits else [])
+             "resamples"] if False in kinds else []) + (
+        [f"topics: the protocol's split and {resplits} stratified re-splits"] if True in kinds else [])
     return "; ".join(ways)
 
 
@@ -115,8 +118,8 @@ def markdown(metrics, unscaled=("mse", "pearson"), cards=None, resampling=None):
         cells = [_cell(tasks.get(task, {}).get(metric), _scaled(metric, unscaled),
                        tasks.get(task, {}).get(f"{metric}_ci")) for task, metric in cols]
         lines.append(f"| {model} | " + " | ".join(cells) + " |" + (f" {cards.get(model) or '–'} |" if card else ""))
-    bracketed = any(key.endswith("_ci") for tasks in metrics.values() for values in tasks.values() for key in values)
-    note = f"\nIn brackets, the 95 % interval ({how_measured(*resampling)}).\n" if bracketed and resampling else ""
+    how = how_measured(metrics, *resampling) if resampling else ""
+    note = f"\nIn brackets, the 95 % interval ({how}).\n" if how else ""
     return "\n".join(lines) + "\n" + note + differences + separate
 
 
