@@ -5,6 +5,8 @@
       crossref (MAP, nDCG as trec_eval), topics (LinearSVC, SciDocs protocol) and the lexical baseline, for every
       task the data supports. Writes EVAL/<model>.npy + .ids.txt, metrics.json, report.md and the thesis's
       figures next to it (token lengths, confusion matrix, label distribution, t-SNE), linked from report.md.
+      Every figure carries its 95 % interval (--resamples, --resplits); --compare trained=base adds the paired
+      differences with their intervals and p-values.
 
   python 05_evaluate.py --data work/keysent/data --model trained=runs/keysent/model --out work/keysent/eval
       Key-sentence extraction: Average R-precision on the test articles (see --task keysent, --runs).
@@ -31,7 +33,7 @@ import sys
 
 
 from common import cli, folders, io
-from common.eval import ann, documents, embedding, report, retrieval
+from common.eval import ann, documents, embedding, report, retrieval, uncertainty
 from common.eval.embedding import Embedding
 from common.io import InputError
 from common.models.batching import BATCH_LIMITS, add_batch_arguments
@@ -66,6 +68,20 @@ def add_evaluate_arguments(p):
     p.add_argument("--seed", type=int, default=42, help="seed of the classifier and t-SNE")
     p.add_argument("--head-epochs", type=int, default=10,
                    help="classify: epochs of the MLP head (Burian 2023; small splits need more)")
+    p.add_argument("--resamples", type=int, default=1000,
+                   help="each figure's 95 %% interval: percentile bootstrap over the task's queries, test documents, "
+                        "articles or rated pairs, this many resamples drawn from --seed (1,000, ranx's number of "
+                        "permutations; scipy.stats.bootstrap takes 9,999, steadier ends at 10 times the cost); also "
+                        "--compare's random swaps where its units are more than 16; 0: no bootstrap")
+    p.add_argument("--resplits", type=int, default=10,
+                   help="topics: stratified re-splits of the topic documents at the protocol's test share, each "
+                        "classified as the protocol's split is; the interval of F1 and accuracy spans the "
+                        "protocol's split and these (the protocol's stays the figure); 0: none")
+    p.add_argument("--compare", action="append", default=[], metavar="A=B",
+                   help="add the paired differences A − B on every task both rows score: the difference, its 95 %% "
+                        "interval and a two-sided p-value (a paired permutation test over the same queries, "
+                        "documents or articles; over the same splits for topics); A and B name a --model, lexical "
+                        "or bm25 (repeatable)")
 
 
 def embedding_of(args):
@@ -82,7 +98,7 @@ def _check_names(args):
 
 def run_evaluate(args):
     cli.check(args, {"--max-length": cli.LENGTH, "--head-epochs": cli.COUNT, "--seed": cli.SEED,
-                     **BATCH_LIMITS})
+                     "--resamples": cli.COUNT_0, "--resplits": cli.COUNT_0, **BATCH_LIMITS})
     _check_names(args)
     if not os.path.isdir(args.data):
         raise InputError(f"{args.data}: no such data directory")
@@ -102,34 +118,43 @@ def run_evaluate(args):
     if "keysent" in wanted and args.precision != "float32":
         raise InputError(f"--{args.precision}: the key-sentence task embeds its sentences in float32 only; evaluate "
                          "it without the flag")
+    pairs = cli.pairs(args.compare, [*args.model, *(name for name in ("lexical", "bm25") if name in wanted)],
+                      "--compare")
     how = embedding_of(args)
     check_here(args.precision)
     state = embedding.process_state()
     if state is not None and not state.is_main_process:
         return embedding.follow(args.model, args.data, how) if wanted & ({"retrieval"} | EMBEDDING_TASKS) else None
     started = io.now()
-    metrics, counts, written = {}, {}, []
+    metrics, counts, written, samples = {}, {}, [], {}
     with folders.Outputs(args.out, __file__) as outputs:
         parts = []
         if wanted & {"retrieval", "bm25"}:
             parts.append(retrieval.evaluate_retrieval(args.model, args.data, how, outputs, wanted))
         if wanted & EMBEDDING_TASKS:
             parts.append(documents.evaluate_documents(args.model, args.data, how, outputs, wanted, args.seed,
-                                                      args.head_epochs, args.language))
+                                                      args.head_epochs, args.language, args.resplits))
         if "keysent" in wanted:
             from common.eval.keysent import evaluate_keysent
             parts.append(evaluate_keysent(args.model, args.runs, args.data, how, outputs, args.seed))
         embedded = {}
-        for part_metrics, part_counts, part_figures in parts:
+        for part_metrics, part_counts, part_figures, part_samples in parts:
             for name, values in part_metrics.items():
                 metrics.setdefault(name, {}).update(values)
+            for name, values in part_samples.items():
+                samples.setdefault(name, {}).update(values)
             embedded.update(part_counts.pop("embedding", {}))
             counts.update(part_counts)
             written += part_figures
+        metrics = uncertainty.summarise(metrics, samples, pairs, args.resamples, args.seed)
+        for a, b in pairs:
+            if uncertainty.difference_name(a, b) not in metrics:
+                print(f"note: --compare {a}={b}: no task scores both")
         with outputs.open("metrics.json") as f:
             f.write(io.dumps_line(metrics))
         # beside each row, the card that tells how its model was made
-        table = report.markdown(metrics, cards=report.cards(args.model, args.out)) + report.embedding_table(embedded)
+        table = report.markdown(metrics, cards=report.cards(args.model, args.out),
+                                resampling=(args.resamples, args.resplits)) + report.embedding_table(embedded)
         with outputs.open("report.md") as f:
             f.write(report.document(table, written))
         inputs = [os.path.join(args.data, n) for n in sorted(os.listdir(args.data)) if not n.endswith(".json")]

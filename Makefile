@@ -52,9 +52,10 @@ demo: $(STAMP)
 	@echo "   dropped because a margin of 1 between unit vectors (at most 2 apart) is rarely met"
 	$(PY) 03_train.py --objective triplet --data $(DEMO)/data --model "$(MINILM)" --out $(DEMO)/run --pooling mean
 	@echo "== 05: the base model as published (mean pooling, normalised), the trained model, the lexical baseline;"
-	@echo "   both models read the same 128 tokens (the base model would otherwise take its own 256)"
+	@echo "   both models read the same 128 tokens (the base model would otherwise take its own 256); each figure with"
+	@echo "   its 95 % interval, and the trained model's difference from its base with its interval and p-value"
 	$(PY) 05_evaluate.py --data $(DEMO)/data --model base="$(MINILM)" --model trained=$(DEMO)/run/model --out $(DEMO)/eval \
-		--max-length 128
+		--max-length 128 --compare trained=base
 
 demo-keysent: $(STAMP)
 	rm -rf $(DEMO)/keysent
@@ -69,7 +70,7 @@ demo-keysent: $(STAMP)
 		--out $(DEMO)/keysent/run --epochs 10 --warmup 0.1
 	@echo "== 05: Average R-precision before (query = mean of the training key sentences) and after fine-tuning"
 	$(PY) 05_evaluate.py --data $(DEMO)/keysent/data --model base="$(MINILM)" \
-		--model trained=$(DEMO)/keysent/run/model --out $(DEMO)/keysent/eval
+		--model trained=$(DEMO)/keysent/run/model --out $(DEMO)/keysent/eval --compare trained=base
 
 demo-distill: $(STAMP)
 	rm -rf $(DISTILL)
@@ -105,10 +106,11 @@ demo-distill: $(STAMP)
 	@echo "== 05: the student before (longformer) and after, both teachers (sbert = MiniLM as published, dm), all"
 	@echo "   reading 512 tokens; classify relaxed to --head-epochs 100 (thesis 10: the splits here are tiny)"
 	$(PY) 05_evaluate.py --data $(DISTILL)/data --task crossref topics classify --max-length 512 --head-epochs 100 \
-		--out $(DISTILL)/eval-wiki $(DISTILL_MODELS)
+		--out $(DISTILL)/eval-wiki $(DISTILL_MODELS) --compare only-mse=longformer
 	$(PY) 05_evaluate.py --data $(DISTILL)/testsets/newsgroups --max-length 512 --head-epochs 100 \
-		--out $(DISTILL)/eval-newsgroups $(DISTILL_MODELS)
-	$(PY) 05_evaluate.py --data $(DISTILL)/testsets/lee --max-length 512 --out $(DISTILL)/eval-lee $(DISTILL_MODELS)
+		--out $(DISTILL)/eval-newsgroups $(DISTILL_MODELS) --compare only-mse=longformer
+	$(PY) 05_evaluate.py --data $(DISTILL)/testsets/lee --max-length 512 --out $(DISTILL)/eval-lee $(DISTILL_MODELS) \
+		--compare only-mse=longformer
 
 demo-search: $(STAMP)
 	rm -rf $(SEARCH)
@@ -130,7 +132,8 @@ demo-search: $(STAMP)
 	$(PY) 03_train.py --objective mnrl --data $(SEARCH)/data --model "$(MINILM)" --out $(SEARCH)/mnrl $(SEARCH_MNRL)
 	@echo "== 05: test titles against all abstracts, every model reading 128 tokens, and BM25"
 	$(PY) 05_evaluate.py --data $(SEARCH)/data --model base="$(MINILM)" --model mlm=$(SEARCH)/mlm/model \
-		--model mnrl=$(SEARCH)/mnrl/model --model mlm-mnrl=$(SEARCH)/mlm-mnrl/model --out $(SEARCH)/eval --max-length 128
+		--model mnrl=$(SEARCH)/mnrl/model --model mlm-mnrl=$(SEARCH)/mlm-mnrl/model --out $(SEARCH)/eval --max-length 128 \
+		--compare mlm-mnrl=mnrl --compare mlm-mnrl=bm25
 	@echo "== search: the trained model's index, a free-text query"
 	$(PY) 05_evaluate.py search --model $(SEARCH)/mlm-mnrl/model --data $(SEARCH)/data --index $(SEARCH)/eval --top 3 \
 		"pebble game algorithms for sparse graphs"

@@ -90,6 +90,22 @@ def per_name(values, allowed, names, flag):
     return found
 
 
+def pairs(values, names, flag):
+    """``A=B`` arguments (05's ``--compare``) → [(a, b)], each name one of ``names`` and the two different."""
+    found = []
+    for value in values or []:
+        a, sep, b = value.partition("=")
+        if not sep or not a or not b:
+            raise InputError(f"{flag} {value!r}: expected A=B, two of {', '.join(names)}")
+        unknown = [name for name in (a, b) if name not in names]
+        if unknown:
+            raise InputError(f"{flag} {value}: no row {unknown[0]!r} (rows: {', '.join(names)})")
+        if a == b:
+            raise InputError(f"{flag} {value}: compares {a} with itself")
+        found.append((a, b))
+    return found
+
+
 def add_max_line(p):
     """``--max-line-mb``, for commands that read JSONL from outside the pipeline."""
     p.add_argument("--max-line-mb", type=int, default=io.MAX_LINE_BYTES >> 20,

@@ -29,7 +29,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from common.eval.geometry import geometry  # noqa: E402
-from common.eval.wikispecter import read_topics, topics  # noqa: E402
+from common.eval.wikispecter import read_topics, resplits, topics  # noqa: E402
 
 SCORES = (("crossref", "map", "MAP"), ("topics.top", "f1", "topic F1"), ("topics.top", "accuracy", "accuracy"))
 RESPLITS = 3
@@ -52,8 +52,7 @@ def topic_documents(data_dir, eval_dir, name):
 def sensitivity(x, labels, n_train, seed=42, protocol=None):
     """Topic macro-F1 of the vectors ``x`` (training documents first, ``n_train`` of them) under the protocol
     (common/eval/wikispecter.topics; ``protocol``: its F1 already computed, as 05 does) and under one change each;
-    the re-splits keep the protocol's test share."""
-    from sklearn.model_selection import StratifiedShuffleSplit
+    the re-splits keep the protocol's test share (05's re-splits: common/eval/wikispecter.resplits)."""
     from sklearn.preprocessing import StandardScaler
     x = np.asarray(x, dtype=np.float64)
     index = {str(i): i for i in range(len(x))}
@@ -63,11 +62,7 @@ def sensitivity(x, labels, n_train, seed=42, protocol=None):
     scaled = StandardScaler().fit(x[:n_train]).transform(x)
     found = {"f1": topics(x, index, split, seed)[0]["f1"] if protocol is None else protocol,
              "f1_l2": topics(unit, index, split, seed)[0]["f1"], "f1_std": topics(scaled, index, split, seed)[0]["f1"]}
-    resplit = []
-    shuffles = StratifiedShuffleSplit(RESPLITS, test_size=len(x) - n_train, random_state=seed)
-    for train, test in shuffles.split(x, labels):
-        rows = {"train": [(str(i), labels[i]) for i in train], "test": [(str(i), labels[i]) for i in test]}
-        resplit.append(topics(x, index, rows, seed)[0]["f1"])
+    resplit = resplits(x, index, split, RESPLITS, seed)[:, 0].tolist()
     found.update(f1_resplit=statistics.mean(resplit), f1_resplit_sd=statistics.stdev(resplit))
     return found
 

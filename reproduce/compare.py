@@ -4,13 +4,18 @@
 
 Each ``--row OURS=PAPER`` puts the paper's row PAPER beside our model OURS (``OURS`` alone: no paper row). The
 paper's figures below are the ones its text reports; a cell the paper has no figure for shows "–". Figures are
-percentages (05's fractions × 100), as the papers print them.
+percentages (05's fractions × 100), as the papers print them, ours with 05's 95 % interval in brackets where the
+metrics file has one. Without ``--row``, every model of the metrics files (not 05's ``A - B`` difference rows).
 """
 
 import argparse
 import json
 import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from common.eval.uncertainty import is_difference  # noqa: E402
 
 PAPERS = {
     "wikispecter": {
@@ -56,8 +61,11 @@ PAPERS = {
 }
 
 
-def cell(value):
-    return "–" if value is None else f"{value:.2f}"
+def cell(value, ci=None):
+    """A percentage, and its interval in brackets where there is one."""
+    if value is None:
+        return "–"
+    return f"{value:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
 
 
 def embedded_as(settings):
@@ -82,9 +90,10 @@ def table(method, metrics, rows, embedding=None):
             raise SystemExit(f"error: no model {ours!r} in the metrics (models: {', '.join(metrics)})")
         cells = []
         for task, metric, _ in paper["columns"]:
-            value = found.get(task, {}).get(metric)
+            value, ci = found.get(task, {}).get(metric), found.get(task, {}).get(f"{metric}_ci")
             reference = paper["rows"].get(theirs, {}).get(f"{task} {metric}") if theirs else None
-            cells.append(f"{cell(None if value is None else 100 * value)} | {cell(reference)}")
+            cells.append(f"{cell(None if value is None else 100 * value, ci and [100 * v for v in ci])} | "
+                         f"{cell(reference)}")
         lines.append(f"| {ours} | {embedded_as(embedding.get(ours))} | {theirs or '–'} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + f"\n\nPaper: {paper['source']}.\n"
 
@@ -106,7 +115,7 @@ def main(argv):
             with open(manifest, encoding="utf-8") as f:
                 embedding.update(json.load(f).get("embedding") or {})
     rows = []
-    for value in args.row or list(metrics):
+    for value in args.row or [name for name in metrics if not is_difference(name)]:
         ours, _, theirs = value.rpartition("=")  # our names may hold "=" ("runs (n=5)"), the paper's do not
         if not ours:
             ours, theirs = theirs, ""

@@ -55,9 +55,11 @@ echo "== distillation: MSE-contextual (mm-MSE + SoftCCA to DM 100d) and only-MSE
     --out "$WORK/distill-only-mse" --preset only-mse $TRAIN
 MODELS="--model longformer=$WORK/student --model sbert=$MINILM --model dm=$WORK/teach/pv \
     --model mse-contextual=$WORK/distill-mse-contextual/model --model only-mse=$WORK/distill-only-mse/model"
-"$PY" 05_evaluate.py --data "$WORK/bbc-data" --task classify --out "$WORK/distill-bbc-eval" $MODELS
-"$PY" 05_evaluate.py --data "$WORK/testsets/lee" --out "$WORK/distill-lee-eval" $MODELS
-"$PY" 05_evaluate.py --data "$WORK/foldoc-data" --task crossref --out "$WORK/distill-foldoc-eval" $MODELS
+# each student against the Longformer it started from: the paired differences in each report.md
+COMPARE="--compare only-mse=longformer --compare mse-contextual=longformer"
+"$PY" 05_evaluate.py --data "$WORK/bbc-data" --task classify --out "$WORK/distill-bbc-eval" $MODELS $COMPARE
+"$PY" 05_evaluate.py --data "$WORK/testsets/lee" --out "$WORK/distill-lee-eval" $MODELS $COMPARE
+"$PY" 05_evaluate.py --data "$WORK/foldoc-data" --task crossref --out "$WORK/distill-foldoc-eval" $MODELS $COMPARE
 "$PY" reproduce/compare.py distill "$WORK/distill-bbc-eval/metrics.json" "$WORK/distill-lee-eval/metrics.json" \
     "$WORK/distill-foldoc-eval/metrics.json" \
     --row longformer=Longformer sbert=SBERT dm=DM mse-contextual=MSE-contextual only-mse=only-MSE \

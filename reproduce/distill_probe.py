@@ -81,7 +81,7 @@ def main():
     qrels = read_qrels(os.path.join(args.data, "crossref.qrels"), docs.index)
 
     def score(x):
-        return 100 * crossref(np.asarray(x, dtype=np.float64), docs.index, qrels)["map"]
+        return 100 * crossref(np.asarray(x, dtype=np.float64), docs.index, qrels)[0]["map"]
 
     sbert = read_rows(args.eval, "sbert", docs.ids)
     raw = read_rows(args.raw, "sbert-raw", docs.ids)

@@ -28,6 +28,6 @@ echo "== stage 2: Multiple Negatives Ranking, title -> text, from the adapted an
     --checkpoint-every 0
 "$PY" 05_evaluate.py --data "$WORK/news-data" --out "$WORK/search-eval" --max-length 256 --model base="$BASE" \
     --model mlm="$WORK/search-mlm/model" --model mnrl="$WORK/search-mnrl/model" \
-    --model mlm-mnrl="$WORK/search-mlm-mnrl/model"
+    --model mlm-mnrl="$WORK/search-mlm-mnrl/model" --compare mlm-mnrl=mnrl --compare mlm-mnrl=bm25
 "$PY" reproduce/compare.py search "$WORK/search-eval/metrics.json" --row bm25 base mlm mnrl mlm-mnrl \
     | tee "$WORK/search.md"

@@ -28,7 +28,7 @@ echo "== 03: the thesis's training from the MLM-only base: [CLS], 128 tokens, ma
 "$PY" 05_evaluate.py --data "$WORK/foldoc-data" --out "$WORK/wikispecter-eval" --max-length 128 \
     --model base-cls="$BASE" --pooling base-cls=cls --model base-mean="$BASE" --pooling base-mean=mean \
     --model sbert="$MINILM" --model wikispecter-epoch1="$WORK/wikispecter/epoch_1" \
-    --model wikispecter="$WORK/wikispecter/model"
+    --model wikispecter="$WORK/wikispecter/model" --compare wikispecter=base-cls --compare wikispecter=base-mean
 "$PY" reproduce/compare.py wikispecter "$WORK/wikispecter-eval/metrics.json" --row base-cls=FinBERT base-mean \
     sbert=Sentence-BERT lexical wikispecter-epoch1 wikispecter=WikiSpecter | tee "$WORK/wikispecter.md"
 

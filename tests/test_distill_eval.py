@@ -28,7 +28,9 @@ def test_the_head_separates_separable_documents_and_pairs_are_concatenated():
     order = rng.permutation(60)
     train = (order[:40, None], [labels[i] for i in order[:40]])
     test = (order[40:, None], [labels[i] for i in order[40:]])
-    assert classify.classify(emb, train, test) == {"acc_1k": 1.0, "acc_10k": 1.0, "acc_all": 1.0}
+    accuracy, sample = classify.classify(emb, train, test)
+    assert accuracy == {"acc_1k": 1.0, "acc_10k": 1.0, "acc_all": 1.0}
+    assert sample.names == ("acc_1k", "acc_10k", "acc_all") and sample.values.tolist() == [[1.0] * 3] * 20
     pairs = np.array([[0, 1], [2, 3]])
     assert classify.features(emb, pairs).tolist() == [emb[0].tolist() + emb[1].tolist(),
                                                       emb[2].tolist() + emb[3].tolist()]
@@ -38,8 +40,10 @@ def test_similarity_ranks_the_corpus_without_the_source_and_scores_map_and_mrr()
     emb = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.7, 0.7]])
     index = {f"d{i}": i for i in range(4)}
     # d0 ranks d1, d3, d2; its targets d3 (rank 2) and d2 (rank 3): AP (1/2 + 2/3) / 2, first hit at rank 2
-    got = similarity.ranking(emb, index, {"d0": {"d3": 1, "d2": 1, "d1": 0}})
+    got, sample = similarity.ranking(emb, index, {"d0": {"d3": 1, "d2": 1, "d1": 0}})
     assert got == pytest.approx({"map": (1 / 2 + 2 / 3) / 2, "mrr": 1 / 2})
+    assert sample.names == ("map", "mrr") and sample.values.shape == (1, 2)  # one source: one row
+    assert sample.values[0].tolist() == pytest.approx([(1 / 2 + 2 / 3) / 2, 1 / 2])
 
 
 def test_the_lee_corpus_becomes_a_similarity_data_directory_that_05_scores(tiny_model, tmp_path):
@@ -53,15 +57,21 @@ def test_the_lee_corpus_becomes_a_similarity_data_directory_that_05_scores(tiny_
     spec.loader.exec_module(module)
     module.main(["--data", str(tmp_path / "lee"), "--model", f"tiny={tiny_model}", "--out", str(tmp_path / "eval")])
     metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
-    assert set(metrics["tiny"]) == {"similarity"} and set(metrics["tiny"]["similarity"]) == {"map", "mrr",
-                                                                                             "spearman"}
+    assert set(metrics["tiny"]) == {"similarity"} and set(metrics["tiny"]["similarity"]) == {
+        "map", "mrr", "spearman", "map_ci", "mrr_ci", "spearman_ci"}
     emb = np.load(tmp_path / "eval" / "tiny.npy").astype(np.float64)
     pairs, scores = similarity.read_ratings(str(tmp_path / "lee" / "similarity.ratings.jsonl"),
                                             {f"lee{i}": i for i in range(50)})
-    from scipy.stats import spearmanr
+    from scipy.stats import bootstrap, spearmanr
     unit = emb / np.linalg.norm(emb, axis=1, keepdims=True)
-    expected = spearmanr((unit[pairs[:, 0]] * unit[pairs[:, 1]]).sum(1), scores).statistic
+    cosine = (unit[pairs[:, 0]] * unit[pairs[:, 1]]).sum(1)
+    expected = spearmanr(cosine, scores).statistic
     assert metrics["tiny"]["similarity"]["spearman"] == pytest.approx(expected, abs=1e-6)
+    # the interval: 05's default 1,000 resamples of the rated pairs, drawn from its default seed, as scipy draws them
+    reference = bootstrap((cosine, scores), lambda x, y: spearmanr(x, y).statistic, paired=True, vectorized=False,
+                          n_resamples=1000, method="percentile", rng=np.random.default_rng(42))
+    assert metrics["tiny"]["similarity"]["spearman_ci"] == pytest.approx(list(reference.confidence_interval),
+                                                                         abs=1e-6)
 
 
 def test_an_empty_classification_split_is_one_line(tmp_path):

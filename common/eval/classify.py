@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from common.eval import uncertainty
 from common.io import InputError, read_jsonl
 
 SIZES = (("1k", 1000), ("10k", 10_000), ("all", None))
@@ -121,18 +122,19 @@ def features(emb, rows):
 
 def classify(emb, train, test, seed=42, epochs=10):
     """{"acc_1k", "acc_10k", "acc_all"}: test accuracy of heads trained on that many training documents (all of
-    them where the split is smaller)."""
+    them where the split is smaller); and whether each head got each test document right, as a
+    ``uncertainty.Sample`` (its interval is a bootstrap over the test documents: each head trained once)."""
     (train_rows, train_labels), (test_rows, test_labels) = train, test
     names = sorted(set(train_labels) | set(test_labels))
     code = {name: k for k, name in enumerate(names)}
     y_train = np.array([code[v] for v in train_labels], dtype=np.int64)
     y_test = np.array([code[v] for v in test_labels], dtype=np.int64)
     x_test = torch.from_numpy(features(emb, test_rows))
-    out = {}
-    for name, limit in SIZES:
+    correct = []
+    for _, limit in SIZES:
         keep = shorten(train_labels, limit)
         model = train_head(features(emb, train_rows[keep]), y_train[keep], len(names), seed, epochs)
         with torch.no_grad():
-            predicted = model(x_test).argmax(1).numpy()
-        out[f"acc_{name}"] = float((predicted == y_test).mean())
-    return out
+            correct.append(model(x_test).argmax(1).numpy() == y_test)
+    sample = uncertainty.means(np.stack(correct, 1), [f"acc_{name}" for name, _ in SIZES])
+    return {name: float(x.mean()) for name, x in zip(sample.names, correct)}, sample

@@ -7,7 +7,7 @@ import os
 from tqdm import tqdm
 
 from common import io, vectors
-from common.eval import embedding, retrieval, wikispecter
+from common.eval import embedding, retrieval, uncertainty, wikispecter
 
 
 def supported(data_dir):
@@ -63,15 +63,22 @@ def embed_documents(path, name, data_dir, docs, how, outputs, say=print):
 
 class Tasks:
     """The evaluation data of the WikiSpecter and distillation tasks in ``wanted``, read once from ``data_dir``
-    (every id checked against docs.jsonl), and each task's score of a model's vectors."""
+    (every id checked against docs.jsonl), and each task's score of a model's vectors: {task: (metrics,
+    [uncertainty.Sample])}."""
 
-    def __init__(self, data_dir, wanted, index, say=print):
+    def __init__(self, data_dir, wanted, index, resplits=0, say=print):
         from common.eval import classify, similarity
         self.wanted, self.index = wanted, index
         self.qrels = wikispecter.read_qrels(os.path.join(data_dir, "crossref.qrels"), index) \
             if {"crossref", "lexical"} & wanted else {}
         self.levels = wikispecter.topic_levels(data_dir) if "topics" in wanted else []
         self.topic_rows = {level: wikispecter.read_topics(data_dir, level, index) for level in self.levels}
+        self.resplits = resplits
+        self.resplit = [level for level in self.levels if wikispecter.stratifiable(self.topic_rows[level])]
+        for level in self.levels:
+            if resplits and level not in self.resplit:
+                say(f"note: topics.{level}: a label with one document, or fewer documents on a side than labels: "
+                    "no stratified re-splits, and no interval on its F1 and accuracy")
         self.classify = {task: classify.read_task(*paths, index)
                          for task, paths in classify.splits(data_dir).items()} if "classify" in wanted else {}
         for task, (train, test) in self.classify.items():
@@ -82,40 +89,61 @@ class Tasks:
         self.similar = similarity.read(data_dir, index) if "similarity" in wanted else None
 
     def crossref(self, emb):
-        return {"crossref": wikispecter.crossref(emb, self.index, self.qrels)} \
-            if "crossref" in self.wanted and self.qrels else {}
+        if "crossref" not in self.wanted or not self.qrels:
+            return {}
+        found, sample = wikispecter.crossref(emb, self.index, self.qrels)
+        return {"crossref": (found, [sample])}
 
     def topics(self, emb, seed):
-        """The topics task per label level, and the top level's predictions (for the confusion matrix)."""
+        """The topics task per label level, its figures on the protocol's split then on each re-split as its
+        Sample, and the top level's predictions (for the confusion matrix)."""
         scores, predicted = {}, None
         for level in self.levels:
-            scores[f"topics.{level}"], found = wikispecter.topics(emb, self.index, self.topic_rows[level], seed)
-            predicted = found if level == "top" else predicted
+            rows = self.topic_rows[level]
+            found, labels = wikispecter.topics(emb, self.index, rows, seed)
+            again = wikispecter.resplits(emb, self.index, rows, self.resplits, seed) \
+                if self.resplits and level in self.resplit else []
+            scores[f"topics.{level}"] = (found, [uncertainty.splits([[found["f1"], found["accuracy"]], *again],
+                                                                    ("f1", "accuracy"))])
+            predicted = labels if level == "top" else predicted
         return scores, predicted
 
     def classification(self, emb, seed, head_epochs):
         from common.eval import classify
-        return {task: classify.classify(emb, train, test, seed, head_epochs)
-                for task, (train, test) in self.classify.items()}
+        scores = {}
+        for task, (train, test) in self.classify.items():
+            found, sample = classify.classify(emb, train, test, seed, head_epochs)
+            scores[task] = (found, [sample])
+        return scores
 
     def similarity(self, emb):
         from common.eval import similarity
         return {"similarity": similarity.evaluate(emb, self.index, *self.similar)} if self.similar else {}
 
     def lexical(self, docs, language):
-        return {"crossref": wikispecter.lexical(docs.titles, docs.texts, self.index, self.qrels, language)}
+        found, sample = wikispecter.lexical(docs.titles, docs.texts, self.index, self.qrels, language)
+        return {"crossref": (found, [sample])}
 
 
-def evaluate_documents(models, data_dir, how, outputs, wanted, seed, head_epochs, language=None, say=print):
+def split_scores(scores):
+    """{task: (metrics, samples)} → ({task: metrics}, {task: samples}), tasks without samples left out of the
+    second."""
+    return ({task: found for task, (found, _) in scores.items()},
+            {task: samples for task, (_, samples) in scores.items() if samples})
+
+
+def evaluate_documents(models, data_dir, how, outputs, wanted, seed, head_epochs, language=None, resplits=0,
+                       say=print):
     """Embed the documents with every model (``models``: name → path) and score the WikiSpecter and distillation
-    tasks in ``wanted``; the thesis's figures go into ``outputs``. Returns the metrics, the counts and the figures
-    written, as ``(caption, file name)``."""
+    tasks in ``wanted`` (topics also on ``resplits`` stratified re-splits); the thesis's figures go into
+    ``outputs``. Returns the metrics, the counts, the figures written, as ``(caption, file name)``, and the
+    samples the intervals come from, {model: {task: [uncertainty.Sample]}}."""
     from common.data.documents import Documents
     from common.eval import figures
     docs = Documents(data_dir)
-    tasks = Tasks(data_dir, wanted, docs.index, say)
+    tasks = Tasks(data_dir, wanted, docs.index, resplits, say)
     counts = {"documents": len(docs.ids), "crossref_queries": len(tasks.qrels)}
-    metrics, embeddings, predictions, written = {}, {}, {}, []
+    metrics, samples, embeddings, predictions, written = {}, {}, {}, {}, []
     for name, path in models.items():
         emb, tokenizer, settings = embed_documents(path, name, data_dir, docs, how, outputs, say)
         counts.setdefault("embedding", {})[name] = settings
@@ -126,7 +154,7 @@ def evaluate_documents(models, data_dir, how, outputs, wanted, seed, head_epochs
                             f"{settings['max_length']} marked", "token_lengths.png"))
         embeddings[name] = (emb, docs.index)
         topics, predicted = tasks.topics(emb, seed)
-        for task, found in topics.items():
+        for task, (found, _) in topics.items():
             fragile = [what for what, off in (("the C chosen sits at the end of the grid", found["C_at_edge"]),
                                               ("liblinear did not converge", not found["converged"]),
                                               ("the next best C scores within one training document of it",
@@ -136,11 +164,12 @@ def evaluate_documents(models, data_dir, how, outputs, wanted, seed, head_epochs
                     "on changes of the vectors too small to show in their cosines")
         if predicted is not None:
             predictions[name] = predicted
-        metrics[name] = {**tasks.crossref(emb), **topics, **tasks.classification(emb, seed, head_epochs),
-                         **tasks.similarity(emb)}
+        metrics[name], samples[name] = split_scores({**tasks.crossref(emb), **topics,
+                                                     **tasks.classification(emb, seed, head_epochs),
+                                                     **tasks.similarity(emb)})
     if "lexical" in wanted and tasks.qrels:
         language = language or wikispecter.SNOWBALL.get(io.read_manifest(data_dir).get("language") or "", "english")
-        metrics["lexical"] = tasks.lexical(docs, language)
+        metrics["lexical"], samples["lexical"] = split_scores(tasks.lexical(docs, language))
     if predictions:
         figures.confusion(outputs.tmp_path("confusion_top.png"), predictions, "top")
         written.append(("Confusion matrix of the top-level topic classification (test documents)",
@@ -153,4 +182,4 @@ def evaluate_documents(models, data_dir, how, outputs, wanted, seed, head_epochs
             figures.topic_tsne(outputs.tmp_path(f"tsne_{level}.png"), embeddings, tasks.topic_rows[level], level,
                                seed)
             written.append((f"t-SNE of the topic documents (topics.{level})", f"tsne_{level}.png"))
-    return metrics, counts, written
+    return metrics, counts, written, samples

@@ -7,7 +7,8 @@ import numpy as np
 from common import io
 from common.io import InputError
 from common.data.keysent_splits import read_sentences
-from common.eval.metrics import average_r_precision
+from common.eval import uncertainty
+from common.eval.metrics import average_r_precision, r_precision
 from common.models.encoder import default_device, embed, load_encoder
 from common.models.saving import read_run_info
 from common.models.tokens import TokenStore
@@ -79,6 +80,30 @@ def keysent_metrics(scored):
     return {"arp": average_r_precision(scored), "mse": float(np.mean((scores - labels) ** 2)), "pearson": pearson}
 
 
+class ArticleSums(uncertainty.Sums):
+    """The statistic of test articles, each a row of sums over its sentences (``article_sums``): ARP over the
+    articles with key sentences, MSE and Pearson's r over all their sentences, as ``keysent_metrics``."""
+    names = ("arp", "mse", "pearson")
+
+    def figures(self, totals, n):
+        rp, has_key, sse, m, sx, sy, sxx, syy, sxy = np.moveaxis(totals, -1, 0)
+        with np.errstate(invalid="ignore", divide="ignore"):  # no key sentence, or no spread: NaN, as the figure
+            return {"arp": rp / has_key, "mse": sse / m,
+                    "pearson": (m * sxy - sx * sy) / np.sqrt((m * sxx - sx * sx) * (m * syy - sy * sy))}
+
+
+def article_sums(scored):
+    """The test articles as a ``uncertainty.Sample`` for ``ArticleSums`` (its interval is a bootstrap over the
+    articles)."""
+    rows = []
+    for scores, labels in scored:
+        x, y = np.asarray(scores, dtype=np.float64), np.asarray(labels, dtype=np.float64)
+        rp = r_precision(x, labels)
+        rows.append([rp or 0.0, rp is not None, ((x - y) ** 2).sum(), len(x), x.sum(), y.sum(), (x * x).sum(),
+                     (y * y).sum(), (x * y).sum()])
+    return uncertainty.Sample(np.array(rows, dtype=np.float64).reshape(-1, 9), ArticleSums())
+
+
 def mean_2sd(values):
     """The thesis's interval: mean ± 2σ, σ the population standard deviation over runs (its formula divides by
     the number of runs)."""
@@ -125,11 +150,11 @@ def _model_path(run):
 def evaluate_keysent(models, runs, data_dir, how, outputs, seed, say=print):
     """Score every model (``models``: name → path) and the run folders ``runs`` (several seeds of one setting,
     reported as mean ± 2σ) on the test articles and draw the thesis's figures into ``outputs``; ``how`` is the
-    evaluation's ``embedding.Embedding``. Returns the metrics, the counts and the figures written, as
-    ``(caption, file name)``."""
+    evaluation's ``embedding.Embedding``. Returns the metrics, the counts, the figures written, as
+    ``(caption, file name)``, and each model's test articles, {model: {"keysent": [uncertainty.Sample]}}."""
     from common.eval import figures
     from common.eval.embedding import embedding_settings
-    metrics, counts = {}, {}
+    metrics, counts, samples = {}, {}, {}
     train = read_sentences(os.path.join(data_dir, "keysent.train.jsonl"))
     test = read_sentences(os.path.join(data_dir, "keysent.test.jsonl"))
     if not test:
@@ -147,6 +172,7 @@ def evaluate_keysent(models, runs, data_dir, how, outputs, seed, say=print):
         scored = by_article(model.cosines(vectors), test)
         metrics.setdefault(name, {})["keysent"] = keysent_metrics(scored)
         metrics[name]["keysent.cosine"] = outcome_cosines(scored)
+        samples[name] = {"keysent": [article_sums(scored)]}
         curves[name] = scored
         points[name] = (vectors, np.concatenate([y for _, y in scored]), model.query)
         if _run_log(path) is not None:
@@ -178,7 +204,7 @@ def evaluate_keysent(models, runs, data_dir, how, outputs, seed, say=print):
         figures.validation_ap(outputs.tmp_path("keysent_validation.png"), dict(list(logs.items())[:6]))
         written.append(("Validation average precision of each similarity over training (log.jsonl)",
                         "keysent_validation.png"))
-    return metrics, counts, written
+    return metrics, counts, written, samples
 
 
 def read_articles(path, splitter_name):

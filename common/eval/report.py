@@ -1,8 +1,11 @@
-"""metrics.json → report.md: models as rows, one column per task/metric, ×100 with two decimals; further tables
-and the figures written beside it, linked."""
+"""metrics.json → report.md: models as rows, one column per task/metric, ×100 with two decimals and the 95 %
+interval beside each figure; the paired differences of ``--compare``; further tables and the figures written beside
+it, linked."""
 
 import math
 import os
+
+from common.eval.uncertainty import is_difference
 
 COLUMN_ORDER = ("crossref", "topics", "keysent")
 
@@ -19,10 +22,15 @@ def _columns(metrics):
                                        c[0]))
 
 
-def _cell(value, percent):
+def _number(value, percent, sign=""):
+    return f"{100 * value:{sign}.2f}" if percent else f"{value:{sign}.4f}"
+
+
+def _cell(value, percent, ci=None):
+    """A figure, and its interval ``[low, high]`` in brackets where it has one."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
-    return f"{100 * value:.2f}" if percent else f"{value:.4f}"
+    return _number(value, percent) + (f" [{_number(ci[0], percent)}, {_number(ci[1], percent)}]" if ci else "")
 
 
 SEPARATE = {"keysent.cosine": "Mean cosine similarity to the query per outcome (top R = the article's R "
@@ -56,22 +64,63 @@ def cards(models, report_dir):
     return found
 
 
-def markdown(metrics, unscaled=("mse", "pearson"), cards=None):
-    """The report tables: the main one (fractions shown ×100, metrics named in ``unscaled`` as they are; with
-    ``cards``, {model: link}, a last column linking each model's card), then one per task of ``SEPARATE``, as
-    they are."""
+def _scaled(metric, unscaled):
+    return metric.split("_")[0] not in unscaled
+
+
+def how_measured(metrics, resamples, resplits):
+    """How the intervals in ``metrics`` were made, for the sentence under the main table ("" where there are
+    none): a bootstrap for every task but topics, the splits for topics."""
+    kinds = {task.startswith("topics.") for tasks in metrics.values() for task, values in tasks.items()
+             if any(key.endswith("_ci") for key in values)}
+    ways = ([f"percentile bootstrap over the task's queries, test documents, articles or rated pairs, {resamples:,} "
+             "resamples"] if False in kinds else []) + (
+        [f"topics: the protocol's split and {resplits} stratified re-splits"] if True in kinds else [])
+    return "; ".join(ways)
+
+
+def differences_table(metrics, unscaled=("mse", "pearson")):
+    """The rows ``A - B`` of ``metrics`` as one table: a line per task and figure, the difference (×100 where the
+    figures are), its interval and its p-value."""
+    rows = {name: tasks for name, tasks in metrics.items() if is_difference(name)}
+    if not rows:
+        return ""
+    lines = ["\nPaired differences A − B (the same queries, documents, articles or splits for both; p two-sided, "
+             "paired permutation test):\n", "| A − B | task | metric | difference | 95 % interval | p |",
+             "|---|---|---|---:|---:|---:|"]
+    for name, tasks in rows.items():
+        for task, values in tasks.items():
+            for metric, value in values.items():
+                if metric.endswith(("_ci", "_p")):
+                    continue
+                scaled, ci, p = _scaled(metric, unscaled), values.get(f"{metric}_ci"), values.get(f"{metric}_p")
+                lines.append(f"| {name.replace(' - ', ' − ')} | {task} | {metric} | {_number(value, scaled, '+')} | "
+                             + (f"[{_number(ci[0], scaled, '+')}, {_number(ci[1], scaled, '+')}]" if ci else "–")
+                             + f" | {'–' if p is None else f'{p:.3g}'} |")
+    return "\n".join(lines) + "\n"
+
+
+def markdown(metrics, unscaled=("mse", "pearson"), cards=None, resampling=None):
+    """The report tables: the main one (fractions shown ×100, metrics named in ``unscaled`` as they are, each with
+    its interval where ``metrics`` has one; with ``cards``, {model: link}, a last column linking each model's card;
+    ``resampling``, (resamples, re-splits), says under it how the intervals were made), then the paired
+    differences (``differences_table``), then one table per task of ``SEPARATE``, as they are."""
     separate = "".join(_separate_table(metrics, task, caption) for task, caption in SEPARATE.items())
-    metrics = {model: {t: v for t, v in tasks.items() if t not in SEPARATE} for model, tasks in metrics.items()}
+    differences = differences_table(metrics, unscaled)
+    metrics = {model: {t: v for t, v in tasks.items() if t not in SEPARATE} for model, tasks in metrics.items()
+               if not is_difference(model)}
     cols = _columns(metrics)
     card = " card |" if cards is not None else ""
     head = "| model | " + " | ".join(f"{task} {metric}" for task, metric in cols) + " |" + card
     rule = "|---|" + "---:|" * len(cols) + ("---|" if card else "")
     lines = [head, rule]
     for model, tasks in metrics.items():
-        cells = [_cell(tasks.get(task, {}).get(metric), metric.split("_")[0] not in unscaled)
-                 for task, metric in cols]
+        cells = [_cell(tasks.get(task, {}).get(metric), _scaled(metric, unscaled),
+                       tasks.get(task, {}).get(f"{metric}_ci")) for task, metric in cols]
         lines.append(f"| {model} | " + " | ".join(cells) + " |" + (f" {cards.get(model) or '–'} |" if card else ""))
-    return "\n".join(lines) + "\n" + separate
+    how = how_measured(metrics, *resampling) if resampling else ""
+    note = f"\nIn brackets, the 95 % interval ({how}).\n" if how else ""
+    return "\n".join(lines) + "\n" + note + differences + separate
 
 
 def embedding_table(embedding):

@@ -22,6 +22,7 @@ import numpy as np
 
 from common.data.retrieval import read_qrels, read_queries
 from common import io
+from common.eval import uncertainty
 from common.vectors import check_finite_rows, read_rows
 from common.eval.embedding import (embed_corpus, embed_queries, embedding_settings, is_retrieval_data,
                                   load_model)
@@ -90,12 +91,20 @@ def query_metrics(ranked, relevant):
     return out
 
 
-def retrieval_metrics(run, qrels):
-    """Mean metrics over the queries of ``qrels`` ({qid: set of relevant ids}); ``run`` = {qid: ranked ids}."""
+def retrieval_scores(run, qrels):
+    """Mean metrics over the queries of ``qrels`` ({qid: set of relevant ids}; ``run`` = {qid: ranked ids}), and
+    their per-query values as a ``uncertainty.Sample`` (None without queries)."""
     per_query = [query_metrics(run.get(qid, []), relevant) for qid, relevant in qrels.items()]
     if not per_query:
-        return {}
-    return {name: float(np.mean([m[name] for m in per_query])) for name in per_query[0]}
+        return {}, None
+    names = tuple(per_query[0])
+    return ({name: float(np.mean([m[name] for m in per_query])) for name in names},
+            uncertainty.means([[m[name] for name in names] for m in per_query], names))
+
+
+def retrieval_metrics(run, qrels):
+    """Mean metrics over the queries of ``qrels``: ``retrieval_scores`` without the per-query values."""
+    return retrieval_scores(run, qrels)[0]
 
 
 def ranked_ids(indices, scores, doc_ids, qids):
@@ -107,9 +116,13 @@ def ranked_ids(indices, scores, doc_ids, qids):
     return run
 
 
+def dense_run(query_vecs, doc_vecs, qids, doc_ids):
+    """{qid: ranked document ids} of an exact cosine search."""
+    return ranked_ids(*search(query_vecs, doc_vecs), doc_ids, qids)
+
+
 def dense_retrieval(query_vecs, doc_vecs, qids, doc_ids, qrels):
-    indices, scores = search(query_vecs, doc_vecs)
-    return retrieval_metrics(ranked_ids(indices, scores, doc_ids, qids), qrels)
+    return retrieval_metrics(dense_run(query_vecs, doc_vecs, qids, doc_ids), qrels)
 
 
 BM25_SETTINGS = {"method": "lucene", "k1": 1.5, "b": 0.75, "lowercase": True, "token_pattern": r"(?u)\b\w\w+\b",
@@ -119,7 +132,7 @@ BM25_SETTINGS = {"method": "lucene", "k1": 1.5, "b": 0.75, "lowercase": True, "t
 def bm25(doc_texts, doc_ids, query_texts, qids, qrels, language="english", k=K):
     """The BM25 baseline with ``bm25s`` (Lucene's variant, k1 1.5, b 0.75); corpus and queries go through one
     tokenizer: lower-cased, ``(?u)\\b\\w\\w+\\b`` tokens, English stop words, NLTK's Snowball stemmer. Returns the
-    metrics and the settings used."""
+    metrics, their per-query values (``retrieval_scores``) and the settings used."""
     import bm25s
     from bm25s.tokenization import Tokenizer
     from nltk.stem.snowball import SnowballStemmer
@@ -134,16 +147,17 @@ def bm25(doc_texts, doc_ids, query_texts, qids, qrels, language="english", k=K):
     indices, scores = retriever.retrieve(tokens, k=k, show_progress=False, n_threads=1)
     run = ranked_ids(indices, scores, doc_ids, qids)
     settings = {**BM25_SETTINGS, "stemmer": f"snowball-{language}"}
-    return retrieval_metrics(run, qrels), settings
+    return (*retrieval_scores(run, qrels), settings)
 
 
 # -- 05_evaluate.py: the retrieval task, its sharded embedding, and search ----------------------------------------
 
 def evaluate_retrieval(models, data_dir, how, outputs, wanted, say=print):
     """Test queries against the whole corpus for every model (``retrieval``) and BM25 (``bm25``); writes each
-    model's corpus vectors into ``outputs``. Returns the metrics, the counts and the figures (none)."""
+    model's corpus vectors into ``outputs``. Returns the metrics, the counts, the figures (none) and the per-query
+    values, {model: {"retrieval": [uncertainty.Sample]}}."""
     from common.data.documents import Documents
-    metrics, counts = {}, {}
+    metrics, counts, samples = {}, {}, {}
     docs = Documents(data_dir, texts="bm25" in wanted)  # the embedding streams them
     qids, texts = read_queries(os.path.join(data_dir, "queries.test.jsonl"))
     qrels_path = os.path.join(data_dir, "retrieval.test.qrels")
@@ -161,13 +175,16 @@ def evaluate_retrieval(models, data_dir, how, outputs, wanted, say=print):
             encoder, tokenizer, settings, emb = embed_corpus(path, name, data_dir, docs, how, outputs, say=say)
             counts.setdefault("embedding", {})[name] = embedding_settings(settings)
             queries = embed_queries(encoder, tokenizer, settings, texts, how)
-            metrics.setdefault(name, {})["retrieval"] = dense_retrieval(queries, emb, qids, docs.ids, qrels)
+            found, sample = retrieval_scores(dense_run(queries, emb, qids, docs.ids), qrels)
+            metrics.setdefault(name, {})["retrieval"] = found
+            samples[name] = {"retrieval": [sample]}
     if "bm25" in wanted:
-        result, settings = bm25(docs.texts, docs.ids, texts, qids, qrels)
+        result, sample, settings = bm25(docs.texts, docs.ids, texts, qids, qrels)
         metrics["bm25"] = {"retrieval": {**result, "settings": settings}}
+        samples["bm25"] = {"retrieval": [sample]}
     say(f"retrieval: {len(qrels)} test queries against {len(docs.ids)} documents (a small corpus makes every "
         "method look good: compare methods on one corpus only)")
-    return metrics, counts, []
+    return metrics, counts, [], samples
 
 
 def has_content(text):

@@ -12,6 +12,7 @@ import os
 import numpy as np
 from sklearn.metrics import average_precision_score
 
+from common.eval import uncertainty
 from common.eval.wikispecter import read_qrels
 from common.io import InputError, read_jsonl
 
@@ -27,7 +28,8 @@ def _unit(emb):
 
 
 def ranking(emb, index, qrels):
-    """{"map", "mrr"} over the sources with at least one target."""
+    """{"map", "mrr"} over the sources with at least one target, and their per-source values as a
+    ``uncertainty.Sample`` (None without such a source)."""
     unit = _unit(emb.astype(np.float64))
     aps, rrs = [], []
     for source, judged in qrels.items():
@@ -43,7 +45,10 @@ def ranking(emb, index, qrels):
         aps.append(average_precision_score(relevant, scores))
         order = np.argsort(-scores, kind="stable")
         rrs.append(1.0 / (1 + int(np.flatnonzero(relevant[order])[0])))
-    return {"map": float(np.mean(aps)), "mrr": float(np.mean(rrs))} if aps else {}
+    if not aps:
+        return {}, None
+    return {"map": float(np.mean(aps)), "mrr": float(np.mean(rrs))}, uncertainty.means(np.stack([aps, rrs], 1),
+                                                                                      ("map", "mrr"))
 
 
 def read_ratings(path, index):
@@ -56,21 +61,44 @@ def read_ratings(path, index):
     return np.array(pairs, dtype=np.int64).reshape(-1, 2), np.array(scores)
 
 
+class Spearman:
+    """The statistic of rated pairs (rows of cosine and rating): their Spearman correlation (ties ranked by their
+    mean rank, as ``scipy.stats.spearmanr``)."""
+    names = ("spearman",)
+
+    def __call__(self, rows):
+        from scipy.stats import rankdata
+        ranks = rankdata(rows, axis=-2)
+        ranks -= ranks.mean(-2, keepdims=True)
+        x, y = ranks[..., 0], ranks[..., 1]
+        with np.errstate(invalid="ignore", divide="ignore"):  # a resample of equal ratings has none: NaN
+            return {"spearman": (x * y).sum(-1) / np.sqrt((x * x).sum(-1) * (y * y).sum(-1))}
+
+
 def spearman(emb, pairs, scores):
+    """{"spearman"} of cosine with the ratings, and the rated pairs as a ``uncertainty.Sample`` (its interval is a
+    bootstrap over the pairs)."""
     from scipy.stats import spearmanr
     unit = _unit(emb.astype(np.float64))
     cosine = (unit[pairs[:, 0]] * unit[pairs[:, 1]]).sum(1)
-    return {"spearman": float(spearmanr(cosine, scores).statistic)}
+    return ({"spearman": float(spearmanr(cosine, scores).statistic)},
+            uncertainty.Sample(np.stack([cosine, np.asarray(scores, dtype=np.float64)], 1), Spearman()))
 
 
 def evaluate(emb, index, qrels=None, ratings=None):
-    """Every similarity metric the data has (``read``'s qrels and ratings)."""
-    out = {}
+    """Every similarity metric the data has (``read``'s qrels and ratings), and the ``uncertainty.Sample`` of
+    each kind of unit (sources, rated pairs)."""
+    parts = []
     if qrels:
-        out.update(ranking(emb, index, qrels))
+        parts.append(ranking(emb, index, qrels))
     if ratings is not None:
-        out.update(spearman(emb, *ratings))
-    return out
+        parts.append(spearman(emb, *ratings))
+    out, samples = {}, []
+    for found, sample in parts:
+        out.update(found)
+        if sample is not None:
+            samples.append(sample)
+    return out, samples
 
 
 def read(data_dir, index):

@@ -7,6 +7,7 @@ import re
 import numpy as np
 
 from common.io import InputError, read_jsonl, read_trec_qrels, safe_name
+from common.eval import uncertainty
 from common.eval.metrics import ranking_metrics
 
 SNOWBALL = {"fi": "finnish", "en": "english", "sv": "swedish", "de": "german", "fr": "french", "es": "spanish",
@@ -24,14 +25,21 @@ def read_qrels(path, index):
     return qrels
 
 
+def scored(qrels, run):
+    """MAP and nDCG of ``run`` as trec_eval computes them, and their per-query values as a ``uncertainty.Sample``."""
+    found, per_query = ranking_metrics(qrels, run)
+    return found, uncertainty.means([[q["map"], q["ndcg"]] for q in per_query.values()], ("map", "ndcg"))
+
+
 def crossref(emb, index, qrels):
-    """Candidates ranked by L2 distance to the query (closest first); MAP and nDCG as trec_eval computes them."""
+    """Candidates ranked by L2 distance to the query (closest first); MAP and nDCG as trec_eval computes them, and
+    their per-query values (``scored``)."""
     run = {}
     for qid, judged in qrels.items():
         docs = list(judged)
         dist = np.linalg.norm(emb[[index[d] for d in docs]] - emb[index[qid]], axis=1)
         run[qid] = {d: -float(x) for d, x in zip(docs, dist)}
-    return ranking_metrics(qrels, run)[0]
+    return scored(qrels, run)
 
 
 class Stemmer:
@@ -54,14 +62,14 @@ class Stemmer:
 
 def lexical(titles, texts, index, qrels, language):
     """The thesis's rule-based baseline: a candidate scores the share of the query's distinct word stems (title and
-    text) that occur in the candidate's title."""
+    text) that occur in the candidate's title; returns what ``crossref`` does."""
     stemmer = Stemmer(language)
     run = {}
     for qid, judged in qrels.items():
         i = index[qid]
         query = stemmer.words(f"{titles[i]} {texts[i]}")
         run[qid] = {d: len(query & stemmer.words(titles[index[d]])) / max(len(query), 1) for d in judged}
-    return ranking_metrics(qrels, run)[0]
+    return scored(qrels, run)
 
 
 def read_topics(data_dir, level, index):
@@ -130,6 +138,31 @@ def topics(emb, index, rows, seed=42):
             "C": c, "C_at_edge": bool(c in (GRID_C[0], GRID_C[-1])), "converged": bool(final.n_iter_ < final.max_iter),
             "cv_margin": float(best - runner_up), "C_tied": bool(best - runner_up <= 1 / len(y_train) + 1e-9)}, (
         y_test, pred.tolist())
+
+
+def stratifiable(rows):
+    """Whether a topic level's documents (``read_topics``' rows) can be re-split keeping every label on both sides
+    at the protocol's test share: each label has two documents or more, and each side as many as labels."""
+    labels = [label for _, label in rows["train"] + rows["test"]]
+    counts = np.unique(labels, return_counts=True)[1]
+    return bool(counts.min() >= 2 and min(len(rows["test"]), len(rows["train"])) >= len(counts))
+
+
+def resplits(emb, index, rows, n, seed=42):
+    """The topic figures (``topics``' macro F1 and accuracy) on ``n`` stratified re-splits of the same labelled
+    documents (training and test together, the protocol's test share kept: scikit-learn's
+    ``StratifiedShuffleSplit`` seeded with ``seed``; the rows must be ``stratifiable``), with the same classifier
+    and choice of C: ``[n, 2]``. Every model's vectors meet the same splits."""
+    from sklearn.model_selection import StratifiedShuffleSplit
+    pairs = rows["train"] + rows["test"]
+    labels = [label for _, label in pairs]
+    n_test = len(rows["test"])
+    found = []
+    for train, test in StratifiedShuffleSplit(n, test_size=n_test, random_state=seed).split(labels, labels):
+        split = {"train": [pairs[i] for i in train], "test": [pairs[i] for i in test]}
+        metrics = topics(emb, index, split, seed)[0]
+        found.append((metrics["f1"], metrics["accuracy"]))
+    return np.array(found, dtype=np.float64).reshape(n, 2)
 
 
 def token_lengths(tokenizer, texts, batch=4096):

@@ -1,0 +1,334 @@
+"""05's 95 % intervals and paired comparisons: the bootstrap against scipy's on the same resamples, the paired
+permutation test against scipy's exact enumeration and ranx's Fisher randomization test, the topic re-splits
+against scikit-learn's own pipeline, and --compare end to end."""
+
+import json
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from common.eval import report, uncertainty
+from conftest import forget_hashes, run_script, script_error
+
+
+def mean_difference(x, y, axis=-1):
+    return x.mean(axis) - y.mean(axis)
+
+
+def test_the_interval_is_scipys_percentile_bootstrap_on_the_same_resamples():
+    """A model's interval, and the paired interval of a difference between two, equal
+    ``scipy.stats.bootstrap(method="percentile")`` given the same generator: the resamples are the stream
+    ``default_rng(seed).integers(0, n, (resamples, n))``, and both models meet the same ones."""
+    rng = np.random.default_rng(0)
+    a = rng.random(37)
+    b = a + rng.normal(0.05, 0.1, 37)
+    found = uncertainty.bootstrap(np.stack([a, b])[..., None], uncertainty.Means(("m",)), 1000, 7)["m"]
+    assert found.shape == (2, 1000)
+    for x, dist in ((a, found[0]), (b, found[1])):
+        ref = stats.bootstrap((x,), np.mean, n_resamples=1000, method="percentile", rng=np.random.default_rng(7))
+        assert uncertainty.interval(dist) == pytest.approx(list(ref.confidence_interval), abs=1e-14)
+    ref = stats.bootstrap((a, b), mean_difference, paired=True, n_resamples=1000, method="percentile",
+                          rng=np.random.default_rng(7))
+    assert uncertainty.interval(found[0] - found[1]) == pytest.approx(list(ref.confidence_interval), abs=1e-14)
+
+
+def test_the_resamples_are_one_stream_from_the_seed_whatever_the_chunk(monkeypatch):
+    """Drawn a few rows at a time to bound memory, the index sets are still the one draw of the whole
+    ``[resamples, n]``, and each resample's figure is the mean of the rows it drew."""
+    values = np.array([[0.0, 1.0], [0.5, 0.0], [1.0, 1.0], [0.25, 0.0], [0.0, 0.0]])
+    whole = np.random.default_rng(3).integers(0, 5, (6, 5))
+    monkeypatch.setattr(uncertainty, "CHUNK", 20)  # 2 resamples of 5 rows × 2 columns at a time
+    chunks = list(uncertainty.draws(5, 6, 3, width=2))
+    assert [len(c) for c in chunks] == [2, 2, 2]
+    np.testing.assert_array_equal(np.concatenate(chunks), whole)
+    found = uncertainty.bootstrap(values, uncertainty.Means(("x", "y")), 6, 3)
+    np.testing.assert_array_equal(found["x"], values[whole, 0].mean(1))
+    np.testing.assert_array_equal(found["y"], values[whole, 1].mean(1))
+    assert uncertainty.interval([0.0, 1.0, np.nan]) is None  # a resample on which the figure is undefined
+
+
+def test_the_paired_permutation_p_is_scipys_exact_enumeration_on_few_units():
+    """On up to 16 units every one of the 2^n swaps is tried, and the two-sided p is
+    ``scipy.stats.permutation_test(permutation_type="samples")``'s exactly: means with ties (0/1 figures, as
+    MRR@1 or a classifier's hits) and a figure that is no mean (Spearman's correlation over rated pairs)."""
+    from common.eval.similarity import Spearman
+    rng = np.random.default_rng(1)
+    hits_a, hits_b = rng.integers(0, 2, 12).astype(float), rng.integers(0, 2, 12).astype(float)
+    real_a = rng.random(12)
+    real_b = real_a - 0.2 + 0.1 * rng.random(12)
+    a, b = np.stack([hits_a, real_a], 1), np.stack([hits_b, real_b], 1)
+    found = uncertainty.permutation_p(a, b, uncertainty.Means(("hits", "real")), 0, 5)
+    for name, x, y in (("hits", hits_a, hits_b), ("real", real_a, real_b)):
+        ref = stats.permutation_test((x, y), mean_difference, permutation_type="samples", n_resamples=1 << 12,
+                                     vectorized=True)
+        assert found[name] == ref.pvalue
+    assert found["real"] == 2 / 2 ** 12  # every unit favours a: only "no swap" and "all swapped" are as extreme
+    ratings, cos_a, cos_b = rng.random(9), rng.random(9), rng.random(9)
+    found = uncertainty.permutation_p(np.stack([cos_a, ratings], 1), np.stack([cos_b, ratings], 1), Spearman(), 0, 5)
+
+    def spearman_difference(x, y):
+        return stats.spearmanr(x, ratings).statistic - stats.spearmanr(y, ratings).statistic
+    ref = stats.permutation_test((cos_a, cos_b), spearman_difference, permutation_type="samples",
+                                 n_resamples=1 << 9)
+    assert found["spearman"] == pytest.approx(ref.pvalue, abs=1e-12)
+
+
+def test_the_ranking_comparison_agrees_with_ranx_fisher_randomization_test():
+    """Over more than 16 queries the swaps are drawn at random; the p-value of nDCG@10 between two runs agrees with
+    ranx's ``compare(stat_test="fisher")`` within the noise of 20,000 permutations each, and so do the per-query
+    figures it starts from."""
+    from ranx import Qrels, Run, compare
+    from common.eval.retrieval import retrieval_scores
+    rng = np.random.default_rng(2)
+    qrels = {f"q{i}": {f"d{j}": 1 for j in rng.choice(40, 3, replace=False)} for i in range(60)}
+    runs = []
+    for boost in (0.0, 0.03):  # the second run ranks the relevant documents a little higher
+        runs.append({q: {f"d{j}": float(rng.random() + boost * (f"d{j}" in qrels[q])) for j in range(40)}
+                     for q in qrels})
+    ranked = [{q: sorted(run[q], key=run[q].get, reverse=True) for q in run} for run in runs]
+    means, samples = zip(*(retrieval_scores(r, {q: set(d) for q, d in qrels.items()}) for r in ranked))
+    column = samples[0].names.index("ndcg@10")
+    ours = uncertainty.permutation_p(samples[0].values, samples[1].values, samples[0].statistic, 20000, 42)
+    theirs = compare(Qrels(qrels), [Run(runs[0], name="a"), Run(runs[1], name="b")], ["ndcg@10"],
+                     stat_test="fisher", n_permutations=20000, random_seed=42).to_dict()
+    assert [m["ndcg@10"] for m in means] == pytest.approx([theirs[n]["scores"]["ndcg@10"] for n in "ab"],
+                                                          abs=1e-12)
+    p = theirs["a"]["comparisons"]["b"]["ndcg@10"]
+    assert 0.01 < p < 0.5  # a difference neither obvious nor absent, where the two tests could part
+    assert ours["ndcg@10"] == pytest.approx(p, abs=0.015)
+    assert samples[0].values[:, column].mean() == means[0]["ndcg@10"]
+
+
+def test_topic_resplits_are_scikit_learns_pipeline_on_stratified_shuffle_splits():
+    """Each re-split's F1 and accuracy are those of GridSearchCV(LinearSVC) over the protocol's C grid on
+    StratifiedShuffleSplit's split of the training and test documents together, at the protocol's test share."""
+    from sklearn.metrics import accuracy_score, f1_score
+    from sklearn.model_selection import GridSearchCV, StratifiedShuffleSplit
+    from sklearn.svm import LinearSVC
+    from common.eval import wikispecter
+    rng = np.random.default_rng(4)
+    labels = [f"l{i % 3}" for i in range(45)]
+    centres = rng.normal(size=(3, 6))
+    x = np.array([centres[i % 3] + 1.2 * rng.normal(size=6) for i in range(45)], dtype=np.float32)
+    index = {f"d{i}": i for i in range(45)}
+    rows = {"train": [(f"d{i}", labels[i]) for i in range(30)], "test": [(f"d{i}", labels[i]) for i in range(30, 45)]}
+    found = wikispecter.resplits(x, index, rows, 3, seed=9)
+    expected = []
+    for train, test in StratifiedShuffleSplit(3, test_size=15, random_state=9).split(x, labels):
+        search = GridSearchCV(LinearSVC(random_state=9), {"C": np.logspace(-4, 2, 7)}, cv=3)
+        search.fit(x[train], [labels[i] for i in train])
+        predicted = search.predict(x[test])
+        truth = [labels[i] for i in test]
+        expected.append([f1_score(truth, predicted, average="macro"), accuracy_score(truth, predicted)])
+    np.testing.assert_allclose(found, expected, rtol=0, atol=1e-12)
+    assert len({tuple(r) for r in found.tolist()}) > 1  # the splits do move the figures
+    assert wikispecter.stratifiable(rows)
+    lone = {"train": rows["train"], "test": rows["test"] + [("d0", "alone")]}  # a label with one document
+    few = {"train": rows["train"], "test": rows["test"][:2]}  # fewer test documents than labels
+    assert not wikispecter.stratifiable(lone) and not wikispecter.stratifiable(few)
+
+
+def test_topic_intervals_span_the_splits_and_comparisons_flip_signs_over_the_same_splits():
+    """A topic figure's interval over 11 splits is their range (at least 95 % of them inside, the protocol's among
+    them); a comparison's difference is the protocol split's, its interval the range of the per-split
+    differences, and its p the exact sign-flip test over the splits (scipy's), whose smallest value is 2 / 2^11."""
+    rng = np.random.default_rng(6)
+    f1_a = 0.6 + 0.05 * rng.random(11)
+    f1_b = f1_a - 0.02 + 0.03 * rng.random(11)
+    acc = rng.random(11)
+    samples = {"a": {"topics.top": [uncertainty.splits(np.stack([f1_a, acc], 1), ("f1", "accuracy"))]},
+               "b": {"topics.top": [uncertainty.splits(np.stack([f1_b, acc], 1), ("f1", "accuracy"))]}}
+    metrics = {m: {"topics.top": {"f1": f[0], "accuracy": acc[0], "C": 1.0}} for m, f in (("a", f1_a), ("b", f1_b))}
+    found = uncertainty.summarise(metrics, samples, [("a", "b")], 0, 42)  # no bootstrap needed
+    assert found["a"]["topics.top"] == {**metrics["a"]["topics.top"], "f1_ci": [f1_a.min(), f1_a.max()],
+                                        "accuracy_ci": [acc.min(), acc.max()]}
+    row = found["a - b"]["topics.top"]
+    assert row["f1"] == f1_a[0] - f1_b[0] and row["f1_ci"] == [(f1_a - f1_b).min(), (f1_a - f1_b).max()]
+    ref = stats.permutation_test((f1_a, f1_b), mean_difference, permutation_type="samples", n_resamples=1 << 11,
+                                 vectorized=True)
+    assert row["f1_p"] == ref.pvalue
+    assert row["accuracy"] == 0 and row["accuracy_p"] == 1.0  # the same accuracy on every split: nothing to test
+    big = np.percentile(np.arange(41.0), [2.5, 97.5])  # 41 splits: the 2.5th and 97.5th percentiles are values
+    assert uncertainty.interval(np.arange(41.0), splits=True) == list(big) == [1.0, 39.0]
+
+
+def test_without_resamples_or_resplits_there_are_differences_and_nothing_else():
+    """``--resamples 0 --resplits 0``: no interval anywhere, and a comparison keeps only its differences."""
+    samples = {m: {"crossref": [uncertainty.means([[0.5, 1.0], [v, 0.0]], ("map", "ndcg"))],
+                   "topics.top": [uncertainty.splits([[v, v]], ("f1", "accuracy"))]} for m, v in (("a", 1), ("b", 0))}
+    metrics = {m: {"crossref": {"map": v, "ndcg": 0.5}, "topics.top": {"f1": v, "accuracy": v}}
+               for m, v in (("a", 0.75), ("b", 0.25))}
+    found = uncertainty.summarise(metrics, samples, [("a", "b")], 0, 42)
+    assert found == {**metrics, "a - b": {"crossref": {"map": 0.5, "ndcg": 0.0},
+                                          "topics.top": {"f1": 0.5, "accuracy": 0.5}}}
+
+
+def test_a_test_articles_bootstrap_resamples_articles_with_their_sentences():
+    """Key sentences: ARP, MSE and Pearson's r computed from the articles' sums equal the task's own figures, and
+    on each resample of articles they equal the figures of those articles, as scipy's bootstrap resamples them."""
+    from common.eval.keysent import article_sums, keysent_metrics
+    rng = np.random.default_rng(8)
+    scored = []
+    for size in (4, 6, 3, 5, 7):
+        labels = np.zeros(size, dtype=int)
+        labels[rng.choice(size, 2, replace=False)] = 1
+        scored.append((rng.random(size), labels))
+    scored.append((rng.random(3), np.zeros(3, dtype=int)))  # no key sentence: outside ARP, inside MSE and r
+    sample = article_sums(scored)
+    assert {k: float(v) for k, v in sample.statistic(sample.values).items()} == pytest.approx(keysent_metrics(scored))
+    found = uncertainty.bootstrap(sample.values, sample.statistic, 50, 11)
+
+    def figures(idx):
+        return [keysent_metrics([scored[i] for i in idx])[name] for name in sample.names]
+    ref = stats.bootstrap((np.arange(len(scored)),), figures, n_resamples=50, vectorized=False,
+                          method="percentile", rng=np.random.default_rng(11)).bootstrap_distribution
+    for j, name in enumerate(sample.names):
+        np.testing.assert_allclose(found[name], ref[j], rtol=1e-12)
+
+
+def test_the_report_puts_each_interval_beside_its_figure_and_the_differences_in_a_table_of_their_own():
+    metrics = {"trained": {"crossref": {"map": 0.6223, "map_ci": [0.5811, 0.6601]},
+                           "topics.top": {"f1": 0.4016, "f1_ci": [0.3897, 0.4267], "C": 10.0},
+                           "keysent": {"pearson": 0.7573, "pearson_ci": [0.7012, 0.8]}},
+               "base": {"crossref": {"map": 0.4965, "map_ci": [0.45, 0.54]}, "topics.top": {"f1": 0.3897}},
+               "trained - base": {"crossref": {"map": 0.1258, "map_ci": [0.0801, 0.17], "map_p": 0.000999}}}
+    assert report.markdown(metrics, resampling=(1000, 10)) == (
+        "| model | crossref map | topics.top f1 | keysent pearson |\n"
+        "|---|---:|---:|---:|\n"
+        "| trained | 62.23 [58.11, 66.01] | 40.16 [38.97, 42.67] | 0.7573 [0.7012, 0.8000] |\n"
+        "| base | 49.65 [45.00, 54.00] | 38.97 | – |\n"
+        "\nIn brackets, the 95 % interval (percentile bootstrap over the task's queries, test documents, articles or "
+        "rated pairs, 1,000 resamples; topics: the protocol's split and 10 stratified re-splits).\n"
+        "\nPaired differences A − B (the same queries, documents, articles or splits for both; p two-sided, paired "
+        "permutation test):\n\n"
+        "| A − B | task | metric | difference | 95 % interval | p |\n"
+        "|---|---|---|---:|---:|---:|\n"
+        "| trained − base | crossref | map | +12.58 | [+8.01, +17.00] | 0.000999 |\n")
+    keysent = {model: {"keysent": tasks["keysent"]} for model, tasks in metrics.items() if "keysent" in tasks}
+    assert "(percentile bootstrap over the task's queries, test documents, articles or rated pairs, 1,000 " \
+           "resamples).\n" in report.markdown(keysent, resampling=(1000, 10))  # no topics: no word of them
+    assert "In brackets" not in report.markdown({"base": {"crossref": {"map": 0.5}}}, resampling=(0, 0))
+
+
+def test_reproductions_tables_show_intervals_where_the_metrics_have_them(tmp_path, capsys):
+    """reproduce/compare.py: ours with its interval, an old metrics file without one as before, and 05's
+    difference rows left out of the default rows."""
+    import importlib.util
+    import os
+    from conftest import ROOT
+    spec = importlib.util.spec_from_file_location("compare", os.path.join(ROOT, "reproduce", "compare.py"))
+    compare = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(compare)
+    path = tmp_path / "metrics.json"
+    path.write_text(json.dumps({"trained": {"crossref": {"map": 0.6223, "map_ci": [0.5811, 0.6601]}},
+                                "old": {"crossref": {"map": 0.5}},
+                                "trained - old": {"crossref": {"map": 0.1223, "map_p": 0.01}}}), encoding="utf-8")
+    compare.main(["wikispecter", str(path)])
+    assert [line.split(" | ")[:5] for line in capsys.readouterr().out.splitlines()[2:4]] == [
+        ["| trained", "–", "–", "62.23 [58.11, 66.01]", "–"], ["| old", "–", "–", "50.00", "–"]]
+
+
+@pytest.fixture
+def evaluated(tiny_model, tiny_data, tmp_path_factory):
+    """05 on the tiny data directory: the model with [CLS] and with mean pooling, compared with each other and the
+    lexical baseline, 300 resamples and 3 re-splits (kept small for the test)."""
+    out = tmp_path_factory.mktemp("compare") / "eval"
+    proc = run_script("05_evaluate.py", "--data", tiny_data, "--model", f"cls={tiny_model}", "--model",
+                      f"mean={tiny_model}", "--pooling", "mean=mean", "--out", out, "--compare", "cls=mean",
+                      "--compare", "mean=lexical", "--resamples", "300", "--resplits", "3", "--seed", "5")
+    return out, proc.stdout
+
+
+def test_compare_through_05_writes_each_difference_with_the_interval_and_p_of_the_same_queries_and_splits(
+        evaluated, tiny_data):
+    """The rows ``cls - mean`` and ``mean - lexical`` of metrics.json, recomputed from the vectors 05 wrote: the
+    crossref intervals are scipy's bootstrap over the per-query figures with 05's seed, the p-value scipy's
+    permutation test, the topic figures scikit-learn's over the same splits; report.md and the printed table hold
+    the differences."""
+    from common.eval import wikispecter
+    out, stdout = evaluated
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert set(metrics) == {"cls", "mean", "lexical", "cls - mean", "mean - lexical"}
+    assert set(metrics["mean - lexical"]) == {"crossref"}  # the only task the baseline scores
+    assert set(metrics["cls"]["topics.top"]) >= {"f1", "f1_ci", "accuracy", "accuracy_ci", "C"}
+    ids = (out / "cls.ids.txt").read_text().split()
+    index = {doc: i for i, doc in enumerate(ids)}
+    qrels = wikispecter.read_qrels(str(tiny_data / "crossref.qrels"), index)
+    per_query = {name: wikispecter.crossref(np.load(out / f"{name}.npy"), index, qrels)[1].values
+                 for name in ("cls", "mean")}
+    row = metrics["cls - mean"]["crossref"]
+    assert row["map"] == metrics["cls"]["crossref"]["map"] - metrics["mean"]["crossref"]["map"]
+    cls_map, mean_map = per_query["cls"][:, 0], per_query["mean"][:, 0]
+    ref = stats.bootstrap((cls_map,), np.mean, n_resamples=300, method="percentile", rng=np.random.default_rng(5))
+    assert metrics["cls"]["crossref"]["map_ci"] == pytest.approx(list(ref.confidence_interval), abs=1e-12)
+    ref = stats.bootstrap((cls_map, mean_map), mean_difference, paired=True, n_resamples=300, method="percentile",
+                          rng=np.random.default_rng(5))
+    assert row["map_ci"] == pytest.approx(list(ref.confidence_interval), abs=1e-12)
+    assert row["map_p"] == pytest.approx(uncertainty.permutation_p(per_query["cls"], per_query["mean"],
+                                                                   uncertainty.Means(("map", "ndcg")), 300, 5)["map"])
+    rows = wikispecter.read_topics(str(tiny_data), "top", index)
+    f1 = {}
+    for name in ("cls", "mean"):
+        emb = np.load(out / f"{name}.npy")
+        f1[name] = [wikispecter.topics(emb, index, rows, 5)[0]["f1"],
+                    *wikispecter.resplits(emb, index, rows, 3, 5)[:, 0]]
+    assert metrics["cls"]["topics.top"]["f1_ci"] == [min(f1["cls"]), max(f1["cls"])]
+    topics = metrics["cls - mean"]["topics.top"]
+    assert topics["f1"] == f1["cls"][0] - f1["mean"][0]
+    assert topics["f1_p"] == stats.permutation_test((np.array(f1["cls"]), np.array(f1["mean"])), mean_difference,
+                                                    permutation_type="samples", n_resamples=16,
+                                                    vectorized=True).pvalue
+    lines = (out / "report.md").read_text().splitlines()
+    assert any(line.startswith("| cls − mean | crossref | map | ") for line in lines)
+    assert any(line.startswith("| mean − lexical | crossref | ndcg | ") for line in lines)
+    assert "| cls − mean | topics.top | f1 | " in stdout
+
+
+@pytest.mark.parametrize("case", ["malformed", "empty-side", "unknown", "itself", "baseline-not-scored"])
+def test_a_bad_compare_is_one_line_before_anything_is_embedded(tiny_model, tiny_data, tmp_path, case):
+    args = ["--data", tiny_data, "--model", f"base={tiny_model}", "--model", f"trained={tiny_model}", "--out",
+            tmp_path / "eval"]
+    compare, expected = {
+        "malformed": ("trained", "error: --compare 'trained': expected A=B, two of base, trained, lexical"),
+        "empty-side": ("trained=", "error: --compare 'trained=': expected A=B, two of base, trained, lexical"),
+        "unknown": ("trained=bert", "error: --compare trained=bert: no row 'bert' (rows: base, trained, lexical)"),
+        "itself": ("base=base", "error: --compare base=base: compares base with itself"),
+        "baseline-not-scored": ("trained=lexical", "error: --compare trained=lexical: no row 'lexical' (rows: base, "
+                                                   "trained)")}[case]
+    if case == "baseline-not-scored":
+        args += ["--task", "crossref"]
+    assert script_error("05_evaluate.py", *args, "--compare", compare) == expected
+    assert not (tmp_path / "eval").exists()
+
+
+def test_a_negative_count_of_resamples_or_resplits_is_one_line(tiny_model, tiny_data, tmp_path):
+    for flag in ("--resamples", "--resplits"):
+        assert script_error("05_evaluate.py", "--data", tiny_data, "--model", f"base={tiny_model}", "--out",
+                            tmp_path / "e", flag, "-1") == f"error: {flag} -1: must be between 0 and 1,073,741,824"
+
+
+def test_a_topic_level_that_cannot_be_re_split_keeps_its_figure_and_gets_no_interval(tiny_data, tmp_path):
+    """A label with a single document cannot be stratified: 05 says so once, classifies the protocol's split
+    alone, and the level's figures get no interval."""
+    import shutil
+    from common.data.documents import Documents
+    from common.eval import documents
+    data = tmp_path / "data"
+    shutil.copytree(tiny_data, data)
+    forget_hashes(data)
+    test = data / "topics.top.test.jsonl"
+    lone = json.loads(test.read_text().splitlines()[0])["id"]
+    test.write_text("".join(line if json.loads(line)["id"] != lone else json.dumps({"id": lone, "label": "yksin"})
+                            + "\n" for line in test.read_text().splitlines(keepends=True)))
+    index = Documents(str(data)).index
+    notes = []
+    tasks = documents.Tasks(str(data), {"topics"}, index, resplits=3, say=notes.append)
+    assert notes == ["note: topics.top: a label with one document, or fewer documents on a side than labels: no "
+                     "stratified re-splits, and no interval on its F1 and accuracy"]
+    emb = np.random.default_rng(0).normal(size=(len(index), 8)).astype(np.float32)
+    scores, _ = tasks.topics(emb, 42)
+    found, (sample,) = scores["topics.top"]
+    assert sample.splits and sample.values.tolist() == [[found["f1"], found["accuracy"]]]
+    assert uncertainty.summarise({"m": {"topics.top": found}}, {"m": {"topics.top": [sample]}}, [], 1000, 42) == {
+        "m": {"topics.top": found}}
