@@ -38,7 +38,7 @@ from common.data.wiki import DISAMBIGUATION_MARKERS, DISAMBIGUATION_TEMPLATES, W
 
 
 def add_wiki_arguments(p):
-    p.add_argument("--dump", required=True, help="pages-articles dump (.xml, .xml.bz2 or .xml.gz)")
+    p.add_argument("--dump", required=True, type=cli.reads, help="pages-articles dump (.xml, .xml.bz2 or .xml.gz)")
     p.add_argument("--out", required=True, help="output directory (articles.jsonl, manifest.json)")
     p.add_argument("--lead", choices=("first-paragraph", "section"), default="first-paragraph",
                    help="document text: the first paragraph (WikiSpecter thesis) or all prose before the "
@@ -60,7 +60,7 @@ def add_wiki_arguments(p):
                         "fewer than an unlimited walk labels on a full dump, which suggests articles filed "
                         "directly in a topic category or close below it (0 or 1); compare the per-label counts "
                         "01 prints (topic_labels.tsv) with the thesis's Table 3.1")
-    p.add_argument("--topic-map", default=None,
+    p.add_argument("--topic-map", default=None, type=cli.reads,
                    help="TSV 'category<TAB>top<TAB>second' to label articles instead of --topic-root "
                         "(for dumps without category pages)")
     p.add_argument("--disambiguation-markers", default=",".join(DISAMBIGUATION_MARKERS),
@@ -73,7 +73,7 @@ def add_wiki_arguments(p):
 
 
 def add_sentences_arguments(p):
-    p.add_argument("--input", required=True, help="JSONL of {id, text, key_sentences: [str]}")
+    p.add_argument("--input", required=True, type=cli.reads, help="JSONL of {id, text, key_sentences: [str]}")
     p.add_argument("--out", required=True, help="output directory (sentences.jsonl, manifest.json)")
     p.add_argument("--splitter", choices=("punkt", "punkt-english"), default="punkt",
                    help="untrained Punkt (needs no data) or NLTK's pretrained English Punkt (needs punkt_tab "
@@ -82,7 +82,7 @@ def add_sentences_arguments(p):
 
 
 def add_arxiv_arguments(p):
-    p.add_argument("--input", required=True, help="the snapshot (.json or .json.gz)")
+    p.add_argument("--input", required=True, type=cli.reads, help="the snapshot (.json or .json.gz)")
     p.add_argument("--out", required=True, help="output directory (articles.jsonl, manifest.json)")
     p.add_argument("--categories", default="",
                    help="comma-separated category prefixes to keep, e.g. 'cs.,stat.ML' (empty: all papers)")
@@ -90,26 +90,26 @@ def add_arxiv_arguments(p):
 
 
 def add_dictd_arguments(p):
-    p.add_argument("--input", required=True,
+    p.add_argument("--input", required=True, type=cli.reads,
                    help="the dictionary's path without suffix (reads INPUT.index and INPUT.dict.dz or INPUT.dict)")
     p.add_argument("--out", required=True, help="output directory (articles.jsonl, manifest.json)")
     add_min_chars(p)
 
 
 def add_rst_arguments(p):
-    p.add_argument("--input", required=True, help="the folder of sources (read recursively)")
+    p.add_argument("--input", required=True, type=cli.reads, help="the folder of sources (read recursively)")
     p.add_argument("--out", required=True, help="output directory (articles.jsonl, manifest.json)")
     add_min_chars(p)
 
 
 def add_folder_arguments(p):
-    p.add_argument("--input", required=True, help="the folder of label folders")
+    p.add_argument("--input", required=True, type=cli.reads, help="the folder of label folders")
     p.add_argument("--out", required=True, help="output directory (articles.jsonl, manifest.json)")
     add_min_chars(p)
 
 
 def add_csv_arguments(p):
-    p.add_argument("--input", required=True, help="the table (.csv, .csv.gz or .zip)")
+    p.add_argument("--input", required=True, type=cli.reads, help="the table (.csv, .csv.gz or .zip)")
     p.add_argument("--out", required=True, help="output directory (articles.jsonl, manifest.json)")
     p.add_argument("--id-column", default=None, help="column of document ids (default: row numbers from 1)")
     p.add_argument("--title-column", default="title", help="column of titles")
@@ -126,7 +126,7 @@ def add_min_chars(p):
 def run_wiki(args):
     cli.check(args, {"--min-chars": cli.COUNT_0, "--topic-depth": cli.between(0, 1000), "--workers": cli.WORKERS})
     started = io.now()
-    with folders.Outputs(args.out, __file__) as outputs:
+    with folders.Outputs(args.out, __file__, overwrite=args.overwrite) as outputs:
         settings = WikiSettings(**{f.name: getattr(args, f.name) for f in fields(WikiSettings)})
         reader, labelled, counts = extract_wiki(settings, outputs)
         rows = topic_labels.label_counts(labelled)
@@ -151,7 +151,7 @@ def run_sentences(args):
     from common.data.sentences import extract_sentences
     started = io.now()
     counts = collections.Counter()
-    with folders.Outputs(args.out, __file__) as outputs:
+    with folders.Outputs(args.out, __file__, overwrite=args.overwrite) as outputs:
         with outputs.open("sentences.jsonl") as out:
             extract_sentences(args.input, out, args.splitter, counts)
         outputs.write_manifest(io.manifest(__file__, args, started, inputs=[args.input], counts=dict(counts)))
@@ -164,7 +164,7 @@ def run_arxiv(args):
     started = io.now()
     counts = collections.Counter()
     prefixes = tuple(p.strip() for p in args.categories.split(",") if p.strip())
-    with folders.Outputs(args.out, __file__) as outputs:
+    with folders.Outputs(args.out, __file__, overwrite=args.overwrite) as outputs:
         with outputs.open("articles.jsonl") as out:
             extract_arxiv(args.input, out, prefixes, counts)
         outputs.write_manifest(io.manifest(__file__, args, started, inputs=[args.input], counts=dict(counts),
@@ -201,7 +201,7 @@ def run_corpus(args):
             args.min_chars)
     started = io.now()
     counts = collections.Counter()
-    with folders.Outputs(args.out, __file__) as outputs:
+    with folders.Outputs(args.out, __file__, overwrite=args.overwrite) as outputs:
         with outputs.open("articles.jsonl") as out:
             read(out, counts)
         if not counts["articles"]:

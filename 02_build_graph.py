@@ -35,7 +35,8 @@ from common.data.splits import TOPIC_LIMITS, add_topic_arguments, parse_caps, re
 
 
 def add_links_arguments(parser):
-    parser.add_argument("--articles", required=True, help="articles.jsonl from 01_extract.py (docs/contract.md)")
+    parser.add_argument("--articles", required=True, type=cli.reads,
+                        help="articles.jsonl from 01_extract.py (docs/contract.md)")
     cli.add_max_line(parser)
     parser.add_argument("--out", required=True, help="data directory to write")
     parser.add_argument("--seed", type=int, default=42, help="seed for splits and sampling")
@@ -79,7 +80,7 @@ def run_graph(args):
         raise io.InputError(f"--hard {args.hard} exceeds --per-query {args.per_query}")
     started = io.now()
     counts = collections.Counter()
-    with folders.Outputs(args.out, __file__, args.command) as outputs:
+    with folders.Outputs(args.out, __file__, args.command, overwrite=args.overwrite) as outputs:
         with outputs.open("docs.jsonl", "wb") as docs:
             corpus = graph.read_articles(args.articles, docs, counts)
         settings = triplets.GraphSettings(**{f.name: getattr(args, f.name) for f in fields(triplets.GraphSettings)})
@@ -95,7 +96,7 @@ def run_graph(args):
 
 
 def add_sentences_arguments(p):
-    p.add_argument("--sentences", required=True, help="sentences.jsonl from 01_extract.py sentences")
+    p.add_argument("--sentences", required=True, type=cli.reads, help="sentences.jsonl from 01_extract.py sentences")
     cli.add_max_line(p)
     p.add_argument("--out", required=True, help="data directory to write")
     p.add_argument("--test", type=float, default=0.2, help="share of articles held out for testing (thesis)")
@@ -114,7 +115,7 @@ def run_sentences(args):
     refuse_empty_splits(args.sentences, len(articles), "articles",
                         {part: len(splits[part]) for part in keysent_splits.PARTS},
                         {"test": args.test, "val": args.val, "train": 1})
-    with folders.Outputs(args.out, __file__, args.command) as outputs:
+    with folders.Outputs(args.out, __file__, args.command, overwrite=args.overwrite) as outputs:
         keysent_splits.write_splits(splits, outputs, counts)
         outputs.write_manifest(io.manifest(__file__, args, started, inputs=[args.sentences], counts=dict(counts),
                                            seed=args.seed))
@@ -123,13 +124,14 @@ def run_sentences(args):
 
 
 def add_retrieval_arguments(p):
-    p.add_argument("--articles", required=True, help="articles.jsonl from 01_extract.py (e.g. 01_extract.py arxiv)")
+    p.add_argument("--articles", required=True, type=cli.reads,
+                   help="articles.jsonl from 01_extract.py (e.g. 01_extract.py arxiv)")
     cli.add_max_line(p)
     p.add_argument("--out", required=True, help="data directory to write")
     p.add_argument("--test", type=float, default=0.1, help="share of papers whose title is a test query")
     p.add_argument("--val", type=float, default=0.1,
                    help="share of papers whose title is a validation query (model selection)")
-    p.add_argument("--pairs", default=None,
+    p.add_argument("--pairs", default=None, type=cli.reads,
                    help='JSONL of {"query": text, "doc": id} to use instead of titles (each pair goes to its '
                         "document's split)")
     p.add_argument("--seed", type=int, default=42, help="seed of the split and the topic sampling")
@@ -145,7 +147,7 @@ def run_retrieval(args):
     parse_caps(args.topic_cap)
     started = io.now()
     counts = collections.Counter()
-    with folders.Outputs(args.out, __file__, args.command) as outputs:
+    with folders.Outputs(args.out, __file__, args.command, overwrite=args.overwrite) as outputs:
         with outputs.open("docs.jsonl", "wb") as docs:
             corpus = graph.read_articles(args.articles, docs, counts)
         rng_split, rng_topics = (np.random.default_rng(s) for s in np.random.SeedSequence(args.seed).spawn(2))
@@ -169,7 +171,7 @@ def run_retrieval(args):
 
 
 def add_corpus_arguments(p):
-    p.add_argument("--articles", action="extend", nargs="+", required=True, metavar="NAME=PATH",
+    p.add_argument("--articles", action="extend", nargs="+", required=True, metavar="NAME=PATH", type=cli.reads_named,
                    help="an articles.jsonl and the name that prefixes its ids (NAME:id); repeatable")
     cli.add_max_line(p)
     p.add_argument("--out", required=True, help="data directory to write (docs.jsonl)")
@@ -184,7 +186,7 @@ def run_corpus(args):
         sources.append((name, path))
     started = io.now()
     counts = collections.Counter()
-    with folders.Outputs(args.out, __file__, args.command) as outputs:
+    with folders.Outputs(args.out, __file__, args.command, overwrite=args.overwrite) as outputs:
         with outputs.open("docs.jsonl", "wb") as docs:
             write_corpus(sources, docs, counts)
         if not counts["documents"]:
@@ -211,11 +213,11 @@ def run_testsets(args):
     parts = {"lee": lambda out: testsets.lee(out, args.lee_threshold),
              "newsgroups": lambda out: testsets.newsgroups(out, args.seed)}
     with contextlib.ExitStack() as stack:
-        top = stack.enter_context(folders.Outputs(args.out, __file__, args.command))
+        top = stack.enter_context(folders.Outputs(args.out, __file__, args.command, overwrite=args.overwrite))
         done = []
         for name, build in parts.items():
             directory = os.path.join(args.out, name)
-            outputs = stack.enter_context(folders.Outputs(directory, __file__, args.command))
+            outputs = stack.enter_context(folders.Outputs(directory, __file__, args.command, overwrite=args.overwrite))
             counts = build(outputs)
             outputs.write_manifest(io.manifest(__file__, args, started, counts=counts, seed=args.seed))
             done.append(f"{name}: {', '.join(f'{k} {v}' for k, v in counts.items())} → {directory}")

@@ -31,9 +31,9 @@ PV_PRESETS = {  # the thesis's chosen Paragraph-Vector configurations (Tab. 4.5,
 
 
 def add_teachers_arguments(p):
-    p.add_argument("--data", required=True, help="data directory (docs.jsonl)")
+    p.add_argument("--data", required=True, type=cli.reads, help="data directory (docs.jsonl)")
     p.add_argument("--out", required=True, help="teacher directory to write")
-    p.add_argument("--teacher", default="sentence-transformers/all-mpnet-base-v2",
+    p.add_argument("--teacher", default="sentence-transformers/all-mpnet-base-v2", type=cli.reads,
                    help="structural teacher: a sentence-transformers checkpoint (the thesis's)")
     p.add_argument("--teacher-max-length", type=int, default=384,
                    help="structural-teacher tokens per document (the thesis's text; its code used 512)")
@@ -94,7 +94,7 @@ def run_teachers(args):
         if args.teacher_dim >= width or args.teacher_dim > len(docs.ids):
             raise InputError(f"--teacher-dim {args.teacher_dim}: must be below the teacher's {width} dimensions and "
                              f"at most the {len(docs.ids)} documents")
-    with folders.Outputs(args.out, __file__) as outputs:
+    with folders.Outputs(args.out, __file__, args.command, overwrite=args.overwrite) as outputs:
         with tqdm(total=len(docs.ids), desc="structural teacher", unit=" docs", mininterval=1.0) as bar:
             vectors, lengths, max_length, agreement = teachers.structural_teacher(
                 outputs, docs, args.teacher, args.teacher_max_length, args.batch_size, args.batch_tokens, bar,
@@ -143,7 +143,7 @@ def run_train(argv):
 
 
 def add_convert_arguments(p):
-    p.add_argument("--model", required=True,
+    p.add_argument("--model", required=True, type=cli.reads,
                    help="a BERT or RoBERTa model (hub name or folder; architectures: bert, roberta, xlm-roberta, "
                         "camembert)")
     p.add_argument("--out", required=True, help="folder for the Longformer (Hugging Face + sentence-transformers)")
@@ -160,15 +160,21 @@ def run_convert(args):
     from common.models import card
     from common.models.encoder import Encoder
     from common.models.longformer import check_convertible, convert_to_longformer
-    from common.models.saving import check_replaceable, save_model
-    check_replaceable(args.out)
+    from common.models.saving import save_model_files
     check_convertible(args.model)
-    model, tokenizer = convert_to_longformer(args.model, args.max_length, args.window)
-    # mean pooling, not normalised: the student's pooling in the thesis
-    encoder = Encoder(model, "mean", False)
-    save_model(encoder, tokenizer, args.out, args.max_length, {"converted_from": args.model, "window": args.window},
-               card=card.conversion_card(args.out, encoder, args.model, args.max_length, args.window,
-                                         io.manifest(__file__, args, None)["git_commit"]))
+    started = io.now()
+    base = card.base_model(args.model)  # what the card quotes is read before the conversion
+    commit = io.manifest(__file__, args, started)["git_commit"]
+    with folders.Outputs(args.out, __file__, args.command, overwrite=args.overwrite) as outputs:
+        model, tokenizer = convert_to_longformer(args.model, args.max_length, args.window)
+        # mean pooling, not normalised: the student's pooling in the thesis
+        encoder = Encoder(model, "mean", False)
+        save_model_files(outputs, encoder, tokenizer, args.max_length,
+                         {"converted_from": args.model, "window": args.window},
+                         card=card.conversion_card(args.out, encoder, args.model, args.max_length, args.window,
+                                                   commit, base))
+        outputs.write_manifest(io.manifest(__file__, args, started, counts={"max_length": args.max_length,
+                                                                            "window": args.window}))
     print(f"{args.model} → Longformer, {args.max_length} tokens, window {args.window} → {args.out}")
 
 

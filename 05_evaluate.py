@@ -44,11 +44,11 @@ EMBEDDING_TASKS = {"crossref", "topics", "lexical", "classify", "similarity"}
 
 
 def add_evaluate_arguments(p):
-    p.add_argument("--data", required=True, help="data directory from 02_build_graph.py")
-    p.add_argument("--model", action="append", default=[], metavar="NAME=MODEL",
+    p.add_argument("--data", required=True, type=cli.reads, help="data directory from 02_build_graph.py")
+    p.add_argument("--model", action="append", default=[], metavar="NAME=MODEL", type=cli.reads_named,
                    help="a model to evaluate, as name=hub-name-or-folder (repeatable); a hub name is read from the "
                         "local Hugging Face cache as SentenceTransformer(name) reads it, with its pooling and length")
-    p.add_argument("--runs", action="extend", nargs="+", default=None, metavar="RUN",
+    p.add_argument("--runs", action="extend", nargs="+", default=None, metavar="RUN", type=cli.reads,
                    help="keysent: run folders of several seeds of one setting, reported as mean ± 2σ")
     p.add_argument("--out", required=True, help="evaluation directory to write")
     p.add_argument("--task", action="extend", nargs="+", choices=TASKS, default=None,
@@ -122,12 +122,14 @@ def run_evaluate(args):
                       "--compare")
     how = embedding_of(args)
     check_here(args.precision)
+    if not args.overwrite:  # every process, before they part: the main one alone would claim the folder
+        folders.refuse_finished(args.out, __file__)
     state = embedding.process_state()
     if state is not None and not state.is_main_process:
         return embedding.follow(args.model, args.data, how) if wanted & ({"retrieval"} | EMBEDDING_TASKS) else None
     started = io.now()
     metrics, counts, written, samples = {}, {}, [], {}
-    with folders.Outputs(args.out, __file__) as outputs:
+    with folders.Outputs(args.out, __file__, overwrite=args.overwrite) as outputs:
         parts = []
         if wanted & {"retrieval", "bm25"}:
             parts.append(retrieval.evaluate_retrieval(args.model, args.data, how, outputs, wanted))
@@ -166,8 +168,9 @@ def run_evaluate(args):
 
 
 def add_extract_arguments(p):
-    p.add_argument("--model", required=True, help="a model trained with --objective contrastive or cosine")
-    p.add_argument("--input", required=True, help="JSONL of {id, text} (HTML and LaTeX are cleaned)")
+    p.add_argument("--model", required=True, type=cli.reads,
+                   help="a model trained with --objective contrastive or cosine")
+    p.add_argument("--input", required=True, type=cli.reads, help="JSONL of {id, text} (HTML and LaTeX are cleaned)")
     cli.add_max_line(p)
     p.add_argument("--out", required=True, help="JSONL to write: {id, key_sentences: [{text, score, start, end}]}")
     p.add_argument("--top", type=int, default=1, help="sentences per article, best first")
@@ -183,14 +186,15 @@ def run_extract(args):
     cli.check(args, {"--top": cli.COUNT, "--threshold": cli.between(-1, 1), **BATCH_LIMITS})
     if os.path.isdir(args.out):
         raise InputError(f"{args.out}: is a directory; --out names the JSONL file to write")
-    if os.path.isfile(args.input) and os.path.exists(args.out) and os.path.samefile(args.input, args.out):
-        raise InputError(f"{args.out}: is the --input file; write the key sentences to another file")
+    if os.path.lexists(args.out) and not args.overwrite:
+        raise InputError(f"{args.out}: exists; give --overwrite to replace it, or another --out")
     started = io.now()
     model = KeySentenceModel(args.model, batch_size=args.batch_size, query=args.query, batch_tokens=args.batch_tokens)
     articles = read_articles(args.input, args.splitter)
     counts = {"articles": len(articles), "sentences": sum(len(sents) for _, _, sents in articles), "selected": 0}
     directory, name = os.path.split(os.path.abspath(args.out))
-    with folders.Outputs(directory) as outputs:  # the one file (and its manifest) in the user's folder, whole or not
+    # the one file (and its manifest) in the user's folder, whole or not
+    with folders.Outputs(directory, file=name) as outputs:
         with outputs.open(name) as f:
             for record in key_sentences(model, articles, args.top, args.threshold):
                 counts["selected"] += len(record["key_sentences"])
@@ -203,11 +207,11 @@ def run_extract(args):
 
 def add_search_arguments(p):
     p.add_argument("query", nargs="*", help="query texts")
-    p.add_argument("--model", dest="model_path", required=True, help="the model (e.g. RUN/model)")
-    p.add_argument("--data", required=True, help="data directory whose docs.jsonl is searched")
-    p.add_argument("--index", default=None,
+    p.add_argument("--model", dest="model_path", required=True, type=cli.reads, help="the model (e.g. RUN/model)")
+    p.add_argument("--data", required=True, type=cli.reads, help="data directory whose docs.jsonl is searched")
+    p.add_argument("--index", default=None, type=cli.reads,
                    help="evaluation directory from 05_evaluate.py holding this model's vectors of the same documents")
-    p.add_argument("--queries", default=None, help="text file, one query per line")
+    p.add_argument("--queries", default=None, type=cli.reads, help="text file, one query per line")
     p.add_argument("--top", type=int, default=10, help="documents per query")
     p.add_argument("--index-type", choices=("exact", *ann.KINDS), default="exact",
                    help="exact: every document scored (the reference); flat or hnsw: a faiss index (faiss-cpu) "

@@ -11,18 +11,25 @@ told apart by colour and line style (solid, dashed, dotted), so that curves lyin
 """
 
 import argparse
-import json
 import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from common import folders, io  # noqa: E402
+
 
 def read_log(run):
+    """A run's log.jsonl as the training loop reads it (``loop.read_log``), every value a number (one line naming
+    the file otherwise)."""
+    from common.train.loop import read_log
     path = os.path.join(run, "log.jsonl")
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    records = read_log(path)
+    for record in records:
+        for key in record:
+            io.field(record, path, key, kind=(int, float))
+    return records
 
 
 def main():
@@ -75,9 +82,11 @@ def main():
             handles, labels = handles + more[0], labels + more[1]
         ax.legend(handles, labels, fontsize=8)
     fig.tight_layout()
-    fig.savefig(args.out, dpi=110)
+    with folders.writing(*os.path.split(os.path.abspath(args.out))) as staged:
+        fig.savefig(staged, dpi=110)
     print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":
-    main()
+    from common import cli  # a missing or damaged input is one line, as in the numbered scripts
+    cli.run(main)

@@ -138,4 +138,5 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    from common import cli  # a missing or damaged input is one line, as in the numbered scripts
+    cli.run(main)

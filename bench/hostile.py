@@ -19,7 +19,11 @@ its last line of stderr and what it left: links planted at temporary and final n
 (nothing outside may change), a folder whose run was killed while committing (every reader refuses it), a file
 edited after its run (refused), a full disk (a 256 KB tmpfs where the machine allows mounting one: one line, nothing
 left), a damaged faiss index (rebuilt), queries that are not UTF-8 or a folder, a damaged log on resume, absurd
-sizes, and resuming with another --chunk-tokens (refused).
+sizes, and resuming with another --chunk-tokens (refused); an --out that is, holds or lies inside an input (a link
+included), a finished run trained again with other settings, with the same and with --overwrite, convert-long
+killed with SIGKILL while it saves, a start model whose card is damaged, weights and tokenizers that are damaged or
+stored as int8, a model path with Markdown and HTML in it (its card and report.md), and each reproduction script
+given a missing input (docs/reliability.md).
 """
 
 import argparse
@@ -32,7 +36,8 @@ import tempfile
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
+from common import folders  # noqa: E402
 from conftest import make_dump  # noqa: E402
 
 NORMAL = "'''Normaali''' on tavallinen artikkeli, jossa on tarpeeksi tekstiä johdannoksi ja [[linkki]] toiseen."
@@ -108,6 +113,128 @@ def report(name, rc, line, ok):
     return ok
 
 
+def tree_hash(folder):
+    """The SHA-256 of every file under ``folder``, by relative path."""
+    from common.io import sha256
+    return {os.path.relpath(os.path.join(d, f), folder): sha256(os.path.join(d, f))
+            for d, _, files in os.walk(folder) for f in files}
+
+
+def card_is_whole(path):
+    """Whether a model card renders with this project's headings alone and no HTML (markdown-it, the CommonMark
+    reference's port, with GitHub's tables)."""
+    from markdown_it import MarkdownIt
+    with open(path, encoding="utf-8") as f:
+        body = f.read().split("\n---\n", 1)[1]
+    tokens = MarkdownIt("commonmark").enable("table").parse(body)
+    html = any(t.type == "html_block" or any(c.type == "html_inline" for c in t.children or ()) for t in tokens)
+    headings = [t for t in tokens if t.type == "heading_open"]
+    return not html and len(headings) == body.count("\n## ") + body.count("\n### ") + 1
+
+
+def issue_cases(root, model, data, train):
+    """An --out among the inputs, a finished run run again, a save killed with SIGKILL, a damaged card of the start
+    model, damaged weights and tokenizers, text from outside in a card and a report, the reproduction scripts."""
+    import signal
+    import time
+    results = []
+    before = tree_hash(model)
+    for name, args in (("convert-long --out = --model", ["04_distill.py", "convert-long", "--model", model, "--out",
+                                                         model]),
+                       ("03 --out inside --model", [*train, "--data", data, "--out", model / "run"]),
+                       ("05 --out holding --data", ["05_evaluate.py", "--data", data, "--model", f"b={model}",
+                                                    "--out", data.parent])):
+        rc, line = script(*args)
+        results.append(report(name, rc, line, rc == 2 and "which this command reads" in line
+                              and tree_hash(model) == before))
+    link = root / "link-to-model"
+    link.symlink_to(model)
+    rc, line = script("04_distill.py", "convert-long", "--model", model, "--out", link, "--overwrite")
+    results.append(report("convert-long --out a link to --model, --overwrite", rc, line,
+                          rc == 2 and "which this command reads" in line and tree_hash(model) == before))
+    finished = root / "finished"
+    quick = [*train[:-2], "--checkpoint-every", "0", "--data", data, "--out", finished]
+    script(*quick)
+    weights = tree_hash(finished / "model")
+    rc, line = script(*quick, "--lr", "1e-3")
+    results.append(report("03 again into a finished run, other --lr", rc, line,
+                          rc == 2 and "finished" in line and tree_hash(finished / "model") == weights))
+    rc, line = script(*quick)
+    results.append(report("03 again into a finished run, same settings", rc, line,
+                          rc == 0 and tree_hash(finished / "model") == weights))
+    (finished / "notes.txt").write_text("mine")
+    rc, line = script(*quick, "--lr", "1e-3", "--overwrite")
+    results.append(report("03 --overwrite a finished run", rc, line, rc == 0 and tree_hash(finished / "model")
+                          != weights and (finished / "notes.txt").read_text() == "mine"))
+    long = root / "long"
+    proc = subprocess.Popen([sys.executable, "04_distill.py", "convert-long", "--model", str(model), "--out",
+                             str(long), "--max-length", "131072", "--window", "16"], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while proc.poll() is None and time.time() < deadline and not (
+            long.is_dir() and any((p / "model.safetensors").exists() for p in long.glob(".staging-*/.scratch/*"))):
+        time.sleep(0.001)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    outside = sorted(p.name for p in root.glob(".staging-*"))
+    left = sorted(p.name for p in long.glob(".staging-*")) if long.is_dir() else []
+    rc, line = script("04_distill.py", "convert-long", "--model", model, "--out", long, "--max-length", "64",
+                      "--window", "16")
+    results.append(report(f"convert-long killed while saving ({len(left)} private folder left in --out)", rc, line,
+                          rc == 0 and not outside and not list(long.glob(".staging-*"))))
+    damaged = root / "damaged-card"
+    shutil.copytree(model, damaged)
+    for name, card in (("YAML that does not parse", b"---\nbase_model: [x\n---\n"),
+                       ("a list", b"---\n- a\n---\n"), ("a key that is not a string", b"---\n? [a]\n: b\n---\n"),
+                       ("bytes that are not UTF-8", b"---\nbase_model: \xff\n---\n"),
+                       ("a 10 MB base_model", b"---\nbase_model: " + b"a" * (10 << 20) + b"\n---\n")):
+        (damaged / "README.md").write_bytes(card)
+        out = root / f"card-{len(results)}"
+        rc, line = script(*quick[:-1], out, "--model", damaged)
+        results.append(report(f"03 from a model whose card is {name}", rc, line, rc == 0 and
+                              (out / "model" / "README.md").stat().st_size < 64 << 10))
+    from safetensors.torch import load_file, save_file
+    weights = load_file(model / "model.safetensors")
+    broken = root / "broken"
+    for name, damage in (("an empty model.safetensors", lambda f: (f / "model.safetensors").write_bytes(b"")),
+                         ("a truncated model.safetensors", lambda f: (f / "model.safetensors").write_bytes(
+                             (model / "model.safetensors").read_bytes()[:4000])),
+                         ("weights stored as int8", lambda f: save_file(
+                             {k: v.to(__import__("torch").int8) for k, v in weights.items()},
+                             f / "model.safetensors", metadata={"format": "pt"})),
+                         ("a tokenizer.json without added_tokens", lambda f: (f / "tokenizer.json").write_text(
+                             json.dumps({k: v for k, v in json.loads((model / "tokenizer.json").read_text()).items()
+                                         if k != "added_tokens"}))),
+                         ("a tokenizer.json of {}", lambda f: (f / "tokenizer.json").write_text("{}"))):
+        shutil.rmtree(broken, ignore_errors=True)
+        shutil.copytree(model, broken)
+        damage(broken)
+        rc, line = script("05_evaluate.py", "--data", data, "--model", f"b={broken}", "--out", root / "ev-broken",
+                          "--overwrite")
+        results.append(report(f"05 on {name}", rc, line, rc == 2 and str(broken) in line))
+    odd = root / "m|`<img src=x onerror=alert(1)>]"
+    shutil.copytree(model, odd)
+    (odd / "README.md").write_text("---\nbase_model: sentence-transformers/all-MiniLM-L6-v2\n---\n")
+    out = root / "odd-run"
+    rc, line = script(*quick[:-1], out, "--model", odd)
+    rc2, line2 = script("05_evaluate.py", "--data", data, "--model", f"t={out / 'model'}", "--model", f"o={odd}",
+                        "--out", root / "odd-eval", "--max-length", "32")
+    report_text = (root / "odd-eval" / "report.md").read_text() if rc2 == 0 else ""
+    results.append(report("a start model's path with | ` <img> ]: card and report", rc or rc2, line2,
+                          rc == rc2 == 0 and card_is_whole(out / "model" / "README.md")
+                          and "%3Cimg%20src%3Dx%20onerror%3Dalert%281%29%3E%5D" in report_text))
+    for script_name, args in (("reproduce/ablation.py", ["--data", data, "--base", root / "nowhere", "--out", root,
+                                                         "--rows", "default"]),
+                              ("reproduce/distill_probe.py", ["--data", data, "--teach", root, "--eval",
+                                                              root / "nowhere", "--raw", root]),
+                              ("reproduce/compare.py", ["wikispecter", root / "nowhere.json"]),
+                              ("reproduce/label_links.py", [root / "nowhere.jsonl", data]),
+                              ("reproduce/manifests.py", [root / "nowhere"])):
+        rc, line = script(script_name, *args)
+        results.append(report(f"{script_name} on a missing input", rc, line, rc == 2 and "nowhere" in line))
+    return results
+
+
 def safety(work):
     from conftest import build_tiny_model, linked_articles
     from test_search import paper_articles
@@ -130,13 +257,13 @@ def safety(work):
             (folder / name).symlink_to(precious)
     (data / "manifest.json").write_text(json.dumps({"script": "02_build_graph.py", "files": []}))
     (run / "run.json").write_text(json.dumps({"identity": {}}))
-    rc, line = script(*graph, "--out", data)
+    rc, line = script(*graph, "--out", data, "--overwrite")
     rc2, line2 = script(*train, "--data", data, "--out", run)
     results.append(report("links at temporary names (02, 03)", rc or rc2, line2,
                           rc == rc2 == 0 and precious.read_text() == "keep"))
     (data / "splits.json").unlink()
     (data / "splits.json").symlink_to(precious)
-    rc, line = script(*graph, "--out", data)
+    rc, line = script(*graph, "--out", data, "--overwrite")
     results.append(report("a link at a final name (02)", rc, line,
                           rc == 0 and precious.read_text() == "keep" and not (data / "splits.json").is_symlink()))
     killed = root / "killed"
@@ -190,12 +317,13 @@ def safety(work):
         rc, line = script("05_evaluate.py", "search", "--model", model, "--data", root / "pdata", "--queries", path)
         results.append(report(name, rc, line, rc == 2 and str(path) in line))
     log = run / "log.jsonl"
-    shutil.rmtree(run / "model")
+    for name in ("model", "manifest.json"):  # what a killed run lacks
+        folders.remove_entry(run / name)
     log.write_text("{garbage\n" + log.read_text())
     rc, line = script(*train, "--data", data, "--out", run)
     results.append(report("a damaged log.jsonl on resume", rc, line, rc == 2 and "log.jsonl:1" in line))
-    for name, args in (("--student-projection 1e8", ["04_distill.py", "train", "--data", data, "--teachers", root,
-                                                     "--model", model, "--out", root / "x",
+    for name, args in (("--student-projection 1e8", ["04_distill.py", "train", "--data", data, "--teachers",
+                                                     root / "teach", "--model", model, "--out", root / "x",
                                                      "--student-projection", "100000000"]),
                        ("--max-length 1e8 (05)", ["05_evaluate.py", "--data", data, "--model", f"b={model}",
                                                   "--out", root / "x", "--max-length", "100000000"]),
@@ -205,8 +333,8 @@ def safety(work):
         results.append(report(name, rc, line, rc == 2 and ("must be" in line or "SIZE between" in line)))
     partial = root / "partial"
     script(*train, "--data", data, "--out", partial)
-    shutil.rmtree(partial / "model")
-    shutil.rmtree(partial / "checkpoints" / "step_3")
+    for name in ("model", "manifest.json", "checkpoints/step_3"):
+        folders.remove_entry(partial / name)
     rc, line = script(*train, "--data", data, "--out", partial, "--chunk-tokens", "40")
     results.append(report("resume with another --chunk-tokens", rc, line, rc == 2 and "chunk_tokens" in line))
     try:
@@ -221,10 +349,12 @@ def safety(work):
         results.append(report("a damaged faiss index (rebuilt)", rc, line, rc == 0))
     except ImportError:
         print("skip a damaged faiss index: faiss-cpu is not installed")
+    results += issue_cases(root, model, data, train)
     shutil.rmtree(root, ignore_errors=True)
     print(f"{sum(results)} of {len(results)} cases as expected")
     return 0 if all(results) else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from common import cli  # a missing or damaged input is one line, as in the numbered scripts
+    sys.exit(cli.run(main))

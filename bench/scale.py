@@ -223,4 +223,6 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from common import cli  # a missing or damaged input is one line, as in the numbered scripts
+    cli.run(main)

@@ -56,7 +56,8 @@ def main():
     if args.sentences:
         args.vectors = sentence_vectors(args.work)
     if args.vectors:
-        vectors = np.load(args.vectors)
+        from common.vectors import load_npy
+        vectors = np.asarray(load_npy(args.vectors))
         docs, queries = vectors[:-args.queries], vectors[-args.queries:]
         args.docs, args.dim = docs.shape
     else:
@@ -145,4 +146,5 @@ def hnsw_recall(args, docs, queries):
 
 
 if __name__ == "__main__":
-    main()
+    from common import cli  # a missing or damaged input is one line, as in the numbered scripts
+    cli.run(main)

@@ -1,6 +1,7 @@
 """What every numbered script shares at its edge: help formatting and one-line errors."""
 
 import argparse
+import glob
 import os
 import signal
 import sys
@@ -128,22 +129,85 @@ def check(args, limits):
             raise InputError(f"{flag} {value}: must be {what}")
 
 
+def reads(value):
+    """The argparse ``type`` of a flag that names something the command reads (a file, a folder, or a hub model's
+    name): ``check_out`` finds the command's inputs by it, so that a flag that reads cannot be left out."""
+    return value
+
+
+def reads_named(value):
+    """``reads`` for ``NAME=PATH`` values: what follows the first ``=`` is read."""
+    return value
+
+
+def inputs(parser, args):
+    """``[(flag, path)]``: every value of ``args`` given to a flag of ``parser`` typed ``reads`` or
+    ``reads_named``."""
+    found = []
+    for action in parser._actions:
+        if action.type not in (reads, reads_named):
+            continue
+        values = getattr(args, action.dest, None)
+        for value in values if isinstance(values, list) else [values]:
+            if isinstance(value, str) and value:
+                path = value.partition("=")[2] if action.type is reads_named else value
+                found.append((max(action.option_strings, key=len, default=action.dest), path))
+    return found
+
+
+def check_out(parser, args):
+    """Refuse, before any work, an ``--out`` that is, holds, or lies inside anything the command reads
+    (``inputs``), symbolic links resolved: writing it would replace, or remove, what the command is reading."""
+    out = getattr(args, "out", None)
+    if not isinstance(out, str) or not out:
+        return
+    target = os.path.realpath(out)
+    for flag, path in inputs(parser, args):
+        # what the value names on disk: the path, or the files it is the stem of (01 dictd's INPUT.index and
+        # INPUT.dict.dz); a hub model's name, or a path the command will find missing itself, names nothing
+        found = [path] if os.path.lexists(path) else glob.glob(glob.escape(path) + ".*")
+        for read in found:
+            source = os.path.realpath(read)
+            if source == target or (os.path.exists(out) and os.path.exists(read) and os.path.samefile(read, out)):
+                how = "is"
+            elif source.startswith(target.rstrip(os.sep) + os.sep):
+                how = "holds"
+            elif target.startswith(source.rstrip(os.sep) + os.sep):
+                how = "lies inside"
+            else:
+                continue
+            raise InputError(f"--out {out}: {how} {flag} {read}, which this command reads; give an --out apart "
+                             "from its inputs")
+
+
+def add_overwrite(p):
+    """``--overwrite``, on every command with an ``--out`` (``dispatch`` adds it)."""
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the finished output that --out holds (only what its run wrote is removed); "
+                        "without it, such an --out is refused (transformers' --overwrite_output_dir)")
+
+
 def dispatch(description, commands, argv, default=None):
     """Parse ``argv`` with one argparse sub-parser per command and call that command's ``run(args)``.
 
     ``commands`` maps a name to ``(help, add_arguments, run)`` or ``(help, add_arguments, run, description)``.
     With ``default``, a command line that names no command is read as that command's (so
-    ``02_build_graph.py --articles ...`` still builds the link graph).
+    ``02_build_graph.py --articles ...`` still builds the link graph). A command with an ``--out`` gets
+    ``--overwrite``, and its ``--out`` is checked against its inputs (``check_out``) before it runs.
     """
     top = parser(description)
     sub = top.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (help_text, add_arguments, _, *more) in commands.items():
-        add_arguments(sub.add_parser(name, help=help_text, description=more[0] if more else help_text,
-                                     formatter_class=HelpFormatter))
+        command = sub.add_parser(name, help=help_text, description=more[0] if more else help_text,
+                                 formatter_class=HelpFormatter)
+        add_arguments(command)
+        if any(action.dest == "out" for action in command._actions):
+            add_overwrite(command)
     argv = list(argv)
     if default and (not argv or (argv[0] not in commands and argv[0] not in ("-h", "--help"))):
         argv.insert(0, default)
     args = top.parse_args(argv)
+    check_out(sub.choices[args.command], args)
     if hasattr(args, "max_line_mb"):
         set_max_line(args)
     return commands[args.command][2](args)

@@ -21,8 +21,8 @@ class FolderLock:
     folder is refused instead of interleaving its files with the first's. The lock file holds the owner's process
     id, for the error message, and is removed on release (a file left by a killed run is simply taken over)."""
 
-    def __init__(self, directory):
-        self.directory, self.path, self.fd = directory, os.path.join(directory, LOCK), None
+    def __init__(self, directory, name=LOCK):
+        self.directory, self.path, self.fd = directory, os.path.join(directory, name), None
 
     def acquire(self):
         while True:
@@ -81,13 +81,15 @@ def remove_entry(path):
 STAGING = ".staging-"  # the prefix of a private folder a run writes its files in before they are moved into place
 
 
-def private_dir(folder):
+def private_dir(folder, prefix=STAGING):
     """A fresh folder inside ``folder`` that no one else has written: ``tempfile.mkdtemp`` makes it exclusively,
-    with a random name and mode 0700, so nothing planted in ``folder`` (a link at a temporary name) is ever written
-    through. Every file the project writes is made in one, by its own code (``create``) or by a library that wants
-    a path (numpy, matplotlib, faiss, ``save_pretrained``), and then moved into place (``put``)."""
+    with a random name after ``prefix`` and mode 0700, so nothing planted in ``folder`` (a link at a temporary name)
+    is ever written through. Every file the project writes is made in one, by its own code (``create``) or by a
+    library that wants a path (numpy, matplotlib, faiss, ``save_pretrained``), and then moved into place (``put``).
+    It lies in the folder the file goes to, so that a run killed meanwhile leaves it where the next run on that
+    folder removes it (``remove_leftovers``)."""
     try:
-        return tempfile.mkdtemp(prefix=STAGING, dir=folder)
+        return tempfile.mkdtemp(prefix=prefix, dir=folder)
     except OSError as e:
         raise write_error(folder, e) from None
 
@@ -195,6 +197,34 @@ def make_folder(directory):
         raise InputError(f"{directory}: not writable")
 
 
+def finished_error(directory, what):
+    """The one-line refusal of a folder that holds ``what``, finished (the output of a script and command, a run)."""
+    return InputError(f"{directory}: holds a finished {what}; give --overwrite to replace it (only what that run "
+                      "wrote is removed), or another --out")
+
+
+def refuse_finished(directory, script, command=None, manifest=None):
+    """Refuse (``finished_error``) a folder whose manifest (``manifest``, else read) says it holds a finished output
+    of ``script``: what ``Outputs`` refuses without ``overwrite``, checked by every process of a command that
+    several processes run before they part (so that none waits for one that stopped)."""
+    if manifest is None:
+        try:
+            manifest = read_json_or_empty(os.path.join(directory, "manifest.json"))
+        except InputError:
+            manifest = {}
+    if isinstance(manifest, dict) and manifest.get("script") == os.path.basename(script) \
+            and manifest.get("state") != "committing":
+        raise finished_error(directory, f"output of {os.path.basename(script)}{' ' + command if command else ''}")
+
+
+def remove_leftovers(directory, prefix=STAGING):
+    """Remove the private folders (named ``prefix`` and a random tail) a killed run left in ``directory``: a run
+    holding the lock that guards them calls it, so none of them is another live run's."""
+    for name in os.listdir(directory):
+        if name.startswith(prefix):
+            remove_entry(os.path.join(directory, name))
+
+
 def own_folder(directory):
     """The one way a script takes an output folder for its run: made if missing (``make_folder``) and locked
     (``FolderLock``), so that a second run on it is refused; returns the held lock. What may already be inside
@@ -239,14 +269,24 @@ class Outputs:
 
     With ``script``, the folder is that script's own: it is locked for the run (a second run on it is refused),
     a non-empty folder is refused unless its manifest.json comes from the same script (and ``command``, where the
-    script has several), and once the new files are in place, those the previous manifest lists and this run did
-    not write again are removed (with private folders a killed run left), so no stale file outlives its run.
+    script has several), a finished output (a manifest not marked ``committing``) is refused unless ``overwrite``
+    says to replace it, private folders a killed run left are removed, and once the new files are in place, those
+    the previous manifest lists and this run did not write again are removed, so no stale file outlives its run.
+    A file the previous manifest does not list was not written by this project and is never removed.
+
+    With ``file`` instead, the run writes that one file (and files named after it) into a folder that is not its
+    own (05 extract's ``--out`` file): the lock and the private folder are named after the file (``.FILE.lock``,
+    ``.staging-FILE-*``), so that runs writing other files into the same folder go on beside it, and what a killed
+    run writing the same file left is removed.
     """
 
-    def __init__(self, directory, script=None, command=None):
+    def __init__(self, directory, script=None, command=None, overwrite=False, file=None):
         self.directory = os.fspath(directory)
         self.script = script and os.path.basename(script)
         self.command = command
+        self.overwrite = overwrite
+        self.file = file
+        self._prefix = f"{STAGING}{file}-" if file else STAGING
         self._files = {}
         self._previous = []
         self._lock = None
@@ -263,8 +303,11 @@ class Outputs:
                 raise
         else:
             make_folder(self.directory)
+            if self.file:
+                self._lock = FolderLock(self.directory, f".{self.file}.lock").acquire()
+                remove_leftovers(self.directory, self._prefix)
         try:
-            self._stage = private_dir(self.directory)
+            self._stage = private_dir(self.directory, self._prefix)
         except BaseException:
             if self._lock is not None:
                 self._lock.release()
@@ -272,9 +315,11 @@ class Outputs:
         return self
 
     def _claim(self):
-        """Refuse a folder that is not this script's; note what its previous run wrote."""
+        """Refuse a folder that is not this script's, or holds its finished output without ``overwrite``; remove what
+        a killed run left; note what the previous run wrote."""
         names = [n for n in os.listdir(self.directory) if not n.startswith(STAGING) and n != LOCK]
-        if not names:
+        if not names:  # new, or holding only what a run killed before its commit left
+            remove_leftovers(self.directory)
             return
         if "manifest.json" not in names:
             raise InputError(f"{self.directory}: not empty and not an output folder of this project (no "
@@ -292,6 +337,9 @@ class Outputs:
         if self.command and previous_command and previous_command != self.command:
             raise InputError(f"{self.directory}: holds the output of {self.script} {previous_command}; "
                              f"{self.script} {self.command} writes to a folder of its own")
+        if not self.overwrite:
+            refuse_finished(self.directory, self.script, self.command, previous)
+        remove_leftovers(self.directory)
         listed = [previous.get("files", [])]
         if previous.get("state") == "committing":  # a run killed while committing: what it replaced is stale too
             listed.append(previous.get("replacing", []))
@@ -304,9 +352,7 @@ class Outputs:
 
     def _remove_stale(self):
         stale = set(self._previous) - set(self._files)
-        leftovers = [n for n in os.listdir(self.directory) if n.startswith(STAGING) and
-                     os.path.join(self.directory, n) != self._stage]
-        for name in sorted(stale) + leftovers:
+        for name in sorted(stale):
             try:
                 remove_entry(self.path(name))
             except (OSError, ValueError, InputError):  # a name no run of ours writes, or one that leaves the folder

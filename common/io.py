@@ -254,6 +254,32 @@ def read_json_or_empty(path):
         raise InputError(f"{path}: {e.strerror}") from None
 
 
+def read_json(path, kind=dict):
+    """A JSON file that must be there, its value a ``kind`` (an object, a list); anything else is one line naming
+    it."""
+    if not os.path.isfile(path):
+        raise InputError(f"{path}: {'is a directory, not a file' if os.path.isdir(path) else 'no such file'}")
+    value = read_json_or_empty(path)
+    if not isinstance(value, kind):
+        raise InputError(f"{path}: not a JSON {'object' if kind is dict else kind.__name__}")
+    return value
+
+
+def field(value, path, *keys, kind=None):
+    """``value[keys[0]][keys[1]]...``, a value read from the file ``path``, each level a JSON object that holds the
+    key, and the last of type ``kind`` where given; a missing key or a wrong type is one line naming the file and
+    the keys."""
+    for depth, key in enumerate(keys):
+        if not isinstance(value, dict) or key not in value:
+            raise InputError(f"{path}: no {' → '.join(map(str, keys[:depth + 1]))}")
+        value = value[key]
+    if kind is not None and (not isinstance(value, kind) or (isinstance(value, bool) and bool not in
+                                                              (kind if isinstance(kind, tuple) else (kind,)))):
+        raise InputError(f"{path}: {' → '.join(map(str, keys))} is not a JSON "
+                         f"{'number' if kind in ((int, float), int, float) else getattr(kind, '__name__', kind)}")
+    return value
+
+
 # the manifest fields that readers use, with their types (docs/contract.md)
 MANIFEST_FIELDS = {"script": str, "state": str, "language": str, "args": dict, "inputs": dict, "counts": dict,
                    "sha256": dict, "files": list}

@@ -35,7 +35,6 @@ def open_rows(outputs, name, ids, dim, dtype="float32"):
 def read_rows(directory, name, ids):
     """``directory/name.npy``, memory-mapped, checked against ``directory/name.ids.txt`` and the documents'
     ``ids`` (docs.jsonl's, line by line), so that rows are never paired with the wrong documents."""
-    import numpy as np
     path, ids_path = os.path.join(directory, f"{name}.npy"), os.path.join(directory, f"{name}.ids.txt")
     for p in (path, ids_path):
         if not os.path.isfile(p):
@@ -47,18 +46,28 @@ def read_rows(directory, name, ids):
             raise InputError(f"{ids_path}:{lineno}: id {got!r}, but docs.jsonl has {want!r} there")
     if len(found) != len(ids):
         raise InputError(f"{ids_path}: {len(found)} ids, docs.jsonl has {len(ids)} documents")
+    array = load_npy(path)
+    if array.ndim == 0 or len(array) != len(ids):
+        raise InputError(f"{path}: {len(array) if array.ndim else 0} rows, {ids_path} names {len(ids)}")
+    check_finite_rows(array, path, ids)
+    return array
+
+
+def load_npy(path):
+    """An NPY file, memory-mapped, checked against its folder's manifest (``verify_input``); anything that is not
+    one (a missing file, a zip archive, a pickle, a header numpy cannot parse, a file that ends early) is one line
+    naming it."""
+    import numpy as np
+    if not os.path.isfile(path):
+        raise InputError(f"{path}: no such file")
     verify_input(path)
     with open(path, "rb") as f:  # np.load would also open a zip archive (.npz) or a pickle by their magic
         if f.read(len(NPY_MAGIC)) != NPY_MAGIC:
             raise InputError(f"{path}: not a NumPy array file (it does not start as one)")
     try:  # numpy's header parser raises any of these for a header it cannot read or a file that ends early
-        array = np.load(path, mmap_mode="r")
+        return np.load(path, mmap_mode="r")
     except (ValueError, EOFError, OSError, SyntaxError, tokenize.TokenError) as e:
         raise InputError(f"{path}: not a NumPy array file ({e})") from None
-    if array.ndim == 0 or len(array) != len(ids):
-        raise InputError(f"{path}: {len(array) if array.ndim else 0} rows, {ids_path} names {len(ids)}")
-    check_finite_rows(array, path, ids)
-    return array
 
 
 NPY_MAGIC = b"\x93NUMPY"

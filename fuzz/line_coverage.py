@@ -50,6 +50,10 @@ READERS = {
     "teacher_ids": ["common.distill.teachers:read_vectors", "common.distill.teachers:read_lengths"],
     "npy": ["common.vectors:read_rows", "common.vectors:check_finite_rows", "common.distill.teachers:read_vectors",
             "common.distill.teachers:read_lengths"],
+    "safetensors_header": ["common.models.encoder:stored_weights", "common.io:read_json"],
+    "card_front_matter": ["common.models.card:base_model", "common.models.card:declared_base_model",
+                          "common.models.card:hub_name", "common.markdown:escape", "common.models.card:_data",
+                          "common.models.card:_files", "common.models.card:_value"],
     "training_flags": ["common.train.run:parse", "common.cli:check"],
     "name_values": ["common.cli:name_values", "common.cli:named", "common.cli:per_name",
                     "common.data.splits:parse_caps", "common.io:safe_name"],
@@ -110,4 +114,6 @@ def measure(name):
 
 
 if __name__ == "__main__":
-    main()
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from common import cli  # a missing or damaged input is one line, as in the numbered scripts
+    cli.run(main)

@@ -18,7 +18,8 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULTS = ["-timeout=10", "-rss_limit_mb=2048", "-max_len=4096"]
 # targets whose files are JSON: their mutations also insert JSON tokens and field names (fuzz/dicts/json.dict)
-JSON = ("arxiv", "sentences", "articles", "splits", "triplets", "pairs", "topics", "queries", "log", "manifest")
+JSON = ("arxiv", "sentences", "articles", "splits", "triplets", "pairs", "topics", "queries", "log", "manifest",
+        "safetensors_header")
 
 
 def main(argv):
@@ -56,4 +57,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from common import cli  # a missing or damaged input is one line, as in the numbered scripts
+    cli.run(lambda: main(sys.argv[1:]))

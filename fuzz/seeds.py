@@ -27,6 +27,11 @@ def jsonl(rows):
     return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode()
 
 
+def safetensors(tensors):
+    from safetensors.numpy import save
+    return save(tensors)
+
+
 def npy(array):
     import io
     f = io.BytesIO()
@@ -96,6 +101,18 @@ def seeds():
     yield "npy", "float32.npy", npy(np.ones((4, 3), np.float32))
     yield "npy", "int64.npy", npy(np.arange(4))
     yield "npy", "fortran.npy", npy(np.asfortranarray(np.ones((4, 2), np.float16)))
+    yield "safetensors_header", "float32", safetensors({"embeddings.weight": np.ones((3, 2), np.float32),
+                                                        "pooler.dense.bias": np.zeros(2, np.float32)})
+    yield "safetensors_header", "int8", safetensors({"dense.weight": np.ones((2, 2), np.int8),
+                                                     "position_ids": np.arange(4, dtype=np.int64)})
+    yield "safetensors_header", "empty", safetensors({})
+    yield "safetensors_header", "sharded", (json.dumps({"metadata": {}, "weight_map": {"a": "part.safetensors"}})
+                                            .encode() + SEP + safetensors({"a": np.ones(2, np.float32)}))
+    yield "card_front_matter", "hub.md", ("---\nbase_model: sentence-transformers/all-MiniLM-L6-v2\nlanguage: en\n"
+                                          "tags:\n- sentence-transformers\n---\n\n# A model\n\n| a | b |\n|---|---|\n"
+                                          "| `x` | y |\n").encode()
+    yield "card_front_matter", "list.md", b"---\nbase_model:\n- a/b\n- c\n---\n# Merged\n"
+    yield "card_front_matter", "plain.md", b"# No front matter\n\nText <b>bold</b> and [a](b).\n"
     yield "training_flags", "sizes", b"\x00" + "\x01".join(["--batch-size", "4", "--max-length", "32", "--lr", "1e-5",
                                                             "--seeds", "1", "2"]).encode()
     yield "training_flags", "mnrl", b"\x01" + "\x01".join(["--cache-chunk", "4", "--scale", "20", "--warmup",
@@ -115,4 +132,5 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    from common import cli  # a missing or damaged input is one line, as in the numbered scripts
+    cli.run(main)

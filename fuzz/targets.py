@@ -327,6 +327,68 @@ def npy(data, work):
             reader()
 
 
+# -- model folders -------------------------------------------------------------------------------------------------
+
+def safetensors_header(data, work):
+    """A model folder's ``model.safetensors`` as every loader checks it before transformers reads it (03's and
+    convert-long's start model, 04's teacher, 05's models): its header and the bytes it promises. An input that
+    starts as JSON is a sharded model instead: ``model.safetensors.index.json`` up to the first ``SEP``, then the
+    shard ``part.safetensors`` (a safetensors file's own bytes hold ``SEP`` in its header's length)."""
+    from common.models.encoder import stored_weights
+    if data[:1] == b"{":
+        index, shard = _parts(data, 2)
+        _write(work, "model/model.safetensors.index.json", index)
+        _write(work, "model/part.safetensors", shard)
+    else:
+        _write(work, "model/model.safetensors", data)
+    found = stored_weights(os.path.join(work, "model"))
+    if not all(isinstance(dtype, str) for dtype, _ in found.values()):
+        raise Defect(f"safetensors_header: dtypes {found!r}")
+
+
+CARD_FACTS = {"architecture": "BertModel", "model_type": "bert", "layers": 2, "dimensions": 8, "parameters": 100,
+              "pooling": "mean", "normalize": False, "max_length": 32}
+
+
+def _card_from(text, base):
+    """A model card with ``text`` in every field that takes text from outside (the start model's path, a flag's
+    value, a validation record's key, a data manifest's fields) and ``base`` as its base_model."""
+    from common.models import card
+    data = {"path": text, "script": text, "command": text, "commit": text, "inputs": {text: text},
+            "counts": {text: 1}, "source": {"script": text, "inputs": {text: text}, "language": text}}
+    return str(card.model_card("triplet", text or "m", CARD_FACTS, settings=[("query", text)],
+                               training={"script": "03_train.py", "steps": 1, "epoch": 1, "processes": 1,
+                                         "precision": "no"}, validation=[{"step": 1, "epoch": 1, text: 0.5}],
+                               data=data, base=base, start=text, language=text))
+
+
+def _blocks(card_text):
+    """The headings of a card's Markdown (after its front matter), and whether it holds any HTML."""
+    from markdown_it import MarkdownIt
+    tokens = MarkdownIt("commonmark").enable("table").parse(card_text.split("\n---\n", 1)[1])
+    html = any(t.type == "html_block" or any(c.type == "html_inline" for c in t.children or ()) for t in tokens)
+    return [t.tag for t in tokens if t.type == "heading_open"], html
+
+
+def card_front_matter(data, work):
+    """A start model's README.md as 03 and convert-long read its front matter for the new card's base_model, and
+    the new card made with it and with the input's text in every field from outside: the new card reads back with
+    that base_model, and holds the headings of a card made from plain text, and no HTML."""
+    from huggingface_hub import ModelCard
+
+    from common.models import card
+    folder = os.path.join(work, "model")
+    _write(folder, "README.md", data)
+    base = card.base_model(folder, say=lambda text: None)
+    if base is not None and card.hub_name(base) != base:
+        raise Defect(f"card_front_matter: base_model {base!r} is not a hub name")
+    made = _card_from(_text(data), base)
+    if ModelCard(made).data.base_model != base:
+        raise Defect("card_front_matter: the new card does not read back its base_model")
+    if _blocks(made) != _blocks(_card_from("x", None)):
+        raise Defect(f"card_front_matter: the new card's headings or HTML differ: {_blocks(made)}")
+
+
 # -- flags ---------------------------------------------------------------------------------------------------------
 
 def _argv(data):
@@ -371,7 +433,7 @@ def projection(data, work):
 
 TARGETS = {f.__name__: f for f in (dump, dump_bz2, wikitext, arxiv, dictd, rst, folder, csv, sentences, articles,
                                    splits, triplets, pairs, qrels, topics, queries, log, manifest, teacher_ids, npy,
-                                   training_flags, name_values, projection)}
+                                   safetensors_header, card_front_matter, training_flags, name_values, projection)}
 
 
 def run_one(name, data, work_root):

@@ -18,7 +18,6 @@ F1 change can be told from the protocol's own noise.
 
 import argparse
 import glob
-import json
 import os
 import re
 import statistics
@@ -28,8 +27,11 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from common import cli, io  # noqa: E402
 from common.eval.geometry import geometry  # noqa: E402
 from common.eval.wikispecter import read_topics, resplits, topics  # noqa: E402
+from common.io import InputError, field  # noqa: E402
+from common.vectors import load_npy  # noqa: E402
 
 SCORES = (("crossref", "map", "MAP"), ("topics.top", "f1", "topic F1"), ("topics.top", "accuracy", "accuracy"))
 RESPLITS = 3
@@ -39,12 +41,16 @@ SHAPES = (("norm", "norm", 2), ("anisotropy", "anisotropy", 3), ("within_between
           ("moved", "cos to base", 3))
 
 
+def read_ids(eval_dir, name):
+    """{id: row} of 05's EVAL/<name>.ids.txt."""
+    with io.open_input(os.path.join(eval_dir, f"{name}.ids.txt")) as f:
+        return {line.rstrip("\n"): i for i, line in enumerate(f)}
+
+
 def topic_documents(data_dir, eval_dir, name):
     """(ids, labels) of the top-level topic documents, training and test, as 05 read them (every id one of the
     documents EVAL/<name>.ids.txt holds)."""
-    with open(os.path.join(eval_dir, f"{name}.ids.txt"), encoding="utf-8") as f:
-        index = {line.rstrip("\n"): i for i, line in enumerate(f)}
-    rows = read_topics(data_dir, "top", index)
+    rows = read_topics(data_dir, "top", read_ids(eval_dir, name))
     pairs = rows["train"] + rows["test"]
     return [i for i, _ in pairs], [label for _, label in pairs], len(rows["train"])
 
@@ -68,18 +74,23 @@ def sensitivity(x, labels, n_train, seed=42, protocol=None):
 
 
 def vectors(eval_dir, name, ids):
-    """The rows of ``ids`` in 05's EVAL/<name>.npy."""
-    with open(os.path.join(eval_dir, f"{name}.ids.txt"), encoding="utf-8") as f:
-        index = {line.rstrip("\n"): i for i, line in enumerate(f)}
-    return np.asarray(np.load(os.path.join(eval_dir, f"{name}.npy"), mmap_mode="r")[[index[i] for i in ids]])
+    """The rows of ``ids`` in 05's EVAL/<name>.npy: float vectors, one row per line of EVAL/<name>.ids.txt."""
+    index, path = read_ids(eval_dir, name), os.path.join(eval_dir, f"{name}.npy")
+    missing = [i for i in ids if i not in index]
+    if missing:
+        raise InputError(f"{os.path.join(eval_dir, name + '.ids.txt')}: lacks the topic document {missing[0]!r} "
+                         f"({len(missing)} missing); evaluate the model on the same data directory")
+    array = load_npy(path)
+    if array.ndim != 2 or len(array) != len(index) or not np.issubdtype(array.dtype, np.floating):
+        raise InputError(f"{path}: expected {len(index)} float rows, got {array.dtype} {list(array.shape)}")
+    return np.asarray(array[[index[i] for i in ids]])
 
 
 def read_eval(eval_dir):
     """05's metrics.json and its manifest's embedding settings, {model: ...} each."""
-    with open(os.path.join(eval_dir, "metrics.json"), encoding="utf-8") as f:
-        metrics = json.load(f)
-    with open(os.path.join(eval_dir, "manifest.json"), encoding="utf-8") as f:
-        return metrics, json.load(f)["embedding"]
+    manifest = io.read_manifest(eval_dir)
+    return (io.read_json(os.path.join(eval_dir, "metrics.json")),
+            field(manifest, os.path.join(eval_dir, "manifest.json"), "embedding", kind=dict))
 
 
 def spread(values, digits=2, percent=True):
@@ -92,12 +103,18 @@ def spread(values, digits=2, percent=True):
 def measure(eval_dir, evaluation, name, ids, labels, base, n_train=None):
     """The scores and geometry of one model in one EVAL folder (``evaluation``: its ``read_eval``), and its
     vectors; ``base``: {pooling: base vectors}; ``n_train``: also the classifier's sensitivity (``sensitivity``)."""
-    metrics, embedding = evaluation[0][name], evaluation[1][name]
+    metrics_path = os.path.join(eval_dir, "metrics.json")
+    metrics = field(evaluation[0], metrics_path, name, kind=dict)
+    pooling = field(evaluation[1], os.path.join(eval_dir, "manifest.json"), name, "pooling", kind=str)
     x = vectors(eval_dir, name, ids)
-    before = base.get(embedding["pooling"])
-    found = {f"{task} {metric}": metrics[task][metric] for task, metric, _ in SCORES}
-    topic = metrics["topics.top"]
-    found.update(C=topic["C"], edge=topic["C_at_edge"], converged=topic["converged"], tied=topic["C_tied"],
+    before = base.get(pooling)
+    found = {f"{task} {metric}": field(metrics, metrics_path, task, metric, kind=(int, float))
+             for task, metric, _ in SCORES}
+    topic = field(metrics, metrics_path, "topics.top", kind=dict)
+    found.update(C=field(topic, metrics_path, "C", kind=(int, float)),
+                 edge=field(topic, metrics_path, "C_at_edge", kind=bool),
+                 converged=field(topic, metrics_path, "converged", kind=bool),
+                 tied=field(topic, metrics_path, "C_tied", kind=bool),
                  **geometry(x, labels, before if before is not None and before.shape == x.shape else None))
     if n_train is not None:
         found.update(sensitivity(x, labels, n_train, protocol=found["topics.top f1"]))
@@ -126,7 +143,7 @@ def sensitivity_line(label, runs):
         + " |"
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", required=True, help="the default row's data directory (its topic documents)")
     parser.add_argument("--base", required=True, help="05's EVAL folder of the base (models base-cls, base-mean)")
@@ -134,7 +151,7 @@ def main():
     parser.add_argument("--rows", nargs="+", action="extend", required=True, help="rows, in the table's order")
     parser.add_argument("--sensitivity", action="store_true",
                         help="also the table of topic F1 under other classifier settings and re-splits")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     ids, labels, n_train = topic_documents(args.data, args.base, "base-cls")
     n_train = n_train if args.sensitivity else None
     lines = []
@@ -149,7 +166,10 @@ def main():
         lines.append((name, [found]))
     for row in args.rows:
         by_model = {}
-        for eval_dir in sorted(glob.glob(os.path.join(args.out, row, "seed_*", "eval"))):
+        found = sorted(glob.glob(os.path.join(glob.escape(args.out), glob.escape(row), "seed_*", "eval")))
+        if not found:
+            raise InputError(f"--rows {row}: no {os.path.join(args.out, row, 'seed_*', 'eval')} folder")
+        for eval_dir in found:
             evaluation = read_eval(eval_dir)
             names = [n for n in evaluation[0] if re.fullmatch(r"epoch_\d+(-l2)?", n)]
             last = f"epoch_{max(map(epoch, names))}" if names else None
@@ -170,4 +190,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    cli.run(lambda: main(sys.argv[1:]))

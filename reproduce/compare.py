@@ -9,13 +9,14 @@ metrics file has one. Without ``--row``, every model of the metrics files (not 0
 """
 
 import argparse
-import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from common import cli, io  # noqa: E402
 from common.eval.uncertainty import is_difference  # noqa: E402
+from common.io import InputError  # noqa: E402
 
 PAPERS = {
     "wikispecter": {
@@ -87,10 +88,12 @@ def table(method, metrics, rows, embedding=None):
     for ours, theirs in rows:
         found = metrics.get(ours)
         if found is None:
-            raise SystemExit(f"error: no model {ours!r} in the metrics (models: {', '.join(metrics)})")
+            raise InputError(f"--row {ours}: no such model in the metrics (models: {', '.join(metrics)})")
         cells = []
         for task, metric, _ in paper["columns"]:
             value, ci = found.get(task, {}).get(metric), found.get(task, {}).get(f"{metric}_ci")
+            if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool)):
+                raise InputError(f"the metrics of {ours}: {task} {metric} is {value!r}, not a number")
             reference = paper["rows"].get(theirs, {}).get(f"{task} {metric}") if theirs else None
             cells.append(f"{cell(None if value is None else 100 * value, ci and [100 * v for v in ci])} | "
                          f"{cell(reference)}")
@@ -107,13 +110,16 @@ def main(argv):
     args = p.parse_args(argv)
     metrics, embedding = {}, {}
     for path in args.metrics:
-        with open(path, encoding="utf-8") as f:
-            for model, tasks in json.load(f).items():
-                metrics.setdefault(model, {}).update(tasks)
-        manifest = os.path.join(os.path.dirname(path), "manifest.json")
-        if os.path.exists(manifest):
-            with open(manifest, encoding="utf-8") as f:
-                embedding.update(json.load(f).get("embedding") or {})
+        for model, tasks in io.read_json(path).items():
+            if not isinstance(tasks, dict) or not all(isinstance(v, dict) for v in tasks.values()):
+                raise InputError(f"{path}: model {model!r} is not {{task: {{metric: value}}}}; give 05's metrics.json")
+            metrics.setdefault(model, {}).update(tasks)
+        found = io.read_manifest(os.path.dirname(os.path.abspath(path))).get("embedding") or {}
+        if not isinstance(found, dict) or not all(isinstance(v, dict) and {"pooling", "normalize", "max_length"}
+                                                  <= set(v) for v in found.values()):
+            raise InputError(f"{os.path.join(os.path.dirname(path), 'manifest.json')}: its embedding is not 05's "
+                             "{model: {pooling, normalize, max_length}}")
+        embedding.update(found)
     rows = []
     for value in args.row or [name for name in metrics if not is_difference(name)]:
         ours, _, theirs = value.rpartition("=")  # our names may hold "=" ("runs (n=5)"), the paper's do not
@@ -128,4 +134,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    cli.run(lambda: main(sys.argv[1:]))

@@ -23,7 +23,6 @@ students are compared):
 """
 
 import argparse
-import json
 import os
 import sys
 
@@ -31,10 +30,12 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from common import cli, io  # noqa: E402
 from common.data.documents import Documents  # noqa: E402
 from common.distill import teachers  # noqa: E402
 from common.eval.wikispecter import crossref, read_qrels  # noqa: E402
-from common.vectors import read_rows  # noqa: E402
+from common.io import InputError, field  # noqa: E402
+from common.vectors import load_npy, read_rows  # noqa: E402
 
 
 TOP = 16
@@ -59,24 +60,31 @@ def teacher_axes(teach):
     """The axes 04 teachers projected the structural teacher onto, refitted from its full-width vectors with the
     seed and width its manifest records (the same PCA call, so the same axes), the share of variance they keep, and
     the projected vectors' mean over the distillation corpus."""
-    with open(os.path.join(teach, "manifest.json"), encoding="utf-8") as f:
-        manifest = json.load(f)
-    dim = manifest["counts"].get("teacher_dim")
+    path = os.path.join(teach, "manifest.json")
+    manifest = io.read_manifest(teach)
+    if not manifest:
+        raise InputError(f"{path}: no such file; give 04_distill.py teachers' folder as --teach")
+    dim = field(manifest, path, "counts", kind=dict).get("teacher_dim")
     if dim is None:
         return None, None, None
-    full = np.load(os.path.join(teach, f"{teachers.STRUCTURAL}_full.npy"), mmap_mode="r")
-    axes, kept = teachers.principal_axes(full, dim, manifest["seed"])
+    full_path = os.path.join(teach, f"{teachers.STRUCTURAL}_full.npy")
+    full = load_npy(full_path)
+    if (not isinstance(dim, int) or isinstance(dim, bool) or full.ndim != 2 or not 1 <= dim <= min(full.shape)
+            or not np.issubdtype(full.dtype, np.floating)):
+        raise InputError(f"{full_path}: {full.dtype} {list(full.shape)} cannot be projected to the manifest's "
+                         f"teacher_dim {dim!r}")
+    axes, kept = teachers.principal_axes(full, dim, field(manifest, path, "seed", kind=int))
     return axes, kept, np.asarray(full, dtype=np.float64).mean(axis=0) @ axes.T.astype(np.float64)
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", required=True, help="the evaluation data directory (crossref.qrels, docs.jsonl)")
     parser.add_argument("--teach", required=True, help="04 teachers' folder of the distillation")
     parser.add_argument("--eval", required=True, help="05's EVAL folder with the models sbert and the students")
     parser.add_argument("--raw", required=True, help="05's EVAL folder with sbert-raw: the teacher not normalised")
     parser.add_argument("--student", nargs="+", action="extend", default=[], help="student model names in EVAL")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     docs = Documents(args.data)
     qrels = read_qrels(os.path.join(args.data, "crossref.qrels"), docs.index)
 
@@ -110,4 +118,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    cli.run(lambda: main(sys.argv[1:]))

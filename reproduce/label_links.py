@@ -8,11 +8,35 @@ trained to put linked documents together is pulled away from the label's documen
 import argparse
 import os
 import sys
+import zipfile
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from common.io import read_jsonl  # noqa: E402
+from common import cli  # noqa: E402
+from common.io import InputError, read_jsonl, verify_input  # noqa: E402
+
+
+def read_graph(data_dir):
+    """02's training graph (``graph.npz``): ids, and the CSR rows of its links with their counts."""
+    path = os.path.join(data_dir, "graph.npz")
+    if not os.path.isfile(path):
+        raise InputError(f"{path}: no such file")
+    verify_input(path)
+    if not zipfile.is_zipfile(path):  # np.load would try it as a pickle
+        raise InputError(f"{path}: not 02's graph.npz (not a zip archive)")
+    try:
+        with np.load(path, allow_pickle=False) as graph:
+            found = {key: graph[key] for key in ("ids", "indptr", "indices", "counts")}
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as e:
+        raise InputError(f"{path}: not 02's graph.npz ({type(e).__name__}: {e})") from None
+    ids, indptr, indices = found["ids"], found["indptr"], found["indices"]
+    if (ids.ndim != 1 or indptr.shape != (len(ids) + 1,) or indices.shape != found["counts"].shape
+            or (len(indptr) and (indptr[0] != 0 or indptr[-1] != len(indices) or (np.diff(indptr) < 0).any()))
+            or (len(indices) and (indices.min() < 0 or indices.max() >= len(ids)))):
+        raise InputError(f"{path}: its arrays do not make a graph of {len(ids)} documents")
+    return [i.decode("utf-8", "replace") if isinstance(i, bytes) else str(i) for i in ids], indptr, indices, \
+        found["counts"]
 
 
 def shares(pairs, label):
@@ -32,9 +56,7 @@ def main(argv):
     for _, obj in read_jsonl(args.articles, required=("id", "links")):
         label[obj["id"]] = (obj.get("labels") or {}).get(args.level)
         links += [(obj["id"], target) for target in obj["links"]]
-    graph = np.load(os.path.join(args.data, "graph.npz"))
-    ids = [i.decode("utf-8") for i in graph["ids"]]
-    indptr, indices, counts = graph["indptr"], graph["indices"], graph["counts"]
+    ids, indptr, indices, counts = read_graph(args.data)
     training = [(ids[row], ids[indices[k]]) for row in range(len(ids))
                 for k in range(indptr[row], indptr[row + 1]) if counts[k] == 5]
     labels = {v for v in label.values() if v is not None}
@@ -54,4 +76,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    cli.run(lambda: main(sys.argv[1:]))

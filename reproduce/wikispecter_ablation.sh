@@ -14,7 +14,9 @@
 # 8 rows × 3 seeds × 2 epochs of 1,838 steps: about a day on 2 CPU cores, minutes a run on a GPU (in float32:
 # ACCELERATE_MIXED_PRECISION=no). ROWS and SEEDS choose a part, e.g. ROWS="default hard0" SEEDS="1 2"; on a budget,
 # DATA_FLAGS="... --train-queries 300" trains every row on the same seeded sample of 300 training queries (1,500
-# triplets an epoch) with the same evaluation documents (docs/results.md's ablation was run so).
+# triplets an epoch) with the same evaluation documents (docs/results.md's ablation was run so). Started again, it
+# goes on where it stopped: data directories and finished trainings are kept (03 finds a finished run with the same
+# settings done), the evaluations run again; remove OUT to start afresh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
@@ -40,7 +42,7 @@ data_dir() {  # the data directory of 02 --hard $1, built once
 }
 
 EVAL_FLAGS=(--max-length 128 --task crossref topics)
-"$PY" 05_evaluate.py --data "$(data_dir 2)" --out "$OUT/base" "${EVAL_FLAGS[@]}" \
+"$PY" 05_evaluate.py --data "$(data_dir 2)" --out "$OUT/base" --overwrite "${EVAL_FLAGS[@]}" \
     --model base-cls="$BASE" --pooling base-cls=cls --model base-mean="$BASE" --pooling base-mean=mean
 for row in $ROWS; do
     hard=2 flags=()
@@ -67,7 +69,8 @@ for row in $ROWS; do
                 models+=(--model "${epoch_dir##*/}-l2=$epoch_dir" --normalize "${epoch_dir##*/}-l2=yes")
             fi
         done
-        "$PY" 05_evaluate.py --data "$data" --out "$OUT/$row/seed_$seed/eval" "${EVAL_FLAGS[@]}" "${models[@]}"
+        "$PY" 05_evaluate.py --data "$data" --out "$OUT/$row/seed_$seed/eval" --overwrite "${EVAL_FLAGS[@]}" \
+            "${models[@]}"
     done
 done
 # shellcheck disable=SC2086

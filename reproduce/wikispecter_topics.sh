@@ -20,7 +20,7 @@ MODELS=(--model minilm="$MINILM" --model minilm-raw="$MINILM" --normalize minilm
 ROWS=(minilm minilm-raw)
 for lr in $LRS; do
     "$PY" 03_train.py --objective triplet --data "$WORK/foldoc-data" --model "$MINILM" --pooling mean --lr "$lr" \
-        --epochs "$EPOCHS" --out "$WORK/wikispecter-minilm-$lr" --save-epochs --checkpoint-every 0
+        --epochs "$EPOCHS" --out "$WORK/wikispecter-minilm-$lr" --overwrite --save-epochs --checkpoint-every 0
     for epoch in $(seq 1 "$EPOCHS"); do
         MODELS+=(--model "lr$lr-epoch$epoch=$WORK/wikispecter-minilm-$lr/epoch_$epoch")
         ROWS+=("lr$lr-epoch$epoch")
@@ -29,7 +29,7 @@ for lr in $LRS; do
              --normalize "lr$lr-epoch$EPOCHS-norm=yes")
     ROWS+=("lr$lr-epoch$EPOCHS-norm")
 done
-"$PY" 05_evaluate.py --data "$WORK/foldoc-data" --out "$WORK/wikispecter-topics-eval" --max-length 128 \
+"$PY" 05_evaluate.py --data "$WORK/foldoc-data" --out "$WORK/wikispecter-topics-eval" --overwrite --max-length 128 \
     --task crossref topics "${MODELS[@]}"
 "$PY" reproduce/compare.py wikispecter "$WORK/wikispecter-topics-eval/metrics.json" --row "${ROWS[@]}" \
     | tee "$WORK/wikispecter-topics.md"

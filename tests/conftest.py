@@ -29,6 +29,17 @@ def forget_hashes(folder):
         json.dump(manifest, f)
 
 
+def unfinish(run, model=True):
+    """Make a finished training run one that was killed before its end: its manifest.json (the run's last file)
+    removed, and its model with ``model`` (a run that selects its model by validation may have saved one before),
+    so that the next run resumes from its checkpoints."""
+    import shutil
+    if model:
+        shutil.rmtree(os.path.join(run, "model"), ignore_errors=True)
+    if os.path.exists(os.path.join(run, "manifest.json")):
+        os.remove(os.path.join(run, "manifest.json"))
+
+
 def run_script(script, *args, check=True, timeout=600):
     """Run a numbered script as a user would, from the repository root."""
     proc = subprocess.run([sys.executable, os.path.join(ROOT, script), *map(str, args)], cwd=ROOT, env=ENV,

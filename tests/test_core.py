@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import ENV, ROOT, read_jsonl
+from conftest import ENV, ROOT, read_jsonl, unfinish
 
 from common import cli
 from common.io import InputError, Preempted
@@ -49,7 +49,7 @@ def test_a_registered_objective_trains_its_head_and_buffers_resumes_bit_identica
 
     out = tmp_path / "run"
     shutil.copytree(ref, out)
-    shutil.rmtree(out / "model")
+    unfinish(out)
     for step in (15, 20):
         shutil.rmtree(out / "checkpoints" / f"step_{step}")
     toy(tiny_data, tiny_model, out)  # resumes from step 10
@@ -210,7 +210,7 @@ def test_a_bad_data_directory_fails_before_torch_is_imported(tmp_path):
 
 def test_every_flag_is_either_result_or_speed(tiny_data):
     args = run.parse(["--data", str(tiny_data), "--model", "m", "--out", "o"], "", ["triplet"])
-    shared = set(vars(args)) - {"objective", "data", "out", "seeds", "margin"}
+    shared = set(vars(args)) - {"objective", "data", "out", "overwrite", "seeds", "margin"}
     assert shared == set(run.RESULT_ARGS) | set(run.SPEED_ARGS)
     assert not set(run.RESULT_ARGS) & set(run.SPEED_ARGS)
 
@@ -251,7 +251,7 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(toy, tiny_mode
     toy(tiny_data, tiny_model, ref)
     out = tmp_path / "run"
     shutil.copytree(ref, out)
-    shutil.rmtree(out / "model")
+    unfinish(out)
     shutil.rmtree(out / "checkpoints" / "step_20")
     (out / "checkpoints" / "step_15" / "model.safetensors").write_bytes(b"")  # e.g. a full disk
     toy(tiny_data, tiny_model, out)

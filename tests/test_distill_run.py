@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import ROOT, forget_hashes, one_error_line, read_jsonl, run_script
+from conftest import ROOT, forget_hashes, one_error_line, read_jsonl, run_script, unfinish
 
 from common.data.documents import Documents
 from common.distill.paragraph_vector import MAX_WORDS, ParagraphVector, chunks
@@ -96,7 +96,7 @@ def test_training_resumes_bit_identically_with_heads_and_running_covariances(tea
             "softcca.student.batch_norm.running_var"} <= set(heads)
     out = tmp_path / "run"
     shutil.copytree(ref, out)
-    shutil.rmtree(out / "model")
+    unfinish(out)
     shutil.rmtree(out / "checkpoints" / "step_15")
     train(out)  # resumes from step 10
     for name in ("heads.safetensors", "model.safetensors"):
@@ -193,17 +193,18 @@ def test_a_dying_gensim_worker_is_an_error_not_a_wait():
 
 def test_teachers_claim_their_folder_and_convert_long_never_replaces_a_user_folder(tiny_model, tiny_data, tmp_path):
     from transformers import GPT2Config, GPT2Model
+    data = tmp_path / "data"
+    shutil.copytree(tiny_data, data)
     with pytest.raises(InputError) as e:
-        distill()(["teachers", "--data", str(tiny_data), "--out", str(tiny_data), "--teacher", str(tiny_model)])
-    assert str(e.value) == f"{tiny_data}: holds the output of 02_build_graph.py; 04_distill.py writes to a folder of " \
-                           "its own"
+        distill()(["teachers", "--data", str(tiny_data), "--out", str(data), "--teacher", str(tiny_model)])
+    assert str(e.value) == f"{data}: holds the output of 02_build_graph.py; 04_distill.py writes to a folder of its own"
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("keep")
     with pytest.raises(InputError) as e:
         distill()(["convert-long", "--model", str(tiny_model), "--out", str(mine)])
-    assert str(e.value) == f"{mine}: not empty and not a model saved by this project (no docembed.json); give a new " \
-                           "or empty folder"
+    assert str(e.value) == f"{mine}: not empty and not an output folder of this project (no manifest.json); give a " \
+                           "new or empty folder"
     assert os.listdir(mine) == ["notes.txt"]
     gpt2 = tmp_path / "gpt2"
     GPT2Model(GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=20)).save_pretrained(gpt2)

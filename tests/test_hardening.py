@@ -12,7 +12,8 @@ from safetensors.torch import load_file
 
 from common import folders, io
 from common.io import InputError
-from conftest import linked_articles, script_error, script_main
+from common.markdown import escape
+from conftest import linked_articles, script_error, script_main, unfinish
 
 TRAIN = ["--objective", "triplet", "--pooling", "mean", "--max-length", "32", "--batch-size", "4", "--epochs", "1",
          "--log-every", "1", "--eval-every", "0", "--checkpoint-every", "0", "--length-groups", "2",
@@ -48,7 +49,7 @@ def test_links_planted_at_any_temporary_name_are_never_written_through(tmp_path,
             (folder / name).symlink_to(target)
     (data / "manifest.json").write_text(json.dumps({"script": "02_build_graph.py", "files": []}))
     (run / "run.json").write_text(json.dumps({"identity": {}}))
-    build(articles, data)
+    build(articles, data, "--overwrite")
     script_main("03_train.py")(["--data", str(data), "--model", str(tiny_model), "--out", str(run), *TRAIN,
                                 "--checkpoint-every", "1"])
     assert target.read_text() == "keep"
@@ -64,7 +65,7 @@ def test_a_link_at_a_final_name_is_replaced_not_followed(tmp_path, capsys):
     target.write_text("keep")
     (data / "docs.jsonl").unlink()
     (data / "docs.jsonl").symlink_to(target)
-    build(articles, data)
+    build(articles, data, "--overwrite")
     assert target.read_text() == "keep" and not (data / "docs.jsonl").is_symlink()
 
 
@@ -85,7 +86,7 @@ def test_a_run_killed_while_committing_is_refused_by_readers_and_repaired_by_the
         put(staged, final)
     monkeypatch.setattr(folders, "put", killed)
     with pytest.raises(KeyboardInterrupt):
-        build(articles, data, "--seed", "2")
+        build(articles, data, "--seed", "2", "--overwrite")
     monkeypatch.setattr(folders, "put", put)
     manifest = json.loads((data / "manifest.json").read_text())
     assert manifest["state"] == "committing" and (data / "splits.json").read_text() == before
@@ -174,7 +175,7 @@ def test_a_damaged_log_is_refused_on_resume_before_any_step(tmp_path, tiny_data,
     run = tmp_path / "run"
     args = ["--data", str(tiny_data), "--model", str(tiny_model), "--out", str(run), *TRAIN, "--checkpoint-every", "1"]
     script_main("03_train.py")(args)
-    (run / "model").rename(tmp_path / "model")  # an unfinished run: resumes from its last checkpoint
+    unfinish(run)  # resumes from its last checkpoint
     lines = (run / "log.jsonl").read_text().splitlines()
     (run / "log.jsonl").write_text("\n".join(lines[:1] + ["{not json"] + lines[2:]) + "\n")
     assert script_error("03_train.py", *args) == (
@@ -191,7 +192,7 @@ def test_a_half_written_last_log_line_of_a_killed_run_does_not_stop_its_resume(t
     whole = (run / "log.jsonl").read_text()
     import shutil
     shutil.rmtree(run / "checkpoints" / "step_3")
-    (run / "model").rename(tmp_path / "model")
+    unfinish(run)
     with open(run / "log.jsonl", "a", encoding="utf-8") as f:
         f.write('{"step": 4, "lo')
     script_main("03_train.py")(args)
@@ -256,7 +257,8 @@ def test_absurd_sizes_are_refused_before_anything_is_allocated(tmp_path, tiny_da
               "02_build_graph.py": ["--articles", articles, "--out", tmp_path / "o"],
               "03_train.py": ["--data", tiny_data, "--model", tiny_model, "--out", tmp_path / "o"],
               "04_distill.py": ["--data", tiny_data, "--out", tmp_path / "o"]
-              + (["--teachers", tmp_path, "--model", tiny_model] if "train" in args else ["--teacher", tiny_model]),
+              + (["--teachers", tmp_path / "teach", "--model", tiny_model] if "train" in args
+                 else ["--teacher", tiny_model]),
               "05_evaluate.py": ["--data", tiny_data, "--model", f"base={tiny_model}", "--out", tmp_path / "o"]}
     if script == "04_distill.py":
         args, common[script] = args[1:], args[:1] + common[script]
@@ -355,7 +357,8 @@ def test_every_flag_of_every_objective_is_in_the_resume_identity_or_among_the_sp
 
     from common.train import objectives
     from common.train import run as training
-    place = {"data", "out", "seeds"}  # the identity holds the data's path and content; --out is where it runs
+    place = {"data", "out", "overwrite", "seeds"}  # the identity holds the data's path and content; --out is where
+    # it runs, --overwrite whether it starts afresh there
     for name in objectives.REGISTRY:
         cls = objectives.get(name)
         parser = argparse.ArgumentParser()
@@ -408,7 +411,7 @@ def test_gradcache_chunks_change_the_weights_and_a_resume_with_other_chunks_is_r
     # each chunk draws its own dropout masks: other losses from the first step on
     whole, chunked = losses("whole", []), losses("chunked", ["--cache-chunk", "4"])
     assert len(whole) == len(chunked) == 2 and whole[0] != chunked[0]
-    (tmp_path / "whole" / "model").rename(tmp_path / "model")  # an unfinished run: resumes from its checkpoints
+    unfinish(tmp_path / "whole")  # resumes from its checkpoints
     assert script_error("03_train.py", *base, "--out", tmp_path / "whole", "--cache-chunk", "4") == (
         f"error: {tmp_path / 'whole'}: its checkpoints come from a run with other settings (cache_chunk); use "
         f"another --out or remove {tmp_path / 'whole' / 'checkpoints' / 'step_2'}")
@@ -448,3 +451,622 @@ def test_a_full_disk_while_saving_a_faiss_index_is_one_line_and_leaves_no_index(
     monkeypatch.setattr(faiss, "write_index", lambda index, path: (_ for _ in ()).throw(RuntimeError("a bug")))
     with pytest.raises(RuntimeError, match="a bug"):  # any other error is not taken for a full disk
         ann.open_index(vectors, str(tmp_path / "base.npy"), "hnsw")
+
+
+# -- an --out among the inputs: refused before any work ------------------------------------------------------------
+
+def _tree(folder):
+    """Every file under ``folder`` with its SHA-256."""
+    return {str(p.relative_to(folder)): io.sha256(p) for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("case, how", [("is", "is"), ("inside", "lies inside"), ("holds", "holds"),
+                                       ("a link to", "is"), ("inside a link to", "lies inside")])
+def test_an_out_that_is_holds_or_lies_inside_an_input_is_refused_before_any_work(case, how, tmp_path, tiny_data,
+                                                                                 tiny_model):
+    import shutil
+    model = tmp_path / "models" / "bert"
+    shutil.copytree(tiny_model, model)
+    (tmp_path / "corpus").mkdir()
+    articles = write_articles(tmp_path / "corpus" / "articles.jsonl")
+    link = tmp_path / "link"
+    link.symlink_to(model)
+    before = _tree(tmp_path)
+    commands = [("04_distill.py", ["convert-long", "--model", model], "--model", model),
+                ("03_train.py", ["--data", tiny_data, "--model", model, *TRAIN], "--model", model),
+                ("05_evaluate.py", ["--data", tiny_data, "--model", f"base={model}"], "--model", model),
+                ("05_evaluate.py", ["extract", "--model", model, "--input", articles], "--model", model),
+                ("02_build_graph.py", ["--articles", articles], "--articles", articles)]
+    for script, args, flag, read in commands:
+        if "link" in case and read != model:
+            continue
+        out = {"is": read, "inside": read / "out", "holds": read.parent, "a link to": link,
+               "inside a link to": link / "out"}[case]
+        assert script_error(script, *args, "--out", out, "--overwrite") == (
+            f"error: --out {out}: {how} {flag} {read}, which this command reads; give an --out apart from its "
+            "inputs"), script
+    assert _tree(tmp_path) == before
+
+
+def test_an_out_among_the_files_a_dictionary_stem_names_is_refused(tmp_path):
+    """01 dictd's --input is the stem of INPUT.index and INPUT.dict.dz: an --out that is one of them is refused."""
+    for name in ("foldoc.index", "foldoc.dict.dz"):
+        (tmp_path / name).write_bytes(b"keep")
+    assert script_error("01_extract.py", "dictd", "--input", tmp_path / "foldoc", "--out",
+                        tmp_path / "foldoc.index") == (
+        f"error: --out {tmp_path / 'foldoc.index'}: is --input {tmp_path / 'foldoc.index'}, which this command "
+        "reads; give an --out apart from its inputs")
+    assert (tmp_path / "foldoc.index").read_bytes() == b"keep"
+
+
+def test_every_flag_of_every_command_that_names_a_path_is_declared_read_or_out():
+    """``cli.check_out`` finds a command's inputs by their argparse type (``cli.reads``): a flag whose value is
+    free text must be one of these, named here, or be declared as read."""
+    from common import cli
+    from common.train import objectives
+    from common.train import run as training
+    text = {"topic_root", "disambiguation_markers", "disambiguation_templates", "categories", "id_column",
+            "title_column", "text_column", "label_column", "topic_cap", "report_to", "student_projection",
+            "teacher_projection", "model_type", "config_overrides", "cache_dir", "query", "query_token",
+            "pv_preprocess", "pooling", "normalize", "language", "argv", "warmup", "compare"}
+    parsers = []
+    for script in ("01_extract.py", "02_build_graph.py", "04_distill.py", "05_evaluate.py"):
+        import importlib.util
+        spec = importlib.util.spec_from_file_location(f"check_{script[:2]}", os.path.join(os.path.dirname(
+            __file__), "..", script))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        for name, (_, add_arguments, *_) in module.COMMANDS.items():
+            parser = cli.parser("")
+            add_arguments(parser)
+            parsers.append((f"{script} {name}", parser))
+    for name in objectives.REGISTRY:
+        parsers.append((f"train {name}", training.parser("", [name], name)))
+    for where, parser in parsers:
+        for action in parser._actions:
+            free_text = action.type is None and action.const is None and not action.choices and action.nargs != 0
+            if action.dest in ("help", "out") or not free_text:
+                continue
+            assert action.dest in text, f"{where}: {action.dest} names a path? type it cli.reads, or list it here"
+        read = {action.dest for action in parser._actions if action.type in (cli.reads, cli.reads_named)}
+        assert read & {"model", "model_path", "data", "articles", "input", "dump", "sentences"} or \
+            where.endswith("testsets"), where
+
+
+# -- a finished output is replaced only when --overwrite says so ---------------------------------------------------
+
+@pytest.mark.parametrize("checkpoint_every", ["0", "1"])
+def test_a_finished_run_is_refused_with_other_settings_done_with_the_same_and_trained_again_with_overwrite(
+        checkpoint_every, tmp_path, tiny_data, tiny_model, capsys):
+    """Whether a finished model survives does not depend on whether checkpoints exist."""
+    run = tmp_path / "run"
+    args = ["--data", tiny_data, "--model", tiny_model, "--out", run, *TRAIN, "--max-steps", "2",
+            "--checkpoint-every", checkpoint_every]
+    train = script_main("03_train.py")
+    train([str(a) for a in args])
+    finished = _tree(run)
+    assert script_error("03_train.py", *args, "--lr", "1e-3") == (
+        f"error: {run}: holds a finished 03_train.py run with other settings (lr); give --overwrite to train it "
+        "again (only what the run wrote is removed), or another --out")
+    capsys.readouterr()
+    counts = train([str(a) for a in args])
+    assert counts["steps"] == 2 and _tree(run) == finished
+    assert capsys.readouterr().out == (f"{run}: finished with these settings already ({run / 'manifest.json'}); "
+                                       "nothing to do (--overwrite trains it again)\n")
+    (run / "notes.txt").write_text("mine")
+    train([str(a) for a in args] + ["--lr", "1e-3", "--overwrite"])
+    assert (run / "notes.txt").read_text() == "mine"
+    assert _tree(run / "model")["model.safetensors"] != finished["model/model.safetensors"]
+    assert [r["step"] for r in map(json.loads, (run / "log.jsonl").read_text().splitlines()) if "loss" in r] == [1, 2]
+    assert json.loads((run / "manifest.json").read_text())["identity"]["lr"] == 1e-3
+
+
+@pytest.mark.parametrize("manifest, what", [
+    ('{"script": "04_distill.py", "counts": {}}', "04_distill.py run whose settings its manifest.json does not "
+                                                   "record"),
+    ('{"script": "03_train.py", "identity": [1]}', "03_train.py run whose settings its manifest.json does not "
+                                                    "record"),
+    ("[1, 2", "03_train.py run whose manifest.json cannot be read")])
+def test_a_finished_run_whose_manifest_records_no_settings_is_refused_without_overwrite(manifest, what, tmp_path,
+                                                                                      tiny_data):
+    from common.train import run as training
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "run.json").write_text('{"identity": {}}')
+    (out / "manifest.json").write_text(manifest)
+    argv = ["--data", str(tiny_data), "--model", "m", "--out", str(out)]
+    with pytest.raises(InputError) as e:
+        training.finished(training.parse(argv, "", ["triplet"]), "03_train.py")
+    assert str(e.value) == (f"{out}: holds a finished {what}; give --overwrite to replace it (only what that run "
+                            "wrote is removed), or another --out")
+    assert training.finished(training.parse(argv + ["--overwrite"], "", ["triplet"]), "03_train.py") is None
+
+
+def test_a_run_of_several_seeds_killed_in_its_second_goes_on_there_and_keeps_the_first(tmp_path, tiny_data,
+                                                                                      tiny_model, capsys):
+    out = tmp_path / "seeds"
+    args = ["--data", str(tiny_data), "--model", str(tiny_model), "--out", str(out), *TRAIN, "--max-steps", "1",
+            "--seeds", "1", "2"]
+    script_main("03_train.py")(args)
+    first = _tree(out / "seed_1")
+    for name in ("manifest.json", "model"):  # the second seed killed before its end
+        folders.remove_entry(out / "seed_2" / name)
+    capsys.readouterr()
+    counts = script_main("03_train.py")(args)
+    assert [c["steps"] for c in counts] == [1, 1] and _tree(out / "seed_1") == first
+    assert (out / "seed_2" / "model" / "model.safetensors").is_file()
+    assert f"{out / 'seed_1'}: finished with these settings already" in capsys.readouterr().out
+
+
+def _teachers(data, teacher):
+    """04 teachers on tiny sizes."""
+    return ["teachers", "--data", data, "--teacher", teacher, "--teacher-max-length", "32", "--pv-vector-size", "8",
+            "--pv-epochs", "1", "--pv-min-count", "1"]
+
+
+@pytest.mark.parametrize("command", ["01 sentences", "02 links", "04 teachers", "04 convert-long", "05 evaluate",
+                                     "05 extract"])
+def test_a_finished_output_is_refused_and_replaced_with_overwrite_keeping_files_it_did_not_write(
+        command, tmp_path, tiny_data, tiny_model, capsys):
+    articles = write_articles(tmp_path / "articles.jsonl")
+    keysent = tmp_path / "keysent.jsonl"
+    keysent.write_text(json.dumps({"id": "a", "text": "One gene. Two genes here.", "key_sentences": ["One gene."]})
+                       + "\n", encoding="utf-8")
+    out = tmp_path / "out"
+    script, args, what = {
+        "01 sentences": ("01_extract.py", ["sentences", "--input", keysent], "01_extract.py"),
+        "02 links": ("02_build_graph.py", ["--articles", articles, "--crossref-min-links", "2", "--topic-min", "2",
+                                           "--eval-docs", "shared"], "02_build_graph.py links"),
+        "04 teachers": ("04_distill.py", _teachers(tiny_data, tiny_model), "04_distill.py teachers"),
+        "04 convert-long": ("04_distill.py", ["convert-long", "--model", tiny_model, "--max-length", "64",
+                                              "--window", "16"], "04_distill.py convert-long"),
+        "05 evaluate": ("05_evaluate.py", ["--data", tiny_data, "--model", f"base={tiny_model}", "--max-length",
+                                           "32", "--task", "crossref"], "05_evaluate.py"),
+        "05 extract": ("05_evaluate.py", ["extract", "--model", tiny_model, "--input", articles, "--query", "gene"],
+                       None)}[command]
+    if command == "05 extract":
+        out = tmp_path / "keys.jsonl"
+    if "--out" not in map(str, args):
+        args = [*args, "--out", out]
+    main = script_main(script)
+    main([str(a) for a in args])
+    finished = _tree(tmp_path)
+    expected = (f"error: {out}: exists; give --overwrite to replace it, or another --out" if what is None else
+                f"error: {out}: holds a finished output of {what}; give --overwrite to replace it (only what that "
+                "run wrote is removed), or another --out")
+    assert script_error(script, *args) == expected
+    assert _tree(tmp_path) == finished
+    mine = (out.parent if what is None else out) / "notes.txt"
+    mine.write_text("mine")
+    main([str(a) for a in args] + ["--overwrite"])
+    assert mine.read_text() == "mine"
+    assert not [p for p in tmp_path.rglob(".staging-*")] and not [p for p in tmp_path.rglob("*.lock")]
+
+
+# -- private folders inside --out, and what a killed run left there removed ------------------------------------------
+
+def test_every_private_folder_lies_inside_the_out_it_is_made_for(tmp_path, tiny_data, tiny_model, monkeypatch,
+                                                                 capsys):
+    import tempfile
+    made, mkdtemp = [], tempfile.mkdtemp
+
+    def recorded(suffix=None, prefix=None, dir=None):
+        made.append((os.path.realpath(dir), prefix))
+        return mkdtemp(suffix, prefix, dir)
+    monkeypatch.setattr(tempfile, "mkdtemp", recorded)
+    articles = write_articles(tmp_path / "articles.jsonl")
+    runs = [("04_distill.py", ["convert-long", "--model", tiny_model, "--max-length", "64", "--window", "16"],
+             tmp_path / "long"),
+            ("03_train.py", ["--data", tiny_data, "--model", tiny_model, *TRAIN, "--checkpoint-every", "1",
+                             "--save-epochs"], tmp_path / "run"),
+            ("05_evaluate.py", ["--data", tiny_data, "--model", f"base={tiny_model}", "--max-length", "32", "--task",
+                                "crossref"], tmp_path / "eval"),
+            ("05_evaluate.py", ["extract", "--model", tiny_model, "--input", articles, "--query", "gene"],
+             tmp_path / "keys" / "keys.jsonl")]
+    for script, args, out in runs:
+        made.clear()
+        script_main(script)([str(a) for a in args] + ["--out", str(out)])
+        assert made, script
+        folder = out.parent if out.suffix == ".jsonl" else out
+        for parent, prefix in made:
+            assert parent == os.path.realpath(folder) or parent.startswith(os.path.realpath(folder) + os.sep), \
+                (script, parent)
+            if out.suffix == ".jsonl":  # another file's run in the same folder keeps its own
+                assert prefix == ".staging-keys.jsonl-"
+    assert not list(tmp_path.rglob(".staging-*"))
+
+
+@pytest.mark.parametrize("command", ["04 convert-long", "03", "02", "05 extract"])
+def test_what_a_killed_run_left_in_its_out_is_removed_by_the_next_run_and_nothing_else(command, tmp_path, tiny_data,
+                                                                                      tiny_model, capsys):
+    articles = write_articles(tmp_path / "articles.jsonl")
+    script, args, out = {
+        "04 convert-long": ("04_distill.py", ["convert-long", "--model", tiny_model, "--max-length", "64",
+                                              "--window", "16"], tmp_path / "long"),
+        "03": ("03_train.py", ["--data", tiny_data, "--model", tiny_model, *TRAIN], tmp_path / "run"),
+        "02": ("02_build_graph.py", ["--articles", articles, "--crossref-min-links", "2", "--topic-min", "2",
+                                     "--eval-docs", "shared"], tmp_path / "data"),
+        "05 extract": ("05_evaluate.py", ["extract", "--model", tiny_model, "--input", articles, "--query", "gene"],
+                       tmp_path / "keys" / "keys.jsonl")}[command]
+    folder = out.parent if out.suffix == ".jsonl" else out
+    folder.mkdir()
+    prefix = ".staging-keys.jsonl-" if out.suffix == ".jsonl" else ".staging-"
+    (folder / f"{prefix}k1llEd").mkdir()  # as mkdtemp names them, with what a SIGKILL left inside
+    (folder / f"{prefix}k1llEd" / "model.safetensors").write_bytes(b"\0" * 1000)
+    lock = folder / (".keys.jsonl.lock" if out.suffix == ".jsonl" else ".lock")
+    lock.write_text("12345\n")  # a killed run's lock file: its lock died with it
+    others = [tmp_path / ".staging-n0tM1ne", folder / ".staging-other.jsonl-x" if out.suffix == ".jsonl" else None]
+    for path in filter(None, others):
+        path.mkdir()
+    script_main(script)([str(a) for a in args] + ["--out", str(out)])
+    assert not (folder / f"{prefix}k1llEd").exists() and not lock.exists()
+    assert all(path.is_dir() for path in filter(None, others))
+
+
+# -- what a run's end needs is read at its start; a damaged card of the start model is a note ----------------------
+
+DAMAGED_CARDS = {
+    "YAML that does not parse": b"---\nbase_model: [unclosed\n---\n# A model\n",
+    "a list": b"---\n- bert-base-uncased\n---\n",
+    "a key that is not a string": b"---\n? [a, b]\n: c\nbase_model: bert-base-uncased\n---\n",
+    "a number as key": b"---\n1: a\nbase_model: bert-base-uncased\n---\n",
+    "bytes that are not UTF-8": b"---\nbase_model: bert\xff\xfe\n---\n",
+    "a base_model of 10 MB": b"---\nbase_model: " + b"a" * (10 << 20) + b"\n---\n",
+    "a base_model that is no hub name": b"---\nbase_model: <img src=x onerror=alert(1)>\n---\n",
+    "a base_model that is a mapping": b"---\nbase_model: {a: 1}\n---\n",
+}
+
+
+@pytest.mark.parametrize("name", list(DAMAGED_CARDS))
+def test_a_damaged_card_of_the_start_model_gives_no_base_model_and_one_note(name, tmp_path):
+    from common.models import card
+    (tmp_path / "README.md").write_bytes(DAMAGED_CARDS[name])
+    notes = []
+    assert card.base_model(str(tmp_path), notes.append) is None
+    assert len(notes) == 1 and notes[0].startswith(f"note: {tmp_path / 'README.md'}: ") and "\n" not in notes[0]
+    assert len(notes[0]) < 300
+
+
+def test_a_run_and_a_conversion_from_a_model_whose_card_is_damaged_save_their_model_with_a_card(tmp_path, tiny_data,
+                                                                                              tiny_model, capsys):
+    import shutil
+
+    from huggingface_hub import ModelCard
+    model = tmp_path / "start"
+    shutil.copytree(tiny_model, model)
+    (model / "README.md").write_bytes(DAMAGED_CARDS["a key that is not a string"] + b"\xff")
+    script_main("03_train.py")(["--data", str(tiny_data), "--model", str(model), "--out", str(tmp_path / "run"),
+                                *TRAIN, "--max-steps", "1"])
+    script_main("04_distill.py")(["convert-long", "--model", str(model), "--out", str(tmp_path / "long"),
+                                  "--max-length", "64", "--window", "16"])
+    printed = capsys.readouterr().out
+    assert printed.count(f"note: {model / 'README.md'}: its model card cannot be read (UnicodeDecodeError") == 2
+    for saved in (tmp_path / "run" / "model", tmp_path / "long"):
+        loaded = ModelCard.load(saved / "README.md")
+        assert loaded.data.base_model is None and escape(model) in loaded.text
+
+
+def test_everything_the_final_save_quotes_is_read_before_the_first_step(tmp_path, tiny_data, tiny_model,
+                                                                        monkeypatch):
+    from common.train.objectives import Objective
+
+    def unreadable(self):
+        raise InputError("what the card quotes cannot be read")
+    monkeypatch.setattr(Objective, "card_facts", unreadable)
+    run = tmp_path / "run"
+    assert script_error("03_train.py", "--data", tiny_data, "--model", tiny_model, "--out", run, *TRAIN) == \
+        "error: what the card quotes cannot be read"
+    assert not run.exists() or not [p for p in run.iterdir() if p.name != "run.json"]
+
+
+# -- loading: damaged weights and tokenizers, weights that are not floats -------------------------------------------
+
+def _damaged(tmp_path, tiny_model, damage):
+    import shutil
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_model, folder)
+    damage(folder)
+    return folder
+
+
+def _int8(folder):
+    from safetensors.torch import load_file, save_file
+    import torch
+    weights = load_file(folder / "model.safetensors")
+    save_file({k: (v * 100).to(torch.int8) for k, v in weights.items()}, folder / "model.safetensors",
+              metadata={"format": "pt"})
+
+
+def _sentence_transformers(folder):
+    """The modules.json a sentence-transformers model has, so that its other files are read."""
+    (folder / "modules.json").write_text(json.dumps(
+        [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}]))
+
+
+def _without(key):
+    def damage(folder):
+        tokenizer = json.loads((folder / "tokenizer.json").read_text())
+        (folder / "tokenizer.json").write_text(json.dumps({k: v for k, v in tokenizer.items() if k != key}))
+    return damage
+
+
+LOADING = {
+    "an empty model.safetensors": (lambda f: (f / "model.safetensors").write_bytes(b""), "model.safetensors",
+                                   "not a complete safetensors file (Error while deserializing header: header too "
+                                   "small); save the model again"),
+    "a truncated model.safetensors": (lambda f: (f / "model.safetensors").write_bytes(
+        (f / "model.safetensors").read_bytes()[:-100]), "model.safetensors",
+        "not a complete safetensors file (Error while deserializing header: incomplete metadata, file not fully "
+        "covered); save the model again"),
+    "a header that is not JSON": (lambda f: (f / "model.safetensors").write_bytes(b"\x04" + b"\0" * 7 + b"{{{{"),
+                                  "model.safetensors", "not a complete safetensors file (Error while deserializing "
+                                  "header: invalid JSON in header: key must be a string at line 1 column 2); save "
+                                  "the model again"),
+    "weights stored as int8": (_int8, "model.safetensors",
+                               "weight embeddings.LayerNorm.bias is stored as I8, not as floats (a quantised "
+                               "checkpoint this project does not load); give the model's float weights"),
+    "a tokenizer.json of {}": (lambda f: (f / "tokenizer.json").write_text("{}"), "tokenizer.json",
+                               "not a complete tokenizer (no \"added_tokens\" list); save the tokenizer again"),
+    "a tokenizer.json without added_tokens": (_without("added_tokens"), "tokenizer.json",
+                                              "not a complete tokenizer (no \"added_tokens\" list); save the "
+                                              "tokenizer again"),
+    "a tokenizer.json without its model": (_without("model"), "tokenizer.json",
+                                           "not a complete tokenizer (Model missing. at line 1 column"),
+    "a tokenizer.json that is a list": (lambda f: (f / "tokenizer.json").write_text("[]"), "tokenizer.json",
+                                        "not a JSON object"),
+    "a modules.json of numbers": (lambda f: (f / "modules.json").write_text("[1, 2]"), "modules.json",
+                                  "a module without a \"type\" or \"path\" string; save the model again"),
+    "a config.json that is a list": (lambda f: (f / "config.json").write_text("[]"), "config.json",
+                                     "not a JSON object"),
+    "a tokenizer_config.json that is a list": (lambda f: (f / "tokenizer_config.json").write_text("[]"),
+                                               "tokenizer_config.json", "not a JSON object"),
+    "a model_max_length of text": (lambda f: (f / "tokenizer_config.json").write_text(json.dumps(
+        {**json.loads((f / "tokenizer_config.json").read_text()), "model_max_length": "long"})),
+        "tokenizer_config.json", "model_max_length 'long' is not a number; save the tokenizer again"),
+    "a sentence_bert_config.json of text": (lambda f: (_sentence_transformers(f), (f / "sentence_bert_config.json")
+                                                        .write_text('{"max_seq_length": "long"}')),
+                                            "sentence_bert_config.json",
+        "max_seq_length 'long' is not a positive whole number; save the model again"),
+}
+
+
+def test_a_configuration_value_of_the_wrong_type_is_one_line(tmp_path, tiny_model):
+    from common.models.encoder import load_encoder
+    folder = _damaged(tmp_path, tiny_model, lambda f: (f / "config.json").write_text(json.dumps(
+        {**json.loads((f / "config.json").read_text()), "hidden_size": "wide"})))
+    with pytest.raises(InputError) as e:
+        load_encoder(str(folder), say=lambda text: None)
+    assert str(e.value).startswith(f"{folder}: cannot be loaded: Validation error for field 'hidden_size'")
+
+
+@pytest.mark.parametrize("name", list(LOADING))
+def test_a_damaged_model_is_one_line_naming_its_file(name, tmp_path, tiny_model):
+    from common.models.encoder import load_encoder
+    damage, file, message = LOADING[name]
+    folder = _damaged(tmp_path, tiny_model, damage)
+    with pytest.raises(InputError) as e:
+        load_encoder(str(folder), say=lambda text: None)
+    assert str(e.value).startswith(f"{folder / file}: {message}"), str(e.value)
+
+
+@pytest.mark.parametrize("script", ["03 --model", "04 convert-long --model", "04 teachers --teacher",
+                                    "05 --model", "03 mlm --model"])
+def test_every_loader_refuses_truncated_weights_and_an_incomplete_tokenizer_in_one_line(script, tmp_path, tiny_data,
+                                                                                       tiny_model):
+    for damage, file in ((LOADING["a truncated model.safetensors"][0], "model.safetensors"),
+                         (_without("added_tokens"), "tokenizer.json")):
+        import shutil
+        shutil.rmtree(tmp_path / "model", ignore_errors=True)
+        folder = _damaged(tmp_path, tiny_model, damage)
+        command = {"03 --model": ("03_train.py", ["--data", tiny_data, "--model", folder, *TRAIN]),
+                   "03 mlm --model": ("03_train.py", ["--objective", "mlm", "--data", tiny_data, "--model", folder,
+                                                      "--max-steps", "1", "--cache-dir", tmp_path / "cache"]),
+                   "04 convert-long --model": ("04_distill.py", ["convert-long", "--model", folder]),
+                   "04 teachers --teacher": ("04_distill.py", _teachers(tiny_data, folder)),
+                   "05 --model": ("05_evaluate.py", ["--data", tiny_data, "--model", f"m={folder}"])}[script]
+        error = script_error(command[0], *command[1], "--out", tmp_path / f"out-{file}")
+        assert error.startswith(f"error: {folder / file}: not a complete "), error
+
+
+def test_integer_buffers_load_and_integer_weights_are_refused(tmp_path, tiny_model):
+    """BERT's position_ids are integers in the model too (older checkpoints store them): they pass; a weight the
+    model computes with as a float, stored as an integer, does not."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from common.models.encoder import load_encoder
+    folder = _damaged(tmp_path, tiny_model, lambda f: None)
+    weights = load_file(folder / "model.safetensors")
+    save_file({**weights, "embeddings.position_ids": torch.arange(64)[None]}, folder / "model.safetensors",
+              metadata={"format": "pt"})
+    encoder, _, _ = load_encoder(str(folder), say=lambda text: None)
+    assert torch.equal(encoder.transformer.embeddings.word_embeddings.weight,
+                       weights["embeddings.word_embeddings.weight"])
+    save_file({**weights, "pooler.dense.weight": weights["pooler.dense.weight"].to(torch.int32)},
+              folder / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(InputError, match=r"weight pooler\.dense\.weight is stored as I32, not as floats"):
+        load_encoder(str(folder), say=lambda text: None)
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda f: (f / "pv.json").write_text("[]"), "pv.json: not a Paragraph Vector's settings"),
+    (lambda f: (f / "pv.json").write_text('{"models": ["dm"], "preprocess": {"dm": "none"}}'),
+     "pv.json: not a Paragraph Vector's settings"),
+    (lambda f: (f / "dm.model").write_bytes(b"\x80\x04garbage"), "dm.model: cannot be loaded as a gensim Doc2Vec "
+                                                                  "model"),
+    (lambda f: (f / "dm.model").write_bytes(b""), "dm.model: cannot be loaded as a gensim Doc2Vec model"),
+])
+def test_a_damaged_paragraph_vector_folder_is_one_line_naming_its_file(damage, message, tmp_path):
+    from common.distill.paragraph_vector import ParagraphVector
+    folder = tmp_path / "pv"
+    ParagraphVector.train(["a b c d e f"] * 5, vector_size=4, min_count=1, epochs=1).save(str(folder))
+    damage(folder)
+    with pytest.raises(InputError) as e:
+        ParagraphVector.load(str(folder))
+    assert str(e.value).startswith(f"{folder}/{message}")
+
+
+# -- text from outside in a card and a report: one escaping, one front-matter check ----------------------------------
+
+HOSTILE_TEXT = ["a | b", "`code` and ``more``", "two\nlines\r\n# a heading", "<img src=x onerror=alert(1)>",
+                "**bold** _it_ [link](https://x) ![i](y) <https://z> &amp; \\ $x$ ~~s~~", "| --- |", "ok"]
+
+
+def _rendered(markdown):
+    """CommonMark with GitHub's tables (markdown-it, the reference implementation's port): the tokens of the body
+    after the front matter."""
+    from markdown_it import MarkdownIt
+    return MarkdownIt("commonmark").enable(["table", "strikethrough"]).parse(markdown.split("\n---\n", 1)[-1])
+
+
+def _cells(tokens):
+    """Each table row's cells, as the text a reader sees (the inline tokens' children joined)."""
+    rows, row = [], None
+    for t in tokens:
+        if t.type == "tr_open":
+            row = []
+        elif t.type == "inline" and row is not None:
+            row.append("".join(c.content if c.type != "softbreak" else "\n" for c in t.children))
+        elif t.type == "tr_close":
+            rows.append(row)
+            row = None
+    return rows
+
+
+def test_text_from_outside_is_itself_in_every_part_of_a_card_and_breaks_nothing():
+    from common.models import card
+    settings = [(f"flag{i}", text) for i, text in enumerate(HOSTILE_TEXT)]
+    huge = "x" * (10 << 20)
+    data = {"path": HOSTILE_TEXT[3], "script": HOSTILE_TEXT[0], "command": HOSTILE_TEXT[2], "commit": huge,
+            "inputs": {text: text for text in HOSTILE_TEXT}, "counts": {HOSTILE_TEXT[2]: 3},
+            "source": {"script": HOSTILE_TEXT[1], "inputs": {huge: huge}, "language": HOSTILE_TEXT[4]}}
+    made = str(card.model_card("triplet", HOSTILE_TEXT[3], dict(CARD_FACTS), settings=settings,
+                               training={"script": "03_train.py", "steps": 1, "epoch": 1, "processes": 1,
+                                         "precision": "no"}, data=data, base=huge, start=huge + "|",
+                               language=HOSTILE_TEXT[2]))
+    assert len(made) < 32 << 10
+    tokens = _rendered(made)
+    assert [t.tag for t in tokens if t.type == "heading_open"] == ["h1", "h2", "h2", "h3", "h2", "h2"]
+    assert not any(t.type == "html_block" or any(c.type == "html_inline" for c in t.children or ()) for t in tokens)
+    rows = _cells(tokens)
+    shown = [text.replace("\r", "\\r").replace("\n", "\\n") for text in HOSTILE_TEXT]
+    assert [r for r in rows if r[0].startswith("--flag")] == [[f"--flag{i}", s] for i, s in enumerate(shown)]
+    assert [r for r in rows if r[0] in shown] == [[s, s if len(s) <= 64 else s[:64] + "…"] for s in shown]
+    assert ["x" * 200 + "…", "x" * 64 + "…"] in rows  # a 10 MB input, cut
+    from huggingface_hub import ModelCard
+    assert ModelCard(made).data.to_dict().get("base_model") is None and "language" not in ModelCard(made).data.to_dict()
+    assert escape("a\u2028b\x85") == "a\\\\u2028b\\\\x85"
+
+
+@pytest.mark.parametrize("value, kept", [("sentence-transformers/all-MiniLM-L6-v2", True), ("bert-base-uncased", True),
+                                         ("a" * 97, False), ("a b", False), ("../x", False), ("a/b/c", False),
+                                         ("<img src=x>", False), (["a/b"], False), ({"a": 1}, False), (7, False)])
+def test_a_base_model_enters_the_front_matter_only_as_a_hub_name(value, kept):
+    from huggingface_hub import ModelCard
+
+    from common.models import card
+    made = card.model_card("triplet", "m", dict(CARD_FACTS), base=value)
+    assert ModelCard(str(made)).data.base_model == (value if kept else None)
+
+
+CARD_FACTS = {"architecture": "BertModel", "model_type": "bert", "layers": 2, "dimensions": 8, "parameters": 100,
+              "pooling": "mean", "normalize": False, "max_length": 32}
+
+
+@pytest.mark.parametrize("name", ["a<b>", "c|d", "e]f", "g`h", "i j(k)", "l:m", "n%20o", "p#q"])
+def test_a_report_links_the_card_of_a_model_at_any_path_and_keeps_its_table(name, tmp_path):
+    import urllib.parse
+
+    from common.eval import report
+    model = tmp_path / "runs" / name / "model"
+    model.mkdir(parents=True)
+    (model / "README.md").write_text("---\nlibrary_name: sentence-transformers\n---\n")
+    cards = report.cards({"trained": str(model)}, tmp_path / "eval")
+    table = report.markdown({"trained": {"crossref": {"map": 0.5}}}, cards=cards)
+    tokens = _rendered(table)
+    assert _cells(tokens) == [["model", "crossref map", "card"], ["trained", "50.00", str(model / "README.md")]]
+    href, = [c.attrs["href"] for t in tokens for c in t.children or () if c.type == "link_open"]
+    assert os.path.normpath(tmp_path / "eval" / urllib.parse.unquote(href)) == str(model / "README.md")
+
+
+def test_the_query_of_a_key_sentence_model_enters_its_cards_note_as_itself():
+    """--query of the key-sentence objectives enters its card's settings table and a note."""
+    from types import SimpleNamespace
+
+    from common.train.objectives.pairs import ContrastiveObjective
+    objective = ContrastiveObjective(SimpleNamespace(query_token=None), None)
+    objective.query = HOSTILE_TEXT[3] + HOSTILE_TEXT[0]
+    note, = objective.card_details()["notes"]
+    tokens = _rendered(note)
+    assert not any(c.type == "html_inline" for t in tokens for c in t.children or ())
+    assert "".join(c.content for t in tokens for c in t.children or ()) == (
+        f"The query it was trained with: {objective.query}. An article's sentences are ranked by their cosine "
+        "similarity to the query's embedding.")
+
+
+# -- the reproduction scripts: a missing or damaged input is one line -----------------------------------------------
+
+def _reproduce(name):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(f"reproduce_{name}", os.path.join(os.path.dirname(__file__), "..",
+                                                                                      "reproduce", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
+
+
+def _eval_folder(folder, metrics, embedding, ids=("d0", "d1"), rows=2):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "metrics.json").write_text(json.dumps(metrics))
+    (folder / "manifest.json").write_text(json.dumps({"script": "05_evaluate.py", "embedding": embedding}))
+    (folder / "base-cls.ids.txt").write_text("".join(f"{i}\n" for i in ids))
+    np.save(folder / "base-cls.npy", np.ones((rows, 3), np.float32))
+    return folder
+
+
+@pytest.mark.parametrize("script, args, expected", [
+    ("compare", ["wikispecter", "{root}/nowhere.json"], "{root}/nowhere.json: no such file"),
+    ("compare", ["wikispecter", "{root}/list.json"], "{root}/list.json: not a JSON object"),
+    ("compare", ["wikispecter", "{root}/text.json"], "the metrics of m: crossref map is 'high', not a number"),
+    ("manifests", ["{root}/nowhere"], "{root}/nowhere: no such folder"),
+    ("manifests", ["{root}/badargv"], "{root}/badargv/manifest.json: argv is not a list of strings or versions not an "
+                                      "object; re-run the step that wrote it"),
+    ("label_links", ["{root}/articles.jsonl", "{root}"], "{root}/graph.npz: no such file"),
+    ("label_links", ["{root}/articles.jsonl", "{root}/badgraph"], "{root}/badgraph/graph.npz: not 02's graph.npz "
+                                                                  "(not a zip archive)"),
+    ("ablation", ["--data", "{data}", "--base", "{root}/nowhere", "--out", "{root}", "--rows", "default"],
+     "{root}/nowhere/base-cls.ids.txt: no such file"),
+    ("ablation", ["--data", "{data}", "--base", "{root}/noscores", "--out", "{root}", "--rows", "default"],
+     "{root}/noscores/metrics.json: no base-cls"),
+    ("ablation", ["--data", "{data}", "--base", "{root}/nopooling", "--out", "{root}", "--rows", "default"],
+     "{root}/nopooling/manifest.json: no base-cls → pooling"),
+    ("distill_probe", ["--data", "{data}", "--teach", "{root}/nowhere", "--eval", "{root}", "--raw", "{root}"],
+     "{root}/sbert.npy: no such file"),
+])
+def test_a_reproduction_script_answers_a_missing_or_damaged_input_in_one_line(script, args, expected, tmp_path,
+                                                                              tiny_data, capsys):
+    root = tmp_path
+    (root / "list.json").write_text("[]")
+    (root / "text.json").write_text(json.dumps({"m": {"crossref": {"map": "high"}}}))
+    (root / "badargv").mkdir()
+    (root / "badargv" / "manifest.json").write_text(json.dumps({"script": "x", "argv": "python x.py"}))
+    (root / "badgraph").mkdir()
+    (root / "badgraph" / "graph.npz").write_bytes(b"not a zip")
+    write_articles(root / "articles.jsonl")
+    ids = [obj["id"] for _, obj in io.read_jsonl(tiny_data / "docs.jsonl")]
+    _eval_folder(root / "noscores", {}, {"base-cls": {"pooling": "cls"}}, ids, len(ids))
+    _eval_folder(root / "nopooling", {"base-cls": {}}, {"base-cls": {}}, ids, len(ids))
+    fill = {"root": str(root), "data": str(tiny_data)}
+    with pytest.raises(InputError) as e:
+        _reproduce(script)([a.format(**fill) for a in args])
+    assert str(e.value).startswith(expected.format(**fill)), str(e.value)
+
+
+@pytest.mark.parametrize("script", ["ablation", "distill_probe", "compare", "label_links", "manifests"])
+def test_each_reproduction_script_exits_2_with_one_line_for_a_missing_input(script, tmp_path):
+    args = {"ablation": ["--data", tmp_path, "--base", tmp_path, "--out", tmp_path, "--rows", "x"],
+            "distill_probe": ["--data", tmp_path, "--teach", tmp_path, "--eval", tmp_path, "--raw", tmp_path],
+            "compare": ["wikispecter", tmp_path / "metrics.json"], "label_links": [tmp_path / "a.jsonl", tmp_path],
+            "manifests": [tmp_path / "nowhere"]}[script]
+    line = script_error(os.path.join("reproduce", f"{script}.py"), *args, in_subprocess=True)
+    assert line.startswith(f"error: {tmp_path}") and "no such" in line

@@ -96,16 +96,18 @@ def test_a_full_disk_is_a_one_line_error_and_leaves_nothing(tmp_path, monkeypatc
 
 
 def test_a_directory_given_as_an_input_file_is_a_one_line_error(tmp_path):
-    assert script_error("02_build_graph.py", "--articles", tmp_path, "--out", tmp_path / "data") == \
-        f"error: {tmp_path}: is a directory, not a file"
+    (tmp_path / "articles").mkdir()
+    assert script_error("02_build_graph.py", "--articles", tmp_path / "articles", "--out", tmp_path / "data") == \
+        f"error: {tmp_path / 'articles'}: is a directory, not a file"
 
 
 def graph(tmp_path, out, levels):
+    """02 on 12 articles labelled at ``levels``, replacing what ``out`` holds (--overwrite)."""
     src = tmp_path / "articles.jsonl"
     src.write_text("".join(json.dumps({"id": f"d{i}", "title": f"T{i}", "text": "x", "links": [f"d{(i + 1) % 12}"],
                                        "labels": {level: f"{level}{i % 2}" for level in levels}}) + "\n"
                            for i in range(12)), encoding="utf-8")
-    script_main("02_build_graph.py")(["--articles", str(src), "--out", str(out), "--topic-min", "2"])
+    script_main("02_build_graph.py")(["--articles", str(src), "--out", str(out), "--topic-min", "2", "--overwrite"])
     return sorted(p.name for p in out.iterdir())
 
 

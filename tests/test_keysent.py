@@ -265,10 +265,13 @@ def test_extract_never_writes_over_its_input_or_onto_a_folder(tiny_model, tmp_pa
     write(articles, [{"id": "a", "text": "One sentence here. Another one there."}])
     before = articles.read_text()
     assert script_error("05_evaluate.py", "extract", "--model", tiny_model, "--input", articles, "--out",
-                        articles) == f"error: {articles}: is the --input file; write the key sentences to another file"
+                        articles) == (f"error: --out {articles}: is --input {articles}, which this command reads; give "
+                                      "an --out apart from its inputs")
+    (tmp_path / "folder").mkdir()
     assert script_error("05_evaluate.py", "extract", "--model", tiny_model, "--input", articles, "--out",
-                        tmp_path) == f"error: {tmp_path}: is a directory; --out names the JSONL file to write"
-    assert articles.read_text() == before and sorted(os.listdir(tmp_path)) == ["new.jsonl"]
+                        tmp_path / "folder") == \
+        f"error: {tmp_path / 'folder'}: is a directory; --out names the JSONL file to write"
+    assert articles.read_text() == before and sorted(os.listdir(tmp_path)) == ["folder", "new.jsonl"]
 
 
 def test_a_contrastive_batch_run_in_parts_has_the_loss_and_gradients_of_the_whole_batch(tiny_model, keysent_data):

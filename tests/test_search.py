@@ -15,7 +15,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import ROOT, WORDS, corpus_text, forget_hashes, free_port, read_jsonl, script_error, st_losses
+from conftest import (ROOT, WORDS, corpus_text, forget_hashes, free_port, read_jsonl, script_error, st_losses,
+                      unfinish)
 
 from common.io import InputError, sha256
 from common.train import run
@@ -424,7 +425,7 @@ def test_mlm_trains_resumes_bit_identically_and_saves_a_masked_lm_that_sentence_
     out = tmp_path / "resumed"
     import shutil
     shutil.copytree(ref, out)
-    shutil.rmtree(out / "model")
+    unfinish(out)
     for path in sorted((out / "checkpoints").iterdir(), key=lambda p: int(p.name.split("_")[1]))[1:]:
         shutil.rmtree(path)  # resume from step 2
     train(paper_data, tiny_model, out, "mlm", *extra)
@@ -479,7 +480,8 @@ def test_mnrl_trains_selects_on_validation_ndcg_and_resumes_bit_identically(tiny
     assert json.loads((ref / "model" / "docembed.json").read_text())["similarity"] == "cosine"
     out = tmp_path / "resumed"
     import shutil
-    shutil.copytree(ref, out)  # RUN/model stays: it holds the best model of the steps before the checkpoint
+    shutil.copytree(ref, out)
+    unfinish(out, model=False)  # RUN/model stays: it holds the best model of the steps before the checkpoint
     shutil.rmtree(out / "checkpoints" / "step_8")
     train(paper_data, tiny_model, out, "mnrl", *extra)
     final = "checkpoints/step_8/model.safetensors"

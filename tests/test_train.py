@@ -12,7 +12,8 @@ import time
 import pytest
 from safetensors.torch import load_file
 
-from conftest import ENV, ROOT, forget_hashes, free_port, one_error_line, read_jsonl, run_script, script_error
+from conftest import (ENV, ROOT, forget_hashes, free_port, one_error_line, read_jsonl, run_script, script_error,
+                      unfinish)
 
 TRAIN = ["--objective", "triplet", "--pooling", "mean", "--max-length", "32", "--batch-size", "4", "--epochs", "2",
          "--log-every", "1", "--eval-every", "20", "--checkpoint-every", "5", "--keep", "2", "--length-groups", "2"]
@@ -122,6 +123,7 @@ def test_sigterm_saves_a_checkpoint_and_exits_143(tiny_model, tiny_data, referen
 def test_resuming_with_other_settings_is_refused(tiny_model, tiny_data, reference_run, tmp_path):
     out = tmp_path / "run"
     shutil.copytree(reference_run, out)
+    unfinish(out)
     proc = run_script("03_train.py", *train_args(tiny_data, tiny_model, out, "--lr", "1e-4"), check=False)
     assert proc.returncode == 2
     assert "its checkpoints come from a run with other settings (lr)" in one_error_line(proc.stderr)
@@ -219,6 +221,7 @@ def test_a_run_folder_in_use_is_refused_before_anything_is_removed(tiny_model, t
     out = tmp_path / "run"
     shutil.copytree(reference_run, out)
     shutil.rmtree(out / "checkpoints")  # a rerun without checkpoints would remove the log and the model
+    (out / "manifest.json").unlink()  # an unfinished run: a finished one is refused before its lock is tried
     with FolderLock(out):
         assert script_error("03_train.py", *train_args(tiny_data, tiny_model, out, "--lr", "1e-3")) == \
             f"error: {out}: in use by another run (process {os.getpid()}); wait for it to end or give another folder"

@@ -191,11 +191,32 @@ class ParagraphVector:
 
     @classmethod
     def load(cls, directory):
+        """The Paragraph Vector ``save`` wrote into ``directory``; a damaged or missing file is one line naming
+        it."""
         from gensim.models.doc2vec import Doc2Vec
-        with open(os.path.join(directory, CONFIG), encoding="utf-8") as f:
-            cfg = json.load(f)
-        models = {kind: Doc2Vec.load(os.path.join(directory, f"{kind}.model")) for kind in cfg["models"]}
-        return cls(models, cfg["preprocess"], cfg["infer_epochs"], cfg["seed"])
+        from common.io import read_json_or_empty
+        path = os.path.join(directory, CONFIG)
+        cfg = read_json_or_empty(path)
+        kinds = cfg.get("models") if isinstance(cfg, dict) else None
+        preprocess = cfg.get("preprocess") if isinstance(cfg, dict) else None
+        if not (isinstance(kinds, list) and kinds and all(k in ("dm", "dbow") for k in kinds)
+                and isinstance(preprocess, dict) and all(preprocess.get(k) in PREPROCESS for k in kinds)
+                and all(isinstance(cfg.get(k), int) and not isinstance(cfg.get(k), bool)
+                        for k in ("infer_epochs", "seed"))):
+            raise InputError(f"{path}: not a Paragraph Vector's settings (models dm/dbow, preprocess, infer_epochs, "
+                             "seed); run 04_distill.py teachers again")
+        models = {}
+        for kind in kinds:
+            model_path = os.path.join(directory, f"{kind}.model")
+            try:
+                models[kind] = Doc2Vec.load(model_path)
+            except Exception as e:  # noqa: BLE001 (unpickling a damaged file can raise any exception)
+                raise InputError(f"{model_path}: cannot be loaded as a gensim Doc2Vec model ({type(e).__name__}); "
+                                 "run 04_distill.py teachers again") from None
+            if not isinstance(models[kind], Doc2Vec):
+                raise InputError(f"{model_path}: holds a {type(models[kind]).__name__}, not a Doc2Vec model; run "
+                                 "04_distill.py teachers again")
+        return cls(models, preprocess, cfg["infer_epochs"], cfg["seed"])
 
 
 def is_paragraph_vector(path):

@@ -95,7 +95,7 @@ def project_rows(vectors, axes, out, chunk=65_536):
 def teacher_width(model):
     """The structural teacher's width (its hidden size: it is mean-pooled), read from its config alone."""
     from transformers import AutoConfig
-    from common.models.encoder import model_file
+    from common.models.encoder import load_pretrained, model_file
     if model_file(model, "config.json") is None:
         raise InputError(f"{model}: no such model folder, nor a model of that name in the local Hugging Face cache")
-    return AutoConfig.from_pretrained(model).hidden_size
+    return load_pretrained(AutoConfig, model).hidden_size

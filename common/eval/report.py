@@ -52,15 +52,17 @@ def _separate_table(metrics, task, caption):
 def cards(models, report_dir):
     """Where each model's card is (``{name: path or hub name}``, as 05's ``--model`` gives them), as markdown links
     from report.md in ``report_dir``: a folder's README.md (the card every model saved here holds), a hub model's
-    page; None where there is none (a folder without a card)."""
+    page; None where there is none (a folder without a card). A path is text from outside: escaped as the link's
+    text, percent-encoded as its target (``markdown.link``)."""
+    from common.markdown import link
     from common.models.card import hub_name
     found = {}
     for name, model in models.items():
         card = os.path.join(model, "README.md")
         if os.path.isfile(card):
-            found[name] = f"[{card}](<{os.path.relpath(os.path.abspath(card), os.path.abspath(report_dir))}>)"
+            found[name] = link(card, os.path.relpath(os.path.abspath(card), os.path.abspath(report_dir)))
         elif not os.path.exists(model) and hub_name(model):
-            found[name] = f"[{model}](https://huggingface.co/{model})"
+            found[name] = link(model, model, "https://huggingface.co/")
     return found
 
 

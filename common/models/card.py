@@ -11,7 +11,10 @@ import os
 import re
 from typing import NamedTuple
 
+import yaml
 from huggingface_hub import ModelCard, ModelCardData
+
+from common.markdown import escape
 
 CITATIONS = {
     "specter": """@inproceedings{cohan-etal-2020-specter,
@@ -160,9 +163,13 @@ METHODS = {
 
 
 def hub_name(name):
-    """``name`` where it is a valid hub repository name (``owner/model`` or ``model``), else None."""
+    """``name`` where it is a valid hub repository name (``owner/model`` or ``model``, at most 96 characters of
+    letters, digits, ``-``, ``_`` and ``.``), else None: the one check of a value that enters a card's front matter
+    or a link to the hub from outside (another card's ``base_model``, a ``--model`` name)."""
     from huggingface_hub.errors import HFValidationError
     from huggingface_hub.utils import validate_repo_id
+    if not isinstance(name, str):
+        return None
     try:
         validate_repo_id(name)
     except HFValidationError:
@@ -170,17 +177,49 @@ def hub_name(name):
     return name
 
 
-def base_model(name_or_path):
+# what reading another model's card may raise: YAML that does not parse (or holds a key that is a list), front
+# matter that is not a mapping or whose keys are not strings, bytes that are not UTF-8
+CARD_ERRORS = (OSError, ValueError, TypeError, yaml.YAMLError)
+
+
+def declared_base_model(path, say=print):
+    """The ``base_model`` a model card (a folder's README.md) declares, where it is a hub name; else None. A card
+    that cannot be read is a note through ``say``, not a failure: the card is only read to name the hub model a
+    new card starts from."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read(CARD_BYTES + 1)
+        if len(text) > CARD_BYTES:
+            raise ValueError(f"longer than {CARD_BYTES >> 20} MB")
+        from huggingface_hub.utils import logging as hub_logging
+        verbosity = hub_logging.get_verbosity()
+        hub_logging.set_verbosity_error()  # its warning that a card has no front matter: that is no fault
+        try:
+            found = ModelCard(text.decode("utf-8"), ignore_metadata_errors=True).data.base_model
+        finally:
+            hub_logging.set_verbosity(verbosity)
+    except CARD_ERRORS as e:
+        reason = str(e).strip().splitlines()[0][:120] if str(e).strip() else ""
+        say(f"note: {path}: its model card cannot be read ({type(e).__name__}{': ' + reason if reason else ''}); "
+            "the new card names no base_model")
+        return None
+    if found is not None and hub_name(found) is None:
+        say(f"note: {path}: its base_model is not a hub name ({repr(found)[:60]}); the new card names none")
+    return hub_name(found)
+
+
+CARD_BYTES = 1 << 20  # a card read for its base_model: the hub's own cards are a few KB
+
+
+def base_model(name_or_path, say=print):
     """The hub model a model starts from, for the card's ``base_model``: ``name_or_path`` itself where it is a hub
-    name, the ``base_model`` the folder's own card declares where it is a folder, else None."""
+    name, the ``base_model`` the folder's own card declares where it is a folder (``declared_base_model``), else
+    None."""
     if name_or_path is None:
         return None
     if os.path.isdir(name_or_path):
         path = os.path.join(name_or_path, "README.md")
-        if not os.path.isfile(path):
-            return None
-        found = ModelCard.load(path, ignore_metadata_errors=True).data.base_model
-        return found if isinstance(found, str) else None
+        return declared_base_model(path, say) if os.path.isfile(path) else None
     return hub_name(name_or_path)
 
 
@@ -198,19 +237,21 @@ def _name(where):
 
 
 def _table(rows, head=("", "")):
+    """A Markdown table of cells that are Markdown already: text from outside is ``escape``d by the caller."""
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
 
 
 def _value(value):
+    """A setting's or a metric's value as a table cell."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if isinstance(value, float):
         return f"{value:.4g}"
     if value is None:
         return "–"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    return f"`{value}`" if isinstance(value, str) and value else str(value)
+    return escape(value)
 
 
 def model_card(method, where, model, settings=(), training=None, validation=(), chosen=None, data=None,
@@ -229,19 +270,20 @@ def model_card(method, where, model, settings=(), training=None, validation=(), 
         (method,), ())
     pipeline = "sentence-similarity" if m.similarity else "feature-extraction"
     card_data = ModelCardData(
-        library_name="sentence-transformers", pipeline_tag=pipeline, base_model=base, language=language,
+        library_name="sentence-transformers", pipeline_tag=pipeline, base_model=hub_name(base),
+        language=hub_language(language),
         tags=list(dict.fromkeys(["sentence-transformers", "feature-extraction", pipeline, "docembed",
                                  *m.tags, *tags])))
     pooling = {"cls": "the [CLS] token's last hidden state",
                "mean": "the mean of the last hidden states over the attention mask"}[model["pooling"]]
     sections = [
-        f"# {_name(where)}: {m.title}",
+        f"# {escape(_name(where))}: {m.title}",
         f"A [sentence-transformers](https://www.sbert.net) model of {model['dimensions']} dimensions"
-        f"{', from `' + start + '`,' if start else ''} {m.what}",
+        f"{', from ' + escape(start) + ',' if start else ''} {m.what}",
         "## Model details\n\n" + _table([
             ("method", m.title),
             ("architecture", f"{model['architecture']} ({model['model_type']}, {model['layers']} layers)"),
-            ("base model", f"`{start}`" if start else "none (a new, randomly initialised model)"),
+            ("base model", escape(start) if start else "none (a new, randomly initialised model)"),
             ("pooling", f"{model['pooling']}: {pooling}"),
             ("normalised", "yes (unit vectors: cosine = dot product)" if model["normalize"] else "no"),
             ("maximum length", f"{model['max_length']} tokens"),
@@ -274,22 +316,32 @@ def _training(training, settings, data):
     return "\n\n".join(lines)
 
 
+ROWS = 20  # files listed from a manifest's inputs; the others are counted
+
+
+def _files(inputs):
+    """A manifest's ``inputs`` ({path: SHA-256}, text from outside) as a table, at most ``ROWS`` rows."""
+    rows = [(escape(p), escape(h, 64)) for p, h in list(inputs.items())[:ROWS]]
+    if len(inputs) > ROWS:
+        rows.append((f"… and {len(inputs) - ROWS:,} more", ""))
+    return _table(rows, ("file", "SHA-256"))
+
+
 def _data(data):
-    text = [f"### Data\n\nThe data directory `{data['path']}`"
-            + (f", written by `{data['script']}{' ' + data['command'] if data.get('command') else ''}`"
+    """The data directory's section: every value comes from its manifest (and its corpus's), text from outside."""
+    text = [f"### Data\n\nThe data directory {escape(data['path'])}"
+            + (f", written by {escape(data['script'])}{' ' + escape(data['command']) if data.get('command') else ''}"
                if data.get("script") else " (made by hand: no manifest)")
-            + (f" at commit `{data['commit']}`" if data.get("commit") else "") + "."]
+            + (f" at commit {escape(data['commit'], 64)}" if data.get("commit") else "") + "."]
     if data.get("inputs"):
-        text.append("Its inputs:\n\n" + _table([(f"`{p}`", f"`{h}`") for p, h in data["inputs"].items()],
-                                                ("file", "SHA-256")))
+        text.append("Its inputs:\n\n" + _files(data["inputs"]))
     if data.get("source"):
         source = data["source"]
-        text.append(f"They come from `{source['script']}`" + (f" (language `{source['language']}`)"
-                                                              if source.get("language") else "")
-                    + (" reading:\n\n" + _table([(f"`{p}`", f"`{h}`") for p, h in source["inputs"].items()],
-                                                ("file", "SHA-256")) if source.get("inputs") else "."))
+        text.append(f"They come from {escape(source['script'])}"
+                    + (f" (language {escape(source['language'], 32)})" if source.get("language") else "")
+                    + (" reading:\n\n" + _files(source["inputs"]) if source.get("inputs") else "."))
     if data.get("counts"):
-        counts = ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in data["counts"].items()
+        counts = ", ".join(f"{escape(k.replace('_', ' '), 64)} {v:,}" for k, v in list(data["counts"].items())[:ROWS]
                            if isinstance(v, int) and not isinstance(v, bool) and v)
         if counts:
             text.append(f"Counts: {counts}.")
@@ -304,11 +356,13 @@ def _validation(records, chosen):
     rows = [[r["step"], f"{r['epoch']:g}", *(_value(r.get(k)) for k in names)] + (["←" if r is chosen else ""]
                                                                                   if chosen is not None else [])
             for r in records]
-    head = ["step", "epoch", *names] + (["this model"] if chosen is not None else [])
+    head = ["step", "epoch", *(escape(k, 64) for k in names)] + (["this model"] if chosen is not None else [])
     return "## Validation\n\nEvery validation of the run up to this model (`log.jsonl`):\n\n" + _table(rows, head)
 
 
 def _usage(where, model):
+    """The usage snippets, ``where`` a Python string literal in them (``repr``: one line, any character it holds
+    escaped, so that no path ends the code block)."""
     mask = 'batch["attention_mask"]'
     imports = "from transformers import AutoModel, AutoTokenizer"
     pool = ("embeddings = hidden[:, 0]" if model["pooling"] == "cls" else
@@ -319,9 +373,9 @@ def _usage(where, model):
     return (f"## Usage\n\nFor `texts`, a list of strings; with sentence-transformers (the pooling, normalisation "
             f"and length saved with it):\n\n"
             f"```python\nfrom sentence_transformers import SentenceTransformer\n"
-            f"model = SentenceTransformer(\"{where}\")\nembeddings = model.encode(texts)\n```\n\n"
+            f"model = SentenceTransformer({where!r})\nembeddings = model.encode(texts)\n```\n\n"
             f"With transformers:\n\n```python\n{imports}\n"
-            f"tokenizer, model = AutoTokenizer.from_pretrained(\"{where}\"), AutoModel.from_pretrained(\"{where}\")\n"
+            f"tokenizer, model = AutoTokenizer.from_pretrained({where!r}), AutoModel.from_pretrained({where!r})\n"
             f"batch = tokenizer(texts, padding=True, truncation=True, max_length={model['max_length']}, "
             f"return_tensors=\"pt\")\nhidden = model(**batch).last_hidden_state\n{pool}\n```")
 
@@ -348,9 +402,10 @@ def data_summary(path, manifest, source=None):
     return summary
 
 
-def conversion_card(where, encoder, source, max_length, window, commit):
-    """The card of a model ``04_distill.py convert-long`` made from ``source``."""
-    return model_card("longformer", where, model_facts(encoder, max_length), base=base_model(source), start=source,
-                      notes=[f"Made by docembed's `04_distill.py convert-long --model {source} --max-length "
-                             f"{max_length} --window {window}` (sliding window of {window} tokens in every layer) at "
-                             f"commit `{commit or 'unknown'}`."])
+def conversion_card(where, encoder, source, max_length, window, commit, base):
+    """The card of a model ``04_distill.py convert-long`` made from ``source``; ``base``: the hub model it comes
+    from (``base_model``, read before the conversion)."""
+    return model_card("longformer", where, model_facts(encoder, max_length), base=base, start=source,
+                      notes=[f"Made by docembed's `04_distill.py convert-long` from {escape(source)} (`--max-length "
+                             f"{max_length} --window {window}`: a sliding window of {window} tokens in every layer) "
+                             f"at commit `{commit or 'unknown'}`."])

@@ -3,15 +3,15 @@ tokenising once, embedding, and saving in Hugging Face + sentence-transformers f
 """
 
 import contextlib
-import json
 import os
+import re
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from common.io import InputError
+from common.io import InputError, read_json
 from common.models.batching import length_batches, token_budget
 from common.models.attention import ATTENTION
 from common.models import packing
@@ -34,25 +34,23 @@ def model_file(name_or_path, filename):
         return None
 
 
-def _read_json(path):
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
-
-
 def st_config(name_or_path):
     """What a sentence-transformers model (folder or hub name) says about pooling, normalisation and length (empty
-    if it is not one)."""
+    if it is not one); a file of its configuration that is damaged is one line naming it."""
     name_or_path = str(name_or_path)
     modules_path = model_file(name_or_path, "modules.json")
     if modules_path is None:
         return {}
-    modules = _read_json(modules_path)
+    modules = read_json(modules_path, list)
+    if not all(isinstance(m, dict) and isinstance(m.get("type"), str) and isinstance(m.get("path", ""), str)
+               for m in modules):
+        raise InputError(f"{modules_path}: a module without a \"type\" or \"path\" string; save the model again")
     found = {"normalize": any(m["type"].rsplit(".", 1)[-1] == "Normalize" for m in modules)}
     for module in modules:
         if module["type"].rsplit(".", 1)[-1] != "Pooling":
             continue
-        config_path = model_file(name_or_path, f"{module['path']}/config.json")
-        cfg = _read_json(config_path) if config_path else {}
+        config_path = model_file(name_or_path, f"{module.get('path', '')}/config.json")
+        cfg = read_json(config_path) if config_path else {}
         mode = cfg.get("pooling_mode")
         if mode is None:  # the older key layout
             mode = "cls" if cfg.get("pooling_mode_cls_token") else "mean" if cfg.get(
@@ -62,9 +60,11 @@ def st_config(name_or_path):
         elif mode is not None:
             print(f"note: {name_or_path} pools by {mode!r}, which is not one of {POOLINGS}; give --pooling")
     sbert = model_file(name_or_path, "sentence_bert_config.json")
-    length = _read_json(sbert).get("max_seq_length") if sbert else None
+    length = read_json(sbert).get("max_seq_length") if sbert else None
+    if length is not None and (not isinstance(length, int) or isinstance(length, bool) or length < 1):
+        raise InputError(f"{sbert}: max_seq_length {length!r} is not a positive whole number; save the model again")
     if length:
-        found["max_length"] = int(length)
+        found["max_length"] = length
     return found
 
 
@@ -190,12 +190,110 @@ class _WordLookup(torch.autograd.Function):
         return None, buffer.view_as(buffer), None, None
 
 
-def _load_pretrained(auto_class, name_or_path):
-    """``auto_class.from_pretrained``, its failures one line (transformers chains several tracebacks)."""
+def load_errors():
+    """What ``from_pretrained`` raises for files it cannot use: a missing or unreadable file (OSError), a value it
+    refuses (ValueError), a configuration value of the wrong type (huggingface_hub's strict dataclasses)."""
+    from huggingface_hub.errors import StrictDataclassError
+    return OSError, ValueError, StrictDataclassError
+
+
+# the JSON files transformers reads from a model folder as objects (``tokenizer.json``: ``check_tokenizer_file``)
+MODEL_JSON = ("config.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json")
+
+
+def check_model_json(name_or_path):
+    """Each of a model's ``MODEL_JSON`` files that it has is a JSON object, or one line naming it (transformers would
+    stop on a TypeError or an AttributeError)."""
+    for name in MODEL_JSON:
+        path = model_file(name_or_path, name)
+        if path is not None:
+            read_json(path)
+
+
+def load_pretrained(auto_class, name_or_path):
+    """``auto_class.from_pretrained`` (a tokenizer, a configuration), its failures one line (transformers chains
+    several tracebacks); the model's JSON files, and a tokenizer's ``tokenizer.json``, are checked first
+    (``check_model_json``, ``check_tokenizer_file``)."""
+    from transformers import AutoTokenizer
+    check_model_json(name_or_path)
+    if auto_class is AutoTokenizer:
+        check_tokenizer_file(name_or_path)
     try:
-        return auto_class.from_pretrained(name_or_path)
-    except (OSError, ValueError) as e:
+        loaded = auto_class.from_pretrained(name_or_path)
+    except load_errors() as e:
         raise InputError(f"{name_or_path}: cannot be loaded: {_first_line(e)}") from None
+    limit = getattr(loaded, "model_max_length", 0)  # a tokenizer's: every length is compared with it
+    if not isinstance(limit, (int, float)) or isinstance(limit, bool):
+        raise InputError(f"{model_file(name_or_path, 'tokenizer_config.json') or name_or_path}: model_max_length "
+                         f"{limit!r} is not a number; save the tokenizer again")
+    return loaded
+
+
+def check_tokenizer_file(name_or_path):
+    """A model's ``tokenizer.json``, where it has one, read by the ``tokenizers`` library as transformers reads it,
+    with the fields transformers takes from it beside: a file that is not JSON, or JSON that does not make a
+    tokenizer, is one line naming it (transformers would stop on a KeyError or an untyped error)."""
+    path = model_file(name_or_path, "tokenizer.json")
+    if path is None:
+        return
+    from tokenizers import Tokenizer
+    value = read_json(path)
+    if not isinstance(value.get("added_tokens"), list):
+        raise InputError(f"{path}: not a complete tokenizer (no \"added_tokens\" list); save the tokenizer again")
+    try:
+        Tokenizer.from_file(path)
+    except Exception as e:  # noqa: BLE001 (tokenizers raises a bare Exception for any file it cannot read)
+        raise InputError(f"{path}: not a complete tokenizer ({_first_line(e)}); save the tokenizer again") from None
+
+
+# safetensors' dtypes that hold floating-point numbers (the rest: integers, booleans)
+FLOAT_DTYPES = re.compile(r"B?F\d.*")
+
+
+def stored_weights(name_or_path):
+    """{tensor name: (safetensors dtype, file)} of a model's safetensors weights (``model.safetensors``, or the
+    shards its index names), every file's header read by safetensors' own parser, which checks that the file holds
+    every byte the header promises: a file that is empty, truncated or not safetensors is one line naming it. A
+    model with no safetensors weights gives {} (transformers reads what it has)."""
+    from safetensors import SafetensorError, safe_open
+    files = []
+    single = model_file(name_or_path, "model.safetensors")
+    if single is not None:
+        files = [single]
+    else:
+        index = model_file(name_or_path, "model.safetensors.index.json")
+        if index is not None:
+            shards = read_json(index).get("weight_map")
+            if not isinstance(shards, dict) or not all(isinstance(v, str) for v in shards.values()):
+                raise InputError(f"{index}: no \"weight_map\" of tensor names to files; save the model again")
+            for shard in sorted(set(shards.values())):
+                path = model_file(name_or_path, shard)
+                if path is None:
+                    raise InputError(f"{index}: names {shard}, which the model does not have")
+                files.append(path)
+    found = {}
+    for path in files:
+        try:
+            with safe_open(path, "pt") as f:
+                found.update((key, (f.get_slice(key).get_dtype(), path)) for key in f.keys())
+        except (SafetensorError, OSError) as e:
+            raise InputError(f"{path}: not a complete safetensors file ({_first_line(e)}); save the model "
+                             "again") from None
+    return found
+
+
+def _check_float_weights(model, stored):
+    """Refuse a checkpoint that stores, as integers, weights the model computes with as floats (a quantised
+    checkpoint): transformers would cast them to float32 without a word, and the model would compute with the
+    integers. Integer buffers (BERT's ``position_ids``) are integers in the model too and pass."""
+    state, prefix = model.state_dict(), model.base_model_prefix
+    for key, (dtype, path) in stored.items():
+        if FLOAT_DTYPES.fullmatch(dtype):
+            continue
+        for name in (key, key.removeprefix(prefix + "."), f"{prefix}.{key}"):
+            if name in state and state[name].is_floating_point():
+                raise InputError(f"{path}: weight {key} is stored as {dtype}, not as floats (a quantised checkpoint "
+                                 "this project does not load); give the model's float weights")
 
 
 def _first_line(error):
@@ -239,13 +337,18 @@ def load_weights(auto_class, name_or_path, say=print):
 
     The weights are float32 whatever dtype the checkpoint was saved in: transformers 5 would otherwise load a
     half-precision checkpoint as it is, and training would then run without float32 master weights (mixed
-    precision casts per operation under autocast; it never keeps the weights themselves in half precision)."""
+    precision casts per operation under autocast; it never keeps the weights themselves in half precision). The
+    weight files are checked first (``stored_weights``), and weights stored as integers where the model has floats
+    are refused (``_check_float_weights``)."""
+    check_model_json(name_or_path)
+    stored = stored_weights(name_or_path)
     try:
         with quiet_transformers():
             model, info = auto_class.from_pretrained(name_or_path, output_loading_info=True,
                                                      ignore_mismatched_sizes=True, dtype=torch.float32)
-    except (OSError, ValueError) as e:
+    except load_errors() as e:
         raise InputError(f"{name_or_path}: cannot be loaded: {_first_line(e)}") from None
+    _check_float_weights(model, stored)
     prefix = "" if model.base_model is model else model.base_model_prefix + "."
     base = [k for k in info["missing_keys"] if k.startswith(prefix)]
     lacking = [k for k in base if not k[len(prefix):].startswith("pooler.")]
@@ -302,7 +405,7 @@ def load_encoder(name_or_path, pooling=None, normalize=None, max_length=None, de
     if fallen:
         say(f"note: {name_or_path}: no flag and no sentence-transformers config gives its {' or '.join(fallen)}; "
             f"using {', '.join(f'{key} {settings[key]}' for key in fallen)}")
-    tokenizer = _load_pretrained(AutoTokenizer, name_or_path)
+    tokenizer = load_pretrained(AutoTokenizer, name_or_path)
     _tokenizer_files(name_or_path, tokenizer)
     # transformers loads PyTorch's fused scaled-dot-product attention by default where the architecture has it
     transformer, _ = load_weights(AutoModel, name_or_path, say)

@@ -20,9 +20,12 @@ CONVERTIBLE = ("bert", "roberta", "xlm-roberta", "camembert")
 def check_convertible(source):
     """Refuse, from its config alone, a model that is missing or whose architecture the recipe cannot map."""
     from transformers import AutoConfig
+    from common.models.encoder import check_model_json, load_errors
+    if os.path.isdir(source):
+        check_model_json(source)
     try:
         config = AutoConfig.from_pretrained(source)
-    except (OSError, ValueError):
+    except load_errors():
         where = "no such model folder" if not os.path.isdir(source) else "not a Hugging Face model folder"
         raise InputError(f"{source}: {where} (nor a model in the local Hugging Face cache)") from None
     if config.model_type not in CONVERTIBLE:
@@ -32,8 +35,8 @@ def check_convertible(source):
 def convert_to_longformer(source, max_length=4096, window=512):
     """(LongformerModel, tokenizer) built from the model folder or hub name ``source``."""
     from transformers import AutoModel, AutoTokenizer, LongformerConfig, LongformerModel
-    from common.models.encoder import load_weights
-    tokenizer = AutoTokenizer.from_pretrained(source)
+    from common.models.encoder import load_pretrained, load_weights
+    tokenizer = load_pretrained(AutoTokenizer, source)
     short, _ = load_weights(AutoModel, source)
     cfg = short.config
     pad = cfg.pad_token_id if cfg.pad_token_id is not None else 0

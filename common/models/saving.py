@@ -32,8 +32,9 @@ def save_model(encoder, tokenizer, path, max_length, info=None, extra=None, card
     ``AutoModel.from_pretrained(path)`` and ``SentenceTransformer(path)`` load it with the pooling, normalisation
     and length it was trained with. ``extra(folder)`` may add files (an objective's heads); ``card``, a
     ``huggingface_hub.ModelCard`` (``common/models/card.py``), is written as ``README.md``. Written to a private
-    folder beside it (``folders.private_dir``) and moved into place; a folder that is not a model saved here is never
-    replaced."""
+    folder beside it (``folders.private_dir``: in the run folder, for RUN/model and RUN/epoch_K) and moved into
+    place; a folder that is not a model saved here is never replaced. A model folder that is a command's whole
+    ``--out`` is saved with ``save_model_files`` instead."""
     check_replaceable(path)
     parent, name = os.path.split(os.path.abspath(path))
     private = private_dir(parent)
@@ -44,6 +45,15 @@ def save_model(encoder, tokenizer, path, max_length, info=None, extra=None, card
         os.replace(os.path.join(private, name), path)
     finally:
         shutil.rmtree(private, ignore_errors=True)
+
+
+def save_model_files(outputs, encoder, tokenizer, max_length, info=None, extra=None, card=None):
+    """``save_model``'s files as the files of ``outputs`` (a ``folders.Outputs`` whose folder is the model folder):
+    made in its private folder, inside the model folder, and committed with its manifest."""
+    staged = outputs.scratch("model")
+    _save(encoder, tokenizer, staged, max_length, info, extra, card)
+    for name in sorted(os.listdir(staged)):
+        os.replace(os.path.join(staged, name), outputs.tmp_path(name))
 
 
 def _save(encoder, tokenizer, tmp, max_length, info, extra, card):

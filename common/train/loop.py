@@ -173,8 +173,9 @@ class _Stop:
 class Trainer:
     """Trains ``model`` (what ``objective.build()`` returned) on the objective's rows with ``accelerator``."""
 
-    def __init__(self, cfg, objective, model, accelerator, run_dir, identity, tracked=False):
+    def __init__(self, cfg, objective, model, accelerator, run_dir, identity, tracked=False, overwrite=False):
         self.cfg, self.objective, self.run_dir, self.accelerator = cfg, objective, run_dir, accelerator
+        self.overwrite = overwrite  # start afresh: what an earlier run wrote in run_dir is removed first
         self.tracked = tracked  # the accelerator has trackers: each log record goes to them too
         # the data each process sees depends on their number: a checkpoint resumes only with the same count
         self.identity = {**identity, "processes": accelerator.num_processes}
@@ -222,10 +223,12 @@ class Trainer:
 
     def _claim(self):
         """The run folder is this run's: a new or empty folder, or one with RUN_FILE, locked for the run (a second
-        run on it is refused). Without checkpoints to resume from, what an earlier run wrote there is removed (a
-        run killed before its first checkpoint leaves a log that would otherwise get its steps twice); with
-        checkpoints, ``_resume`` checks their settings. The folder is made and locked as every output folder is
-        (``folders.own_folder``); nothing is written through a symbolic link in it."""
+        run on it is refused). A finished run (its manifest.json) is refused unless ``overwrite`` (``run.finished``
+        has told the same settings' rerun that it is done). Without checkpoints to resume from, or with
+        ``overwrite``, what an earlier run wrote there is removed (a run killed before its first checkpoint leaves a
+        log that would otherwise get its steps twice), and nothing else; with checkpoints, ``_resume`` checks their
+        settings. Private folders a killed run left are removed. The folder is made and locked as every output
+        folder is (``folders.own_folder``); nothing is written through a symbolic link in it."""
         own = os.path.join(self.run_dir, RUN_FILE)
         if os.path.exists(self.run_dir) and not os.path.isdir(self.run_dir):
             raise InputError(f"{self.run_dir}: --out is a file, not a run folder")
@@ -237,6 +240,9 @@ class Trainer:
         if not self.accelerator.is_main_process:
             return
         self.lock = folders.own_folder(self.run_dir)
+        if not self.overwrite and os.path.exists(os.path.join(self.run_dir, "manifest.json")):
+            self.release()  # finished while this run loaded its model
+            raise folders.finished_error(self.run_dir, "training run")
         root = os.path.join(self.run_dir, "checkpoints")
         inside = [os.path.join(self.run_dir, name) for name in WRITTEN + (RUN_FILE,)]
         inside += [os.path.join(root, name) for name in os.listdir(root) if re.fullmatch(r"step_\d+", name)] \
@@ -248,7 +254,7 @@ class Trainer:
         leftovers = [n for n in os.listdir(self.run_dir) if n.startswith(STAGING)]  # of a killed run
         leftovers += [os.path.join("checkpoints", n) for n in os.listdir(root) if n.startswith(STAGING)] \
             if os.path.isdir(root) else []
-        if not checkpoints(self.run_dir):
+        if self.overwrite or not checkpoints(self.run_dir):
             leftovers += list(WRITTEN) + [n for n in os.listdir(self.run_dir) if EPOCH_MODEL.fullmatch(n)]
         for name in leftovers:
             folders.remove_entry(os.path.join(self.run_dir, name))

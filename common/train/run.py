@@ -26,11 +26,15 @@ SPEED_ARGS = ("checkpoint_every", "keep", "log_every", "length_groups", "gradien
 def add_training_arguments(p):
     """The shared flags. Those whose default depends on the objective default to None here and take the
     objective's value (its paper's) after parsing; the help text names them per objective."""
-    p.add_argument("--data", required=True, help="data directory from 02_build_graph.py")
-    p.add_argument("--model", default=None,
+    p.add_argument("--data", required=True, type=cli.reads, help="data directory from 02_build_graph.py")
+    p.add_argument("--model", default=None, type=cli.reads,
                    help="Hugging Face model name or local folder to start from (required, except for an objective "
                         "that can start from a configuration: mlm's --model-type / --config-name)")
     p.add_argument("--out", required=True, help="run directory (model, checkpoints, log)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="train from the start in an --out that holds a run: a finished one (refused without it "
+                        "when its settings differ) or one whose checkpoints another command made; only what the "
+                        "run wrote there is removed (transformers' --overwrite_output_dir)")
     p.add_argument("--max-length", type=int, default=None, help="tokens per text [objective's default]")
     p.add_argument("--pooling", choices=("cls", "mean"), default=None, help="document vector [objective's default]")
     p.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
@@ -90,6 +94,21 @@ def add_training_arguments(p):
 FALLBACKS = {"weight_decay": 0.01, "schedule": "linear", "grad_accum": 1, "drop_last": False, "length_buckets": 0}
 
 
+def parser(description, names, name, fixed=None):
+    """The parser of a training command line for the objective ``name``, one of ``names`` (``fixed``: the only
+    one, no ``--objective`` flag): the shared flags and the objective's own."""
+    cls = objectives.get(name)
+    p = cli.parser(description)
+    if not fixed:
+        p.add_argument("--objective", choices=names, default=names[0],
+                       help="training objective (--objective NAME --help lists its own flags and defaults)")
+    add_training_arguments(p)
+    shown = ", ".join(f"{k}={'the model’s own' if v is None else v}" for k, v in cls.defaults.items())
+    group = p.add_argument_group(f"{name} objective ({cls.paper}); its defaults for the flags above: {shown}")
+    cls.add_arguments(group)
+    return p
+
+
 def parse(argv, description, names, fixed=None):
     """Parse a training command line for one of the objectives ``names`` (``fixed``: the only one, no flag)."""
     first = argparse.ArgumentParser(add_help=False)
@@ -101,15 +120,9 @@ def parse(argv, description, names, fixed=None):
     if known.data is not None and not any(a in ("-h", "--help") for a in argv):
         objectives.check_data(name, known.data)
     cls = objectives.get(name)
-    p = cli.parser(description)
-    if not fixed:
-        p.add_argument("--objective", choices=names, default=names[0],
-                       help="training objective (--objective NAME --help lists its own flags and defaults)")
-    add_training_arguments(p)
-    shown = ", ".join(f"{k}={'the model’s own' if v is None else v}" for k, v in cls.defaults.items())
-    group = p.add_argument_group(f"{name} objective ({cls.paper}); its defaults for the flags above: {shown}")
-    cls.add_arguments(group)
+    p = parser(description, names, name, fixed)
     args = p.parse_args(argv)
+    cli.check_out(p, args)  # before anything is read or loaded
     args.objective = name
     for key, value in {**FALLBACKS, **cls.defaults}.items():
         if getattr(args, key, None) is None:
@@ -165,13 +178,45 @@ def trackers(report_to):
     return names
 
 
+def finished(args, script):
+    """A finished run in ``args.out`` (its manifest.json, the run's last file, is there): its counts where it was
+    trained with the settings of this command (``command_identity``), so that the command has nothing to do; else
+    an InputError, unless ``--overwrite``. None where ``--out`` holds no finished run of this project."""
+    from common.train.loop import RUN_FILE
+    if args.overwrite or not all(os.path.isfile(os.path.join(args.out, name)) for name in ("manifest.json",
+                                                                                            RUN_FILE)):
+        return None
+    try:
+        manifest = io.read_manifest(args.out)
+    except io.InputError:
+        raise folders.finished_error(args.out, f"{os.path.basename(script)} run whose manifest.json cannot be "
+                                               "read") from None
+    what = f"{manifest.get('script') or os.path.basename(script)} run"
+    recorded, wanted = manifest.get("identity"), command_identity(args)
+    if recorded == wanted:
+        return manifest.get("counts") or {}
+    if not isinstance(recorded, dict):  # a run of an earlier version, or a manifest edited by hand
+        raise folders.finished_error(args.out, f"{what} whose settings its manifest.json does not record")
+    changed = sorted(k for k in set(recorded) | set(wanted) if recorded.get(k) != wanted.get(k))
+    raise io.InputError(f"{args.out}: holds a finished {what} with other settings ({', '.join(changed[:8])}"
+                        f"{' and more' if len(changed) > 8 else ''}); give --overwrite to train it again (only what "
+                        "the run wrote is removed), or another --out")
+
+
 def train(args, script):
-    """One training run as the scripts start it; returns the run's counts (also written to its manifest)."""
+    """One training run as the scripts start it; returns the run's counts (also written to its manifest). A run
+    that finished with the same settings is not trained again (``finished``)."""
     from accelerate import Accelerator
     from accelerate.utils import ProjectConfiguration, set_seed
 
     from common.models.attention import fast_dropout
     from common.train.loop import TrainConfig, Trainer
+    done = finished(args, script)
+    if done is not None:
+        if os.environ.get("RANK", "0") == "0":  # one line under accelerate launch, before Accelerate starts
+            print(f"{args.out}: finished with these settings already ({os.path.join(args.out, 'manifest.json')}); "
+                  "nothing to do (--overwrite trains it again)")
+        return done
     started = io.now()
     log_with = trackers(args.report_to)
     accelerator = Accelerator(gradient_accumulation_steps=args.grad_accum, log_with=log_with or None,
@@ -194,13 +239,14 @@ def train(args, script):
             transformer.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     with accelerator.main_process_first():
         objective.load_data()
+    objective.card_facts()  # what the model card quotes is read and checked now, before any step
     cfg = TrainConfig(lr=args.lr, weight_decay=args.weight_decay, warmup=args.warmup, schedule=args.schedule,
                       epochs=args.epochs, max_steps=args.max_steps, batch_size=args.batch_size,
                       grad_accum=args.grad_accum, clip=args.clip, seed=args.seed, eval_every=args.eval_every,
                       checkpoint_every=args.checkpoint_every, keep=args.keep, log_every=args.log_every,
                       drop_last=args.drop_last, length_buckets=args.length_buckets, save_epochs=args.save_epochs)
     trainer = Trainer(cfg, objective, model, accelerator, args.out, identity(args, objective),
-                      tracked=bool(log_with))
+                      tracked=bool(log_with), overwrite=args.overwrite)
     try:  # the run folder stays locked until its manifest is written
         best = trainer.train()
         counts = {"train_examples": len(objective.train_rows), "val_examples": len(objective.val_rows),
@@ -212,7 +258,8 @@ def train(args, script):
             inputs = [os.path.join(args.data, name) for name in sorted(os.listdir(args.data))
                       if name.endswith(".jsonl")]
             folders.write_json(os.path.join(args.out, "manifest.json"),
-                          io.manifest(script, args, started, inputs=inputs, counts=counts, seed=args.seed))
+                               io.manifest(script, args, started, inputs=inputs, counts=counts, seed=args.seed,
+                                           identity=command_identity(args)))
             print(f"model → {os.path.join(args.out, 'model')}")
     finally:
         trainer.release()
@@ -228,13 +275,17 @@ def train_seeds(args, script):
             for seed in args.seeds]
 
 
-def identity(args, objective):
-    """What a checkpoint must share with the command that resumes it: every flag that changes the result, with
-    the settings the model was actually loaded with."""
+def command_identity(args):
+    """Every flag of the command that changes the result, the data's path and content included, as JSON values:
+    what a finished run records in its manifest and a later command must match to find it done."""
     found = {"objective": args.objective, "data": os.path.abspath(args.data),
              "data_content": data_fingerprint(args.objective, args.data)}
-    found.update({key: getattr(args, key) for key in RESULT_ARGS})
-    found.update({"max_length": objective.max_length, "pooling": objective.encoder.pooling,
-                  "normalize": objective.encoder.normalize})
-    found.update({key: getattr(args, key) for key in objective.result_args})
-    return found
+    found.update({key: getattr(args, key) for key in RESULT_ARGS + objectives.get(args.objective).result_args})
+    return json.loads(json.dumps(found))
+
+
+def identity(args, objective):
+    """What a checkpoint must share with the command that resumes it: ``command_identity``, with the settings the
+    model was actually loaded with."""
+    return {**command_identity(args), "max_length": objective.max_length, "pooling": objective.encoder.pooling,
+            "normalize": objective.encoder.normalize}

@@ -7,7 +7,6 @@ The registry names each objective's module lazily, with the files it needs in th
 that trains it, so a script lists its objectives and checks ``--data`` before it imports torch or loads a model.
 """
 
-import functools
 import importlib
 import os
 from typing import NamedTuple
@@ -111,6 +110,7 @@ class Objective:
         self.say = print if accelerator is None else accelerator.print  # notes once, not once per process
         self.info = {"objective": self.name}
         self.train_rows = self.val_rows = None
+        self._facts = None
         if accelerator is not None:  # checkpoints store a tied weight once, under its own name
             from common.models.saving import drop_tied_copies
             accelerator.register_save_state_pre_hook(drop_tied_copies)
@@ -193,15 +193,21 @@ class Objective:
         last = records[-1] if records else {"step": 0, "epoch": 0}
         validation = [r for r in records if "lr" not in r]
         chosen = next((r for r in validation if r["step"] == last["step"]), None)
-        facts = self._card_facts
+        facts = self.card_facts()
         training = {**facts["training"], "steps": last["step"], "epoch": last["epoch"]}
         return card.model_card(facts["method"], path, card.model_facts(self.encoder_of(model), self.max_length),
                                facts["settings"], training, validation, chosen, **facts["card"])
 
-    @functools.cached_property
-    def _card_facts(self):
+    def card_facts(self):
         """What every card of the run shares (settings, versions, commit, the data's and the corpus's manifests,
-        the base model), read once: only the log grows between saves."""
+        the base model), read once, after ``build`` and before the first step (``run.train`` calls it), so that an
+        input the card quotes is checked before the run trains: only the log grows between saves. The start model's
+        own card only adds to it: one that cannot be read is a note (``card.base_model``)."""
+        if self._facts is None:
+            self._facts = self._read_card_facts()
+        return self._facts
+
+    def _read_card_facts(self):
         from common import io
         from common.models import card
         from common.train.run import RESULT_ARGS
@@ -226,7 +232,7 @@ class Objective:
         return {
             "method": details.get("method", self.name),
             "settings": [("objective", self.name)] + [(k, getattr(args, k)) for k in keys], "training": training,
-            "card": {"data": data, "base": card.base_model(args.model), "start": args.model,
+            "card": {"data": data, "base": card.base_model(args.model, self.say), "start": args.model,
                      "language": card.hub_language(manifest.get("language") or source.get("language")),
                      "tags": details.get("tags", ()), "citations": details.get("citations", ()),
                      "notes": details.get("notes", ())}}

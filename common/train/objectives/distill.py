@@ -88,7 +88,8 @@ class DistillObjective(Objective):
 
     @classmethod
     def add_arguments(cls, parser):
-        parser.add_argument("--teachers", required=True, help="teacher vectors from 04_distill.py teachers")
+        parser.add_argument("--teachers", required=True, type=cli.reads,
+                            help="teacher vectors from 04_distill.py teachers")
         parser.add_argument("--preset", choices=tuple(PRESETS), default="mse-contextual",
                             help="the thesis's final models (§5.1): fills the loss flags below that are not given")
         parser.add_argument("--structural-loss", choices=STRUCTURAL_LOSSES, default=None,

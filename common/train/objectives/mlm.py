@@ -46,8 +46,8 @@ from torch import nn
 from common import cli
 from common.data.documents import Documents
 from common.data.retrieval import read_split_ids
-from common.io import InputError
-from common.models.encoder import Encoder, load_weights
+from common.io import InputError, read_json
+from common.models.encoder import Encoder, check_model_json, load_errors, load_pretrained, load_weights
 from common.train import losses, nsp
 from common.train.objectives import Objective
 
@@ -300,12 +300,12 @@ class MLMObjective(Objective):
         new.add_argument("--model-type", "--model_type", dest="model_type", default=None,
                          help="architecture of a new, randomly initialised model with transformers' default "
                               "configuration for it (e.g. bert)")
-        new.add_argument("--config-name", "--config_name", dest="config_name", default=None,
+        new.add_argument("--config-name", "--config_name", dest="config_name", default=None, type=cli.reads,
                          help="a model or folder whose configuration (not weights) the new model takes")
         new.add_argument("--config-overrides", "--config_overrides", dest="config_overrides", default=None,
                          help='configuration values to change, e.g. "num_hidden_layers=4,hidden_size=256,'
                               'num_attention_heads=4,intermediate_size=1024" (run_mlm.py)')
-        new.add_argument("--tokenizer-name", "--tokenizer_name", dest="tokenizer_name", default=None,
+        new.add_argument("--tokenizer-name", "--tokenizer_name", dest="tokenizer_name", default=None, type=cli.reads,
                          help="a model or folder whose tokenizer the new model uses (default: a new WordPiece "
                               "vocabulary learnt from the training texts)")
         new.add_argument("--vocab-size", type=int, default=30522,
@@ -335,7 +335,7 @@ class MLMObjective(Objective):
         if args.model is None:
             mlm = self._new_model()
         else:
-            self.tokenizer = AutoTokenizer.from_pretrained(args.model)
+            self.tokenizer = load_pretrained(AutoTokenizer, args.model)
             if self.tokenizer.mask_token_id is None:
                 raise InputError(f"{args.model}: its tokenizer has no mask token")
             mlm, new = load_weights(self._auto_class(), args.model, self.say)
@@ -374,9 +374,13 @@ class MLMObjective(Objective):
         from transformers.models.auto.configuration_auto import CONFIG_MAPPING
         args = self.args
         if args.config_name:
+            if os.path.isdir(args.config_name):
+                check_model_json(args.config_name)
+            elif os.path.isfile(args.config_name):  # a config.json of its own
+                read_json(args.config_name)
             try:
                 config = AutoConfig.from_pretrained(args.config_name)
-            except (OSError, ValueError) as e:
+            except load_errors() as e:
                 raise InputError(f"--config-name {args.config_name}: cannot be loaded: "
                                  f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}") from None
         elif args.model_type in CONFIG_MAPPING:
@@ -398,7 +402,7 @@ class MLMObjective(Objective):
                 _check_nsp(auto_class.from_config(config), True, f"a new {config.model_type} model")
         limit = getattr(config, "max_position_embeddings", 512)
         if args.tokenizer_name:
-            self.tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_name)
+            self.tokenizer = load_pretrained(AutoTokenizer, args.tokenizer_name)
         else:
             from common.models.vocabulary import train_wordpiece
             texts = self._texts()
@@ -589,6 +593,7 @@ class MLMObjective(Objective):
         return found
 
     def card_details(self):
+        from common.markdown import escape
         if self.args.nsp:
             notes = [f"The folder holds BERT's pre-training heads too (`{self.masked_lm}`: the masked-LM head, the "
                      "pooler and the next-sentence classifier): `AutoModelForPreTraining` loads them with the "
@@ -599,11 +604,11 @@ class MLMObjective(Objective):
                      f"(`{self.masked_lm}`), `AutoModel` and `SentenceTransformer` load the encoder alone."]
         if self.args.model is None:
             notes.append("The model was new: its configuration "
-                         + (f"`{self.args.config_name}`'s" if self.args.config_name else
-                            f"transformers' default for `{self.args.model_type}`")
-                         + (f" changed by `{self.args.config_overrides}`" if self.args.config_overrides else "")
+                         + (f"{escape(self.args.config_name)}'s" if self.args.config_name else
+                            f"transformers' default for {escape(self.args.model_type)}")
+                         + (f" changed by {escape(self.args.config_overrides)}" if self.args.config_overrides else "")
                          + ", its weights randomly initialised, its tokenizer "
-                         + (f"`{self.args.tokenizer_name}`'s." if self.args.tokenizer_name else
+                         + (f"{escape(self.args.tokenizer_name)}'s." if self.args.tokenizer_name else
                             f"a WordPiece vocabulary of {len(self.tokenizer):,} entries learnt from the training "
                             "texts."))
         return {"notes": notes, "method": "mlm-nsp" if self.args.nsp else "mlm"}

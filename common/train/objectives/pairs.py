@@ -70,7 +70,8 @@ class PairObjective(Objective):
         return encoder
 
     def card_details(self):
-        query = f"the new vocabulary token `{self.query}`" if self.args.query_token else f"`{self.query}`"
+        from common.markdown import escape
+        query = f"the new vocabulary token {escape(self.query)}" if self.args.query_token else escape(self.query)
         return {"notes": [f"The query it was trained with: {query}. An article's sentences are ranked by their "
                           "cosine similarity to the query's embedding."]}
 
