@@ -123,12 +123,18 @@ def _heads(x, heads):
 
 
 def _windows(x, plan):
-    """Each block's keys (or values) ``[B · blocks, heads, size + 2w, d]`` from ``[B, L, heads · d]``: a view of the
-    rows padded once (texts end to end, w zero rows at each end), windows overlapping in memory."""
-    n, width, dim = x.shape
-    size, w = plan.size, plan.w
-    rows = F.pad(F.pad(x, (0, 0, 0, plan.blocks * size - width)).reshape(-1, dim), (0, 0, w, w))
-    return rows.unfold(0, size + 2 * w, size)  # [B · blocks, D, size + 2w]
+    """Each block's keys (or values) ``[B · blocks, D, size + 2w]`` from ``[B, L, D]``: a view of the rows laid end to
+    end once (texts padded to ``blocks · size``, w zero rows at each end), the windows overlapping in memory."""
+    w = plan.w
+    edge = x.new_zeros(w, x.shape[-1])
+    rows = torch.cat([edge, _to_blocks(x, plan).reshape(-1, x.shape[-1]), edge])
+    return rows.unfold(0, plan.size + 2 * w, plan.size)
+
+
+def _to_blocks(x, plan):
+    """``[B, L, D]`` padded with zero rows to ``[B, blocks · size, D]`` (itself where nothing is missing)."""
+    missing = plan.blocks * plan.size - x.shape[1]
+    return F.pad(x, (0, 0, 0, missing)) if missing else x
 
 
 def _attend(q, k, v, mask, p):
@@ -151,7 +157,7 @@ def self_attention(module, hidden, batch):
         out = out.transpose(1, 2).reshape(n, width, dim)
     else:
         blocks, size = plan.blocks, plan.size
-        q = F.pad(query, (0, 0, 0, blocks * size - width)).view(n * blocks, size, heads, -1).transpose(1, 2)
+        q = _to_blocks(query, plan).view(n * blocks, size, heads, -1).transpose(1, 2)
         k, v = (_windows(x, plan).view(n * blocks, heads, -1, size + 2 * w).transpose(2, 3) for x in (key, value))
         if batch.is_global is not None:  # every block also reads the global keys, through the local projections
             k, v = (torch.cat([t, _heads(_gather(x, batch), heads).repeat_interleave(blocks, 0)], dim=2)
