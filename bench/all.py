@@ -28,10 +28,10 @@ side, the median of the per-round ratios and every round's ratio, with the load 
 |         | the thesis) on documents of 4,096 tokens               | ``LongformerModel.forward`` (transformers')      |
 
 Same model (all-MiniLM-L6-v2; for mlm BertForMaskedLM from it; for the long rows the Longformer made from it),
-loss, batch, token length and fp32 on both sides (int8 on both sides in embed-int8); the embeddings of the two sides are compared (largest absolute difference; for
-embed-int8 each side's mean cosine to our float32 vectors of the same texts). Training steps/s come from
-``bench/train.py``'s measurement (the interval between consecutive optimizer-step ends, data loading included,
-after --warm steps; long-train's after --long-warm).
+loss, batch, token length and fp32 on both sides (int8 on both sides in embed-int8); the embeddings of the two
+sides are compared (largest absolute difference; for embed-int8 each side's mean cosine to our float32 vectors of
+the same texts). Training steps/s come from ``bench/train.py``'s measurement (the interval between consecutive
+optimizer-step ends, data loading included, after --warm steps; long-train's after --long-warm).
 
 The long rows' documents: document i joins 2^(i mod 6) consecutive abstracts of the arXiv sample (1 to 32, about
 160 to 5,000 tokens, read up to 4,096): a sixth of them at each length, the median near 1,000 tokens
@@ -255,7 +255,8 @@ def one_long_train(side, args):
                         "--teachers", os.path.join(root, "teach"), "--model", os.path.join(root, "student"),
                         "--out", out, "--max-length", str(LONG_LENGTH), "--batch-size", str(args.long_train_batch),
                         "--grad-accum", "1", "--warmup", "0", "--length-buckets", "0", "--gradient-checkpointing",
-                        "--epochs", "1000", "--max-steps", str(args.long_steps), "--log-every", "1", "--checkpoint-every", "0"],
+                        "--epochs", "1000", "--max-steps", str(args.long_steps), "--log-every", "1",
+                        "--checkpoint-every", "0"],
                        cwd=ROOT, check=True, capture_output=True)
         with open(os.path.join(out, "log.jsonl")) as f:
             times = [1 / json.loads(line)["steps_per_s"] for line in f if "steps_per_s" in line]

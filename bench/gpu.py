@@ -301,15 +301,15 @@ def step_times(log):
 
 def run_ours(argv, args, env=None, prelude=""):
     """One of our scripts with --log-every 1 under the peak-memory wrapper, stopped by SIGTERM once the steps after
-    --warm add up to --seconds; returns (step times after --warm, peak bytes). ``prelude``: code run first (bench/all.py's
-    TRANSFORMERS_LONGFORMER)."""
+    --warm add up to --seconds; returns (step times after --warm, peak bytes). ``prelude``: code run first
+    (bench/all.py's TRANSFORMERS_LONGFORMER)."""
     with tempfile.TemporaryDirectory(dir=args.work) as tmp:
         out, peak = os.path.join(tmp, "run"), os.path.join(tmp, "peak.json")
         env = dict(os.environ, BENCH_PEAK=peak, **(env or {}))
         if not args.dry:
             env["ACCELERATE_MIXED_PRECISION"] = "bf16"
-        proc = subprocess.Popen([sys.executable, "-c", prelude + PEAK, *map(str, argv), "--out", out, "--log-every", "1",
-                                 "--checkpoint-every", "0", "--eval-every", "0"], cwd=ROOT, env=env,
+        proc = subprocess.Popen([sys.executable, "-c", prelude + PEAK, *map(str, argv), "--out", out,
+                                 "--log-every", "1", "--checkpoint-every", "0", "--eval-every", "0"], cwd=ROOT, env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         log, stopped = os.path.join(out, "log.jsonl"), False
         while proc.poll() is None:

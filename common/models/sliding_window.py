@@ -48,7 +48,6 @@ class Batch:
 
     def __init__(self, attention_mask, global_attention_mask=None, block=BLOCK):
         self.valid = attention_mask.bool()
-        self.width = self.valid.shape[1]
         self.block = block
         self.is_global = None
         if global_attention_mask is not None:
@@ -106,8 +105,8 @@ class _Plan:
         local = F.pad(F.pad(local, (0, padded - width)).reshape(-1), (w, w))
         owner = F.pad(torch.arange(n, device=valid.device).repeat_interleave(padded), (w, w), value=-1)
         span = size + 2 * w
-        seen = local.unfold(0, span, size) & (owner.unfold(0, span, size) ==
-                                              torch.arange(n, device=valid.device).repeat_interleave(self.blocks)[:, None])
+        block_owner = torch.arange(n, device=valid.device).repeat_interleave(self.blocks)
+        seen = local.unfold(0, span, size) & (owner.unfold(0, span, size) == block_owner[:, None])
         offset = torch.arange(span, device=valid.device)[None, :] - torch.arange(size, device=valid.device)[:, None]
         band = (offset >= 0) & (offset <= 2 * w)
         allowed = band[None] & seen[:, None, :]
