@@ -19,12 +19,24 @@ side, the median of the per-round ratios and every round's ratio, with the load 
 |         | abstracts, 15 % masked, not whole words                | DataCollatorForLanguageModeling, same blocks     |
 | embed-int8 | ``quantize_int8`` (common/models/quantize.py) +     | sentence-transformers' ONNX backend, its dynamic |
 |         | ``embed``, as the embed row                            | int8 export for this CPU, at --onnx-batch        |
+| long-embed | ``embed`` with the student (all-MiniLM-L6-v2 made a | ``SentenceTransformer.encode`` of the same       |
+|         | Longformer by 04 convert-long: 4,096 tokens, window    | folder: transformers' ``LongformerModel``, mean  |
+|         | 512) over --long-docs documents of mixed length        | pooling, same batch size                         |
+| long-short | the same student on the embed row's texts (256      | its source all-MiniLM-L6-v2 through the same     |
+|         | tokens, within half its window)                        | ``embed``                                        |
+| long-train | 04 train (mse-contextual, --gradient-checkpointing as | the same command with ``Encoder.embed`` calling |
+|         | the thesis) on documents of 4,096 tokens               | ``LongformerModel.forward`` (transformers')      |
 
-Same model (all-MiniLM-L6-v2; for mlm BertForMaskedLM from it), loss, batch, token length and fp32 on both sides
-(int8 on both sides in embed-int8); the embeddings of the two sides are compared (largest absolute difference; for
-embed-int8 each side's mean cosine to our float32 vectors of the same texts). Training steps/s come from
-``bench/train.py``'s measurement (the interval between consecutive optimizer-step ends, data loading included,
-after --warm steps).
+Same model (all-MiniLM-L6-v2; for mlm BertForMaskedLM from it; for the long rows the Longformer made from it),
+loss, batch, token length and fp32 on both sides (int8 on both sides in embed-int8); the embeddings of the two
+sides are compared (largest absolute difference; for embed-int8 each side's mean cosine to our float32 vectors of
+the same texts). Training steps/s come from ``bench/train.py``'s measurement (the interval between consecutive
+optimizer-step ends, data loading included, after --warm steps; long-train's after --long-warm).
+
+The long rows' documents: document i joins 2^(i mod 6) consecutive abstracts of the arXiv sample (1 to 32, about
+160 to 5,000 tokens, read up to 4,096): a sixth of them at each length, the median near 1,000 tokens
+(``long_texts``; the settings give the quartiles). long-train's documents join abstracts up to at least 4,096
+tokens, with random teacher vectors (bench/gpu.py's ``ensure_distill``: speed does not depend on them).
 
 How close each row comes to the machine: its model FLOP/s, 6 · N · tokens per training step and 2 · N · tokens per
 embedded text, N = the encoder's parameters outside its embeddings (and outside BERT's unused pooler), tokens =
@@ -153,6 +165,104 @@ def one_embed_int8(side, args):
     return {"rate": len(texts) / seconds}
 
 
+# Encoder.embed calling the model itself (transformers' LongformerModel.forward) in place of
+# common/models/sliding_window.py: put before RUN_SCRIPT, a script's run with transformers' Longformer, the same
+# data, loss, optimizer and loop otherwise
+TRANSFORMERS_LONGFORMER = ("from common.models import sliding_window\n"
+                           "sliding_window.is_longformer = lambda transformer: False\n")
+RUN_SCRIPT = "import runpy, sys\nsys.argv = sys.argv[1:]\nrunpy.run_path(sys.argv[0], run_name='__main__')\n"
+LONG_LENGTH, LONG_WINDOW = 4096, 512  # 04 convert-long's defaults: the Longformer paper's and the thesis's
+
+
+def long_run(args):
+    """The long rows' folder: all-MiniLM-L6-v2 converted by 04 convert-long (``student``), documents of at least
+    LONG_LENGTH tokens (``data``) and random teacher vectors (``teach``) for 04 train."""
+    from bench.gpu import ensure_distill
+    from bench.train import minilm
+    return ensure_distill(os.path.join(args.work, "long"), minilm(),
+                          {"distill_docs": 16, "distill_length": LONG_LENGTH, "distill_window": LONG_WINDOW, "pv": 100})
+
+
+def long_texts(work, n):
+    """``n`` documents of mixed length: document i joins 2^(i mod 6) consecutive abstracts of the arXiv sample."""
+    from bench.train import ensure_arxiv
+    from common.data.documents import Documents
+    abstracts = Documents(ensure_arxiv(work)).texts
+    out, at = [], 0
+    for i in range(n):
+        parts = 2 ** (i % 6)
+        out.append(" ".join(abstracts[(at + k) % len(abstracts)] for k in range(parts)))
+        at += parts
+    return out
+
+
+def one_long_embed(side, args):
+    """Documents/s of one side over ``long_texts``, tokenisation included; the vectors are saved."""
+    import numpy as np
+    texts = long_texts(args.work, args.long_docs)
+    student = os.path.join(long_run(args), "student")
+    if side == "ours":
+        from common.models.encoder import embed, load_encoder
+        from common.models.tokens import TokenStore
+        encoder, tokenizer, settings = load_encoder(student, max_length=LONG_LENGTH)
+
+        def run(texts):
+            return embed(encoder, TokenStore(tokenizer, texts, settings["max_length"]), args.long_batch,
+                         args.batch_tokens)
+    else:
+        from sentence_transformers import SentenceTransformer
+        st = SentenceTransformer(student, device="cpu")
+        st.max_seq_length = LONG_LENGTH
+
+        def run(texts):
+            return st.encode(texts, batch_size=args.long_batch, convert_to_numpy=True)
+    run(texts[:2])  # warm-up
+    start = time.perf_counter()
+    vectors = run(texts)
+    seconds = time.perf_counter() - start
+    np.save(os.path.join(args.work, f"long-embed-{side}.npy"), vectors)
+    return {"rate": len(texts) / seconds}
+
+
+def one_long_short(side, args):
+    """Documents/s of ``embed`` on the embed row's texts at --length tokens: the student (ours) or its source
+    all-MiniLM-L6-v2 (theirs); the vectors are saved."""
+    import numpy as np
+    from bench.train import minilm
+    from common.models.encoder import embed, load_encoder
+    from common.models.tokens import TokenStore
+    texts = embed_texts(args.work, args.docs)
+    model = os.path.join(long_run(args), "student") if side == "ours" else minilm()
+    encoder, tokenizer, settings = load_encoder(model, pooling="mean", normalize=False, max_length=args.length)
+
+    def run(texts):
+        return embed(encoder, TokenStore(tokenizer, texts, settings["max_length"]), args.batch, args.batch_tokens)
+    run(texts[:args.batch])  # warm-up
+    start = time.perf_counter()
+    vectors = run(texts)
+    seconds = time.perf_counter() - start
+    np.save(os.path.join(args.work, f"long-short-{side}.npy"), vectors)
+    return {"rate": len(texts) / seconds}
+
+
+def one_long_train(side, args):
+    """04 train's steps/s on documents of LONG_LENGTH tokens, from its log.jsonl after --long-warm steps; theirs
+    through TRANSFORMERS_LONGFORMER."""
+    root = long_run(args)
+    with tempfile.TemporaryDirectory() as out:
+        prefix = ["-c", TRANSFORMERS_LONGFORMER + RUN_SCRIPT] if side == "theirs" else []
+        subprocess.run([sys.executable, *prefix, "04_distill.py", "train", "--data", os.path.join(root, "data"),
+                        "--teachers", os.path.join(root, "teach"), "--model", os.path.join(root, "student"),
+                        "--out", out, "--max-length", str(LONG_LENGTH), "--batch-size", str(args.long_train_batch),
+                        "--grad-accum", "1", "--warmup", "0", "--length-buckets", "0", "--gradient-checkpointing",
+                        "--epochs", "1000", "--max-steps", str(args.long_steps), "--log-every", "1",
+                        "--checkpoint-every", "0"],
+                       cwd=ROOT, check=True, capture_output=True)
+        with open(os.path.join(out, "log.jsonl")) as f:
+            times = [1 / json.loads(line)["steps_per_s"] for line in f if "steps_per_s" in line]
+    return {"rate": 1 / statistics.mean(times[args.long_warm:])}
+
+
 def cpu_flags():
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
@@ -227,8 +337,12 @@ def tokens_per_unit(case, args):
     def lengths(texts, limit):
         return [min(len(ids), limit) for ids in tokenizer(texts, add_special_tokens=True, verbose=False)["input_ids"]]
 
-    if case.startswith("embed"):
+    if case.startswith("embed") or case == "long-short":
         return statistics.mean(lengths(embed_texts(args.work, args.docs), args.length))
+    if case == "long-embed":
+        return statistics.mean(lengths(long_texts(args.work, args.long_docs), LONG_LENGTH))
+    if case == "long-train":
+        return args.long_train_batch * LONG_LENGTH
     objective = case
     batch, length = train_shape(args, objective)
     if objective == "mlm":
@@ -265,9 +379,35 @@ CASES = {
                    lambda a: f"as embed, int8: ours quantize_int8 at batch {a.batch}, --batch-tokens {budget(a)}; "
                              f"theirs ONNX Runtime, sentence-transformers' {onnx_config()} dynamic int8 export, "
                              f"batch {a.onnx_batch}"),
+    "long-embed": ("docs/s", one_long_embed,
+                   lambda a: f"{a.long_docs} documents of mixed length ({long_quartiles(a)}), read up to "
+                             f"{LONG_LENGTH:,} tokens, window {LONG_WINDOW}, batch {a.long_batch}, ours --batch-tokens "
+                             f"{budget(a)}; theirs sentence-transformers over transformers' LongformerModel"),
+    "long-short": ("docs/s", one_long_short,
+                   lambda a: f"the embed row's texts at {a.length} tokens (within half the window), batch {a.batch}; "
+                             "ours the Longformer student, theirs its source all-MiniLM-L6-v2, both through embed"),
+    "long-train": ("steps/s", one_long_train,
+                   lambda a: f"04 train mse-contextual, batch {a.long_train_batch} × {LONG_LENGTH:,} tokens, window "
+                             f"{LONG_WINDOW}, --gradient-checkpointing, {a.long_steps} steps, first {a.long_warm} "
+                             "left out; theirs the same with transformers' LongformerModel.forward"),
 }
-GOALS = {"embed": 1.5, "embed-small": None, "triplet": 2.0, "mnrl": 1.3, "mlm": 2.0, "embed-int8": 1.0}
-FLOPS_PER_TOKEN = {"embed": 2, "embed-small": 2, "embed-int8": 2, "triplet": 6, "mnrl": 6, "mlm": 6}
+GOALS = {"embed": 1.5, "embed-small": None, "triplet": 2.0, "mnrl": 1.3, "mlm": 2.0, "embed-int8": 1.0,
+         "long-embed": 3.0, "long-short": 0.8, "long-train": 1.5}
+# with gradient checkpointing the forward runs twice: 8 · N · tokens a step
+FLOPS_PER_TOKEN = {"embed": 2, "embed-small": 2, "embed-int8": 2, "triplet": 6, "mnrl": 6, "mlm": 6, "long-embed": 2,
+                   "long-short": 2, "long-train": 8}
+
+
+def long_quartiles(args):
+    """The token counts of ``long_texts`` (read up to LONG_LENGTH) as quartiles, for the settings column."""
+    import numpy as np
+    from transformers import AutoTokenizer
+    from bench.train import minilm
+    tokenizer = AutoTokenizer.from_pretrained(minilm())
+    counts = [min(len(ids), LONG_LENGTH) for ids in tokenizer(long_texts(args.work, args.long_docs),
+                                                              verbose=False)["input_ids"]]
+    low, mid, high = np.percentile(counts, [25, 50, 75]).round().astype(int)
+    return f"tokens: min {min(counts)}, quartiles {low}, {mid}, {high}, max {max(counts)}"
 
 
 def measure(case, side, args):
@@ -429,6 +569,9 @@ def write_results(args, cases, results, started, done, gpu=(), ceilings=(), flop
             batch = args.small_batch if case == "embed-small" else args.batch
             a, b = (np.load(os.path.join(args.work, f"embed-{batch}-{s}.npy")) for s in ("ours", "theirs"))
             notes.append(f"vectors agree to {float(np.abs(a - b).max()):.1e}")
+        if case in ("long-embed", "long-short"):
+            a, b = (np.load(os.path.join(args.work, f"{case}-{s}.npy")) for s in ("ours", "theirs"))
+            notes.append(f"vectors agree to {float(np.abs(a - b).max()):.1e}")
         if case == "embed-int8":
             ref = np.load(os.path.join(args.work, "embed-int8-fp32.npy"))
             cos = [mean_cosine(np.load(os.path.join(args.work, f"embed-int8-{side}.npy")), ref)
@@ -486,6 +629,12 @@ def main():
     parser.add_argument("--st-onnx", default=os.path.join(ROOT, "bench", "out", "st-onnx"),
                         help="embed-int8: the folder holding sentence-transformers' ONNX backend "
                              "(bench/requirements-onnx.txt)")
+    parser.add_argument("--long-docs", type=int, default=48,
+                        help="long-embed: documents of mixed length (long_texts: 8 of each length class at 48)")
+    parser.add_argument("--long-batch", type=int, default=4, help="long-embed: documents per batch, both sides")
+    parser.add_argument("--long-train-batch", type=int, default=2, help="long-train: documents of 4,096 tokens a step")
+    parser.add_argument("--long-steps", type=int, default=5, help="long-train: steps per measurement")
+    parser.add_argument("--long-warm", type=int, default=2, help="long-train: steps left out of the mean")
     parser.add_argument("--gpu-batch", type=int, default=32)
     parser.add_argument("--gpu-length", type=int, default=256)
     parser.add_argument("--gpu-steps", type=int, default=20)

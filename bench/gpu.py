@@ -23,8 +23,14 @@ sample's abstracts (data/arxiv-sample-1000.json.gz, repeated where a row needs m
 |             | Longformer (4,096 tokens, window 512), batch 6,     | batch 60) stand beside the projection            |
 |             | gradient checkpointing, cosine-masked (L_S and      |                                                  |
 |             | SoftCCA), documents of 4,096 tokens                 |                                                  |
+| long-embed  | ``embed`` with that Longformer, 480 documents of    | ``SentenceTransformer.encode`` of the same       |
+|             | mixed length (bench/all.py's ``long_texts``),       | folder (transformers' LongformerModel), same     |
+|             | batch 8                                             | batch                                            |
+| long-train  | the distill row's command                           | the same with transformers' LongformerModel      |
+|             |                                                     | forward (bench/all.py's TRANSFORMERS_LONGFORMER) |
 
-Each row runs in the MiniLM shape and, where --base-rows names it, in the BERT-base shape too. Precision: ours
+Each row runs in the MiniLM shape and, where --base-rows names it, in the BERT-base shape too; the Longformer rows
+(distill, long-embed, long-train) in the BERT-base shape, the thesis's student's. Precision: ours
 trains under Accelerate's bf16 mixed precision (ACCELERATE_MIXED_PRECISION=bf16: autocast, float32 weights) and
 embeds under bf16 autocast (``embed``'s GPU default); theirs trains with ``bf16=True`` (the Trainer's autocast,
 float32 weights) and embeds with the weights loaded in bfloat16 (``model_kwargs={"dtype": torch.bfloat16}``, as
@@ -74,9 +80,10 @@ def sizes(args):
     """The work of each row, full or --dry."""
     if args.dry:
         return {"embed-300": 30, "embed-20000": 200, "distill_length": 256, "distill_window": 32, "distill_batch": 2,
-                "distill_docs": 8, "pv": 64, "projection": "64(relu)x64"}
+                "distill_docs": 8, "pv": 64, "projection": "64(relu)x64", "long-embed": 12, "long_batch": 4}
     return {"embed-300": 300, "embed-20000": 20_000, "distill_length": 4096, "distill_window": 512,
-            "distill_batch": 6, "distill_docs": 240, "pv": 2048, "projection": "768(relu)x4096(relu)x2048"}
+            "distill_batch": 6, "distill_docs": 240, "pv": 2048, "projection": "768(relu)x4096(relu)x2048",
+            "long-embed": 480, "long_batch": 8}
 
 
 def device():
@@ -238,6 +245,41 @@ def one_embed(side, args, n, batch):
     return {"rate": n * calls / seconds, "seconds": seconds, "peak": peak}
 
 
+def one_long_embed(side, args):
+    """Documents/s of one side over ``long_texts`` with the distill row's Longformer, repeated until --seconds."""
+    import torch
+    from bench.all import long_texts
+    size = sizes(args)
+    texts = long_texts(args.work, size["long-embed"])
+    student = os.path.join(ensure_distill(args.work, os.environ["BENCH_MODEL"], size), "student")
+    dev = device()
+    if side == "ours":
+        from common.models.encoder import embed, load_encoder
+        from common.models.tokens import TokenStore
+        encoder, tokenizer, settings = load_encoder(student, say=lambda *a: None)
+        encoder.to(dev)
+
+        def run():
+            return embed(encoder, TokenStore(tokenizer, texts, settings["max_length"]), size["long_batch"])
+    else:
+        from sentence_transformers import SentenceTransformer
+        kwargs = {"dtype": torch.bfloat16} if dev == "cuda" else {}
+        st = SentenceTransformer(student, device=dev, model_kwargs=kwargs)
+
+        def run():
+            return st.encode(texts, batch_size=size["long_batch"], convert_to_numpy=True)
+    run()  # warm-up
+    calls, start = 0, time.perf_counter()
+    while True:
+        run()
+        calls += 1
+        if time.perf_counter() - start >= args.seconds:
+            break
+    seconds = time.perf_counter() - start
+    peak = torch.cuda.max_memory_allocated() if dev == "cuda" else 0
+    return {"rate": len(texts) * calls / seconds, "seconds": seconds, "peak": peak}
+
+
 def step_times(log):
     """Step intervals from a run's log.jsonl, without the one after each validation record (the validation at an
     epoch's end falls into it, and theirs validates nothing)."""
@@ -257,16 +299,17 @@ def step_times(log):
     return times
 
 
-def run_ours(argv, args, env=None):
+def run_ours(argv, args, env=None, prelude=""):
     """One of our scripts with --log-every 1 under the peak-memory wrapper, stopped by SIGTERM once the steps after
-    --warm add up to --seconds; returns (step times after --warm, peak bytes)."""
+    --warm add up to --seconds; returns (step times after --warm, peak bytes). ``prelude``: code run first
+    (bench/all.py's TRANSFORMERS_LONGFORMER)."""
     with tempfile.TemporaryDirectory(dir=args.work) as tmp:
         out, peak = os.path.join(tmp, "run"), os.path.join(tmp, "peak.json")
         env = dict(os.environ, BENCH_PEAK=peak, **(env or {}))
         if not args.dry:
             env["ACCELERATE_MIXED_PRECISION"] = "bf16"
-        proc = subprocess.Popen([sys.executable, "-c", PEAK, *map(str, argv), "--out", out, "--log-every", "1",
-                                 "--checkpoint-every", "0", "--eval-every", "0"], cwd=ROOT, env=env,
+        proc = subprocess.Popen([sys.executable, "-c", prelude + PEAK, *map(str, argv), "--out", out,
+                                 "--log-every", "1", "--checkpoint-every", "0", "--eval-every", "0"], cwd=ROOT, env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         log, stopped = os.path.join(out, "log.jsonl"), False
         while proc.poll() is None:
@@ -300,7 +343,7 @@ def one_train(side, args, objective):
     return {"rate": len(times) / sum(times), "seconds": sum(times), "peak": peak}
 
 
-def one_distill(args):
+def one_distill(args, prelude=""):
     size = sizes(args)
     root = ensure_distill(args.work, os.environ["BENCH_MODEL"], size)
     times, peak = run_ours(["04_distill.py", "train", "--data", os.path.join(root, "data"), "--teachers",
@@ -308,7 +351,7 @@ def one_distill(args):
                             "cosine-masked", "--student-projection", size["projection"], "--max-length",
                             size["distill_length"], "--batch-size", size["distill_batch"], "--grad-accum", 1,
                             "--warmup", 0, "--length-buckets", 0, "--gradient-checkpointing", "--epochs", 1000,
-                            "--max-steps", 10 ** 6], args)
+                            "--max-steps", 10 ** 6], args, prelude=prelude)
     return {"rate": len(times) / sum(times), "seconds": sum(times), "peak": peak}
 
 
@@ -328,8 +371,11 @@ def tokens_per_unit(row, args):
         return [min(len(ids), limit) for ids in tokenizer(texts, verbose=False)["input_ids"]]
     if row.startswith("embed"):
         return statistics.mean(lengths(embed_texts(args.work, sizes(args)[row]), args.length))
-    if row == "distill":
+    if row in ("distill", "long-train"):
         return sizes(args)["distill_batch"] * sizes(args)["distill_length"]
+    if row == "long-embed":
+        from bench.all import long_texts
+        return statistics.mean(lengths(long_texts(args.work, sizes(args)["long-embed"]), sizes(args)["distill_length"]))
     batch, length = train_shape(args, row)
     if row == "mlm":
         return batch * length
@@ -344,6 +390,11 @@ def one(row, side, args):
         return one_embed(side, args, sizes(args)[row], batch)
     if row == "distill":
         return one_distill(args)
+    if row == "long-embed":
+        return one_long_embed(side, args)
+    if row == "long-train":
+        from bench.all import TRANSFORMERS_LONGFORMER
+        return one_distill(args, TRANSFORMERS_LONGFORMER if side == "theirs" else "")
     return one_train(side, args, row)
 
 
@@ -357,13 +408,16 @@ def measure(row, shape, side, args):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+LONGFORMER_ROWS = ("distill", "long-embed", "long-train")
+
+
 def rows_to_run(args):
-    """(row, shape) pairs in order: every --rows row in the MiniLM shape (distill: BERT-base converted), then the
-    --base-rows in the BERT-base shape."""
+    """(row, shape) pairs in order: every --rows row in the MiniLM shape, then the --base-rows in the BERT-base
+    shape, then the Longformer rows (BERT-base converted)."""
     wanted = [r for r in args.rows.split(",") if r]
-    out = [(r, "bert-base" if r == "distill" else "minilm") for r in wanted if r != "distill"]
-    out += [(r, "bert-base") for r in args.base_rows.split(",") if r and r in wanted and r != "distill"]
-    return out + ([("distill", "bert-base")] if "distill" in wanted else [])
+    out = [(r, "minilm") for r in wanted if r not in LONGFORMER_ROWS]
+    out += [(r, "bert-base") for r in args.base_rows.split(",") if r and r in wanted and r not in LONGFORMER_ROWS]
+    return out + [(r, "bert-base") for r in LONGFORMER_ROWS if r in wanted]
 
 
 def table(args, results, peak, machine, elapsed):
@@ -431,7 +485,7 @@ def write_section(path, lines):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dry", action="store_true", help="tiny models and sizes, float32 on a CPU: checks every row runs")
-    p.add_argument("--rows", default="embed-300,embed-20000,triplet,mnrl,mlm,distill")
+    p.add_argument("--rows", default="embed-300,embed-20000,triplet,mnrl,mlm,distill,long-embed,long-train")
     p.add_argument("--base-rows", default="triplet,mlm", help="rows also run in the BERT-base shape")
     p.add_argument("--seconds", type=float, default=10.0, help="timed work of each side at least")
     p.add_argument("--warm", type=int, default=5, help="training steps left out of the timing")
@@ -466,9 +520,10 @@ def main():
     for row, shape in rows_to_run(args):
         env_model = build_model(args.work, shape, args.dry)
         os.environ["BENCH_MODEL"] = env_model
-        flops = (8 if row == "distill" else 2 if row.startswith("embed") else 6) * nonembedding(env_model) \
+        embeds = row.startswith("embed") or row == "long-embed"
+        flops = (8 if row in ("distill", "long-train") else 2 if embeds else 6) * nonembedding(env_model) \
             * tokens_per_unit(row, args)
-        res = {"unit": "texts/s" if row.startswith("embed") else "steps/s", "flops": flops, "theirs": None}
+        res = {"unit": "texts/s" if embeds else "steps/s", "flops": flops, "theirs": None}
         for side in ("ours",) if row == "distill" else ("ours", "theirs"):
             res[side] = measure(row, shape, side, args)
             print(f"[{time.perf_counter() - started:.0f} s] {row} {shape} {side}: {res[side]['rate']:.2f} "

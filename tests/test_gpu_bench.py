@@ -13,11 +13,13 @@ def args(**kw):
     return SimpleNamespace(**{**base, **kw})
 
 
-def test_rows_run_in_the_minilm_shape_then_the_base_rows_then_distillation_in_the_bert_base_shape():
+def test_rows_run_in_the_minilm_shape_then_the_base_rows_then_the_longformer_rows_in_the_bert_base_shape():
     assert gpu.rows_to_run(args()) == [
         ("embed-300", "minilm"), ("embed-20000", "minilm"), ("triplet", "minilm"), ("mnrl", "minilm"),
         ("mlm", "minilm"), ("triplet", "bert-base"), ("mlm", "bert-base"), ("distill", "bert-base")]
     assert gpu.rows_to_run(args(rows="mnrl", base_rows="triplet")) == [("mnrl", "minilm")]
+    assert gpu.rows_to_run(args(rows="long-train,embed-300,long-embed,distill", base_rows="long-embed")) == [
+        ("embed-300", "minilm"), ("distill", "bert-base"), ("long-embed", "bert-base"), ("long-train", "bert-base")]
 
 
 def test_step_times_leave_out_the_interval_after_each_validation(tmp_path):

@@ -14,7 +14,7 @@ from torch import nn
 from common.io import InputError, read_json
 from common.models.batching import length_batches, token_budget
 from common.models.attention import ATTENTION
-from common.models import packing
+from common.models import packing, sliding_window
 from common.models.threads import Threads
 
 POOLINGS = ("cls", "mean")
@@ -102,7 +102,10 @@ class Encoder(nn.Module):
         return F.normalize(out, p=2, dim=1) if self.normalize else out
 
     def embed(self, input_ids, attention_mask):
-        hidden = self.transformer(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        if sliding_window.is_longformer(self.transformer):  # at the batch's own length, not a multiple of the window
+            hidden = sliding_window.hidden_states(self.transformer, input_ids, attention_mask)
+        else:
+            hidden = self.transformer(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         return self.pool(hidden, attention_mask)
 
     def embed_packed(self, input_ids, lengths):
