@@ -20,8 +20,16 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
         return super()._get_help_string(action)
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser with the project's one-line error: ``error: argument --flag: why``, exit status 2 (argparse
+    prints its usage first; the flags are one ``--help`` away)."""
+
+    def error(self, message):
+        self.exit(2, f"error: {message}\n")
+
+
 def parser(description):
-    return argparse.ArgumentParser(description=description, formatter_class=HelpFormatter)
+    return Parser(description=description, formatter_class=HelpFormatter)
 
 
 SHARE = ("a share between 0 and 1", lambda v: 0 <= v <= 1)
@@ -116,6 +124,28 @@ def add_max_line(p):
 def set_max_line(args):
     check(args, {"--max-line-mb": AT_LEAST_1})
     io.MAX_LINE_BYTES = args.max_line_mb << 20
+
+
+def number(parse, limit):
+    """An argparse ``type``: the flag's value parsed by ``parse`` (``int`` or ``float``) and refused unless within
+    ``limit``, one of the ranges above, so that each flag is declared once, with its limit, and a setting that
+    cannot work is refused as the command line is read (NaN is in no range)::
+
+        p.add_argument("--batch-size", type=cli.number(int, cli.COUNT), default=16)
+    """
+    what, ok = limit
+
+    def checked(text):
+        try:
+            value = parse(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text}: not {'an integer' if parse is int else 'a number'}") from None
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"{text}: must be {what}")
+        return value
+
+    checked.__name__ = parse.__name__  # argparse names the type in its own messages
+    return checked
 
 
 def check(args, limits):

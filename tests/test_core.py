@@ -287,3 +287,20 @@ def test_a_run_folder_is_owned_foreign_folders_refused_and_a_run_killed_before_i
     toy(tiny_data, tiny_model, out, "--max-steps", "3", "--checkpoint-every", "0")
     steps = [r["step"] for r in read_jsonl(out / "log.jsonl") if "loss" in r]
     assert steps == [1, 2, 3]
+
+
+def test_a_typed_flag_is_refused_as_the_command_line_is_read_in_one_line_with_exit_status_2(capsys):
+    p = cli.parser("")
+    p.add_argument("--batch-size", type=cli.number(int, cli.COUNT), default=16)
+    p.add_argument("--lr", type=cli.number(float, cli.POSITIVE), default=3e-5)
+    assert vars(p.parse_args(["--batch-size", "8", "--lr", "1e-4"])) == {"batch_size": 8, "lr": 1e-4}
+    assert vars(p.parse_args([])) == {"batch_size": 16, "lr": 3e-5}
+    for argv, line in ((["--batch-size", "0"], "argument --batch-size: 0: must be between 1 and 1,073,741,824"),
+                       (["--batch-size", "2.5"], "argument --batch-size: 2.5: not an integer"),
+                       (["--lr", "nan"], "argument --lr: nan: must be a positive number"),
+                       (["--lr", "inf"], "argument --lr: inf: must be a positive number"),
+                       (["--lr", "fast"], "argument --lr: fast: not a number")):
+        with pytest.raises(SystemExit) as e:
+            p.parse_args(argv)
+        assert e.value.code == 2
+        assert capsys.readouterr().err == f"error: {line}\n"
