@@ -12,31 +12,37 @@ next-sentence head, so it has no NSP accuracy to report.
 """
 
 import argparse
-import json
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from common import cli, io  # noqa: E402
+from common.io import InputError  # noqa: E402
+
+NUMBERS = ("step", "val_accuracy", "val_loss")
+NSP_NUMBERS = ("val_nsp_accuracy", "val_nsp_loss")
+
 
 def last_validation(run):
-    """The last validation record of a run's log.jsonl."""
+    """The last validation record of a run's log.jsonl, its figures checked to be numbers."""
     path = os.path.join(run, "log.jsonl")
     if not os.path.isfile(path):
-        raise SystemExit(f"error: {path}: no such file (has {run} trained?)")
-    with open(path, encoding="utf-8") as f:
-        records = [json.loads(line) for line in f if line.strip()]
-    found = [r for r in records if "val_loss" in r]
+        raise InputError(f"{path}: no such file (has {run} trained?)")
+    found = [(lineno, r) for lineno, r in io.read_jsonl(path) if "val_loss" in r]
     if not found:
-        raise SystemExit(f"error: {path}: no validation record")
-    return found[-1]
+        raise InputError(f"{path}: no validation record")
+    lineno, record = found[-1]
+    for key in NUMBERS + (NSP_NUMBERS if "val_nsp_accuracy" in record else ()):
+        if not isinstance(record.get(key), (int, float)) or isinstance(record.get(key), bool):
+            raise InputError(f"{path}:{lineno}: {key} is not a number")
+    return record
 
 
 def validated(run):
     """How many examples a run validated on (its manifest's count), or None without a manifest."""
-    path = os.path.join(run, "manifest.json")
-    if not os.path.isfile(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        return (json.load(f).get("counts") or {}).get("val_examples")
+    count = (io.read_manifest(run).get("counts") or {}).get("val_examples")
+    return count if isinstance(count, int) and not isinstance(count, bool) else None
 
 
 def table(bases):
@@ -72,4 +78,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    cli.run(lambda: main(sys.argv[1:]))

@@ -322,3 +322,22 @@ def test_the_bases_table_gives_each_phase_its_last_validation_and_no_nsp_accurac
         "|---|---|---:|---|---:|---:|---:|---:|",
         "| mlm-only | bert-mini | 150 | 340 blocks | 13.10 % | 6.180 | – (no next-sentence head) | – |",
         "| mlm+nsp | bert-mini-nsp | 1,384 | 2,201 segment pairs | 14.57 % | 6.012 | 80.00 % | 0.432 |"]
+
+
+def test_the_bases_table_answers_a_missing_or_damaged_log_in_one_line(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from conftest import ENV, ROOT
+    script = os.path.join(ROOT, "reproduce", "bases.py")
+    (tmp_path / "text").mkdir()
+    (tmp_path / "text" / "log.jsonl").write_text('{"step": 1, "val_loss": 6.0, "val_accuracy": "high"}\n')
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "log.jsonl").write_text('{"step": 1, "val_loss": 6.0\n')
+    for run, line in ((tmp_path / "none", f"error: {tmp_path / 'none' / 'log.jsonl'}: no such file (has "
+                                           f"{tmp_path / 'none'} trained?)"),
+                      (tmp_path / "text", f"error: {tmp_path / 'text' / 'log.jsonl'}:1: val_accuracy is not a number"),
+                      (tmp_path / "bad", f"error: {tmp_path / 'bad' / 'log.jsonl'}:1: invalid JSON")):
+        done = subprocess.run([sys.executable, script, f"base={run}"], capture_output=True, text=True, env=ENV)
+        assert done.returncode == 2 and done.stdout == ""
+        assert done.stderr.startswith(line) and done.stderr.count("\n") == 1
