@@ -87,7 +87,8 @@ def one_embed(side, args, batch=None):
     batch = batch or args.batch
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if side == "ours":
-        from common.models.encoder import embed, load_encoder
+        from common.models.inference import embed
+        from common.models.loading import load_encoder
         from common.models.tokens import TokenStore
         encoder, tokenizer, settings = load_encoder(minilm(), max_length=args.length)
         encoder.to(device)
@@ -130,7 +131,8 @@ def one_embed_int8(side, args):
     from bench.train import minilm
     texts = embed_texts(args.work, args.docs)
     if side == "ours":
-        from common.models.encoder import embed, load_encoder
+        from common.models.inference import embed
+        from common.models.loading import load_encoder
         from common.models.quantize import quantize_int8
         from common.models.tokens import TokenStore
         encoder, tokenizer, settings = load_encoder(minilm(), max_length=args.length)
@@ -202,7 +204,8 @@ def one_long_embed(side, args):
     texts = long_texts(args.work, args.long_docs)
     student = os.path.join(long_run(args), "student")
     if side == "ours":
-        from common.models.encoder import embed, load_encoder
+        from common.models.inference import embed
+        from common.models.loading import load_encoder
         from common.models.tokens import TokenStore
         encoder, tokenizer, settings = load_encoder(student, max_length=LONG_LENGTH)
 
@@ -229,7 +232,8 @@ def one_long_short(side, args):
     all-MiniLM-L6-v2 (theirs); the vectors are saved."""
     import numpy as np
     from bench.train import minilm
-    from common.models.encoder import embed, load_encoder
+    from common.models.inference import embed
+    from common.models.loading import load_encoder
     from common.models.tokens import TokenStore
     texts = embed_texts(args.work, args.docs)
     model = os.path.join(long_run(args), "student") if side == "ours" else minilm()

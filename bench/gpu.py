@@ -217,7 +217,8 @@ def one_embed(side, args, n, batch):
     texts = embed_texts(args.work, n)
     dev = device()
     if side == "ours":
-        from common.models.encoder import embed, load_encoder
+        from common.models.inference import embed
+        from common.models.loading import load_encoder
         from common.models.tokens import TokenStore
         encoder, tokenizer, settings = load_encoder(os.environ["BENCH_MODEL"], max_length=args.length,
                                                     say=lambda *a: None)
@@ -254,7 +255,8 @@ def one_long_embed(side, args):
     student = os.path.join(ensure_distill(args.work, os.environ["BENCH_MODEL"], size), "student")
     dev = device()
     if side == "ours":
-        from common.models.encoder import embed, load_encoder
+        from common.models.inference import embed
+        from common.models.loading import load_encoder
         from common.models.tokens import TokenStore
         encoder, tokenizer, settings = load_encoder(student, say=lambda *a: None)
         encoder.to(dev)
