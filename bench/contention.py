@@ -93,7 +93,7 @@ def main():
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import torch
     from sentence_transformers import SentenceTransformer
-    from bench.all import embed_texts
+    from bench.shared import embed_texts
     from bench.train import minilm
     from common.models.inference import embed
     from common.models.loading import load_encoder
