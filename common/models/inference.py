@@ -1,5 +1,6 @@
 """Inference: the embeddings of every text of a ``TokenStore`` (``embed``), in length-sorted batches written as they
-are computed, and the same cut into one shard per process and gathered (``embed_sharded``).
+are computed, the same cut into one shard per process and gathered (``embed_sharded``), and the device a loaded
+encoder goes to where nothing else says (``default_device``).
 """
 
 import contextlib

@@ -1,7 +1,8 @@
-"""Loading a model: an ``Encoder`` with its pooling and length (``load_encoder``), any transformers class's weights
-checked key by key (``load_weights``), a tokenizer or configuration (``load_pretrained``), and the checks of a
-model's files that come first (its JSON files, ``tokenizer.json``, the safetensors headers), each of whose failures
-is one line naming the file.
+"""Loading a model: an ``Encoder`` with its pooling and length (``load_encoder``; the model's sentence-transformers
+settings: ``st_config``), any transformers class's weights checked key by key (``load_weights``), a tokenizer or
+configuration (``load_pretrained``), and the checks of a model's files that come first (its JSON files,
+``tokenizer.json``, the safetensors headers), each of whose failures is one line naming the file. A model is a
+folder or a hub name read from the local Hugging Face cache (``model_file``).
 """
 
 import contextlib
