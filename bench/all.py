@@ -36,7 +36,7 @@ optimizer-step ends, data loading included, after --warm steps; long-train's aft
 The long rows' documents: document i joins 2^(i mod 6) consecutive abstracts of the arXiv sample (1 to 32, about
 160 to 5,000 tokens, read up to 4,096): a sixth of them at each length, the median near 1,000 tokens
 (``long_texts``; the settings give the quartiles). long-train's documents join abstracts up to at least 4,096
-tokens, with random teacher vectors (bench/gpu.py's ``ensure_distill``: speed does not depend on them).
+tokens, with random teacher vectors (bench/shared.py's ``ensure_distill``: speed does not depend on them).
 
 How close each row comes to the machine: its model FLOP/s, 6 · N · tokens per training step and 2 · N · tokens per
 embedded text, N = the encoder's parameters outside its embeddings (and outside BERT's unused pooler), tokens =
@@ -67,15 +67,11 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from bench.shared import (RUN_SCRIPT, TRANSFORMERS_LONGFORMER, best_rate, cpu_flags, embed_texts,  # noqa: E402
+                          embedder, ensure_distill, long_texts, machine, nonembedding, run_side, step_tokens,
+                          token_counts, train_shape)
 
 H100_BF16_PEAK = 989e12  # dense bf16 FLOP/s of an H100 SXM
-
-
-def embed_texts(work, docs):
-    from bench.train import ensure_arxiv
-    from common.data.documents import Documents
-    abstracts = Documents(ensure_arxiv(work)).texts
-    return [abstracts[i % len(abstracts)] for i in range(docs)]
 
 
 def one_embed(side, args, batch=None):
@@ -86,21 +82,7 @@ def one_embed(side, args, batch=None):
     texts = embed_texts(args.work, args.docs)
     batch = batch or args.batch
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    if side == "ours":
-        from common.models.encoder import embed, load_encoder
-        from common.models.tokens import TokenStore
-        encoder, tokenizer, settings = load_encoder(minilm(), max_length=args.length)
-        encoder.to(device)
-
-        def run(texts):
-            return embed(encoder, TokenStore(tokenizer, texts, settings["max_length"]), batch, args.batch_tokens)
-    else:
-        from sentence_transformers import SentenceTransformer
-        st = SentenceTransformer(minilm(), device=device)
-        st.max_seq_length = args.length
-
-        def run(texts):
-            return st.encode(texts, batch_size=batch, convert_to_numpy=True)
+    run = embedder(side, minilm(), args.length, batch, args.batch_tokens, device)
     run(texts[:batch])  # warm-up: allocator, kernels, caches
     if device == "cuda":
         torch.cuda.synchronize()
@@ -130,7 +112,8 @@ def one_embed_int8(side, args):
     from bench.train import minilm
     texts = embed_texts(args.work, args.docs)
     if side == "ours":
-        from common.models.encoder import embed, load_encoder
+        from common.models.inference import embed
+        from common.models.loading import load_encoder
         from common.models.quantize import quantize_int8
         from common.models.tokens import TokenStore
         encoder, tokenizer, settings = load_encoder(minilm(), max_length=args.length)
@@ -165,57 +148,22 @@ def one_embed_int8(side, args):
     return {"rate": len(texts) / seconds}
 
 
-# Encoder.embed calling the model itself (transformers' LongformerModel.forward) in place of
-# common/models/sliding_window.py: put before RUN_SCRIPT, a script's run with transformers' Longformer, the same
-# data, loss, optimizer and loop otherwise
-TRANSFORMERS_LONGFORMER = ("from common.models import sliding_window\n"
-                           "sliding_window.is_longformer = lambda transformer: False\n")
-RUN_SCRIPT = "import runpy, sys\nsys.argv = sys.argv[1:]\nrunpy.run_path(sys.argv[0], run_name='__main__')\n"
 LONG_LENGTH, LONG_WINDOW = 4096, 512  # 04 convert-long's defaults: the Longformer paper's and the thesis's
 
 
 def long_run(args):
     """The long rows' folder: all-MiniLM-L6-v2 converted by 04 convert-long (``student``), documents of at least
     LONG_LENGTH tokens (``data``) and random teacher vectors (``teach``) for 04 train."""
-    from bench.gpu import ensure_distill
     from bench.train import minilm
     return ensure_distill(os.path.join(args.work, "long"), minilm(),
                           {"distill_docs": 16, "distill_length": LONG_LENGTH, "distill_window": LONG_WINDOW, "pv": 100})
-
-
-def long_texts(work, n):
-    """``n`` documents of mixed length: document i joins 2^(i mod 6) consecutive abstracts of the arXiv sample."""
-    from bench.train import ensure_arxiv
-    from common.data.documents import Documents
-    abstracts = Documents(ensure_arxiv(work)).texts
-    out, at = [], 0
-    for i in range(n):
-        parts = 2 ** (i % 6)
-        out.append(" ".join(abstracts[(at + k) % len(abstracts)] for k in range(parts)))
-        at += parts
-    return out
 
 
 def one_long_embed(side, args):
     """Documents/s of one side over ``long_texts``, tokenisation included; the vectors are saved."""
     import numpy as np
     texts = long_texts(args.work, args.long_docs)
-    student = os.path.join(long_run(args), "student")
-    if side == "ours":
-        from common.models.encoder import embed, load_encoder
-        from common.models.tokens import TokenStore
-        encoder, tokenizer, settings = load_encoder(student, max_length=LONG_LENGTH)
-
-        def run(texts):
-            return embed(encoder, TokenStore(tokenizer, texts, settings["max_length"]), args.long_batch,
-                         args.batch_tokens)
-    else:
-        from sentence_transformers import SentenceTransformer
-        st = SentenceTransformer(student, device="cpu")
-        st.max_seq_length = LONG_LENGTH
-
-        def run(texts):
-            return st.encode(texts, batch_size=args.long_batch, convert_to_numpy=True)
+    run = embedder(side, os.path.join(long_run(args), "student"), LONG_LENGTH, args.long_batch, args.batch_tokens)
     run(texts[:2])  # warm-up
     start = time.perf_counter()
     vectors = run(texts)
@@ -229,7 +177,8 @@ def one_long_short(side, args):
     all-MiniLM-L6-v2 (theirs); the vectors are saved."""
     import numpy as np
     from bench.train import minilm
-    from common.models.encoder import embed, load_encoder
+    from common.models.inference import embed
+    from common.models.loading import load_encoder
     from common.models.tokens import TokenStore
     texts = embed_texts(args.work, args.docs)
     model = os.path.join(long_run(args), "student") if side == "ours" else minilm()
@@ -263,14 +212,6 @@ def one_long_train(side, args):
     return {"rate": 1 / statistics.mean(times[args.long_warm:])}
 
 
-def cpu_flags():
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            return set(next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), []))
-    except OSError:
-        return set()
-
-
 def one_ceiling(args, n=2048, repeats=5):
     """FLOP/s of this machine now: the best of ``repeats`` timed n × n matrix products in float32, in bfloat16
     where the CPU has it natively, and of a dynamic int8 Linear of the same size (quantize_int8's kernel)."""
@@ -279,13 +220,7 @@ def one_ceiling(args, n=2048, repeats=5):
     from common.models.quantize import FullRangeLinear, full_range_ok, quantize_int8
 
     def best(fn):
-        fn()
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start)
-        return 2 * n ** 3 / min(times)
+        return best_rate(fn, 2 * n ** 3, repeats)
 
     out = {}
     for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
@@ -310,21 +245,6 @@ def one_train(side, args, objective):
     return {"rate": 1 / statistics.mean(times)}
 
 
-def train_shape(args, objective):
-    """(batch, tokens per text) of a training case."""
-    return {"triplet": (args.triplet_batch, args.triplet_length), "mnrl": (args.mnrl_batch, args.mnrl_length),
-            "mlm": (args.mlm_batch, args.mlm_length)}[objective]
-
-
-def nonembedding_parameters():
-    """N of the FLOP counts: all-MiniLM-L6-v2's parameters outside its embeddings and its pooler."""
-    from transformers import AutoModel
-    from bench.train import minilm
-    model = AutoModel.from_pretrained(minilm())
-    return sum(p.numel() for name, p in model.named_parameters()
-               if not name.startswith(("embeddings.", "pooler.")))
-
-
 def tokens_per_unit(case, args):
     """Non-padding tokens per embedded text (embed cases) or per training step (training cases), the same count
     for both sides: embedding, the texts truncated at --length; triplet, query, positive and negative documents
@@ -333,25 +253,13 @@ def tokens_per_unit(case, args):
     from transformers import AutoTokenizer
     from bench.train import ensure_data, minilm
     tokenizer = AutoTokenizer.from_pretrained(minilm())
-
-    def lengths(texts, limit):
-        return [min(len(ids), limit) for ids in tokenizer(texts, add_special_tokens=True, verbose=False)["input_ids"]]
-
     if case.startswith("embed") or case == "long-short":
-        return statistics.mean(lengths(embed_texts(args.work, args.docs), args.length))
+        return statistics.mean(token_counts(tokenizer, embed_texts(args.work, args.docs), args.length))
     if case == "long-embed":
-        return statistics.mean(lengths(long_texts(args.work, args.long_docs), LONG_LENGTH))
+        return statistics.mean(token_counts(tokenizer, long_texts(args.work, args.long_docs), LONG_LENGTH))
     if case == "long-train":
         return args.long_train_batch * LONG_LENGTH
-    objective = case
-    batch, length = train_shape(args, objective)
-    if objective == "mlm":
-        return batch * length
-    from bench.train import pair_columns, triplet_columns
-    data = ensure_data(args.work, objective)
-    columns = pair_columns(data) if objective == "mnrl" else triplet_columns(data, tokenizer.sep_token)
-    per_example = sum(statistics.mean(lengths(texts, length)) for texts in columns.values())
-    return batch * per_example
+    return step_tokens(tokenizer, case, *train_shape(args, case), lambda: ensure_data(args.work, case))
 
 
 def budget(a):
@@ -412,14 +320,11 @@ def long_quartiles(args):
 
 def measure(case, side, args):
     """One side of one case (or ``case`` "ceiling") in a fresh process; returns its JSON result."""
-    argv = [sys.executable, os.path.abspath(__file__), "--one", case, side, *args.passed]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    env = {}
     if case == "embed-int8" and side == "theirs":
         env["PYTHONPATH"] = os.pathsep.join([args.st_onnx, *filter(None, [os.environ.get("PYTHONPATH")])])
-    out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env=env)
-    if out.returncode:
-        sys.exit(f"error: {case} {side} failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_side([sys.executable, os.path.abspath(__file__), "--one", case, side, *args.passed], f"{case} {side}",
+                    env)
 
 
 def check_st_onnx(args):
@@ -430,40 +335,6 @@ def check_st_onnx(args):
                  f"    {sys.executable} -m pip install --no-deps --target {args.st_onnx} -r "
                  "bench/requirements-onnx.txt\nwith onnxruntime in this environment (pip install -r "
                  "bench/requirements.txt), or leave the case out (--only)")
-
-
-def machine(args=None):
-    import torch
-    from importlib import metadata
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    except OSError:
-        pass
-    flags = cpu_flags()
-    shown = [f for f in ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
-             if f in flags]
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
-    versions = ", ".join(f"{p} {version(p)}" for p in ("torch", "transformers", "sentence-transformers", "accelerate",
-                                                        "onnxruntime"))
-    text = (f"{cpu}, {os.cpu_count()} cores (torch threads {torch.get_num_threads()}; "
-            f"{', '.join(shown) or 'none of avx2, avx512, VNNI, bf16, AMX'}), GPU: {gpu}; "
-            f"Python {platform.python_version()}; {versions}")
-    if args is not None and os.path.isdir(args.st_onnx):
-        found = {d.metadata["Name"].lower().replace("_", "-"): d.version
-                 for d in metadata.distributions(path=[args.st_onnx])}
-        text += "; the ONNX side from --st-onnx: " + ", ".join(
-            f"{p} {found[p]}" for p in ("sentence-transformers", "transformers", "optimum-onnx") if p in found)
-    return text
-
-
-def version(package):
-    from importlib import metadata
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return "not installed"
 
 
 def gpu_section(args):
@@ -541,7 +412,7 @@ def write_results(args, cases, results, started, done, gpu=(), ceilings=(), flop
     lines = ["# Benchmarks against sentence-transformers and transformers", "",
              f"`{' '.join(['python bench/all.py', *args.passed])}`", "",
              f"Measured {started}, {done} of {args.rounds} interleaved rounds, each side a fresh process. "
-             f"Machine: {machine(args)}.", ""]
+             f"Machine: {machine(args.st_onnx)}.", ""]
     if ceilings:
         def rounds(key):
             return ", ".join(f"{c[key] / 1e9:.0f}" for c in ceilings)
@@ -653,7 +524,8 @@ def main():
         parser.error(f"--only: unknown case(s) {sorted(unknown)}; known: {', '.join(CASES)}")
     if "embed-int8" in cases:
         check_st_onnx(args)
-    n = nonembedding_parameters()
+    from bench.train import minilm
+    n = nonembedding(minilm())
     flops = {"N": n}
     for case in cases:
         tokens = tokens_per_unit(case, args)

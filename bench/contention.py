@@ -32,7 +32,7 @@ def chooser(**settings):
     """``embed`` with its thread chooser made with ``settings`` (``Threads``' own; ``fixed=True``: one candidate, the
     threads torch has, so the choice is off) and recording every timed batch's (seconds from the start of the
     ``with``, thread count, CPU-time share) into the list it yields."""
-    from common.models import encoder, threads
+    from common.models import inference, threads
     record, start = [], time.perf_counter()
     fixed = settings.pop("fixed", False)
 
@@ -46,11 +46,11 @@ def chooser(**settings):
             record.append((time.perf_counter() - start, count, cpu / seconds / count))
             super().timed(count, seconds, cpu, tokens)
 
-    encoder.Threads = Recorded
+    inference.Threads = Recorded
     try:
         yield record
     finally:
-        encoder.Threads = threads.Threads
+        inference.Threads = threads.Threads
 
 
 def recovery(args, encoder, tokenizer, texts):
@@ -58,7 +58,7 @@ def recovery(args, encoder, tokenizer, texts):
     with ``embed``'s looks at the machine's idle time and without them: when the thread count changed, and the
     total time."""
     import threading
-    from common.models.encoder import embed
+    from common.models.inference import embed
     from common.models.tokens import TokenStore
     for name, settings in (("with the idle-time looks", {}), ("without them", {"idle_clock": lambda: None})):
         busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
@@ -93,9 +93,10 @@ def main():
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import torch
     from sentence_transformers import SentenceTransformer
-    from bench.all import embed_texts
+    from bench.shared import embed_texts
     from bench.train import minilm
-    from common.models.encoder import embed, load_encoder
+    from common.models.inference import embed
+    from common.models.loading import load_encoder
     from common.models.tokens import TokenStore
     texts = embed_texts(args.work, args.docs)
     encoder, tokenizer, _ = load_encoder(minilm(), max_length=args.length, say=lambda *a: None)

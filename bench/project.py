@@ -48,7 +48,8 @@ def load(model, length):
     import torch
     from transformers import BertConfig, BertModel
     from bench.train import minilm
-    from common.models.encoder import Encoder, load_encoder
+    from common.models.encoder import Encoder
+    from common.models.loading import load_encoder
     encoder, tokenizer, settings = load_encoder(minilm(), max_length=length, say=lambda *a: None)
     if model == "bert-base":
         torch.manual_seed(0)
@@ -59,7 +60,7 @@ def load(model, length):
 
 
 def rate(encoder, tokenizer, texts, length, batch_size, batch_tokens):
-    from common.models.encoder import embed
+    from common.models.inference import embed
     from common.models.tokens import TokenStore
     embed(encoder, TokenStore(tokenizer, texts[:8], length), batch_size, batch_tokens)  # warm-up
     start = time.perf_counter()

@@ -105,7 +105,8 @@ def sentence_vectors(work):
     from bench.train import ensure_arxiv, minilm
     from common.data.documents import Documents
     from common.data.sentences import split, splitter
-    from common.models.encoder import embed, load_encoder
+    from common.models.inference import embed
+    from common.models.loading import load_encoder
     from common.models.tokens import TokenStore
     punkt = splitter()
     wiki = os.path.join(work, "wiki-full")

@@ -42,7 +42,7 @@ def main():
     from transformers import LongformerModel
 
     from common.models import sliding_window
-    from common.models.encoder import quiet_transformers
+    from common.models.loading import quiet_transformers
     with quiet_transformers():
         model = LongformerModel.from_pretrained(student(args.work, args.window)).eval()
     print(f"torch threads {torch.get_num_threads()}; window {args.window}; load average {os.getloadavg()[0]:.1f}")

@@ -50,7 +50,7 @@ READERS = {
     "teacher_ids": ["common.distill.teachers:read_vectors", "common.distill.teachers:read_lengths"],
     "npy": ["common.vectors:read_rows", "common.vectors:check_finite_rows", "common.distill.teachers:read_vectors",
             "common.distill.teachers:read_lengths"],
-    "safetensors_header": ["common.models.encoder:stored_weights", "common.io:read_json"],
+    "safetensors_header": ["common.models.loading:stored_weights", "common.io:read_json"],
     "card_front_matter": ["common.models.card:base_model", "common.models.card:declared_base_model",
                           "common.models.card:hub_name", "common.markdown:escape", "common.models.card:_data",
                           "common.models.card:_files", "common.models.card:_value"],

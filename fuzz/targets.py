@@ -334,7 +334,7 @@ def safetensors_header(data, work):
     convert-long's start model, 04's teacher, 05's models): its header and the bytes it promises. An input that
     starts as JSON is a sharded model instead: ``model.safetensors.index.json`` up to the first ``SEP``, then the
     shard ``part.safetensors`` (a safetensors file's own bytes hold ``SEP`` in its header's length)."""
-    from common.models.encoder import stored_weights
+    from common.models.loading import stored_weights
     if data[:1] == b"{":
         index, shard = _parts(data, 2)
         _write(work, "model/model.safetensors.index.json", index)

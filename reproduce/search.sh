@@ -5,13 +5,8 @@
 # computing and encyclopedic text (reproduce/pretrain.sh), so news is a new domain for it, as arXiv was for BERT. Rows:
 # BM25, the base, stage 1 alone (mlm), stage 2 alone (mnrl, from the base) and the method (mlm-mnrl); every model
 # reads 256 tokens. About 50 minutes on 2 CPU cores after reproduce/pretrain.sh.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-PY=${PY:-.venv/bin/python}
-WORK=${WORK:-work}
-BASE=${BASE:-$WORK/bert-mini/model}
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-[ -f "$BASE/config.json" ] || bash reproduce/pretrain.sh
+source "$(dirname "$0")/setup.sh" || exit 1
+need_base
 MLM=${MLM:-"--max-length 256 --epochs 1"}
 MNRL=${MNRL:-"--batch-size 32 --epochs 3"}
 

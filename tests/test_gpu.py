@@ -146,7 +146,8 @@ def test_gpu_vectors_of_05_stay_close_to_the_cpu_float32_ones(tiny_model, tiny_d
     float32 vectors of the same texts every cosine is at least 0.995 and their mean at least 0.999 (bfloat16 keeps
     8 significant bits in each product; pooling, normalising and the vectors written are float32)."""
     from common.data.documents import Documents
-    from common.models.encoder import embed, load_encoder
+    from common.models.inference import embed
+    from common.models.loading import load_encoder
     from common.models.tokens import TokenStore
     encoder, tokenizer, settings = load_encoder(tiny_model, pooling="cls", max_length=64, say=lambda *a: None)
     store = TokenStore(tokenizer, Documents(tiny_data).inputs(tokenizer.sep_token), settings["max_length"])

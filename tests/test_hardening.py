@@ -831,7 +831,7 @@ LOADING = {
 
 
 def test_a_configuration_value_of_the_wrong_type_is_one_line(tmp_path, tiny_model):
-    from common.models.encoder import load_encoder
+    from common.models.loading import load_encoder
     folder = _damaged(tmp_path, tiny_model, lambda f: (f / "config.json").write_text(json.dumps(
         {**json.loads((f / "config.json").read_text()), "hidden_size": "wide"})))
     with pytest.raises(InputError) as e:
@@ -841,7 +841,7 @@ def test_a_configuration_value_of_the_wrong_type_is_one_line(tmp_path, tiny_mode
 
 @pytest.mark.parametrize("name", list(LOADING))
 def test_a_damaged_model_is_one_line_naming_its_file(name, tmp_path, tiny_model):
-    from common.models.encoder import load_encoder
+    from common.models.loading import load_encoder
     damage, file, message = LOADING[name]
     folder = _damaged(tmp_path, tiny_model, damage)
     with pytest.raises(InputError) as e:
@@ -874,7 +874,7 @@ def test_integer_buffers_load_and_integer_weights_are_refused(tmp_path, tiny_mod
     import torch
     from safetensors.torch import load_file, save_file
 
-    from common.models.encoder import load_encoder
+    from common.models.loading import load_encoder
     folder = _damaged(tmp_path, tiny_model, lambda f: None)
     weights = load_file(folder / "model.safetensors")
     save_file({**weights, "embeddings.position_ids": torch.arange(64)[None]}, folder / "model.safetensors",

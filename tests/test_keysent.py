@@ -120,7 +120,8 @@ def test_pair_losses_equal_sentence_transformers():
 def test_base_model_query_is_the_mean_training_key_sentence_embedding(tiny_model, keysent_data):
     from common.data.keysent_splits import read_sentences
     from common.eval.keysent import KeySentenceModel
-    from common.models.encoder import embed, load_encoder
+    from common.models.inference import embed
+    from common.models.loading import load_encoder
     from common.models.tokens import TokenStore
     train = read_sentences(keysent_data / "data" / "keysent.train.jsonl")
     model = KeySentenceModel(str(tiny_model), train_articles=train)
@@ -134,7 +135,7 @@ def test_base_model_query_is_the_mean_training_key_sentence_embedding(tiny_model
 @pytest.mark.parametrize("init", ["zero", "random"])
 def test_query_token_is_added_with_its_initial_embedding(tiny_model, init):
     from common.train.objectives.pairs import add_query_token
-    from common.models.encoder import load_encoder
+    from common.models.loading import load_encoder
     encoder, tokenizer, _ = load_encoder(str(tiny_model))
     before = encoder.transformer.get_input_embeddings().weight.shape[0]
     add_query_token(encoder, tokenizer, "[QUERY]", init, seed=3)

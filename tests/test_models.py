@@ -6,7 +6,9 @@ import torch
 
 from common.train.losses import triplet_margin
 from common.models.batching import length_batches
-from common.models.encoder import Encoder, document_text, embed, load_encoder, st_config
+from common.models.encoder import Encoder, document_text
+from common.models.inference import embed
+from common.models.loading import load_encoder, st_config
 from common.models.saving import save_model
 from common.models.tokens import TokenStore
 
@@ -204,7 +206,7 @@ def test_a_model_without_a_sentence_transformers_config_takes_the_one_default_le
     """Every caller gets DEFAULT_MAX_LENGTH (128) and [CLS] where nothing else is given, with a note; a flag or the
     model's sentence-transformers config wins silently."""
     from conftest import build_tiny_model
-    from common.models.encoder import DEFAULT_MAX_LENGTH
+    from common.models.loading import DEFAULT_MAX_LENGTH
     wide = build_tiny_model(tmp_path / "wide", max_position=512)
     notes = []
     _, _, settings = load_encoder(str(wide), say=notes.append)

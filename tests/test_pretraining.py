@@ -255,7 +255,8 @@ def test_nsp_pretraining_logs_both_objectives_resumes_bit_identically_and_saves_
     assert "nsp" in card.data.tags and "{BERT}: Pre-training of Deep Bidirectional Transformers" in card.text
     assert "| `--nsp` | yes |" in card.text
     st = SentenceTransformer(str(ref / "model"), device="cpu")
-    from common.models.encoder import embed, load_encoder
+    from common.models.inference import embed
+    from common.models.loading import load_encoder
     from common.models.tokens import TokenStore
     loaded, tokenizer, _ = load_encoder(str(ref / "model"))
     texts = corpus_text(4, 5)

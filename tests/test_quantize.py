@@ -8,7 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from common.models.encoder import embed, load_encoder
+from common.models.inference import embed
+from common.models.loading import load_encoder
 from common.models.quantize import FullRangeLinear, is_quantized_linear, mean_cosine, quantize_int8
 from common.models.tokens import TokenStore
 

@@ -194,7 +194,8 @@ def _two_process_worker(rank, world, port, queries, docs, keys, model, texts, ou
     import torch.distributed as dist
     from types import SimpleNamespace
 
-    from common.models.encoder import embed_sharded, load_encoder
+    from common.models.inference import embed_sharded
+    from common.models.loading import load_encoder
     from common.models.tokens import TokenStore
     from common.train.objectives.mnrl import MNRLObjective
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
@@ -247,7 +248,8 @@ def test_mnrl_gathered_on_two_processes_has_the_gradients_of_one_process_with_th
 
 
 def test_sharded_embedding_on_two_processes_gives_the_vectors_of_one(tiny_model, two_processes):
-    from common.models.encoder import embed, load_encoder
+    from common.models.inference import embed
+    from common.models.loading import load_encoder
     from common.models.tokens import TokenStore
     encoder, tok, _ = load_encoder(str(tiny_model), pooling="mean", max_length=32)
     one = embed(encoder, TokenStore(tok, two_processes["texts"], 32), batch_size=4)
@@ -433,7 +435,8 @@ def test_mlm_trains_resumes_bit_identically_and_saves_a_masked_lm_that_sentence_
     assert set(a) == set(b) and any(k.startswith("cls.") for k in a)
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert AutoModelForMaskedLM.from_pretrained(str(ref / "model")).config.architectures == ["BertForMaskedLM"]
-    from common.models.encoder import embed, load_encoder
+    from common.models.inference import embed
+    from common.models.loading import load_encoder
     from common.models.tokens import TokenStore
     encoder, tok, settings = load_encoder(str(ref / "model"))
     assert (settings["pooling"], settings["max_length"]) == ("mean", 32)

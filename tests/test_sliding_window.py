@@ -9,7 +9,9 @@ import pytest
 import torch
 
 from common.models import sliding_window as S
-from common.models.encoder import Encoder, embed, load_encoder
+from common.models.encoder import Encoder
+from common.models.inference import embed
+from common.models.loading import load_encoder
 from common.models.tokens import TokenStore
 
 PAD = 1  # Longformer's (RoBERTa's) padding id

@@ -130,7 +130,8 @@ def test_embed_gives_the_vectors_of_one_thread_and_restores_the_thread_count(tin
     probes run); every count computes the same vectors up to the rounding of a parallel reduction, and torch's
     setting is what it was afterwards, also after an error in the middle of a round."""
     from common.models import threads
-    from common.models.encoder import embed, load_encoder
+    from common.models.inference import embed
+    from common.models.loading import load_encoder
     from common.models.tokens import TokenStore
     encoder, tokenizer, _ = load_encoder(tiny_model, pooling="mean", max_length=48)
     texts = [f"text {i} " + "word " * (i % 40) for i in range(200)]

@@ -56,7 +56,8 @@ def structural_teacher(outputs, docs, model, max_length, batch_size=32, batch_to
     map; lengths; max_length; in a ``precision`` other than float32 (``common/models/precision.py``), the mean cosine
     of its vectors to float32's, ``precision.agreement``, else None); lengths count every token, special tokens
     excluded."""
-    from common.models.encoder import default_device, embed, load_encoder
+    from common.models.inference import default_device, embed
+    from common.models.loading import load_encoder
     from common.models.tokens import TokenStore
     encoder, tokenizer, settings = load_encoder(model, pooling="mean", normalize=False, max_length=max_length)
     encoder.to(default_device())
@@ -95,7 +96,7 @@ def project_rows(vectors, axes, out, chunk=65_536):
 def teacher_width(model):
     """The structural teacher's width (its hidden size: it is mean-pooled), read from its config alone."""
     from transformers import AutoConfig
-    from common.models.encoder import load_pretrained, model_file
+    from common.models.loading import load_pretrained, model_file
     if model_file(model, "config.json") is None:
         raise InputError(f"{model}: no such model folder, nor a model of that name in the local Hugging Face cache")
     return load_pretrained(AutoConfig, model).hidden_size

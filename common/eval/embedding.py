@@ -43,7 +43,8 @@ def load_model(path, name, how, say=print):
 
 
 def _load_float32(path, name, how, say):
-    from common.models.encoder import default_device, load_encoder
+    from common.models.inference import default_device
+    from common.models.loading import load_encoder
     normalize = how.normalize.get(name)
     encoder, tokenizer, settings = load_encoder(path, pooling=how.pooling.get(name), max_length=how.max_length,
                                                 normalize=None if normalize is None else normalize == "yes", say=say)
@@ -68,7 +69,7 @@ def embed_corpus(path, name, data_dir, docs, how, outputs=None, collect=True, sa
     the vectors are written row by row into its memory-mapped NAME.npy (and NAME.ids.txt beside it) and checked
     finite; with ``collect=False`` (a helping process) no vectors are kept (None). In a precision other than
     float32, the mean cosine of the first documents' vectors to float32's is said and kept in the settings."""
-    from common.models.encoder import embed_sharded
+    from common.models.inference import embed_sharded
     from common.models.precision import AGREEMENT_SAMPLE, agreement, encoder_for
     from common.models.tokens import TokenStore
     float32, tokenizer, settings = _load_float32(path, name, how, say)
@@ -89,7 +90,7 @@ def embed_corpus(path, name, data_dir, docs, how, outputs=None, collect=True, sa
 
 
 def embed_queries(encoder, tokenizer, settings, texts, how):
-    from common.models.encoder import embed
+    from common.models.inference import embed
     from common.models.tokens import TokenStore
     return embed(encoder, TokenStore(tokenizer, texts, settings["max_length"]), how.batch_size, how.batch_tokens)
 

@@ -9,7 +9,8 @@ from common.io import InputError
 from common.data.keysent_splits import read_sentences
 from common.eval import uncertainty
 from common.eval.metrics import average_r_precision, r_precision
-from common.models.encoder import default_device, embed, load_encoder
+from common.models.inference import default_device, embed
+from common.models.loading import load_encoder
 from common.models.saving import read_run_info
 from common.models.tokens import TokenStore
 from common.data.sentences import clean, split, splitter

@@ -20,7 +20,7 @@ CONVERTIBLE = ("bert", "roberta", "xlm-roberta", "camembert")
 def check_convertible(source):
     """Refuse, from its config alone, a model that is missing or whose architecture the recipe cannot map."""
     from transformers import AutoConfig
-    from common.models.encoder import check_model_json, load_errors
+    from common.models.loading import check_model_json, load_errors
     if os.path.isdir(source):
         check_model_json(source)
     try:
@@ -35,7 +35,7 @@ def check_convertible(source):
 def convert_to_longformer(source, max_length=4096, window=512):
     """(LongformerModel, tokenizer) built from the model folder or hub name ``source``."""
     from transformers import AutoModel, AutoTokenizer, LongformerConfig, LongformerModel
-    from common.models.encoder import load_pretrained, load_weights
+    from common.models.loading import load_pretrained, load_weights
     tokenizer = load_pretrained(AutoTokenizer, source)
     short, _ = load_weights(AutoModel, source)
     cfg = short.config

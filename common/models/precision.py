@@ -74,7 +74,7 @@ def encoder_for(encoder, precision):
 def agreement(encoder, vectors, store, batch_size=64, batch_tokens=None, sample=AGREEMENT_SAMPLE):
     """The mean cosine between ``vectors`` (of ``store``'s texts in order, made in a lower precision) and the
     float32 ``encoder``'s vectors of the same texts, over the first ``sample`` texts."""
-    from common.models.encoder import embed
+    from common.models.inference import embed
     from common.models.quantize import mean_cosine
     rows = range(min(len(store), sample))
     return mean_cosine(vectors[:len(rows)], embed(encoder, store, batch_size, batch_tokens, rows=rows))

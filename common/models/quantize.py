@@ -1,7 +1,7 @@
 """int8 embedding on a CPU: a copy of an encoder whose ``nn.Linear`` layers are dynamically quantised, and how far
 its vectors are from the float32 model's.
 
-``quantize_int8(encoder)`` (an ``Encoder`` from ``encoder.load_encoder``) returns a new encoder; the one given is
+``quantize_int8(encoder)`` (an ``Encoder`` from ``loading.load_encoder``) returns a new encoder; the one given is
 left as it was, so nothing is quantised unless a command asks for it. Every ``nn.Linear`` (attention projections,
 feed-forward layers, BERT's unused pooler) becomes PyTorch's ``DynamicQuantizedLinear``: int8 weights with one
 symmetric scale per output row, activations quantised to uint8 per tensor at run time, int8 matrix products,
@@ -16,7 +16,7 @@ all-MiniLM-L6-v2 (300 arXiv abstracts at 256 tokens, mean cosine to float32): on
 activations (``quantize_dynamic``'s defaults) 0.917; one scale per row, 7 bits 0.980; one scale per row, 8 bits
 0.994. Most of the loss is in the feed-forward output layer, whose input (GELU's output) has a long tail.
 
-The copy runs through ``encoder.embed`` unchanged: on a CPU ``embed`` takes the padded path (``Encoder.embed``,
+The copy runs through ``inference.embed`` unchanged: on a CPU ``embed`` takes the padded path (``Encoder.embed``,
 transformers' SDPA attention), which calls each Linear as a module and reads no weight of it, and
 ``next(encoder.parameters())``, which ``embed`` uses to find the device, is the word embedding's float32 weight.
 The packed path CPU training takes (``Encoder.forward`` on a model prepared by ``attention.fast_dropout``) also

@@ -57,7 +57,7 @@ def save_model_files(outputs, encoder, tokenizer, max_length, info=None, extra=N
 
 
 def _save(encoder, tokenizer, tmp, max_length, info, extra, card):
-    from common.models.encoder import quiet_transformers
+    from common.models.loading import quiet_transformers
     with quiet_transformers(warnings=True):  # no progress bar for each file written
         encoder.transformer.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)

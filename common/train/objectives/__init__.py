@@ -116,7 +116,7 @@ class Objective:
             accelerator.register_save_state_pre_hook(drop_tied_copies)
 
     def build(self):
-        from common.models.encoder import load_encoder
+        from common.models.loading import load_encoder
         args = self.args
         self.encoder, self.tokenizer, self.settings = load_encoder(
             args.model, pooling=args.pooling, normalize=args.normalize, max_length=args.max_length, say=self.say)

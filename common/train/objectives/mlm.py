@@ -47,7 +47,8 @@ from common import cli
 from common.data.documents import Documents
 from common.data.retrieval import read_split_ids
 from common.io import InputError, read_json
-from common.models.encoder import Encoder, check_model_json, load_errors, load_pretrained, load_weights
+from common.models.encoder import Encoder
+from common.models.loading import check_model_json, load_errors, load_pretrained, load_weights
 from common.train import losses, nsp
 from common.train.objectives import Objective
 

@@ -222,7 +222,7 @@ class MNRLObjective(Objective):
         """Validation titles against the whole corpus, exact cosine search; the corpus is embedded in one shard
         per process."""
         from common.eval.retrieval import dense_retrieval
-        from common.models.encoder import embed, embed_sharded
+        from common.models.inference import embed, embed_sharded
         if not len(self.val_queries):
             return {}
         encoder = self.encoder_of(accelerator.unwrap_model(model))
