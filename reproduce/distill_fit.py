@@ -29,7 +29,8 @@ from common import cli, io  # noqa: E402
 from common.data.documents import Documents  # noqa: E402
 from common.distill import teachers  # noqa: E402
 from common.io import InputError, field  # noqa: E402
-from common.models.encoder import embed, load_encoder  # noqa: E402
+from common.models.inference import embed  # noqa: E402
+from common.models.loading import load_encoder  # noqa: E402
 from common.models.tokens import TokenStore  # noqa: E402
 
 
