@@ -2,17 +2,19 @@
 target (the teacher's vector that ``04_distill.py train`` fits it to) on the documents it was trained on and on
 held-out documents of the same corpus, after every epoch, as a table and a figure.
 
-    python reproduce/distill_fit.py --teachers work/teach --train work/fit/train-data \\
-        --heldout work/fit/heldout-data --run plain-mse=work/fit/plain-mse --run only-mse=work/fit/only-mse \\
-        --max-length 256 --figure work/fit/fit.png
+    python reproduce/distill_fit.py --train work/fit/train-data --teachers work/fit/teach \\
+        --heldout work/fit/heldout-data --heldout-teachers work/fit/teach-heldout \\
+        --run plain-mse=work/fit/plain-mse --run only-mse=work/fit/only-mse --max-length 256 --figure work/fit/fit.png
 
-Each ``--run NAME=RUN`` is a ``04_distill.py train`` run folder trained on ``--train`` with ``--save-epochs``:
-its start model (step 0, the ``--model`` its manifest names) and each ``RUN/epoch_K`` are embedded with their own
-pooling (the student's sentence-transformers config) at ``--max-length``, and compared with the teacher's vectors
-of the same documents (``TEACH/sbert.npy``, looked up by document id, so both data directories must be parts of the
-corpus the teachers were computed on). Where the training documents' cosine stays under ``--goal``, the last three
-epochs' cosines are extrapolated linearly in log(steps) to where they would reach it: a projection, not a
-measurement.
+Each ``--run NAME=RUN`` is a ``04_distill.py train`` run folder trained on ``--train`` from ``--teachers`` with
+``--save-epochs``: its start model (step 0, the ``--model`` its manifest names) and each ``RUN/epoch_K`` are
+embedded with their own pooling (the student's sentence-transformers config) at ``--max-length``. On the training
+documents the target is ``TEACHERS/sbert.npy``, what the student was fitted to. On the held-out documents it is the
+structural teacher's full-width vectors of those documents (``04 teachers`` run on ``--heldout``:
+``HELDOUT_TEACHERS/sbert_full.npy``) projected onto the axes ``--teachers`` projected onto (refitted from
+``TEACHERS/sbert_full.npy`` with the seed and width its manifest records, the same PCA call), so that both targets
+lie in the same space. Where the training documents' cosine stays under ``--goal``, the last three epochs' cosines
+are extrapolated linearly in log(steps) to where they would reach it: a projection, not a measurement.
 """
 
 import argparse
@@ -32,6 +34,7 @@ from common.io import InputError, field  # noqa: E402
 from common.models.inference import embed  # noqa: E402
 from common.models.loading import load_encoder  # noqa: E402
 from common.models.tokens import TokenStore  # noqa: E402
+from common.vectors import load_npy, read_rows  # noqa: E402
 
 
 def mean_cosine(a, b):
@@ -39,6 +42,26 @@ def mean_cosine(a, b):
     a = a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)
     b = b / np.maximum(np.linalg.norm(b, axis=1, keepdims=True), 1e-12)
     return float((a * b).sum(axis=1).mean())
+
+
+def heldout_target(teach, heldout_teach, ids):
+    """The held-out documents' full-width teacher vectors projected onto ``teach``'s axes (``[N, dim]``; the full
+    width where ``teach`` kept it)."""
+    path = os.path.join(teach, "manifest.json")
+    manifest = io.read_manifest(teach)
+    if not manifest:
+        raise InputError(f"{path}: no such file; give 04_distill.py teachers' folder as --teachers")
+    full = np.asarray(read_rows(heldout_teach, f"{teachers.STRUCTURAL}_full", ids), dtype=np.float64)
+    dim = field(manifest, path, "counts", kind=dict).get("teacher_dim")
+    if dim is None:
+        return full
+    train_full = load_npy(os.path.join(teach, f"{teachers.STRUCTURAL}_full.npy"))
+    if (not isinstance(dim, int) or isinstance(dim, bool) or train_full.ndim != 2
+            or full.shape[1] != train_full.shape[1]):
+        raise InputError(f"{heldout_teach}: its teacher's width {full.shape[1]} is not {teach}'s, or {path}'s "
+                         f"teacher_dim {dim!r} is not a width")
+    axes, _ = teachers.principal_axes(train_full, dim, field(manifest, path, "seed", kind=int))
+    return full @ axes.T.astype(np.float64)
 
 
 def checkpoints(run):
@@ -108,9 +131,10 @@ def figure(curves, path):
 
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--teachers", required=True, help="04_distill.py teachers' folder the runs were trained from")
     p.add_argument("--train", required=True, help="the data directory the runs were trained on")
+    p.add_argument("--teachers", required=True, help="04_distill.py teachers' folder the runs were trained from")
     p.add_argument("--heldout", required=True, help="a data directory of other documents of the same corpus")
+    p.add_argument("--heldout-teachers", required=True, help="04_distill.py teachers' folder of --heldout")
     p.add_argument("--run", action="extend", nargs="+", required=True, metavar="NAME=RUN")
     p.add_argument("--max-length", type=cli.number(int, cli.LENGTH), default=256)
     p.add_argument("--batch-size", type=cli.number(int, cli.COUNT), default=32)
@@ -118,10 +142,9 @@ def main(argv):
     p.add_argument("--figure", help="where to draw the curves (PNG)")
     args = p.parse_args(argv)
     runs = cli.named(args.run, "--run", "a run folder")
-    parts = {}
-    for name, data in (("train", args.train), ("heldout", args.heldout)):
-        docs = Documents(data)
-        parts[name] = (docs, teachers.read_vectors(args.teachers, teachers.STRUCTURAL, docs.ids))
+    train, heldout = Documents(args.train), Documents(args.heldout)
+    parts = {"train": (train, teachers.read_vectors(args.teachers, teachers.STRUCTURAL, train.ids)),
+             "heldout": (heldout, heldout_target(args.teachers, args.heldout_teachers, heldout.ids))}
     overlap = set(parts["train"][0].ids) & set(parts["heldout"][0].ids)
     if overlap:
         raise InputError(f"--heldout {args.heldout}: {len(overlap)} of its documents are in --train")
