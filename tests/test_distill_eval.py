@@ -174,3 +174,87 @@ def test_distill_probe_refits_the_teachers_axes_and_scores_each_step_to_the_stud
     projected = teachers.project_rows(full, axes, out.view(Flushing))
     refitted, _, _ = probe.teacher_axes(str(teach))
     assert np.array_equal(full @ refitted.T, projected)
+
+
+def test_distill_fit_gives_each_epochs_cosine_to_the_target_on_training_and_held_out_documents(tiny_model, tmp_path,
+                                                                                                  capsys):
+    """reproduce/distill_fit.py: each saved epoch's mean cosine to the target, the student embedded as transformers
+    computes it ([CLS], the tiny model has no sentence-transformers config), the held-out target being that
+    documents' full teacher vectors projected onto the training teachers' PCA axes."""
+    import importlib.util
+    import shutil
+    import numpy as np
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+    from common.distill import teachers
+    spec = importlib.util.spec_from_file_location("distill_fit", os.path.join(ROOT, "reproduce", "distill_fit.py"))
+    fit = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fit)
+    rng = np.random.default_rng(3)
+    words = "alpha beta gamma delta tiede taide maa".split()
+    full = {}
+    for part, n in (("train", 40), ("heldout", 9)):
+        data, teach = tmp_path / f"{part}-data", tmp_path / f"{part}-teach"
+        data.mkdir()
+        teach.mkdir()
+        ids = [f"{part}{i}" for i in range(n)]
+        (data / "docs.jsonl").write_text("".join(json.dumps({"id": i, "title": i, "text": " ".join(
+            rng.choice(words, 12))}) + "\n" for i in ids))
+        full[part] = (rng.normal(size=(n, 40)) * np.linspace(3, 0.2, 40)).astype(np.float32)
+        np.save(teach / "sbert_full.npy", full[part])
+        (teach / "sbert_full.ids.txt").write_text("".join(i + "\n" for i in ids))
+    axes, _ = teachers.principal_axes(full["train"], 32, 7)
+    np.save(tmp_path / "train-teach" / "sbert.npy", full["train"] @ axes.T)
+    (tmp_path / "train-teach" / "sbert.ids.txt").write_text("".join(f"train{i}\n" for i in range(40)))
+    (tmp_path / "train-teach" / "manifest.json").write_text(json.dumps({"seed": 7, "counts": {"teacher_dim": 32}}))
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "manifest.json").write_text(json.dumps({"args": {"epochs": 2, "model": str(tiny_model)},
+                                                   "counts": {"steps": 10}}))
+    shutil.copytree(tiny_model, run / "epoch_1")
+    model = AutoModel.from_pretrained(str(tiny_model))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(0.8)
+    model.save_pretrained(str(run / "epoch_2"))
+    AutoTokenizer.from_pretrained(str(tiny_model)).save_pretrained(str(run / "epoch_2"))
+    fit.main(["--train", str(tmp_path / "train-data"), "--teachers", str(tmp_path / "train-teach"),
+              "--heldout", str(tmp_path / "heldout-data"), "--heldout-teachers", str(tmp_path / "heldout-teach"),
+              "--run", f"s={run}", "--max-length", "24", "--goal", "0.99"])
+    lines = capsys.readouterr().out.splitlines()
+
+    def cosine(folder, part, target):
+        tokenizer, encoder = AutoTokenizer.from_pretrained(str(folder)), AutoModel.from_pretrained(str(folder)).eval()
+        docs = [json.loads(line) for line in open(tmp_path / f"{part}-data" / "docs.jsonl")]
+        batch = tokenizer([f"{d['title']}[SEP]{d['text']}" for d in docs], truncation=True, max_length=24,
+                          padding=True, return_tensors="pt")
+        with torch.no_grad():
+            y = encoder(**batch).last_hidden_state[:, 0].double().numpy()
+        t = np.asarray(target, dtype=np.float64)
+        return np.mean((y * t).sum(1) / np.linalg.norm(y, axis=1) / np.linalg.norm(t, axis=1))
+
+    assert lines[:2] == ["| run | epoch | steps | cosine, 40 training documents | cosine, 9 held-out documents |",
+                         "|---|---:|---:|---:|---:|"]
+    targets = {"train": np.load(tmp_path / "train-teach" / "sbert.npy"),
+               "heldout": full["heldout"].astype(np.float64) @ axes.T.astype(np.float64)}
+    for line, (epoch, step, folder) in zip(lines[2:5], ((0, 0, tiny_model), (1, 5, run / "epoch_1"),
+                                                        (2, 10, run / "epoch_2"))):
+        assert line == (f"| s | {epoch} | {step:,} | {cosine(folder, 'train', targets['train']):.3f} | "
+                        f"{cosine(folder, 'heldout', targets['heldout']):.3f} |")
+    assert lines[5].startswith("s: the training documents' cosine reaches ")
+    # held-out documents that are training documents are refused
+    with pytest.raises(io.InputError, match="are in --train"):
+        fit.main(["--train", str(tmp_path / "train-data"), "--teachers", str(tmp_path / "train-teach"),
+                  "--heldout", str(tmp_path / "train-data"), "--heldout-teachers", str(tmp_path / "train-teach"),
+                  "--run", f"s={run}"])
+
+
+def test_distill_fit_projects_the_steps_to_the_goal_linearly_in_log_steps():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("distill_fit", os.path.join(ROOT, "reproduce", "distill_fit.py"))
+    fit = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fit)
+    # cosine = 0.1 + 0.2 * log10(steps) over the last three epochs: 0.9 at 10 ** 4
+    rows = [(0, 0.0), (10, 0.3), (100, 0.5), (1000, 0.7)]
+    assert fit.projection(rows, 0.9) == pytest.approx(10_000)
+    assert fit.projection([(0, 0.0), (10, 0.5), (100, 0.4)], 0.9) is None
