@@ -48,12 +48,12 @@ def add_wiki_arguments(p):
                         "article, the prose of every section (for long-document students, Burian 2023)")
     p.add_argument("--links", choices=("lead", "all"), default="lead",
                    help="cross-references: links in the lead text (thesis) or in the whole article")
-    p.add_argument("--min-chars", type=int, default=90,
+    p.add_argument("--min-chars", type=cli.number(int, cli.COUNT_0), default=90,
                    help="drop articles whose cleaned text is shorter (thesis code)")
     p.add_argument("--topic-root", default=topic_labels.FINNISH_ROOT,
                    help="category whose sub-categories are the 'top' labels and theirs the 'second' labels; "
                         "the default is the Finnish general classification the thesis used")
-    p.add_argument("--topic-depth", type=int, default=None, metavar="N",
+    p.add_argument("--topic-depth", type=cli.number(int, cli.between(0, 1000)), default=None, metavar="N",
                    help="an article takes a topic's label only if one of its categories is the topic's category "
                         "or at most N levels below it (default: no limit). The thesis labels 3,555 articles "
                         "under 10 top-level and 76 second-level topics, about 47 per second-level topic: far "
@@ -67,7 +67,7 @@ def add_wiki_arguments(p):
                    help="comma-separated title endings that mark disambiguation pages")
     p.add_argument("--disambiguation-templates", default=",".join(DISAMBIGUATION_TEMPLATES),
                    help="comma-separated template names that mark disambiguation pages")
-    p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1),
+    p.add_argument("--workers", type=cli.number(int, cli.WORKERS), default=max(1, (os.cpu_count() or 2) - 1),
                    help="parser processes besides the reading one (0: parse in the reading process); "
                         "the default is the number of CPUs less one")
 
@@ -119,12 +119,11 @@ def add_csv_arguments(p):
 
 
 def add_min_chars(p):
-    p.add_argument("--min-chars", type=int, default=90,
+    p.add_argument("--min-chars", type=cli.number(int, cli.COUNT_0), default=90,
                    help="drop documents whose cleaned text is shorter (as 01 wiki drops short leads)")
 
 
 def run_wiki(args):
-    cli.check(args, {"--min-chars": cli.COUNT_0, "--topic-depth": cli.between(0, 1000), "--workers": cli.WORKERS})
     started = io.now()
     with folders.Outputs(args.out, __file__, overwrite=args.overwrite) as outputs:
         settings = WikiSettings(**{f.name: getattr(args, f.name) for f in fields(WikiSettings)})
@@ -177,7 +176,6 @@ def run_arxiv(args):
 def run_corpus(args):
     """dictd, rst, folder, csv: one reader each, the same output and summary."""
     from common.data import dictd, plaintext, rst
-    cli.check(args, {"--min-chars": cli.COUNT_0})
     inputs = [args.input]
     if args.command == "dictd":
         index = args.input + ".index"

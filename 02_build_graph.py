@@ -31,7 +31,7 @@ import numpy as np
 
 from common import cli, folders, io
 from common.data import graph, triplets
-from common.data.splits import TOPIC_LIMITS, add_topic_arguments, parse_caps, refuse_empty_splits, write_topics
+from common.data.splits import add_topic_arguments, parse_caps, refuse_empty_splits, write_topics
 
 
 def add_links_arguments(parser):
@@ -39,23 +39,25 @@ def add_links_arguments(parser):
                         help="articles.jsonl from 01_extract.py (docs/contract.md)")
     cli.add_max_line(parser)
     parser.add_argument("--out", required=True, help="data directory to write")
-    parser.add_argument("--seed", type=int, default=42, help="seed for splits and sampling")
-    parser.add_argument("--holdout", type=float, default=0.2,
+    parser.add_argument("--seed", type=cli.number(int, cli.SEED), default=42, help="seed for splits and sampling")
+    parser.add_argument("--holdout", type=cli.number(float, cli.SHARE), default=0.2,
                         help="share of queries held out, from which the cross-reference queries are drawn (the "
                              "thesis states no share; 0.2 is this project's choice)")
-    parser.add_argument("--val", type=float, default=0.1, help="share of the remaining queries for validation")
-    parser.add_argument("--train-queries", type=int, default=0,
+    parser.add_argument("--val", type=cli.number(float, cli.SHARE), default=0.1,
+                        help="share of the remaining queries for validation")
+    parser.add_argument("--train-queries", type=cli.number(int, cli.COUNT_0), default=0,
                         help="at most this many training queries, a seeded sample of them (0 = all); the evaluation "
                              "documents and validation triplets stay as without it (for ablations on a budget)")
-    parser.add_argument("--per-query", type=int, default=5, help="triplets per query (SPECTER)")
-    parser.add_argument("--hard", type=int, default=2,
+    parser.add_argument("--per-query", type=cli.number(int, cli.COUNT), default=5, help="triplets per query (SPECTER)")
+    parser.add_argument("--hard", type=cli.number(int, cli.COUNT_0), default=2,
                         help="of those, how many take a two-hop hard negative (SPECTER); the rest are easy")
-    parser.add_argument("--crossref-queries", type=int, default=1000,
+    parser.add_argument("--crossref-queries", type=cli.number(int, cli.COUNT_0), default=1000,
                         help="at most this many held-out queries in crossref.qrels (SciDocs)")
-    parser.add_argument("--crossref-min-links", type=int, default=5,
+    parser.add_argument("--crossref-min-links", type=cli.number(int, cli.COUNT), default=5,
                         help="a crossref query needs at least this many links (SciDocs)")
-    parser.add_argument("--crossref-positives", type=int, default=5, help="linked candidates per query (SciDocs)")
-    parser.add_argument("--crossref-negatives", type=int, default=25,
+    parser.add_argument("--crossref-positives", type=cli.number(int, cli.COUNT), default=5,
+                        help="linked candidates per query (SciDocs)")
+    parser.add_argument("--crossref-negatives", type=cli.number(int, cli.COUNT_0), default=25,
                         help="random unlinked candidates per query (SciDocs)")
     add_topic_arguments(parser)
     parser.add_argument("--eval-docs", choices=("heldout", "test", "shared"), default="heldout",
@@ -68,13 +70,7 @@ def add_links_arguments(parser):
                              "(tens of GB for a full Wikipedia; graph.npz holds the same graph)")
 
 
-LINKS_LIMITS = {"--holdout": cli.SHARE, "--val": cli.SHARE, "--per-query": cli.COUNT, "--hard": cli.COUNT_0,
-                "--train-queries": cli.COUNT_0, "--crossref-queries": cli.COUNT_0, "--crossref-min-links": cli.COUNT,
-                "--crossref-positives": cli.COUNT, "--crossref-negatives": cli.COUNT_0, **TOPIC_LIMITS}
-
-
 def run_graph(args):
-    cli.check(args, LINKS_LIMITS)
     parse_caps(args.topic_cap)
     if args.hard > args.per_query:
         raise io.InputError(f"--hard {args.hard} exceeds --per-query {args.per_query}")
@@ -99,15 +95,15 @@ def add_sentences_arguments(p):
     p.add_argument("--sentences", required=True, type=cli.reads, help="sentences.jsonl from 01_extract.py sentences")
     cli.add_max_line(p)
     p.add_argument("--out", required=True, help="data directory to write")
-    p.add_argument("--test", type=float, default=0.2, help="share of articles held out for testing (thesis)")
-    p.add_argument("--val", type=float, default=0.25,
+    p.add_argument("--test", type=cli.number(float, cli.SHARE), default=0.2,
+                   help="share of articles held out for testing (thesis)")
+    p.add_argument("--val", type=cli.number(float, cli.SHARE), default=0.25,
                    help="share of the remaining articles for validation (thesis: 75/25, but by article)")
-    p.add_argument("--seed", type=int, default=42, help="seed of the split")
+    p.add_argument("--seed", type=cli.number(int, cli.SEED), default=42, help="seed of the split")
 
 
 def run_sentences(args):
     from common.data import keysent_splits
-    cli.check(args, {"--test": cli.SHARE, "--val": cli.SHARE, "--seed": cli.SEED})
     started = io.now()
     counts = collections.Counter()
     articles = keysent_splits.read_sentences(args.sentences)
@@ -128,19 +124,20 @@ def add_retrieval_arguments(p):
                    help="articles.jsonl from 01_extract.py (e.g. 01_extract.py arxiv)")
     cli.add_max_line(p)
     p.add_argument("--out", required=True, help="data directory to write")
-    p.add_argument("--test", type=float, default=0.1, help="share of papers whose title is a test query")
-    p.add_argument("--val", type=float, default=0.1,
+    p.add_argument("--test", type=cli.number(float, cli.SHARE), default=0.1,
+                   help="share of papers whose title is a test query")
+    p.add_argument("--val", type=cli.number(float, cli.SHARE), default=0.1,
                    help="share of papers whose title is a validation query (model selection)")
     p.add_argument("--pairs", default=None, type=cli.reads,
                    help='JSONL of {"query": text, "doc": id} to use instead of titles (each pair goes to its '
                         "document's split)")
-    p.add_argument("--seed", type=int, default=42, help="seed of the split and the topic sampling")
+    p.add_argument("--seed", type=cli.number(int, cli.SEED), default=42,
+                   help="seed of the split and the topic sampling")
     add_topic_arguments(p)
 
 
 def run_retrieval(args):
     from common.data import retrieval
-    cli.check(args, {"--test": cli.SHARE, "--val": cli.SHARE, **TOPIC_LIMITS})
     if args.test + args.val >= 1:
         raise io.InputError(f"--test {args.test} and --val {args.val}: both are shares of all papers and must leave "
                             "some for training (sum below 1)")
@@ -200,15 +197,14 @@ def run_corpus(args):
 
 def add_testsets_arguments(p):
     p.add_argument("--out", required=True, help="folder for the data directories lee/ and newsgroups/")
-    p.add_argument("--lee-threshold", type=float, default=0.5,
+    p.add_argument("--lee-threshold", type=cli.number(float, cli.SHARE), default=0.5,
                    help="a Lee pair rated at least this (ratings in [0, 1]) is a similarity target for MAP/MRR")
-    p.add_argument("--seed", type=int, default=42, help="seed of the newsgroups train/test split")
+    p.add_argument("--seed", type=cli.number(int, cli.SEED), default=42, help="seed of the newsgroups train/test split")
 
 
 def run_testsets(args):
     """Both data directories inside --out, a folder of this command's own, committed only when both are built."""
     from common.data import testsets
-    cli.check(args, {"--lee-threshold": cli.SHARE, "--seed": cli.SEED})
     started = io.now()
     parts = {"lee": lambda out: testsets.lee(out, args.lee_threshold),
              "newsgroups": lambda out: testsets.newsgroups(out, args.seed)}

@@ -36,7 +36,7 @@ from common import cli, folders, io
 from common.eval import ann, documents, embedding, report, retrieval, uncertainty
 from common.eval.embedding import Embedding
 from common.io import InputError
-from common.models.batching import BATCH_LIMITS, add_batch_arguments
+from common.models.batching import add_batch_arguments
 from common.models.precision import add_precision_arguments, check_here
 
 TASKS = ("crossref", "topics", "lexical", "keysent", "classify", "similarity", "retrieval", "bm25")
@@ -59,21 +59,21 @@ def add_evaluate_arguments(p):
     p.add_argument("--normalize", action="append", default=[], metavar="[NAME=]yes|no",
                    help="L2-normalise every model's vectors or not, or NAME=… one model's (repeatable; default: as its "
                         "sentence-transformers config says)")
-    p.add_argument("--max-length", type=int, default=None,
+    p.add_argument("--max-length", type=cli.number(int, cli.LENGTH), default=None,
                    help="tokens per document for every model (default: each model's own setting, else 128)")
     add_batch_arguments(p, 64, "documents")
     add_precision_arguments(p, "every model")
     p.add_argument("--language", default=None,
                    help="Snowball stemmer language for the lexical baseline (default: the dump's language)")
-    p.add_argument("--seed", type=int, default=42, help="seed of the classifier and t-SNE")
-    p.add_argument("--head-epochs", type=int, default=10,
+    p.add_argument("--seed", type=cli.number(int, cli.SEED), default=42, help="seed of the classifier and t-SNE")
+    p.add_argument("--head-epochs", type=cli.number(int, cli.COUNT), default=10,
                    help="classify: epochs of the MLP head (Burian 2023; small splits need more)")
-    p.add_argument("--resamples", type=int, default=1000,
+    p.add_argument("--resamples", type=cli.number(int, cli.COUNT_0), default=1000,
                    help="each figure's 95 %% interval: percentile bootstrap over the task's queries, test documents, "
                         "articles or rated pairs, this many resamples drawn from --seed (1,000, ranx's number of "
                         "permutations; scipy.stats.bootstrap takes 9,999, steadier ends at 10 times the cost); also "
                         "--compare's random swaps where its units are more than 16; 0: no bootstrap")
-    p.add_argument("--resplits", type=int, default=10,
+    p.add_argument("--resplits", type=cli.number(int, cli.COUNT_0), default=10,
                    help="topics: stratified re-splits of the topic documents at the protocol's test share, each "
                         "classified as the protocol's split is; the interval of F1 and accuracy spans the "
                         "protocol's split and these (the protocol's stays the figure); 0: none")
@@ -97,8 +97,6 @@ def _check_names(args):
 
 
 def run_evaluate(args):
-    cli.check(args, {"--max-length": cli.LENGTH, "--head-epochs": cli.COUNT, "--seed": cli.SEED,
-                     "--resamples": cli.COUNT_0, "--resplits": cli.COUNT_0, **BATCH_LIMITS})
     _check_names(args)
     if not os.path.isdir(args.data):
         raise InputError(f"{args.data}: no such data directory")
@@ -173,8 +171,9 @@ def add_extract_arguments(p):
     p.add_argument("--input", required=True, type=cli.reads, help="JSONL of {id, text} (HTML and LaTeX are cleaned)")
     cli.add_max_line(p)
     p.add_argument("--out", required=True, help="JSONL to write: {id, key_sentences: [{text, score, start, end}]}")
-    p.add_argument("--top", type=int, default=1, help="sentences per article, best first")
-    p.add_argument("--threshold", type=float, default=None, help="keep only sentences scoring at least this")
+    p.add_argument("--top", type=cli.number(int, cli.COUNT), default=1, help="sentences per article, best first")
+    p.add_argument("--threshold", type=cli.number(float, cli.between(-1, 1)), default=None,
+                   help="keep only sentences scoring at least this")
     p.add_argument("--query", default=None, help="query text, for a model that was not fine-tuned here")
     p.add_argument("--splitter", choices=("punkt", "punkt-english"), default="punkt",
                    help="sentence splitter (untrained Punkt, as in training)")
@@ -183,7 +182,6 @@ def add_extract_arguments(p):
 
 def run_extract(args):
     from common.eval.keysent import KeySentenceModel, key_sentences, read_articles
-    cli.check(args, {"--top": cli.COUNT, "--threshold": cli.between(-1, 1), **BATCH_LIMITS})
     if os.path.isdir(args.out):
         raise InputError(f"{args.out}: is a directory; --out names the JSONL file to write")
     if os.path.lexists(args.out) and not args.overwrite:
@@ -212,21 +210,21 @@ def add_search_arguments(p):
     p.add_argument("--index", default=None, type=cli.reads,
                    help="evaluation directory from 05_evaluate.py holding this model's vectors of the same documents")
     p.add_argument("--queries", default=None, type=cli.reads, help="text file, one query per line")
-    p.add_argument("--top", type=int, default=10, help="documents per query")
+    p.add_argument("--top", type=cli.number(int, cli.COUNT), default=10, help="documents per query")
     p.add_argument("--index-type", choices=("exact", *ann.KINDS), default="exact",
                    help="exact: every document scored (the reference); flat or hnsw: a faiss index (faiss-cpu) "
                         "built beside --index's vectors on first use; hnsw is approximate and fast past a million "
                         "documents")
     p.add_argument("--pooling", choices=("cls", "mean"), default=None,
                    help="pooling (default: the model's sentence-transformers config, else cls)")
-    p.add_argument("--max-length", type=int, default=None, help="tokens per text (default: the model's setting)")
+    p.add_argument("--max-length", type=cli.number(int, cli.LENGTH), default=None,
+                   help="tokens per text (default: the model's setting)")
     add_batch_arguments(p, 64, "texts")
     add_precision_arguments(p, "every model")
 
 
 def run_search(args):
     """Print the top documents of each query: rank, id, cosine score, title."""
-    cli.check(args, {"--top": cli.COUNT, "--max-length": cli.LENGTH, **BATCH_LIMITS})
     check_here(args.precision)
     for text in args.query:
         if not retrieval.has_content(text):

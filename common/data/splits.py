@@ -7,15 +7,14 @@ from common import cli, io
 from common.data import graph
 
 
-TOPIC_LIMITS = {"--topic-min": cli.COUNT, "--topic-test": cli.OPEN_SHARE, "--seed": cli.SEED}
-
-
 def add_topic_arguments(parser):
-    """02's topic-split flags (the links and retrieval commands share them), checked with ``TOPIC_LIMITS``."""
-    parser.add_argument("--topic-min", type=int, default=10, help="drop topic labels with fewer documents (thesis)")
+    """02's topic-split flags (the links and retrieval commands share them)."""
+    parser.add_argument("--topic-min", type=cli.number(int, cli.COUNT), default=10,
+                        help="drop topic labels with fewer documents (thesis)")
     parser.add_argument("--topic-cap", default="top=300,second=200",
                         help="most documents per label, per level (thesis)")
-    parser.add_argument("--topic-test", type=float, default=0.3, help="stratified test share of topic documents")
+    parser.add_argument("--topic-test", type=cli.number(float, cli.OPEN_SHARE), default=0.3,
+                        help="stratified test share of topic documents")
 
 
 def parse_caps(text):
