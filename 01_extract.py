@@ -124,7 +124,6 @@ def add_min_chars(p):
 
 
 def run_wiki(args):
-    started = io.now()
     with folders.Outputs(args.out, __file__, overwrite=args.overwrite) as outputs:
         settings = WikiSettings(**{f.name: getattr(args, f.name) for f in fields(WikiSettings)})
         reader, labelled, counts = extract_wiki(settings, outputs)
@@ -133,9 +132,8 @@ def run_wiki(args):
             with outputs.open("topic_labels.tsv") as f:
                 f.write("top\tsecond\tarticles\n")
                 f.writelines(f"{top}\t{second}\t{n}\n" for top, second, n in rows)
-        outputs.write_manifest(io.manifest(
-            __file__, args, started, inputs=[args.dump], counts=dict(counts), language=reader.language,
-            topic_labels=[{"top": top, "second": second or None, "articles": n} for top, second, n in rows]))
+        outputs.finish(args, inputs=[args.dump], counts=dict(counts), language=reader.language,
+                       topic_labels=[{"top": top, "second": second or None, "articles": n} for top, second, n in rows])
     print(f"{counts['articles']} articles ({counts['pages']} pages, {counts['redirects']} redirects, "
           f"{counts['disambiguation']} disambiguation, {counts['too_short']} too short); "
           f"{counts['links_resolved']} links kept ({counts['links_via_redirect']} through redirects), "
@@ -148,26 +146,23 @@ def run_wiki(args):
 
 def run_sentences(args):
     from common.data.sentences import extract_sentences
-    started = io.now()
     counts = collections.Counter()
     with folders.Outputs(args.out, __file__, overwrite=args.overwrite) as outputs:
         with outputs.open("sentences.jsonl") as out:
             extract_sentences(args.input, out, args.splitter, counts)
-        outputs.write_manifest(io.manifest(__file__, args, started, inputs=[args.input], counts=dict(counts)))
+        outputs.finish(args, inputs=[args.input], counts=dict(counts))
     print(f"{counts['articles']} articles, {counts['sentences']} sentences ({counts['key_sentences']} key); "
           f"{counts['dropped_articles']} articles dropped → {os.path.join(args.out, 'sentences.jsonl')}")
 
 
 def run_arxiv(args):
     from common.data.arxiv import extract_arxiv
-    started = io.now()
     counts = collections.Counter()
     prefixes = tuple(p.strip() for p in args.categories.split(",") if p.strip())
     with folders.Outputs(args.out, __file__, overwrite=args.overwrite) as outputs:
         with outputs.open("articles.jsonl") as out:
             extract_arxiv(args.input, out, prefixes, counts)
-        outputs.write_manifest(io.manifest(__file__, args, started, inputs=[args.input], counts=dict(counts),
-                                           language="en"))
+        outputs.finish(args, inputs=[args.input], counts=dict(counts), language="en")
     print(f"{counts['articles']} articles of {counts['records']} records ({counts['other_categories']} in other "
           f"categories, {counts['empty_abstract']} empty, {counts['withdrawn']} withdrawn, "
           f"{counts['duplicate_abstract']} duplicate abstracts) → {os.path.join(args.out, 'articles.jsonl')}")
@@ -197,15 +192,13 @@ def run_corpus(args):
         read = lambda out, counts: plaintext.extract_csv(  # noqa: E731
             args.input, out, counts, args.id_column, args.title_column, args.text_column, args.label_column,
             args.min_chars)
-    started = io.now()
     counts = collections.Counter()
     with folders.Outputs(args.out, __file__, overwrite=args.overwrite) as outputs:
         with outputs.open("articles.jsonl") as out:
             read(out, counts)
         if not counts["articles"]:
             raise io.InputError(f"{args.input}: no document of at least --min-chars {args.min_chars} characters")
-        outputs.write_manifest(io.manifest(__file__, args, started, inputs=inputs, counts=dict(counts),
-                                           language="en"))
+        outputs.finish(args, inputs=inputs, counts=dict(counts), language="en")
     details = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in sorted(counts.items()) if k != "articles")
     print(f"{counts['articles']} articles ({details}) → {os.path.join(args.out, 'articles.jsonl')}")
 

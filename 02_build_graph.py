@@ -74,15 +74,14 @@ def run_graph(args):
     parse_caps(args.topic_cap)
     if args.hard > args.per_query:
         raise io.InputError(f"--hard {args.hard} exceeds --per-query {args.per_query}")
-    started = io.now()
     counts = collections.Counter()
     with folders.Outputs(args.out, __file__, args.command, overwrite=args.overwrite) as outputs:
         with outputs.open("docs.jsonl", "wb") as docs:
             corpus = graph.read_articles(args.articles, docs, counts)
         settings = triplets.GraphSettings(**{f.name: getattr(args, f.name) for f in fields(triplets.GraphSettings)})
         triplets.build_graph(settings, corpus, outputs, counts)
-        outputs.write_manifest(io.manifest(__file__, args, started, inputs=[args.articles], counts=dict(counts),
-                                           seed=args.seed, language=io.source_language(args.articles)))
+        outputs.finish(args, inputs=[args.articles], counts=dict(counts), seed=args.seed,
+                       language=io.source_language(args.articles))
     print(f"{counts['documents']} documents, {counts['edges']} links, {counts['two_hop_pairs']} two-hop pairs; "
           f"queries train/val/holdout {counts['queries_train']}/{counts['queries_val']}/{counts['queries_holdout']};"
           f" triplets {counts['triplets_train']}/{counts['triplets_val']}; "
@@ -104,7 +103,6 @@ def add_sentences_arguments(p):
 
 def run_sentences(args):
     from common.data import keysent_splits
-    started = io.now()
     counts = collections.Counter()
     articles = keysent_splits.read_sentences(args.sentences)
     splits = keysent_splits.split_articles(articles, args.test, args.val, args.seed)
@@ -113,8 +111,7 @@ def run_sentences(args):
                         {"test": args.test, "val": args.val, "train": 1})
     with folders.Outputs(args.out, __file__, args.command, overwrite=args.overwrite) as outputs:
         keysent_splits.write_splits(splits, outputs, counts)
-        outputs.write_manifest(io.manifest(__file__, args, started, inputs=[args.sentences], counts=dict(counts),
-                                           seed=args.seed))
+        outputs.finish(args, inputs=[args.sentences], counts=dict(counts), seed=args.seed)
     print(f"articles train/val/test {counts['articles_train']}/{counts['articles_val']}/{counts['articles_test']}, "
           f"sentences {counts['sentences_train']}/{counts['sentences_val']}/{counts['sentences_test']} → {args.out}")
 
@@ -142,7 +139,6 @@ def run_retrieval(args):
         raise io.InputError(f"--test {args.test} and --val {args.val}: both are shares of all papers and must leave "
                             "some for training (sum below 1)")
     parse_caps(args.topic_cap)
-    started = io.now()
     counts = collections.Counter()
     with folders.Outputs(args.out, __file__, args.command, overwrite=args.overwrite) as outputs:
         with outputs.open("docs.jsonl", "wb") as docs:
@@ -161,8 +157,8 @@ def run_retrieval(args):
             retrieval.count_repeated_titles(args.articles, split, index, counts)
         write_topics(corpus, outputs, rng_topics, counts, args.topic_min, args.topic_cap, args.topic_test, args.seed)
         inputs = [args.articles] + ([args.pairs] if args.pairs else [])
-        outputs.write_manifest(io.manifest(__file__, args, started, inputs=inputs, counts=dict(counts),
-                                           seed=args.seed, language=io.source_language(args.articles)))
+        outputs.finish(args, inputs=inputs, counts=dict(counts), seed=args.seed,
+                       language=io.source_language(args.articles))
     print(f"{counts['documents']} documents; {counts['pairs_train']} training pairs, queries val/test "
           f"{counts['queries_val']}/{counts['queries_test']} → {args.out}")
 
@@ -181,15 +177,13 @@ def run_corpus(args):
         if not re.fullmatch(r"[A-Za-z0-9_.-]{1,40}", name) or name in {n for n, _ in sources}:
             raise io.InputError(f"--articles {value!r}: NAME must be unique, 1-40 letters, digits, '_', '-', '.'")
         sources.append((name, path))
-    started = io.now()
     counts = collections.Counter()
     with folders.Outputs(args.out, __file__, args.command, overwrite=args.overwrite) as outputs:
         with outputs.open("docs.jsonl", "wb") as docs:
             write_corpus(sources, docs, counts)
         if not counts["documents"]:
             raise io.InputError(f"{', '.join(p for _, p in sources)}: no documents")
-        outputs.write_manifest(io.manifest(__file__, args, started, inputs=[p for _, p in sources],
-                                           counts=dict(counts)))
+        outputs.finish(args, inputs=[p for _, p in sources], counts=dict(counts))
     per_source = ", ".join(f"{name} {counts[f'documents_{name}']}" for name, _ in sources)
     print(f"{counts['documents']} documents ({per_source}; {counts['duplicate_text']} duplicate texts dropped), "
           f"{counts['words']} words → {os.path.join(args.out, 'docs.jsonl')}")
@@ -205,7 +199,6 @@ def add_testsets_arguments(p):
 def run_testsets(args):
     """Both data directories inside --out, a folder of this command's own, committed only when both are built."""
     from common.data import testsets
-    started = io.now()
     parts = {"lee": lambda out: testsets.lee(out, args.lee_threshold),
              "newsgroups": lambda out: testsets.newsgroups(out, args.seed)}
     with contextlib.ExitStack() as stack:
@@ -215,9 +208,9 @@ def run_testsets(args):
             directory = os.path.join(args.out, name)
             outputs = stack.enter_context(folders.Outputs(directory, __file__, args.command, overwrite=args.overwrite))
             counts = build(outputs)
-            outputs.write_manifest(io.manifest(__file__, args, started, counts=counts, seed=args.seed))
+            outputs.finish(args, counts=counts, seed=args.seed)
             done.append(f"{name}: {', '.join(f'{k} {v}' for k, v in counts.items())} → {directory}")
-        top.write_manifest(io.manifest(__file__, args, started, seed=args.seed, parts=list(parts)))
+        top.finish(args, seed=args.seed, parts=list(parts))
     print("\n".join(done))
 
 

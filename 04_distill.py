@@ -17,7 +17,7 @@ Transformers").
 import os
 import sys
 
-from common import cli, folders, io
+from common import cli, folders, provenance
 from common.vectors import open_rows
 from common.io import InputError
 from common.models.batching import add_batch_arguments
@@ -82,7 +82,6 @@ def run_teachers(args):
                          f"model of --pv {args.pv}")
     if not os.path.isdir(args.data):
         raise InputError(f"{args.data}: no such data directory")
-    started = io.now()
     docs = Documents(args.data)
     counts = {"documents": len(docs.ids)}
     if args.teacher_dim is not None:
@@ -119,8 +118,8 @@ def run_teachers(args):
         contextual.flush()
         pv.save(outputs.tmp_path("pv"))  # moved into place with the other files
         counts["pv_vocabulary"] = {kind: len(m.wv) for kind, m in pv.models.items()}
-        outputs.write_manifest(io.manifest(__file__, args, started, inputs=[os.path.join(args.data, "docs.jsonl")],
-                                           counts=counts, seed=args.seed, reproducible=args.pv_workers == 1))
+        outputs.finish(args, inputs=[os.path.join(args.data, "docs.jsonl")], counts=counts, seed=args.seed,
+                       reproducible=args.pv_workers == 1)
     print(f"{len(docs.ids)} documents: structural {vectors.shape[1]}d ({counts['longer_than_teacher']} longer than "
           f"its {max_length} tokens), contextual {contextual.shape[1]}d ({counts['pv_documents_chunked']} documents "
           f"over {10_000:,} words, inferred in chunks) → {args.out}")
@@ -159,9 +158,8 @@ def run_convert(args):
     from common.models.longformer import check_convertible, convert_to_longformer
     from common.models.saving import save_model_files
     check_convertible(args.model)
-    started = io.now()
     base = card.base_model(args.model)  # what the card quotes is read before the conversion
-    commit = io.manifest(__file__, args, started)["git_commit"]
+    commit = provenance.git_commit()
     with folders.Outputs(args.out, __file__, args.command, overwrite=args.overwrite) as outputs:
         model, tokenizer = convert_to_longformer(args.model, args.max_length, args.window)
         # mean pooling, not normalised: the student's pooling in the thesis
@@ -170,8 +168,7 @@ def run_convert(args):
                          {"converted_from": args.model, "window": args.window},
                          card=card.conversion_card(args.out, encoder, args.model, args.max_length, args.window,
                                                    commit, base))
-        outputs.write_manifest(io.manifest(__file__, args, started, counts={"max_length": args.max_length,
-                                                                            "window": args.window}))
+        outputs.finish(args, counts={"max_length": args.max_length, "window": args.window})
     print(f"{args.model} → Longformer, {args.max_length} tokens, window {args.window} → {args.out}")
 
 

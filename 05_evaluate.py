@@ -32,10 +32,11 @@ import os
 import sys
 
 
-from common import cli, folders, io
+from common import cli, folders
 from common.eval import ann, documents, embedding, report, retrieval, uncertainty
 from common.eval.embedding import Embedding
 from common.io import InputError
+from common.jsontext import dumps_line
 from common.models.batching import add_batch_arguments
 from common.models.precision import add_precision_arguments, check_here
 
@@ -125,7 +126,6 @@ def run_evaluate(args):
     state = embedding.process_state()
     if state is not None and not state.is_main_process:
         return embedding.follow(args.model, args.data, how) if wanted & ({"retrieval"} | EMBEDDING_TASKS) else None
-    started = io.now()
     metrics, counts, written, samples = {}, {}, [], {}
     with folders.Outputs(args.out, __file__, overwrite=args.overwrite) as outputs:
         parts = []
@@ -151,15 +151,14 @@ def run_evaluate(args):
             if uncertainty.difference_name(a, b) not in metrics:
                 print(f"note: --compare {a}={b}: no task scores both")
         with outputs.open("metrics.json") as f:
-            f.write(io.dumps_line(metrics))
+            f.write(dumps_line(metrics))
         # beside each row, the card that tells how its model was made
         table = report.markdown(metrics, cards=report.cards(args.model, args.out),
                                 resampling=(args.resamples, args.resplits)) + report.embedding_table(embedded)
         with outputs.open("report.md") as f:
             f.write(report.document(table, written))
         inputs = [os.path.join(args.data, n) for n in sorted(os.listdir(args.data)) if not n.endswith(".json")]
-        outputs.write_manifest(io.manifest(__file__, args, started, inputs=inputs, counts=counts, seed=args.seed,
-                                           embedding=embedded))
+        outputs.finish(args, inputs=inputs, counts=counts, seed=args.seed, embedding=embedded)
     print(table, end="")
     if written:
         print(f"figures (linked from report.md): {', '.join(name for _, name in written)}")
@@ -186,19 +185,17 @@ def run_extract(args):
         raise InputError(f"{args.out}: is a directory; --out names the JSONL file to write")
     if os.path.lexists(args.out) and not args.overwrite:
         raise InputError(f"{args.out}: exists; give --overwrite to replace it, or another --out")
-    started = io.now()
     model = KeySentenceModel(args.model, batch_size=args.batch_size, query=args.query, batch_tokens=args.batch_tokens)
     articles = read_articles(args.input, args.splitter)
     counts = {"articles": len(articles), "sentences": sum(len(sents) for _, _, sents in articles), "selected": 0}
     directory, name = os.path.split(os.path.abspath(args.out))
     # the one file (and its manifest) in the user's folder, whole or not
-    with folders.Outputs(directory, file=name) as outputs:
+    with folders.Outputs(directory, __file__, file=name) as outputs:
         with outputs.open(name) as f:
             for record in key_sentences(model, articles, args.top, args.threshold):
                 counts["selected"] += len(record["key_sentences"])
-                f.write(io.dumps_line(record))
-        with outputs.open(os.path.splitext(name)[0] + ".manifest.json") as f:
-            f.write(io.dumps_line(io.manifest(__file__, args, started, inputs=[args.input], counts=counts)))
+                f.write(dumps_line(record))
+        outputs.finish(args, inputs=[args.input], counts=counts)
     print(f"{counts['selected']} key sentences from {counts['articles']} articles (query: {model.query_from}) "
           f"→ {args.out}")
 

@@ -357,7 +357,7 @@ def test_distinct_ranks_are_uniform_over_ordered_pairs():
 
 def test_pre_encoded_ids_take_memory_for_their_length_only():
     import tracemalloc
-    from common.io import json_bytes
+    from common.jsontext import json_bytes
     tracemalloc.start()
     pieces = [json_bytes(f"doc{i}") for i in range(10000)]
     used, _ = tracemalloc.get_traced_memory()

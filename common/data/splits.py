@@ -3,7 +3,7 @@
 
 import re
 
-from common import cli, io
+from common import cli, io, jsontext
 from common.data import graph
 
 
@@ -48,7 +48,7 @@ def write_topics(corpus, outputs, rng_topics, counts, topic_min, topic_cap, topi
         for part, members in zip(("train", "test"), result):
             counts[f"topics_{level}_{part}"] = int(len(members))
             with outputs.open(f"topics.{level}.{part}.jsonl") as f:
-                f.writelines(io.dumps_line({"id": corpus.ids[i], "label": names[corpus.labels[level][i]]})
+                f.writelines(jsontext.dumps_line({"id": corpus.ids[i], "label": names[corpus.labels[level][i]]})
                              for i in members.tolist())
     return topic_parts
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm import tqdm
 
-from common import io
+from common import jsontext
 from common.data.graph import (CHUNK_ROWS, GraphFile, crossref_candidates, qrels_lines, sample_triplets,
                                split_queries, training_corpus, training_rows, two_hop)
 from common.data.splits import write_topics
@@ -21,7 +21,7 @@ class GraphText:
 
     def __init__(self, enc):
         self.n = n = len(enc)
-        self.tokens = io.TokenTable([b', %s: {', b'%s: {"count": 5}', b', %s: {"count": 5}', b', %s: {"count": 1}'],
+        self.tokens = jsontext.TokenTable([b', %s: {', b'%s: {"count": 5}', b', %s: {"count": 5}', b', %s: {"count": 1}'],
                                     enc, [b"}"])
         self.head, self.first, self.direct, self.hop, self.end = 0, n, 2 * n, 3 * n, 4 * n
 
@@ -43,7 +43,7 @@ class TripletText:
 
     def __init__(self, enc):
         self.n = len(enc)
-        self.tokens = io.TokenTable([b'{"query": %s', b', "pos": %s', b', "neg": %s'], enc,
+        self.tokens = jsontext.TokenTable([b'{"query": %s', b', "pos": %s', b', "neg": %s'], enc,
                                     [b', "hard": false}\n', b', "hard": true}\n'])
 
     def lines(self, q, p, n, hard):
@@ -163,7 +163,7 @@ def build_graph(settings, corpus, outputs, counts, say=print):
     for name, members in splits.items():
         counts[f"queries_{name}"] = int(len(members))
     with outputs.open("splits.json") as f:
-        f.write(io.dumps_line({name: [corpus.ids[i] for i in members.tolist()] for name, members in splits.items()}))
+        f.write(jsontext.dumps_line({name: [corpus.ids[i] for i in members.tolist()] for name, members in splits.items()}))
     kept = len(train_queries["train"]) + len(train_queries["val"])
     if settings.eval_docs != "shared" and (len(excluded) > corpus.n / 2 or kept < queries_before / 2):
         say(f"warning: the {len(excluded)} evaluation documents are {len(excluded) / max(corpus.n, 1):.0%} of the "
@@ -173,7 +173,7 @@ def build_graph(settings, corpus, outputs, counts, say=print):
     # the training graph is written by a second process while this one samples triplets; both see only the
     # training corpus
     queries = np.flatnonzero(np.diff(train_corpus.links.indptr) > 0)
-    encoded_ids = [io.json_bytes(i) for i in train_corpus.ids]  # once, before the fork, for both writers
+    encoded_ids = [jsontext.json_bytes(i) for i in train_corpus.ids]  # once, before the fork, for both writers
     writer = Background(write_training_graph, outputs.tmp_path("graph.npz"),
                         outputs.tmp_path("graph.json") if settings.graph_json else None, train_corpus.ids, encoded_ids,
                         train_corpus.links, queries)
