@@ -78,6 +78,19 @@ def test_paragraph_vectors_are_reproducible_order_free_and_read_past_ten_thousan
     assert not np.allclose(forward[-3], forward[-2])  # the words after 10,000 count
 
 
+def test_convert_long_writes_a_manifest_that_reproduce_manifests_lists_with_its_command_line(tiny_model, tmp_path):
+    student = tmp_path / "student"
+    run_script("04_distill.py", "convert-long", "--model", tiny_model, "--out", student, "--max-length", "64",
+               "--window", "16")
+    manifest = json.loads((student / "manifest.json").read_text())
+    assert (manifest["script"], manifest["args"]["command"], manifest["counts"]) == \
+        ("04_distill.py", "convert-long", {"max_length": 64, "window": 16})
+    lines = run_script(os.path.join("reproduce", "manifests.py"), student).stdout.splitlines()
+    assert lines[:4] == ["```", f"    python 04_distill.py convert-long --model {tiny_model} --out {student} "
+                                "--max-length 64 --window 16", "    #   max_length 64, window 16", "```"]
+    assert lines[5].startswith(f"commit {manifest['git_commit']}; ")
+
+
 def test_training_resumes_bit_identically_with_heads_and_running_covariances(teach, tiny_model, tiny_data,
                                                                              tmp_path):
     main = distill()
