@@ -23,14 +23,15 @@
 import collections
 import contextlib
 import os
-from dataclasses import fields
 import re
 import sys
 
 import numpy as np
 
-from common import cli, folders, io
-from common.data import graph, triplets
+from common import cli, folders, io, jsontext
+from common.data import crossref, graph, heldout, triplets
+from common.data.articles import read_articles
+from common.pool import Background
 from common.data.splits import add_topic_arguments, parse_caps, refuse_empty_splits, write_topics
 
 
@@ -71,15 +72,47 @@ def add_links_arguments(parser):
 
 
 def run_graph(args):
+    """SPECTER's data in its steps, the evaluation documents chosen first so that training can be kept off them (the
+    thesis evaluates on documents not seen in fine-tuning)."""
     parse_caps(args.topic_cap)
     if args.hard > args.per_query:
         raise io.InputError(f"--hard {args.hard} exceeds --per-query {args.per_query}")
     counts = collections.Counter()
+    streams = np.random.SeedSequence(args.seed).spawn(6)  # a sixth stream leaves the first five as they were
+    rng_split, rng_train, rng_val, rng_qrels, rng_topics, rng_subset = (np.random.default_rng(s) for s in streams)
     with folders.Outputs(args.out, __file__, args.command, overwrite=args.overwrite) as outputs:
         with outputs.open("docs.jsonl", "wb") as docs:
-            corpus = graph.read_articles(args.articles, docs, counts)
-        settings = triplets.GraphSettings(**{f.name: getattr(args, f.name) for f in fields(triplets.GraphSettings)})
-        triplets.build_graph(settings, corpus, outputs, counts)
+            corpus = read_articles(args.articles, docs, counts)
+        splits = crossref.split_queries(corpus, args.holdout, args.val, rng_split)  # queries: documents with a link
+        # evaluation: held-out queries with linked and random unlinked candidates (SciDocs), and topic splits
+        candidates = crossref.candidates(corpus, splits["holdout"], args.crossref_queries, args.crossref_min_links,
+                                         args.crossref_positives, args.crossref_negatives, rng_qrels, counts)
+        with outputs.open("crossref.qrels") as f:
+            f.writelines(crossref.qrels_lines(corpus, candidates))
+        topic_parts = write_topics(corpus, outputs, rng_topics, counts, args.topic_min, args.topic_cap,
+                                   args.topic_test, args.seed)
+        # training: the corpus without the evaluation documents (--eval-docs) and the queries that remain
+        excluded = heldout.evaluation_documents(args.eval_docs, candidates, topic_parts)
+        train_corpus, queries, kept = heldout.training_side(corpus, excluded, splits, args.train_queries, rng_subset,
+                                                            counts)
+        with outputs.open("splits.json") as f:
+            f.write(jsontext.dumps_line({name: [corpus.ids[i] for i in part.tolist()] for name, part in kept.items()}))
+        if warning := heldout.too_few_left(args.eval_docs, corpus.n, excluded, splits, kept):
+            print(warning)
+        # SPECTER's training graph (links count 5, two-hop documents 1), written by a second process while this one
+        # draws each query's triplets: a positive from its links, --hard negatives two hops away, the rest random
+        encoded_ids = [jsontext.json_bytes(i) for i in train_corpus.ids]  # once, before the fork, for both writers
+        graph_file = Background(graph.write_training_graph, outputs.tmp_path("graph.npz"),
+                                outputs.tmp_path("graph.json") if args.graph_json else None, train_corpus, encoded_ids)
+        try:
+            text = triplets.TripletText(encoded_ids)
+            for name, rng in (("train", rng_train), ("val", rng_val)):
+                with outputs.open(f"triplets.{name}.jsonl", "wb") as out:
+                    counts[f"triplets_{name}"] = triplets.write_triplets(out, train_corpus, text, queries[name],
+                                                                         args.per_query, args.hard, rng, counts)
+            counts["two_hop_pairs"] = graph_file.result()
+        finally:
+            graph_file.cancel()
         outputs.finish(args, inputs=[args.articles], counts=dict(counts), seed=args.seed,
                        language=io.source_language(args.articles))
     print(f"{counts['documents']} documents, {counts['edges']} links, {counts['two_hop_pairs']} two-hop pairs; "
@@ -142,7 +175,7 @@ def run_retrieval(args):
     counts = collections.Counter()
     with folders.Outputs(args.out, __file__, args.command, overwrite=args.overwrite) as outputs:
         with outputs.open("docs.jsonl", "wb") as docs:
-            corpus = graph.read_articles(args.articles, docs, counts)
+            corpus = read_articles(args.articles, docs, counts)
         rng_split, rng_topics = (np.random.default_rng(s) for s in np.random.SeedSequence(args.seed).spawn(2))
         index = {doc: i for i, doc in enumerate(corpus.ids)}
         split = retrieval.split_papers(corpus.n, args.test, args.val, rng_split)

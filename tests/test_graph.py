@@ -348,7 +348,7 @@ def test_ids_with_quotes_backslashes_and_non_ascii_round_trip_through_every_file
 
 def test_distinct_ranks_are_uniform_over_ordered_pairs():
     import numpy as np
-    from common.data.graph import _distinct_ranks
+    from common.data.triplets import _distinct_ranks
     ranks = _distinct_ranks(np.full(60000, 4), 2, np.random.default_rng(0))
     assert (ranks[:, 0] != ranks[:, 1]).all() and ranks.min() == 0 and ranks.max() == 3
     pairs = collections.Counter(map(tuple, ranks.tolist()))

@@ -1,10 +1,11 @@
-"""Evaluation splits shared by 02's commands: topic classification splits written from a corpus's labels, the
-``--topic-cap`` setting, and the refusal of a split that rounds down to nothing."""
+"""Evaluation splits shared by 02's commands: topic classification splits drawn from a corpus's labels (SciDocs's
+protocol) and written, their flags, and the refusal of a split that rounds down to nothing."""
 
 import re
 
+import numpy as np
+
 from common import cli, io, jsontext
-from common.data import graph
 
 
 def add_topic_arguments(parser):
@@ -29,6 +30,26 @@ def parse_caps(text):
     return caps
 
 
+def topic_splits(corpus, level, min_count, cap, test_size, rng, seed):
+    """Labels with fewer than ``min_count`` documents dropped, at most ``cap`` documents per label, stratified
+    train/test split. Returns None when fewer than two labels remain."""
+    from sklearn.model_selection import train_test_split
+    codes = corpus.labels[level]
+    kept = []
+    for code in range(len(corpus.label_names[level])):
+        members = np.flatnonzero(codes == code)
+        if len(members) < min_count:
+            continue
+        if len(members) > cap:
+            members = np.sort(rng.choice(members, cap, replace=False))
+        kept.append(members)
+    if len(kept) < 2:
+        return None
+    docs = np.concatenate(kept)
+    train, test = train_test_split(docs, test_size=test_size, stratify=codes[docs], random_state=seed)
+    return np.sort(train), np.sort(test)
+
+
 def write_topics(corpus, outputs, rng_topics, counts, topic_min, topic_cap, topic_test, seed, say=print):
     """topics.<level>.{train,test}.jsonl for every label level with at least two labels of ``topic_min``
     documents (SciDocs's protocol: at most ``topic_cap`` — ``level=N,...`` — per label, a ``topic_test`` share
@@ -36,7 +57,7 @@ def write_topics(corpus, outputs, rng_topics, counts, topic_min, topic_cap, topi
     topic_parts = {}
     caps = parse_caps(topic_cap)
     for level in sorted(corpus.labels):
-        result = graph.topic_splits(corpus, level, topic_min, caps.get(level, caps.get("second", 200)), topic_test,
+        result = topic_splits(corpus, level, topic_min, caps.get(level, caps.get("second", 200)), topic_test,
                                     rng_topics, seed)
         if result is None:
             counts[f"topics_{level}_skipped"] = 1
