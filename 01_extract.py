@@ -170,28 +170,10 @@ def run_arxiv(args):
 
 def run_corpus(args):
     """dictd, rst, folder, csv: one reader each, the same output and summary."""
-    from common.data import dictd, plaintext, rst
-    inputs = [args.input]
-    if args.command == "dictd":
-        index = args.input + ".index"
-        body = next((args.input + s for s in (".dict.dz", ".dict") if os.path.exists(args.input + s)),
-                    args.input + ".dict.dz")
-        inputs = [index, body]
-        read = lambda out, counts: dictd.extract_dictd(index, body, out, counts, args.min_chars)  # noqa: E731
-    elif args.command == "rst":
-        if not os.path.isdir(args.input):
-            raise io.InputError(f"{args.input}: no such folder")
-        inputs = [path for _, path in rst.source_files(args.input)]
-        if not inputs:
-            raise io.InputError(f"{args.input}: no .rst or .rst.txt files")
-        read = lambda out, counts: rst.extract_rst(args.input, out, counts, args.min_chars)  # noqa: E731
-    elif args.command == "folder":
-        inputs = [path for _, _, path in plaintext.labelled_files(args.input)]
-        read = lambda out, counts: plaintext.extract_folder(args.input, out, counts, args.min_chars)  # noqa: E731
-    else:
-        read = lambda out, counts: plaintext.extract_csv(  # noqa: E731
-            args.input, out, counts, args.id_column, args.title_column, args.text_column, args.label_column,
-            args.min_chars)
+    from common.data.sources import reader
+    columns = (args.id_column, args.title_column, args.text_column, args.label_column) if args.command == "csv" \
+        else None
+    inputs, read = reader(args.command, args.input, args.min_chars, columns)
     counts = collections.Counter()
     with folders.Outputs(args.out, __file__, overwrite=args.overwrite) as outputs:
         with outputs.open("articles.jsonl") as out:

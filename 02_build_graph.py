@@ -31,8 +31,8 @@ import numpy as np
 from common import cli, folders, io, jsontext
 from common.data import crossref, graph, heldout, triplets
 from common.data.articles import read_articles
-from common.pool import Background
 from common.data.splits import add_topic_arguments, parse_caps, refuse_empty_splits, write_topics
+from common.pool import Background
 
 
 def add_links_arguments(parser):

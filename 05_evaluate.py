@@ -41,7 +41,6 @@ from common.models.batching import add_batch_arguments
 from common.models.precision import add_precision_arguments, check_here
 
 TASKS = ("crossref", "topics", "lexical", "keysent", "classify", "similarity", "retrieval", "bm25")
-EMBEDDING_TASKS = {"crossref", "topics", "lexical", "classify", "similarity"}
 
 
 def add_evaluate_arguments(p):
@@ -101,22 +100,7 @@ def run_evaluate(args):
     _check_names(args)
     if not os.path.isdir(args.data):
         raise InputError(f"{args.data}: no such data directory")
-    available = documents.supported(args.data)
-    wanted = set(args.task) if args.task else documents.default_tasks(args.data, available)
-    missing = wanted - available
-    if missing:
-        raise InputError(f"{args.data}: has no data for task(s) {', '.join(sorted(missing))}")
-    if not wanted:
-        raise InputError(f"{args.data}: no evaluation data (crossref.qrels, topics.*.jsonl, classify.*.jsonl, "
-                         f"similarity.*, keysent.*.jsonl or retrieval.test.qrels)")
-    if not args.model and not args.runs and wanted - {"lexical", "bm25"}:
-        raise InputError("give at least one --model NAME=MODEL (or --runs)")
-    if "retrieval" in wanted and wanted & EMBEDDING_TASKS:
-        raise InputError("--task retrieval embeds abstracts alone, the other tasks title + text: evaluate them into "
-                         "separate --out directories")
-    if "keysent" in wanted and args.precision != "float32":
-        raise InputError(f"--{args.precision}: the key-sentence task embeds its sentences in float32 only; evaluate "
-                         "it without the flag")
+    wanted = documents.tasks_to_run(args.data, args.task, bool(args.model or args.runs), args.precision)
     pairs = cli.pairs(args.compare, [*args.model, *(name for name in ("lexical", "bm25") if name in wanted)],
                       "--compare")
     how = embedding_of(args)
@@ -125,27 +109,19 @@ def run_evaluate(args):
         folders.refuse_finished(args.out, __file__)
     state = embedding.process_state()
     if state is not None and not state.is_main_process:
-        return embedding.follow(args.model, args.data, how) if wanted & ({"retrieval"} | EMBEDDING_TASKS) else None
-    metrics, counts, written, samples = {}, {}, [], {}
+        embeds = wanted & ({"retrieval"} | documents.EMBEDDING_TASKS)
+        return embedding.follow(args.model, args.data, how) if embeds else None
     with folders.Outputs(args.out, __file__, overwrite=args.overwrite) as outputs:
         parts = []
         if wanted & {"retrieval", "bm25"}:
             parts.append(retrieval.evaluate_retrieval(args.model, args.data, how, outputs, wanted))
-        if wanted & EMBEDDING_TASKS:
+        if wanted & documents.EMBEDDING_TASKS:
             parts.append(documents.evaluate_documents(args.model, args.data, how, outputs, wanted, args.seed,
                                                       args.head_epochs, args.language, args.resplits))
         if "keysent" in wanted:
             from common.eval.keysent import evaluate_keysent
             parts.append(evaluate_keysent(args.model, args.runs, args.data, how, outputs, args.seed))
-        embedded = {}
-        for part_metrics, part_counts, part_figures, part_samples in parts:
-            for name, values in part_metrics.items():
-                metrics.setdefault(name, {}).update(values)
-            for name, values in part_samples.items():
-                samples.setdefault(name, {}).update(values)
-            embedded.update(part_counts.pop("embedding", {}))
-            counts.update(part_counts)
-            written += part_figures
+        metrics, counts, written, samples, embedded = report.combine(parts)
         metrics = uncertainty.summarise(metrics, samples, pairs, args.resamples, args.seed)
         for a, b in pairs:
             if uncertainty.difference_name(a, b) not in metrics:

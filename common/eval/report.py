@@ -74,6 +74,21 @@ def cards(models, report_dir):
     return found
 
 
+def combine(parts):
+    """The results of several tasks' evaluations (``(metrics, counts, figures, samples)`` each, ``counts`` with an
+    ``embedding`` entry where models embedded) as one: ``(metrics, counts, figures, samples, embedding)``."""
+    metrics, counts, figures, samples, embedded = {}, {}, [], {}, {}
+    for part_metrics, part_counts, part_figures, part_samples in parts:
+        for name, values in part_metrics.items():
+            metrics.setdefault(name, {}).update(values)
+        for name, values in part_samples.items():
+            samples.setdefault(name, {}).update(values)
+        embedded.update(part_counts.get("embedding", {}))
+        counts.update({k: v for k, v in part_counts.items() if k != "embedding"})
+        figures += part_figures
+    return metrics, counts, figures, samples, embedded
+
+
 def _scaled(metric, unscaled):
     return metric.split("_")[0] not in unscaled
 
