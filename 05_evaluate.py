@@ -199,12 +199,7 @@ def add_search_arguments(p):
 def run_search(args):
     """Print the top documents of each query: rank, id, cosine score, title."""
     check_here(args.precision)
-    for text in args.query:
-        if not retrieval.has_content(text):
-            raise InputError(f"query {text!r}: no letter or digit to search for")
-    queries = list(args.query) + (retrieval.read_query_file(args.queries) if args.queries else [])
-    if not queries:
-        raise InputError("give a query text or --queries FILE")
+    queries = retrieval.search_queries(args.query, args.queries)
     if not os.path.isdir(args.data):
         raise InputError(f"{args.data}: no such data directory")
     args.pooling = {"model": args.pooling} if args.pooling else {}
