@@ -1,4 +1,6 @@
-"""What every numbered script shares at its edge: help formatting and one-line errors."""
+"""What every numbered script shares at its edge: help formatting, the sub-commands, a flag's type (a number
+within its limit, ``number``; something the command reads, ``reads``), the check of ``--out`` against what the
+command reads, and one-line errors."""
 
 import argparse
 import glob
