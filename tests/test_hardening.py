@@ -985,7 +985,7 @@ def test_a_report_links_the_card_of_a_model_at_any_path_and_keeps_its_table(name
     cards = report.cards({"trained": str(model)}, tmp_path / "eval")
     table = report.markdown({"trained": {"crossref": {"map": 0.5}}}, cards=cards)
     tokens = _rendered(table)
-    assert _cells(tokens) == [["model", "crossref map", "card"], ["trained", "50.00", str(model / "README.md")]]
+    assert _cells(tokens) == [["model", "crossref map", "card"], ["trained", "50.00", f"{name}/model"]]
     href, = [c.attrs["href"] for t in tokens for c in t.children or () if c.type == "link_open"]
     assert os.path.normpath(tmp_path / "eval" / urllib.parse.unquote(href)) == str(model / "README.md")
 
