@@ -48,12 +48,12 @@ def add_wiki_arguments(p):
                         "article, the prose of every section (for long-document students, Burian 2023)")
     p.add_argument("--links", choices=("lead", "all"), default="lead",
                    help="cross-references: links in the lead text (thesis) or in the whole article")
-    p.add_argument("--min-chars", type=int, default=90,
+    p.add_argument("--min-chars", type=cli.number(int, cli.COUNT_0), default=90,
                    help="drop articles whose cleaned text is shorter (thesis code)")
     p.add_argument("--topic-root", default=topic_labels.FINNISH_ROOT,
                    help="category whose sub-categories are the 'top' labels and theirs the 'second' labels; "
                         "the default is the Finnish general classification the thesis used")
-    p.add_argument("--topic-depth", type=int, default=None, metavar="N",
+    p.add_argument("--topic-depth", type=cli.number(int, cli.between(0, 1000)), default=None, metavar="N",
                    help="an article takes a topic's label only if one of its categories is the topic's category "
                         "or at most N levels below it (default: no limit). The thesis labels 3,555 articles "
                         "under 10 top-level and 76 second-level topics, about 47 per second-level topic: far "
@@ -67,7 +67,7 @@ def add_wiki_arguments(p):
                    help="comma-separated title endings that mark disambiguation pages")
     p.add_argument("--disambiguation-templates", default=",".join(DISAMBIGUATION_TEMPLATES),
                    help="comma-separated template names that mark disambiguation pages")
-    p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1),
+    p.add_argument("--workers", type=cli.number(int, cli.WORKERS), default=max(1, (os.cpu_count() or 2) - 1),
                    help="parser processes besides the reading one (0: parse in the reading process); "
                         "the default is the number of CPUs less one")
 
@@ -119,13 +119,11 @@ def add_csv_arguments(p):
 
 
 def add_min_chars(p):
-    p.add_argument("--min-chars", type=int, default=90,
+    p.add_argument("--min-chars", type=cli.number(int, cli.COUNT_0), default=90,
                    help="drop documents whose cleaned text is shorter (as 01 wiki drops short leads)")
 
 
 def run_wiki(args):
-    cli.check(args, {"--min-chars": cli.COUNT_0, "--topic-depth": cli.between(0, 1000), "--workers": cli.WORKERS})
-    started = io.now()
     with folders.Outputs(args.out, __file__, overwrite=args.overwrite) as outputs:
         settings = WikiSettings(**{f.name: getattr(args, f.name) for f in fields(WikiSettings)})
         reader, labelled, counts = extract_wiki(settings, outputs)
@@ -134,9 +132,8 @@ def run_wiki(args):
             with outputs.open("topic_labels.tsv") as f:
                 f.write("top\tsecond\tarticles\n")
                 f.writelines(f"{top}\t{second}\t{n}\n" for top, second, n in rows)
-        outputs.write_manifest(io.manifest(
-            __file__, args, started, inputs=[args.dump], counts=dict(counts), language=reader.language,
-            topic_labels=[{"top": top, "second": second or None, "articles": n} for top, second, n in rows]))
+        outputs.finish(args, inputs=[args.dump], counts=dict(counts), language=reader.language,
+                       topic_labels=[{"top": top, "second": second or None, "articles": n} for top, second, n in rows])
     print(f"{counts['articles']} articles ({counts['pages']} pages, {counts['redirects']} redirects, "
           f"{counts['disambiguation']} disambiguation, {counts['too_short']} too short); "
           f"{counts['links_resolved']} links kept ({counts['links_via_redirect']} through redirects), "
@@ -149,26 +146,23 @@ def run_wiki(args):
 
 def run_sentences(args):
     from common.data.sentences import extract_sentences
-    started = io.now()
     counts = collections.Counter()
     with folders.Outputs(args.out, __file__, overwrite=args.overwrite) as outputs:
         with outputs.open("sentences.jsonl") as out:
             extract_sentences(args.input, out, args.splitter, counts)
-        outputs.write_manifest(io.manifest(__file__, args, started, inputs=[args.input], counts=dict(counts)))
+        outputs.finish(args, inputs=[args.input], counts=dict(counts))
     print(f"{counts['articles']} articles, {counts['sentences']} sentences ({counts['key_sentences']} key); "
           f"{counts['dropped_articles']} articles dropped → {os.path.join(args.out, 'sentences.jsonl')}")
 
 
 def run_arxiv(args):
     from common.data.arxiv import extract_arxiv
-    started = io.now()
     counts = collections.Counter()
     prefixes = tuple(p.strip() for p in args.categories.split(",") if p.strip())
     with folders.Outputs(args.out, __file__, overwrite=args.overwrite) as outputs:
         with outputs.open("articles.jsonl") as out:
             extract_arxiv(args.input, out, prefixes, counts)
-        outputs.write_manifest(io.manifest(__file__, args, started, inputs=[args.input], counts=dict(counts),
-                                           language="en"))
+        outputs.finish(args, inputs=[args.input], counts=dict(counts), language="en")
     print(f"{counts['articles']} articles of {counts['records']} records ({counts['other_categories']} in other "
           f"categories, {counts['empty_abstract']} empty, {counts['withdrawn']} withdrawn, "
           f"{counts['duplicate_abstract']} duplicate abstracts) → {os.path.join(args.out, 'articles.jsonl')}")
@@ -176,38 +170,17 @@ def run_arxiv(args):
 
 def run_corpus(args):
     """dictd, rst, folder, csv: one reader each, the same output and summary."""
-    from common.data import dictd, plaintext, rst
-    cli.check(args, {"--min-chars": cli.COUNT_0})
-    inputs = [args.input]
-    if args.command == "dictd":
-        index = args.input + ".index"
-        body = next((args.input + s for s in (".dict.dz", ".dict") if os.path.exists(args.input + s)),
-                    args.input + ".dict.dz")
-        inputs = [index, body]
-        read = lambda out, counts: dictd.extract_dictd(index, body, out, counts, args.min_chars)  # noqa: E731
-    elif args.command == "rst":
-        if not os.path.isdir(args.input):
-            raise io.InputError(f"{args.input}: no such folder")
-        inputs = [path for _, path in rst.source_files(args.input)]
-        if not inputs:
-            raise io.InputError(f"{args.input}: no .rst or .rst.txt files")
-        read = lambda out, counts: rst.extract_rst(args.input, out, counts, args.min_chars)  # noqa: E731
-    elif args.command == "folder":
-        inputs = [path for _, _, path in plaintext.labelled_files(args.input)]
-        read = lambda out, counts: plaintext.extract_folder(args.input, out, counts, args.min_chars)  # noqa: E731
-    else:
-        read = lambda out, counts: plaintext.extract_csv(  # noqa: E731
-            args.input, out, counts, args.id_column, args.title_column, args.text_column, args.label_column,
-            args.min_chars)
-    started = io.now()
+    from common.data.sources import reader
+    columns = (args.id_column, args.title_column, args.text_column, args.label_column) if args.command == "csv" \
+        else None
+    inputs, read = reader(args.command, args.input, args.min_chars, columns)
     counts = collections.Counter()
     with folders.Outputs(args.out, __file__, overwrite=args.overwrite) as outputs:
         with outputs.open("articles.jsonl") as out:
             read(out, counts)
         if not counts["articles"]:
             raise io.InputError(f"{args.input}: no document of at least --min-chars {args.min_chars} characters")
-        outputs.write_manifest(io.manifest(__file__, args, started, inputs=inputs, counts=dict(counts),
-                                           language="en"))
+        outputs.finish(args, inputs=inputs, counts=dict(counts), language="en")
     details = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in sorted(counts.items()) if k != "articles")
     print(f"{counts['articles']} articles ({details}) → {os.path.join(args.out, 'articles.jsonl')}")
 

@@ -23,15 +23,16 @@
 import collections
 import contextlib
 import os
-from dataclasses import fields
 import re
 import sys
 
 import numpy as np
 
-from common import cli, folders, io
-from common.data import graph, triplets
-from common.data.splits import TOPIC_LIMITS, add_topic_arguments, parse_caps, refuse_empty_splits, write_topics
+from common import cli, folders, io, jsontext
+from common.data import crossref, graph, heldout, triplets
+from common.data.articles import read_articles
+from common.data.splits import add_topic_arguments, parse_caps, refuse_empty_splits, write_topics
+from common.pool import Background
 
 
 def add_links_arguments(parser):
@@ -39,23 +40,25 @@ def add_links_arguments(parser):
                         help="articles.jsonl from 01_extract.py (docs/contract.md)")
     cli.add_max_line(parser)
     parser.add_argument("--out", required=True, help="data directory to write")
-    parser.add_argument("--seed", type=int, default=42, help="seed for splits and sampling")
-    parser.add_argument("--holdout", type=float, default=0.2,
+    parser.add_argument("--seed", type=cli.number(int, cli.SEED), default=42, help="seed for splits and sampling")
+    parser.add_argument("--holdout", type=cli.number(float, cli.SHARE), default=0.2,
                         help="share of queries held out, from which the cross-reference queries are drawn (the "
                              "thesis states no share; 0.2 is this project's choice)")
-    parser.add_argument("--val", type=float, default=0.1, help="share of the remaining queries for validation")
-    parser.add_argument("--train-queries", type=int, default=0,
+    parser.add_argument("--val", type=cli.number(float, cli.SHARE), default=0.1,
+                        help="share of the remaining queries for validation")
+    parser.add_argument("--train-queries", type=cli.number(int, cli.COUNT_0), default=0,
                         help="at most this many training queries, a seeded sample of them (0 = all); the evaluation "
                              "documents and validation triplets stay as without it (for ablations on a budget)")
-    parser.add_argument("--per-query", type=int, default=5, help="triplets per query (SPECTER)")
-    parser.add_argument("--hard", type=int, default=2,
+    parser.add_argument("--per-query", type=cli.number(int, cli.COUNT), default=5, help="triplets per query (SPECTER)")
+    parser.add_argument("--hard", type=cli.number(int, cli.COUNT_0), default=2,
                         help="of those, how many take a two-hop hard negative (SPECTER); the rest are easy")
-    parser.add_argument("--crossref-queries", type=int, default=1000,
+    parser.add_argument("--crossref-queries", type=cli.number(int, cli.COUNT_0), default=1000,
                         help="at most this many held-out queries in crossref.qrels (SciDocs)")
-    parser.add_argument("--crossref-min-links", type=int, default=5,
+    parser.add_argument("--crossref-min-links", type=cli.number(int, cli.COUNT), default=5,
                         help="a crossref query needs at least this many links (SciDocs)")
-    parser.add_argument("--crossref-positives", type=int, default=5, help="linked candidates per query (SciDocs)")
-    parser.add_argument("--crossref-negatives", type=int, default=25,
+    parser.add_argument("--crossref-positives", type=cli.number(int, cli.COUNT), default=5,
+                        help="linked candidates per query (SciDocs)")
+    parser.add_argument("--crossref-negatives", type=cli.number(int, cli.COUNT_0), default=25,
                         help="random unlinked candidates per query (SciDocs)")
     add_topic_arguments(parser)
     parser.add_argument("--eval-docs", choices=("heldout", "test", "shared"), default="heldout",
@@ -68,25 +71,50 @@ def add_links_arguments(parser):
                              "(tens of GB for a full Wikipedia; graph.npz holds the same graph)")
 
 
-LINKS_LIMITS = {"--holdout": cli.SHARE, "--val": cli.SHARE, "--per-query": cli.COUNT, "--hard": cli.COUNT_0,
-                "--train-queries": cli.COUNT_0, "--crossref-queries": cli.COUNT_0, "--crossref-min-links": cli.COUNT,
-                "--crossref-positives": cli.COUNT, "--crossref-negatives": cli.COUNT_0, **TOPIC_LIMITS}
-
-
 def run_graph(args):
-    cli.check(args, LINKS_LIMITS)
+    """SPECTER's data in its steps, the evaluation documents chosen first so that training can be kept off them (the
+    thesis evaluates on documents not seen in fine-tuning)."""
     parse_caps(args.topic_cap)
     if args.hard > args.per_query:
         raise io.InputError(f"--hard {args.hard} exceeds --per-query {args.per_query}")
-    started = io.now()
     counts = collections.Counter()
+    streams = np.random.SeedSequence(args.seed).spawn(6)  # a sixth stream leaves the first five as they were
+    rng_split, rng_train, rng_val, rng_qrels, rng_topics, rng_subset = (np.random.default_rng(s) for s in streams)
     with folders.Outputs(args.out, __file__, args.command, overwrite=args.overwrite) as outputs:
         with outputs.open("docs.jsonl", "wb") as docs:
-            corpus = graph.read_articles(args.articles, docs, counts)
-        settings = triplets.GraphSettings(**{f.name: getattr(args, f.name) for f in fields(triplets.GraphSettings)})
-        triplets.build_graph(settings, corpus, outputs, counts)
-        outputs.write_manifest(io.manifest(__file__, args, started, inputs=[args.articles], counts=dict(counts),
-                                           seed=args.seed, language=io.source_language(args.articles)))
+            corpus = read_articles(args.articles, docs, counts)
+        splits = crossref.split_queries(corpus, args.holdout, args.val, rng_split)  # queries: documents with a link
+        # evaluation: held-out queries with linked and random unlinked candidates (SciDocs), and topic splits
+        candidates = crossref.candidates(corpus, splits["holdout"], args.crossref_queries, args.crossref_min_links,
+                                         args.crossref_positives, args.crossref_negatives, rng_qrels, counts)
+        with outputs.open("crossref.qrels") as f:
+            f.writelines(crossref.qrels_lines(corpus, candidates))
+        topic_parts = write_topics(corpus, outputs, rng_topics, counts, args.topic_min, args.topic_cap,
+                                   args.topic_test, args.seed)
+        # training: the corpus without the evaluation documents (--eval-docs) and the queries that remain
+        excluded = heldout.evaluation_documents(args.eval_docs, candidates, topic_parts)
+        train_corpus, queries, kept = heldout.training_side(corpus, excluded, splits, args.train_queries, rng_subset,
+                                                            counts)
+        with outputs.open("splits.json") as f:
+            f.write(jsontext.dumps_line({name: [corpus.ids[i] for i in part.tolist()] for name, part in kept.items()}))
+        if warning := heldout.too_few_left(args.eval_docs, corpus.n, excluded, splits, kept):
+            print(warning)
+        # SPECTER's training graph (links count 5, two-hop documents 1), written by a second process while this one
+        # draws each query's triplets: a positive from its links, --hard negatives two hops away, the rest random
+        encoded_ids = [jsontext.json_bytes(i) for i in train_corpus.ids]  # once, before the fork, for both writers
+        graph_file = Background(graph.write_training_graph, outputs.tmp_path("graph.npz"),
+                                outputs.tmp_path("graph.json") if args.graph_json else None, train_corpus, encoded_ids)
+        try:
+            text = triplets.TripletText(encoded_ids)
+            for name, rng in (("train", rng_train), ("val", rng_val)):
+                with outputs.open(f"triplets.{name}.jsonl", "wb") as out:
+                    counts[f"triplets_{name}"] = triplets.write_triplets(out, train_corpus, text, queries[name],
+                                                                         args.per_query, args.hard, rng, counts)
+            counts["two_hop_pairs"] = graph_file.result()
+        finally:
+            graph_file.cancel()
+        outputs.finish(args, inputs=[args.articles], counts=dict(counts), seed=args.seed,
+                       language=io.source_language(args.articles))
     print(f"{counts['documents']} documents, {counts['edges']} links, {counts['two_hop_pairs']} two-hop pairs; "
           f"queries train/val/holdout {counts['queries_train']}/{counts['queries_val']}/{counts['queries_holdout']};"
           f" triplets {counts['triplets_train']}/{counts['triplets_val']}; "
@@ -99,16 +127,15 @@ def add_sentences_arguments(p):
     p.add_argument("--sentences", required=True, type=cli.reads, help="sentences.jsonl from 01_extract.py sentences")
     cli.add_max_line(p)
     p.add_argument("--out", required=True, help="data directory to write")
-    p.add_argument("--test", type=float, default=0.2, help="share of articles held out for testing (thesis)")
-    p.add_argument("--val", type=float, default=0.25,
+    p.add_argument("--test", type=cli.number(float, cli.SHARE), default=0.2,
+                   help="share of articles held out for testing (thesis)")
+    p.add_argument("--val", type=cli.number(float, cli.SHARE), default=0.25,
                    help="share of the remaining articles for validation (thesis: 75/25, but by article)")
-    p.add_argument("--seed", type=int, default=42, help="seed of the split")
+    p.add_argument("--seed", type=cli.number(int, cli.SEED), default=42, help="seed of the split")
 
 
 def run_sentences(args):
     from common.data import keysent_splits
-    cli.check(args, {"--test": cli.SHARE, "--val": cli.SHARE, "--seed": cli.SEED})
-    started = io.now()
     counts = collections.Counter()
     articles = keysent_splits.read_sentences(args.sentences)
     splits = keysent_splits.split_articles(articles, args.test, args.val, args.seed)
@@ -117,8 +144,7 @@ def run_sentences(args):
                         {"test": args.test, "val": args.val, "train": 1})
     with folders.Outputs(args.out, __file__, args.command, overwrite=args.overwrite) as outputs:
         keysent_splits.write_splits(splits, outputs, counts)
-        outputs.write_manifest(io.manifest(__file__, args, started, inputs=[args.sentences], counts=dict(counts),
-                                           seed=args.seed))
+        outputs.finish(args, inputs=[args.sentences], counts=dict(counts), seed=args.seed)
     print(f"articles train/val/test {counts['articles_train']}/{counts['articles_val']}/{counts['articles_test']}, "
           f"sentences {counts['sentences_train']}/{counts['sentences_val']}/{counts['sentences_test']} → {args.out}")
 
@@ -128,28 +154,28 @@ def add_retrieval_arguments(p):
                    help="articles.jsonl from 01_extract.py (e.g. 01_extract.py arxiv)")
     cli.add_max_line(p)
     p.add_argument("--out", required=True, help="data directory to write")
-    p.add_argument("--test", type=float, default=0.1, help="share of papers whose title is a test query")
-    p.add_argument("--val", type=float, default=0.1,
+    p.add_argument("--test", type=cli.number(float, cli.SHARE), default=0.1,
+                   help="share of papers whose title is a test query")
+    p.add_argument("--val", type=cli.number(float, cli.SHARE), default=0.1,
                    help="share of papers whose title is a validation query (model selection)")
     p.add_argument("--pairs", default=None, type=cli.reads,
                    help='JSONL of {"query": text, "doc": id} to use instead of titles (each pair goes to its '
                         "document's split)")
-    p.add_argument("--seed", type=int, default=42, help="seed of the split and the topic sampling")
+    p.add_argument("--seed", type=cli.number(int, cli.SEED), default=42,
+                   help="seed of the split and the topic sampling")
     add_topic_arguments(p)
 
 
 def run_retrieval(args):
     from common.data import retrieval
-    cli.check(args, {"--test": cli.SHARE, "--val": cli.SHARE, **TOPIC_LIMITS})
     if args.test + args.val >= 1:
         raise io.InputError(f"--test {args.test} and --val {args.val}: both are shares of all papers and must leave "
                             "some for training (sum below 1)")
     parse_caps(args.topic_cap)
-    started = io.now()
     counts = collections.Counter()
     with folders.Outputs(args.out, __file__, args.command, overwrite=args.overwrite) as outputs:
         with outputs.open("docs.jsonl", "wb") as docs:
-            corpus = graph.read_articles(args.articles, docs, counts)
+            corpus = read_articles(args.articles, docs, counts)
         rng_split, rng_topics = (np.random.default_rng(s) for s in np.random.SeedSequence(args.seed).spawn(2))
         index = {doc: i for i, doc in enumerate(corpus.ids)}
         split = retrieval.split_papers(corpus.n, args.test, args.val, rng_split)
@@ -164,8 +190,8 @@ def run_retrieval(args):
             retrieval.count_repeated_titles(args.articles, split, index, counts)
         write_topics(corpus, outputs, rng_topics, counts, args.topic_min, args.topic_cap, args.topic_test, args.seed)
         inputs = [args.articles] + ([args.pairs] if args.pairs else [])
-        outputs.write_manifest(io.manifest(__file__, args, started, inputs=inputs, counts=dict(counts),
-                                           seed=args.seed, language=io.source_language(args.articles)))
+        outputs.finish(args, inputs=inputs, counts=dict(counts), seed=args.seed,
+                       language=io.source_language(args.articles))
     print(f"{counts['documents']} documents; {counts['pairs_train']} training pairs, queries val/test "
           f"{counts['queries_val']}/{counts['queries_test']} → {args.out}")
 
@@ -184,15 +210,13 @@ def run_corpus(args):
         if not re.fullmatch(r"[A-Za-z0-9_.-]{1,40}", name) or name in {n for n, _ in sources}:
             raise io.InputError(f"--articles {value!r}: NAME must be unique, 1-40 letters, digits, '_', '-', '.'")
         sources.append((name, path))
-    started = io.now()
     counts = collections.Counter()
     with folders.Outputs(args.out, __file__, args.command, overwrite=args.overwrite) as outputs:
         with outputs.open("docs.jsonl", "wb") as docs:
             write_corpus(sources, docs, counts)
         if not counts["documents"]:
             raise io.InputError(f"{', '.join(p for _, p in sources)}: no documents")
-        outputs.write_manifest(io.manifest(__file__, args, started, inputs=[p for _, p in sources],
-                                           counts=dict(counts)))
+        outputs.finish(args, inputs=[p for _, p in sources], counts=dict(counts))
     per_source = ", ".join(f"{name} {counts[f'documents_{name}']}" for name, _ in sources)
     print(f"{counts['documents']} documents ({per_source}; {counts['duplicate_text']} duplicate texts dropped), "
           f"{counts['words']} words → {os.path.join(args.out, 'docs.jsonl')}")
@@ -200,16 +224,14 @@ def run_corpus(args):
 
 def add_testsets_arguments(p):
     p.add_argument("--out", required=True, help="folder for the data directories lee/ and newsgroups/")
-    p.add_argument("--lee-threshold", type=float, default=0.5,
+    p.add_argument("--lee-threshold", type=cli.number(float, cli.SHARE), default=0.5,
                    help="a Lee pair rated at least this (ratings in [0, 1]) is a similarity target for MAP/MRR")
-    p.add_argument("--seed", type=int, default=42, help="seed of the newsgroups train/test split")
+    p.add_argument("--seed", type=cli.number(int, cli.SEED), default=42, help="seed of the newsgroups train/test split")
 
 
 def run_testsets(args):
     """Both data directories inside --out, a folder of this command's own, committed only when both are built."""
     from common.data import testsets
-    cli.check(args, {"--lee-threshold": cli.SHARE, "--seed": cli.SEED})
-    started = io.now()
     parts = {"lee": lambda out: testsets.lee(out, args.lee_threshold),
              "newsgroups": lambda out: testsets.newsgroups(out, args.seed)}
     with contextlib.ExitStack() as stack:
@@ -219,9 +241,9 @@ def run_testsets(args):
             directory = os.path.join(args.out, name)
             outputs = stack.enter_context(folders.Outputs(directory, __file__, args.command, overwrite=args.overwrite))
             counts = build(outputs)
-            outputs.write_manifest(io.manifest(__file__, args, started, counts=counts, seed=args.seed))
+            outputs.finish(args, counts=counts, seed=args.seed)
             done.append(f"{name}: {', '.join(f'{k} {v}' for k, v in counts.items())} → {directory}")
-        top.write_manifest(io.manifest(__file__, args, started, seed=args.seed, parts=list(parts)))
+        top.finish(args, seed=args.seed, parts=list(parts))
     print("\n".join(done))
 
 

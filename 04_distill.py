@@ -17,10 +17,10 @@ Transformers").
 import os
 import sys
 
-from common import cli, folders, io
+from common import cli, folders, provenance
 from common.vectors import open_rows
 from common.io import InputError
-from common.models.batching import BATCH_LIMITS, add_batch_arguments
+from common.models.batching import add_batch_arguments
 from common.models.precision import add_precision_arguments, check_here
 
 PV_PRESETS = {  # the thesis's chosen Paragraph-Vector configurations (Tab. 4.5, §5.1.2)
@@ -35,9 +35,9 @@ def add_teachers_arguments(p):
     p.add_argument("--out", required=True, help="teacher directory to write")
     p.add_argument("--teacher", default="sentence-transformers/all-mpnet-base-v2", type=cli.reads,
                    help="structural teacher: a sentence-transformers checkpoint (the thesis's)")
-    p.add_argument("--teacher-max-length", type=int, default=384,
+    p.add_argument("--teacher-max-length", type=cli.number(int, cli.LENGTH), default=384,
                    help="structural-teacher tokens per document (the thesis's text; its code used 512)")
-    p.add_argument("--teacher-dim", type=int, default=None,
+    p.add_argument("--teacher-dim", type=cli.number(int, cli.WIDTH), default=None,
                    help="project the structural teacher's vectors onto their top N principal axes (fitted on these "
                         "documents; the origin kept), so that a student N wide can take the structural loss from a "
                         "wider teacher. Not in the thesis, whose student and teacher are both 768 wide (default: the "
@@ -49,24 +49,21 @@ def add_teachers_arguments(p):
                         "--pv-preprocess where not given): dm-100d for MSE-contextual, pv-2048d for cosine-masked")
     p.add_argument("--pv", choices=("dm", "dbow", "dm+dbow"), default=None,
                    help="Doc2Vec model(s); dm+dbow concatenates both, DM first [preset]")
-    p.add_argument("--pv-vector-size", type=int, default=None, help="dimensions per Doc2Vec model [preset]")
+    p.add_argument("--pv-vector-size", type=cli.number(int, cli.WIDTH), default=None,
+                   help="dimensions per Doc2Vec model [preset]")
     p.add_argument("--pv-preprocess", default=None,
                    help="none, lowercase or stem (Porter), one per model, comma-separated [preset]")
-    p.add_argument("--pv-min-count", type=int, default=2, help="drop rarer words (thesis)")
-    p.add_argument("--pv-window", type=int, default=5, help="context window (thesis)")
-    p.add_argument("--pv-negative", type=int, default=5, help="negative samples (thesis; hs 0, sample 0)")
-    p.add_argument("--pv-epochs", type=int, default=10, help="training and inference epochs (thesis)")
-    p.add_argument("--pv-max-vocab-size", type=int, default=None,
+    p.add_argument("--pv-min-count", type=cli.number(int, cli.COUNT), default=2, help="drop rarer words (thesis)")
+    p.add_argument("--pv-window", type=cli.number(int, cli.LENGTH), default=5, help="context window (thesis)")
+    p.add_argument("--pv-negative", type=cli.number(int, cli.between(1, 1000)), default=5,
+                   help="negative samples (thesis; hs 0, sample 0)")
+    p.add_argument("--pv-epochs", type=cli.number(int, cli.COUNT), default=10,
+                   help="training and inference epochs (thesis)")
+    p.add_argument("--pv-max-vocab-size", type=cli.number(int, cli.COUNT), default=None,
                    help="gensim's max_vocab_size: prune rare words while scanning (thesis: 6e7 DM, 1.2e7 PV)")
-    p.add_argument("--pv-workers", type=int, default=1,
+    p.add_argument("--pv-workers", type=cli.number(int, cli.between(1, 1024)), default=1,
                    help="training threads; only 1 makes the teacher reproducible (gensim's threads race)")
-    p.add_argument("--seed", type=int, default=42, help="seed of Doc2Vec training and inference")
-
-
-TEACHER_LIMITS = {"--teacher-max-length": cli.LENGTH, "--teacher-dim": cli.WIDTH, **BATCH_LIMITS,
-                  "--pv-vector-size": cli.WIDTH, "--pv-min-count": cli.COUNT, "--pv-window": cli.LENGTH,
-                  "--pv-negative": cli.between(1, 1000), "--pv-epochs": cli.COUNT,
-                  "--pv-max-vocab-size": cli.COUNT, "--pv-workers": cli.between(1, 1024), "--seed": cli.SEED}
+    p.add_argument("--seed", type=cli.number(int, cli.SEED), default=42, help="seed of Doc2Vec training and inference")
 
 
 def run_teachers(args):
@@ -78,7 +75,6 @@ def run_teachers(args):
     for key, value in PV_PRESETS[args.pv_preset].items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    cli.check(args, TEACHER_LIMITS)
     check_here(args.precision)
     preprocess = tuple(args.pv_preprocess.split(","))
     if any(p not in PREPROCESS for p in preprocess) or len(preprocess) not in (1, len(args.pv.split("+"))):
@@ -86,7 +82,6 @@ def run_teachers(args):
                          f"model of --pv {args.pv}")
     if not os.path.isdir(args.data):
         raise InputError(f"{args.data}: no such data directory")
-    started = io.now()
     docs = Documents(args.data)
     counts = {"documents": len(docs.ids)}
     if args.teacher_dim is not None:
@@ -123,8 +118,8 @@ def run_teachers(args):
         contextual.flush()
         pv.save(outputs.tmp_path("pv"))  # moved into place with the other files
         counts["pv_vocabulary"] = {kind: len(m.wv) for kind, m in pv.models.items()}
-        outputs.write_manifest(io.manifest(__file__, args, started, inputs=[os.path.join(args.data, "docs.jsonl")],
-                                           counts=counts, seed=args.seed, reproducible=args.pv_workers == 1))
+        outputs.finish(args, inputs=[os.path.join(args.data, "docs.jsonl")], counts=counts, seed=args.seed,
+                       reproducible=args.pv_workers == 1)
     print(f"{len(docs.ids)} documents: structural {vectors.shape[1]}d ({counts['longer_than_teacher']} longer than "
           f"its {max_length} tokens), contextual {contextual.shape[1]}d ({counts['pv_documents_chunked']} documents "
           f"over {10_000:,} words, inferred in chunks) → {args.out}")
@@ -147,14 +142,15 @@ def add_convert_arguments(p):
                    help="a BERT or RoBERTa model (hub name or folder; architectures: bert, roberta, xlm-roberta, "
                         "camembert)")
     p.add_argument("--out", required=True, help="folder for the Longformer (Hugging Face + sentence-transformers)")
-    p.add_argument("--max-length", type=int, default=4096, help="tokens the Longformer reads (Longformer paper)")
-    p.add_argument("--window", type=int, default=512, help="sliding attention window in every layer (Longformer)")
+    p.add_argument("--max-length", type=cli.number(int, cli.LENGTH), default=4096,
+                   help="tokens the Longformer reads (Longformer paper)")
+    # 2^17 tokens: 16 times Longformer's own 4096 and 32 times its largest published window; the position table
+    # alone grows by hidden size × this many floats
+    p.add_argument("--window", type=cli.number(int, cli.between(2, 1 << 17)), default=512,
+                   help="sliding attention window in every layer (Longformer)")
 
 
 def run_convert(args):
-    # 2^17 tokens: 16 times Longformer's own 4096 and 32 times its largest published window; the position table
-    # alone grows by hidden size × this many floats
-    cli.check(args, {"--max-length": cli.LENGTH, "--window": cli.between(2, 1 << 17)})
     if args.window % 2:
         raise InputError(f"--window {args.window}: must be an even number")
     from common.models import card
@@ -162,9 +158,8 @@ def run_convert(args):
     from common.models.longformer import check_convertible, convert_to_longformer
     from common.models.saving import save_model_files
     check_convertible(args.model)
-    started = io.now()
     base = card.base_model(args.model)  # what the card quotes is read before the conversion
-    commit = io.manifest(__file__, args, started)["git_commit"]
+    commit = provenance.git_commit()
     with folders.Outputs(args.out, __file__, args.command, overwrite=args.overwrite) as outputs:
         model, tokenizer = convert_to_longformer(args.model, args.max_length, args.window)
         # mean pooling, not normalised: the student's pooling in the thesis
@@ -173,8 +168,7 @@ def run_convert(args):
                          {"converted_from": args.model, "window": args.window},
                          card=card.conversion_card(args.out, encoder, args.model, args.max_length, args.window,
                                                    commit, base))
-        outputs.write_manifest(io.manifest(__file__, args, started, counts={"max_length": args.max_length,
-                                                                            "window": args.window}))
+        outputs.finish(args, counts={"max_length": args.max_length, "window": args.window})
     print(f"{args.model} → Longformer, {args.max_length} tokens, window {args.window} → {args.out}")
 
 

@@ -32,15 +32,15 @@ import os
 import sys
 
 
-from common import cli, folders, io
+from common import cli, folders
 from common.eval import ann, documents, embedding, report, retrieval, uncertainty
 from common.eval.embedding import Embedding
 from common.io import InputError
-from common.models.batching import BATCH_LIMITS, add_batch_arguments
+from common.jsontext import dumps_line
+from common.models.batching import add_batch_arguments
 from common.models.precision import add_precision_arguments, check_here
 
 TASKS = ("crossref", "topics", "lexical", "keysent", "classify", "similarity", "retrieval", "bm25")
-EMBEDDING_TASKS = {"crossref", "topics", "lexical", "classify", "similarity"}
 
 
 def add_evaluate_arguments(p):
@@ -59,21 +59,21 @@ def add_evaluate_arguments(p):
     p.add_argument("--normalize", action="append", default=[], metavar="[NAME=]yes|no",
                    help="L2-normalise every model's vectors or not, or NAME=… one model's (repeatable; default: as its "
                         "sentence-transformers config says)")
-    p.add_argument("--max-length", type=int, default=None,
+    p.add_argument("--max-length", type=cli.number(int, cli.LENGTH), default=None,
                    help="tokens per document for every model (default: each model's own setting, else 128)")
     add_batch_arguments(p, 64, "documents")
     add_precision_arguments(p, "every model")
     p.add_argument("--language", default=None,
                    help="Snowball stemmer language for the lexical baseline (default: the dump's language)")
-    p.add_argument("--seed", type=int, default=42, help="seed of the classifier and t-SNE")
-    p.add_argument("--head-epochs", type=int, default=10,
+    p.add_argument("--seed", type=cli.number(int, cli.SEED), default=42, help="seed of the classifier and t-SNE")
+    p.add_argument("--head-epochs", type=cli.number(int, cli.COUNT), default=10,
                    help="classify: epochs of the MLP head (Burian 2023; small splits need more)")
-    p.add_argument("--resamples", type=int, default=1000,
+    p.add_argument("--resamples", type=cli.number(int, cli.COUNT_0), default=1000,
                    help="each figure's 95 %% interval: percentile bootstrap over the task's queries, test documents, "
                         "articles or rated pairs, this many resamples drawn from --seed (1,000, ranx's number of "
                         "permutations; scipy.stats.bootstrap takes 9,999, steadier ends at 10 times the cost); also "
                         "--compare's random swaps where its units are more than 16; 0: no bootstrap")
-    p.add_argument("--resplits", type=int, default=10,
+    p.add_argument("--resplits", type=cli.number(int, cli.COUNT_0), default=10,
                    help="topics: stratified re-splits of the topic documents at the protocol's test share, each "
                         "classified as the protocol's split is; the interval of F1 and accuracy spans the "
                         "protocol's split and these (the protocol's stays the figure); 0: none")
@@ -97,27 +97,10 @@ def _check_names(args):
 
 
 def run_evaluate(args):
-    cli.check(args, {"--max-length": cli.LENGTH, "--head-epochs": cli.COUNT, "--seed": cli.SEED,
-                     "--resamples": cli.COUNT_0, "--resplits": cli.COUNT_0, **BATCH_LIMITS})
     _check_names(args)
     if not os.path.isdir(args.data):
         raise InputError(f"{args.data}: no such data directory")
-    available = documents.supported(args.data)
-    wanted = set(args.task) if args.task else documents.default_tasks(args.data, available)
-    missing = wanted - available
-    if missing:
-        raise InputError(f"{args.data}: has no data for task(s) {', '.join(sorted(missing))}")
-    if not wanted:
-        raise InputError(f"{args.data}: no evaluation data (crossref.qrels, topics.*.jsonl, classify.*.jsonl, "
-                         f"similarity.*, keysent.*.jsonl or retrieval.test.qrels)")
-    if not args.model and not args.runs and wanted - {"lexical", "bm25"}:
-        raise InputError("give at least one --model NAME=MODEL (or --runs)")
-    if "retrieval" in wanted and wanted & EMBEDDING_TASKS:
-        raise InputError("--task retrieval embeds abstracts alone, the other tasks title + text: evaluate them into "
-                         "separate --out directories")
-    if "keysent" in wanted and args.precision != "float32":
-        raise InputError(f"--{args.precision}: the key-sentence task embeds its sentences in float32 only; evaluate "
-                         "it without the flag")
+    wanted = documents.tasks_to_run(args.data, args.task, bool(args.model or args.runs), args.precision)
     pairs = cli.pairs(args.compare, [*args.model, *(name for name in ("lexical", "bm25") if name in wanted)],
                       "--compare")
     how = embedding_of(args)
@@ -126,42 +109,32 @@ def run_evaluate(args):
         folders.refuse_finished(args.out, __file__)
     state = embedding.process_state()
     if state is not None and not state.is_main_process:
-        return embedding.follow(args.model, args.data, how) if wanted & ({"retrieval"} | EMBEDDING_TASKS) else None
-    started = io.now()
-    metrics, counts, written, samples = {}, {}, [], {}
+        embeds = wanted & ({"retrieval"} | documents.EMBEDDING_TASKS)
+        return embedding.follow(args.model, args.data, how) if embeds else None
     with folders.Outputs(args.out, __file__, overwrite=args.overwrite) as outputs:
         parts = []
         if wanted & {"retrieval", "bm25"}:
             parts.append(retrieval.evaluate_retrieval(args.model, args.data, how, outputs, wanted))
-        if wanted & EMBEDDING_TASKS:
+        if wanted & documents.EMBEDDING_TASKS:
             parts.append(documents.evaluate_documents(args.model, args.data, how, outputs, wanted, args.seed,
                                                       args.head_epochs, args.language, args.resplits))
         if "keysent" in wanted:
             from common.eval.keysent import evaluate_keysent
             parts.append(evaluate_keysent(args.model, args.runs, args.data, how, outputs, args.seed))
-        embedded = {}
-        for part_metrics, part_counts, part_figures, part_samples in parts:
-            for name, values in part_metrics.items():
-                metrics.setdefault(name, {}).update(values)
-            for name, values in part_samples.items():
-                samples.setdefault(name, {}).update(values)
-            embedded.update(part_counts.pop("embedding", {}))
-            counts.update(part_counts)
-            written += part_figures
+        metrics, counts, written, samples, embedded = report.combine(parts)
         metrics = uncertainty.summarise(metrics, samples, pairs, args.resamples, args.seed)
         for a, b in pairs:
             if uncertainty.difference_name(a, b) not in metrics:
                 print(f"note: --compare {a}={b}: no task scores both")
         with outputs.open("metrics.json") as f:
-            f.write(io.dumps_line(metrics))
+            f.write(dumps_line(metrics))
         # beside each row, the card that tells how its model was made
         table = report.markdown(metrics, cards=report.cards(args.model, args.out),
                                 resampling=(args.resamples, args.resplits)) + report.embedding_table(embedded)
         with outputs.open("report.md") as f:
             f.write(report.document(table, written))
         inputs = [os.path.join(args.data, n) for n in sorted(os.listdir(args.data)) if not n.endswith(".json")]
-        outputs.write_manifest(io.manifest(__file__, args, started, inputs=inputs, counts=counts, seed=args.seed,
-                                           embedding=embedded))
+        outputs.finish(args, inputs=inputs, counts=counts, seed=args.seed, embedding=embedded)
     print(table, end="")
     if written:
         print(f"figures (linked from report.md): {', '.join(name for _, name in written)}")
@@ -173,8 +146,9 @@ def add_extract_arguments(p):
     p.add_argument("--input", required=True, type=cli.reads, help="JSONL of {id, text} (HTML and LaTeX are cleaned)")
     cli.add_max_line(p)
     p.add_argument("--out", required=True, help="JSONL to write: {id, key_sentences: [{text, score, start, end}]}")
-    p.add_argument("--top", type=int, default=1, help="sentences per article, best first")
-    p.add_argument("--threshold", type=float, default=None, help="keep only sentences scoring at least this")
+    p.add_argument("--top", type=cli.number(int, cli.COUNT), default=1, help="sentences per article, best first")
+    p.add_argument("--threshold", type=cli.number(float, cli.between(-1, 1)), default=None,
+                   help="keep only sentences scoring at least this")
     p.add_argument("--query", default=None, help="query text, for a model that was not fine-tuned here")
     p.add_argument("--splitter", choices=("punkt", "punkt-english"), default="punkt",
                    help="sentence splitter (untrained Punkt, as in training)")
@@ -183,24 +157,21 @@ def add_extract_arguments(p):
 
 def run_extract(args):
     from common.eval.keysent import KeySentenceModel, key_sentences, read_articles
-    cli.check(args, {"--top": cli.COUNT, "--threshold": cli.between(-1, 1), **BATCH_LIMITS})
     if os.path.isdir(args.out):
         raise InputError(f"{args.out}: is a directory; --out names the JSONL file to write")
     if os.path.lexists(args.out) and not args.overwrite:
         raise InputError(f"{args.out}: exists; give --overwrite to replace it, or another --out")
-    started = io.now()
     model = KeySentenceModel(args.model, batch_size=args.batch_size, query=args.query, batch_tokens=args.batch_tokens)
     articles = read_articles(args.input, args.splitter)
     counts = {"articles": len(articles), "sentences": sum(len(sents) for _, _, sents in articles), "selected": 0}
     directory, name = os.path.split(os.path.abspath(args.out))
     # the one file (and its manifest) in the user's folder, whole or not
-    with folders.Outputs(directory, file=name) as outputs:
+    with folders.Outputs(directory, __file__, file=name) as outputs:
         with outputs.open(name) as f:
             for record in key_sentences(model, articles, args.top, args.threshold):
                 counts["selected"] += len(record["key_sentences"])
-                f.write(io.dumps_line(record))
-        with outputs.open(os.path.splitext(name)[0] + ".manifest.json") as f:
-            f.write(io.dumps_line(io.manifest(__file__, args, started, inputs=[args.input], counts=counts)))
+                f.write(dumps_line(record))
+        outputs.finish(args, inputs=[args.input], counts=counts)
     print(f"{counts['selected']} key sentences from {counts['articles']} articles (query: {model.query_from}) "
           f"→ {args.out}")
 
@@ -212,28 +183,23 @@ def add_search_arguments(p):
     p.add_argument("--index", default=None, type=cli.reads,
                    help="evaluation directory from 05_evaluate.py holding this model's vectors of the same documents")
     p.add_argument("--queries", default=None, type=cli.reads, help="text file, one query per line")
-    p.add_argument("--top", type=int, default=10, help="documents per query")
+    p.add_argument("--top", type=cli.number(int, cli.COUNT), default=10, help="documents per query")
     p.add_argument("--index-type", choices=("exact", *ann.KINDS), default="exact",
                    help="exact: every document scored (the reference); flat or hnsw: a faiss index (faiss-cpu) "
                         "built beside --index's vectors on first use; hnsw is approximate and fast past a million "
                         "documents")
     p.add_argument("--pooling", choices=("cls", "mean"), default=None,
                    help="pooling (default: the model's sentence-transformers config, else cls)")
-    p.add_argument("--max-length", type=int, default=None, help="tokens per text (default: the model's setting)")
+    p.add_argument("--max-length", type=cli.number(int, cli.LENGTH), default=None,
+                   help="tokens per text (default: the model's setting)")
     add_batch_arguments(p, 64, "texts")
     add_precision_arguments(p, "every model")
 
 
 def run_search(args):
     """Print the top documents of each query: rank, id, cosine score, title."""
-    cli.check(args, {"--top": cli.COUNT, "--max-length": cli.LENGTH, **BATCH_LIMITS})
     check_here(args.precision)
-    for text in args.query:
-        if not retrieval.has_content(text):
-            raise InputError(f"query {text!r}: no letter or digit to search for")
-    queries = list(args.query) + (retrieval.read_query_file(args.queries) if args.queries else [])
-    if not queries:
-        raise InputError("give a query text or --queries FILE")
+    queries = retrieval.search_queries(args.query, args.queries)
     if not os.path.isdir(args.data):
         raise InputError(f"{args.data}: no such data directory")
     args.pooling = {"model": args.pooling} if args.pooling else {}

@@ -1,4 +1,6 @@
-"""What every numbered script shares at its edge: help formatting and one-line errors."""
+"""What every numbered script shares at its edge: help formatting, the sub-commands, a flag's type (a number
+within its limit, ``number``; something the command reads, ``reads``), the check of ``--out`` against what the
+command reads, and one-line errors."""
 
 import argparse
 import glob
@@ -117,12 +119,11 @@ def pairs(values, names, flag):
 
 def add_max_line(p):
     """``--max-line-mb``, for commands that read JSONL from outside the pipeline."""
-    p.add_argument("--max-line-mb", type=int, default=io.MAX_LINE_BYTES >> 20,
+    p.add_argument("--max-line-mb", type=number(int, AT_LEAST_1), default=io.MAX_LINE_BYTES >> 20,
                    help="refuse a JSONL line longer than this (a line is held whole in memory while read)")
 
 
 def set_max_line(args):
-    check(args, {"--max-line-mb": AT_LEAST_1})
     io.MAX_LINE_BYTES = args.max_line_mb << 20
 
 

@@ -1,6 +1,7 @@
 """An output folder owned by one run: its lock, the private folder every file is made in and moved from, the
-all-or-nothing commit with a manifest (``Outputs``), and the one-line errors of a folder that cannot be written
-(a full disk, no permission). Reading inputs and manifests is ``common.io``'s."""
+all-or-nothing commit with a manifest that records the run's start and finish (``Outputs``), and the one-line
+errors of a folder that cannot be written (a full disk, no permission). Reading inputs and manifests is
+``common.io``'s; what a manifest records, ``common.provenance``'s."""
 
 import contextlib
 import errno
@@ -10,7 +11,9 @@ import os
 import shutil
 import tempfile
 
-from common.io import InputError, dumps_line, read_json_or_empty, sha256
+from common import provenance
+from common.io import InputError, read_json_or_empty, sha256
+from common.jsontext import dumps_line
 
 
 LOCK = ".lock"  # held (fcntl.flock) by the run writing a folder; removed when it ends
@@ -267,17 +270,20 @@ class Outputs:
     private folder, moved over a link (never through it), and a name whose parent folder is a link, or resolves
     outside the folder, is refused.
 
-    With ``script``, the folder is that script's own: it is locked for the run (a second run on it is refused),
-    a non-empty folder is refused unless its manifest.json comes from the same script (and ``command``, where the
-    script has several), a finished output (a manifest not marked ``committing``) is refused unless ``overwrite``
-    says to replace it, private folders a killed run left are removed, and once the new files are in place, those
-    the previous manifest lists and this run did not write again are removed, so no stale file outlives its run.
+    With ``script`` and no ``file``, the folder is that script's own: it is locked for the run (a second run on it
+    is refused), a non-empty folder is refused unless its manifest.json comes from the same script (and
+    ``command``, where the script has several), a finished output (a manifest not marked ``committing``) is refused
+    unless ``overwrite`` says to replace it, private folders a killed run left are removed, and once the new files
+    are in place, those the previous manifest lists and this run did not write again are removed, so no stale file
+    outlives its run.
     A file the previous manifest does not list was not written by this project and is never removed.
 
-    With ``file`` instead, the run writes that one file (and files named after it) into a folder that is not its
-    own (05 extract's ``--out`` file): the lock and the private folder are named after the file (``.FILE.lock``,
+    With ``file``, the run writes that one file (and files named after it) into a folder that is not its own (05
+    extract's ``--out`` file): the lock and the private folder are named after the file (``.FILE.lock``,
     ``.staging-FILE-*``), so that runs writing other files into the same folder go on beside it, and what a killed
-    run writing the same file left is removed.
+    run writing the same file left is removed; its manifest is ``FILE``'s stem and ``.manifest.json``.
+
+    The folder records when it was opened (``started``); ``finish`` writes the run's manifest with it.
     """
 
     def __init__(self, directory, script=None, command=None, overwrite=False, file=None):
@@ -292,9 +298,11 @@ class Outputs:
         self._lock = None
         self._stage = None
         self._manifest = None
+        self.started = None
 
     def __enter__(self):
-        if self.script:
+        self.started = provenance.now()
+        if self.script and not self.file:
             self._lock = own_folder(self.directory)
             try:
                 self._claim()
@@ -344,6 +352,17 @@ class Outputs:
         if previous.get("state") == "committing":  # a run killed while committing: what it replaced is stale too
             listed.append(previous.get("replacing", []))
         self._previous = [n for names in listed if isinstance(names, list) for n in names if isinstance(n, str)]
+
+    def finish(self, args, inputs=(), counts=None, seed=None, **extra):
+        """The run's manifest, in one call: ``provenance.manifest`` of this folder's script, ``args``, the start
+        recorded when the folder was opened, ``inputs`` (their SHA-256), ``counts``, ``seed`` and ``extra`` fields,
+        finished now. A folder of the script's own takes it as manifest.json (``write_manifest``); the one file of a
+        folder not its own, as ``FILE``'s stem and ``.manifest.json``, a file like the others."""
+        manifest = provenance.manifest(self.script, args, self.started, inputs, counts, seed, **extra)
+        if not self.file:
+            return self.write_manifest(manifest)
+        with self.open(os.path.splitext(self.file)[0] + ".manifest.json") as f:
+            f.write(dumps_line(manifest))
 
     def write_manifest(self, manifest):
         """manifest.json, the last file, with the list of files this run wrote (the next run removes those it does
@@ -441,7 +460,7 @@ class Outputs:
         if manifest is not None:
             self._write_manifest(manifest, self.path("manifest.json"))
             self._files["manifest.json"] = None
-        if self.script:
+        if self.script and not self.file:
             self._remove_stale()
 
     def __exit__(self, exc_type, exc, tb):

@@ -1,15 +1,14 @@
-"""Files between the numbered scripts: JSONL/NPY reading with line-exact errors, atomic writes, manifests."""
+"""Reading what the numbered scripts pass each other: input files (JSONL, plain or gzip; TREC qrels; JSON) with
+errors that name the file and line, the SHA-256 of a file, a folder's manifest and the check of an input against it,
+and the errors a user can fix (``InputError``). Writing is ``common.folders``'s (an output folder), with
+``common.provenance`` (a manifest's record) and ``common.jsontext`` (JSON text)."""
 
-import datetime
 import gzip
 import hashlib
 import json
 import os
 import re
-import subprocess
-import sys
 import zlib
-from importlib import metadata
 
 import orjson
 
@@ -169,16 +168,6 @@ def read_trec_qrels(path):
     return qrels
 
 
-def dumps_line(obj):
-    return orjson.dumps(obj).decode("utf-8") + "\n"
-
-
-def json_bytes(value):
-    """A value as UTF-8 JSON bytes, for writers that keep many pre-encoded pieces. The result is copied: the
-    bytes object orjson returns keeps its whole output buffer (about 4 KB), 4 GB for a million short ids."""
-    return bytes(memoryview(orjson.dumps(value)))
-
-
 _HASHED = {}  # (path, inode, size, mtime, ctime) → SHA-256: a file is read once a process unless it is written
 
 
@@ -195,50 +184,6 @@ def sha256(path):
                 h.update(chunk)
         _HASHED[key] = h.hexdigest()
     return _HASHED[key]
-
-
-def _git_commit():
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
-
-
-_PACKAGES = ("torch", "transformers", "accelerate", "sentence-transformers", "numpy", "scipy", "scikit-learn",
-             "gensim", "nltk", "tokenizers")
-
-
-def _versions():
-    found = {"python": sys.version.split()[0]}
-    for name in _PACKAGES:
-        try:
-            found[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
-    return found
-
-
-def now():
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-
-
-def manifest(script, args, started, inputs=(), counts=None, seed=None, **extra):
-    """The manifest every output directory gets (docs/contract.md)."""
-    return {
-        "script": os.path.basename(script),
-        "argv": sys.argv,
-        "args": {k: v for k, v in vars(args).items() if not callable(v)},
-        "started": started,
-        "finished": now(),
-        "git_commit": _git_commit(),
-        "versions": _versions(),
-        "seed": seed,
-        "inputs": {p: sha256(p) for p in inputs if os.path.isfile(p)},
-        "counts": counts or {},
-        **extra,
-    }
 
 
 def read_json_or_empty(path):
@@ -326,30 +271,3 @@ def verify_input(path):
     if sha256(path) != expected[name]:
         raise InputError(f"{path}: differs from what {manifest.get('script') or 'its run'} wrote (SHA-256 in "
                          f"{manifest_path}); it changed afterwards, or its run did not finish: run it again")
-
-
-class TokenTable:
-    """Pre-encoded pieces of JSON text, padded with tabs to one width, so that a file is assembled from them by a
-    single numpy gather instead of one Python string operation per piece.
-
-    The pieces are every template (bytes with one ``%s``) applied to every value, template by template, then the
-    ``tail`` pieces; they are made a slice at a time, so building the table takes little more than the table.
-    JSON never holds a raw tab inside a string (it is escaped as ``\\t``), so dropping every tab after the gather
-    gives back the exact compact text. Memory: number of pieces × the longest piece.
-    """
-
-    def __init__(self, templates, values, tail=()):
-        import numpy as np
-        longest = max(map(len, values), default=0)
-        width = max([len(t) - 2 + longest for t in templates] + [len(p) for p in tail])
-        self.table = np.empty(len(templates) * len(values) + len(tail), dtype=f"S{width}")
-        step = 65536
-        for k, template in enumerate(templates):
-            for start in range(0, len(values), step):
-                part = values[start:start + step]
-                at = k * len(values) + start
-                self.table[at:at + len(part)] = [(template % v).ljust(width, b"\t") for v in part]
-        self.table[len(templates) * len(values):] = [p.ljust(width, b"\t") for p in tail]
-
-    def render(self, index):
-        return self.table[index].tobytes().replace(b"\t", b"")

@@ -208,7 +208,7 @@ def sentences(data, work):
 def articles(data, work):
     """02's articles.jsonl (links, labels) and docs.jsonl as 03–05 read it."""
     from common.data.documents import Documents
-    from common.data.graph import read_articles
+    from common.data.articles import read_articles
     path = _write(work, "articles.jsonl", data)
     docs = _io.BytesIO()
     read_articles(path, docs, collections.Counter())

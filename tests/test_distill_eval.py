@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, script_error
 
 from common import folders, io
 from common.data import testsets
@@ -94,9 +94,8 @@ def test_testsets_refuse_a_foreign_folder_and_an_impossible_threshold_and_commit
     assert str(e.value) == f"{tmp_path}: not empty and not an output folder of this project (no manifest.json); " \
                            "give a new or empty folder"
     for value in ("-1", "nan"):
-        with pytest.raises(io.InputError) as e:
-            module.main(["testsets", "--out", str(tmp_path / "t"), "--lee-threshold", value])
-        assert str(e.value) == f"--lee-threshold {float(value)}: must be a share between 0 and 1"
+        assert script_error("02_build_graph.py", "testsets", "--out", tmp_path / "t", "--lee-threshold", value) == \
+            f"error: argument --lee-threshold: {value}: must be a share between 0 and 1"
     assert sorted(os.listdir(tmp_path)) == ["notes.txt"]
 
     def unreadable(out, seed):

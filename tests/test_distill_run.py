@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import ROOT, forget_hashes, one_error_line, read_jsonl, run_script, unfinish
+from conftest import ROOT, forget_hashes, one_error_line, read_jsonl, run_script, script_error, unfinish
 
 from common.data.documents import Documents
 from common.distill.paragraph_vector import MAX_WORDS, ParagraphVector, chunks
@@ -76,6 +76,19 @@ def test_paragraph_vectors_are_reproducible_order_free_and_read_past_ten_thousan
     np.testing.assert_array_equal(forward, b.embed(texts))
     np.testing.assert_array_equal(forward[::-1], a.embed(texts[::-1]))
     assert not np.allclose(forward[-3], forward[-2])  # the words after 10,000 count
+
+
+def test_convert_long_writes_a_manifest_that_reproduce_manifests_lists_with_its_command_line(tiny_model, tmp_path):
+    student = tmp_path / "student"
+    run_script("04_distill.py", "convert-long", "--model", tiny_model, "--out", student, "--max-length", "64",
+               "--window", "16")
+    manifest = json.loads((student / "manifest.json").read_text())
+    assert (manifest["script"], manifest["args"]["command"], manifest["counts"]) == \
+        ("04_distill.py", "convert-long", {"max_length": 64, "window": 16})
+    lines = run_script(os.path.join("reproduce", "manifests.py"), student).stdout.splitlines()
+    assert lines[:4] == ["```", f"    python 04_distill.py convert-long --model {tiny_model} --out {student} "
+                                "--max-length 64 --window 16", "    #   max_length 64, window 16", "```"]
+    assert lines[5].startswith(f"commit {manifest['git_commit']}; ")
 
 
 def test_training_resumes_bit_identically_with_heads_and_running_covariances(teach, tiny_model, tiny_data,
@@ -162,15 +175,16 @@ def test_teacher_values_that_cannot_train_are_refused_when_read(teach, tiny_mode
 
 
 @pytest.mark.parametrize("command, flag, value, message", [
-    ("teachers", "--pv-window", "0", "--pv-window 0: must be between 1 and 131,072"),
-    ("teachers", "--teacher-max-length", "0", "--teacher-max-length 0: must be between 1 and 131,072"),
-    ("teachers", "--pv-vector-size", "0", "--pv-vector-size 0: must be between 1 and 65,536"),
-    ("teachers", "--seed", "-1", "--seed -1: must be between 0 and 2**32 - 1 (NumPy's seed range)"),
+    ("teachers", "--pv-window", "0", "argument --pv-window: 0: must be between 1 and 131,072"),
+    ("teachers", "--teacher-max-length", "0", "argument --teacher-max-length: 0: must be between 1 and 131,072"),
+    ("teachers", "--pv-vector-size", "0", "argument --pv-vector-size: 0: must be between 1 and 65,536"),
+    ("teachers", "--seed", "-1", "argument --seed: -1: must be between 0 and 2**32 - 1 (NumPy's seed range)"),
     ("train", "--lambda", "nan", "--lambda nan: must be a share between 0 and 1"),
     ("train", "--gamma", "nan", "--gamma nan: must be a finite number of at least 0"),
     ("train", "--student-projection", "16x0",
      "--student-projection '16x0': block '0' is not SIZE or SIZE(relu) with a SIZE between 1 and 65,536"),
-    ("convert-long", "--max-length", "1000000000", "--max-length 1000000000: must be between 1 and 131,072"),
+    ("convert-long", "--max-length", "1000000000",
+     "argument --max-length: 1000000000: must be between 1 and 131,072"),
 ])
 def test_settings_that_cannot_work_are_refused_before_any_input_is_read(tiny_data, tmp_path, command, flag, value,
                                                                         message):
@@ -178,9 +192,7 @@ def test_settings_that_cannot_work_are_refused_before_any_input_is_read(tiny_dat
     args = {"teachers": ["--data", missing, "--teacher", missing],
             "train": ["--data", tiny_data, "--teachers", missing, "--model", missing, *TRAIN],  # data: checked first
             "convert-long": ["--model", missing]}[command]
-    with pytest.raises(InputError) as e:
-        distill()([command, *map(str, args), "--out", str(tmp_path / "out"), flag, value])
-    assert str(e.value) == message
+    assert script_error("04_distill.py", command, *args, "--out", tmp_path / "out", flag, value) == f"error: {message}"
     assert not (tmp_path / "out").exists()
 
 

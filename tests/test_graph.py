@@ -307,11 +307,11 @@ def test_bad_articles_fail_with_file_and_line(tmp_path, lines, expected):
 
 
 @pytest.mark.parametrize("flags,expected", [
-    (["--holdout", "1.5"], "--holdout 1.5: must be a share between 0 and 1"),
-    (["--val", "nan"], "--val nan: must be a share between 0 and 1"),
-    (["--per-query", "-1"], "--per-query -1: must be between 1 and 1,073,741,824"),
-    (["--hard", "-2"], "--hard -2: must be between 0 and 1,073,741,824"),
-    (["--topic-test", "1"], "--topic-test 1.0: must be a share strictly between 0 and 1"),
+    (["--holdout", "1.5"], "argument --holdout: 1.5: must be a share between 0 and 1"),
+    (["--val", "nan"], "argument --val: nan: must be a share between 0 and 1"),
+    (["--per-query", "-1"], "argument --per-query: -1: must be between 1 and 1,073,741,824"),
+    (["--hard", "-2"], "argument --hard: -2: must be between 0 and 1,073,741,824"),
+    (["--topic-test", "1"], "argument --topic-test: 1: must be a share strictly between 0 and 1"),
     (["--topic-cap", "top=abc"], "--topic-cap 'top=abc': expected LEVEL=NUMBER,..., e.g. top=300,second=200"),
     (["--topic-cap", "top=0"], "--topic-cap 'top=0': expected LEVEL=NUMBER,..., e.g. top=300,second=200"),
 ])
@@ -348,7 +348,7 @@ def test_ids_with_quotes_backslashes_and_non_ascii_round_trip_through_every_file
 
 def test_distinct_ranks_are_uniform_over_ordered_pairs():
     import numpy as np
-    from common.data.graph import _distinct_ranks
+    from common.data.triplets import _distinct_ranks
     ranks = _distinct_ranks(np.full(60000, 4), 2, np.random.default_rng(0))
     assert (ranks[:, 0] != ranks[:, 1]).all() and ranks.min() == 0 and ranks.max() == 3
     pairs = collections.Counter(map(tuple, ranks.tolist()))
@@ -357,7 +357,7 @@ def test_distinct_ranks_are_uniform_over_ordered_pairs():
 
 def test_pre_encoded_ids_take_memory_for_their_length_only():
     import tracemalloc
-    from common.io import json_bytes
+    from common.jsontext import json_bytes
     tracemalloc.start()
     pieces = [json_bytes(f"doc{i}") for i in range(10000)]
     used, _ = tracemalloc.get_traced_memory()

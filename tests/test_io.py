@@ -39,6 +39,39 @@ def test_outputs_never_opens_a_path_outside_its_folder(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
+def test_an_output_folder_records_its_start_and_finish_writes_its_manifest_last(tmp_path, monkeypatch):
+    import argparse
+
+    from common import provenance
+    times = iter(["2026-01-02T03:04:05+00:00", "2026-01-02T03:04:09+00:00"])
+    monkeypatch.setattr(provenance, "now", lambda: next(times))
+    src = tmp_path / "in.txt"
+    src.write_text("abc")
+    args = argparse.Namespace(command="links", out=str(tmp_path / "out"))
+    with Outputs(tmp_path / "out", "02_build_graph.py", "links") as outputs:
+        with outputs.open("a.txt") as f:
+            f.write("a\n")
+        outputs.finish(args, inputs=[str(src), str(tmp_path / "missing")], counts={"n": 1}, seed=7, language="en")
+        assert not (tmp_path / "out" / "manifest.json").exists()  # written at the commit, the last file
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert {k: manifest[k] for k in ("script", "args", "started", "finished", "seed", "inputs", "counts", "language",
+                                     "files")} == {
+        "script": "02_build_graph.py", "args": {"command": "links", "out": str(tmp_path / "out")},
+        "started": "2026-01-02T03:04:05+00:00", "finished": "2026-01-02T03:04:09+00:00", "seed": 7,
+        "inputs": {str(src): "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"}, "counts": {"n": 1},
+        "language": "en", "files": ["a.txt"]}
+
+    times = iter(["2026-01-02T03:05:00+00:00", "2026-01-02T03:05:01+00:00"])
+    with Outputs(tmp_path / "mine", "05_evaluate.py", file="keys.jsonl") as outputs:  # one file of a user's folder
+        with outputs.open("keys.jsonl") as f:
+            f.write("{}\n")
+        outputs.finish(args, counts={"selected": 0})
+    assert sorted(os.listdir(tmp_path / "mine")) == ["keys.jsonl", "keys.manifest.json"]
+    manifest = json.loads((tmp_path / "mine" / "keys.manifest.json").read_text())
+    assert (manifest["script"], manifest["started"], manifest["finished"], manifest["counts"]) == \
+        ("05_evaluate.py", "2026-01-02T03:05:00+00:00", "2026-01-02T03:05:01+00:00", {"selected": 0})
+
+
 def test_an_existing_file_as_the_output_folder_is_a_one_line_error(tmp_path):
     src = tmp_path / "in.jsonl"
     src.write_text('{"id": "a", "text": "One. Two.", "key_sentences": ["Two."]}\n', encoding="utf-8")

@@ -7,7 +7,6 @@ import numpy as np
 
 from conftest import WORDS, corpus_text, read_jsonl, run_script
 
-from common.markdown import escape
 
 TOPICS = {"Tiede": "Fysiikka", "Taide": "Maalaustaide", "Maantiede": "Kaupungit"}
 
@@ -69,7 +68,7 @@ def test_dump_to_report_with_a_tiny_model(tmp_path, write_dump, tiny_model):
                                      "topics.second accuracy | topics.top f1 | topics.top accuracy | card |")
     assert [line.split("|")[1].strip() for line in table.splitlines()[2:]] == ["base", "trained", "lexical"]
     assert [line.split("|")[-2].strip() for line in table.splitlines()[2:]] == [
-        "–", f"[{escape(run / 'model' / 'README.md')}](../run/model/README.md)", "–"]
+        "–", "[run/model](../run/model/README.md)", "–"]
     assert f"{100 * metrics['trained']['crossref']['map']:.2f}" in table and table in proc.stdout
     for figure in ("token_lengths.png", "confusion_top.png", "labels.png", "tsne_top.png", "tsne_second.png"):
         assert (evaluation / figure).read_bytes()[:4] == b"\x89PNG" and f"]({figure})" in report

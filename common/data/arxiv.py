@@ -11,7 +11,8 @@ import hashlib
 import re
 
 
-from common.io import InputError, dumps_line, read_jsonl
+from common.io import InputError, read_jsonl
+from common.jsontext import dumps_line
 
 REQUIRED = ("id", "title", "abstract", "categories")
 # withdrawn papers keep their id, their abstract replaced by a notice ("This paper has been withdrawn by the

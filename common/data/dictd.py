@@ -21,7 +21,8 @@ The index's offsets and lengths are numbers in the DICT base-64 alphabet. Every 
 
 import re
 
-from common.io import InputError, dumps_line, open_input, read_input_bytes
+from common.io import InputError, open_input, read_input_bytes
+from common.jsontext import dumps_line
 
 B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 _B64_VALUE = {c: i for i, c in enumerate(B64)}

@@ -2,7 +2,8 @@
 
 import numpy as np
 
-from common.io import InputError, dumps_line, read_jsonl
+from common.io import InputError, read_jsonl
+from common.jsontext import dumps_line
 
 PARTS = ("train", "val", "test")
 

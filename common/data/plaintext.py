@@ -16,7 +16,8 @@ import os
 import sys
 import zipfile
 
-from common.io import InputError, dumps_line, read_input_bytes, safe_name
+from common.io import InputError, read_input_bytes, safe_name
+from common.jsontext import dumps_line
 
 
 def one_line(text):

@@ -13,7 +13,8 @@ import json
 import numpy as np
 
 from common.data.arxiv import normalise, text_key
-from common.io import InputError, dumps_line, open_input, read_jsonl, read_trec_qrels
+from common.io import InputError, open_input, read_jsonl, read_trec_qrels
+from common.jsontext import dumps_line
 
 SPLITS = ("train", "val", "test")
 

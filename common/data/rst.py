@@ -14,7 +14,8 @@ linear in the line.
 import os
 import re
 
-from common.io import dumps_line, read_input_bytes
+from common.io import read_input_bytes
+from common.jsontext import dumps_line
 
 SUFFIXES = (".rst.txt", ".rst")
 # directives whose whole block is code, markup or a table, never prose

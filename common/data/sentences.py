@@ -10,7 +10,8 @@ import html
 import re
 import sys
 
-from common.io import InputError, dumps_line, read_jsonl
+from common.io import InputError, read_jsonl
+from common.jsontext import dumps_line
 
 _HTML_HIDDEN = re.compile(r"<!--.*?(?:-->|\Z)|<[!?][^<>]*+>|<(script|style)\b[^<>]*+>.*?(?:</\1\s*+>|\Z)",
                           re.I | re.S)

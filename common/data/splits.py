@@ -1,21 +1,21 @@
-"""Evaluation splits shared by 02's commands: topic classification splits written from a corpus's labels, the
-``--topic-cap`` setting, and the refusal of a split that rounds down to nothing."""
+"""Evaluation splits shared by 02's commands: topic classification splits drawn from a corpus's labels (SciDocs's
+protocol) and written, their flags, and the refusal of a split that rounds down to nothing."""
 
 import re
 
-from common import cli, io
-from common.data import graph
+import numpy as np
 
-
-TOPIC_LIMITS = {"--topic-min": cli.COUNT, "--topic-test": cli.OPEN_SHARE, "--seed": cli.SEED}
+from common import cli, io, jsontext
 
 
 def add_topic_arguments(parser):
-    """02's topic-split flags (the links and retrieval commands share them), checked with ``TOPIC_LIMITS``."""
-    parser.add_argument("--topic-min", type=int, default=10, help="drop topic labels with fewer documents (thesis)")
+    """02's topic-split flags (the links and retrieval commands share them)."""
+    parser.add_argument("--topic-min", type=cli.number(int, cli.COUNT), default=10,
+                        help="drop topic labels with fewer documents (thesis)")
     parser.add_argument("--topic-cap", default="top=300,second=200",
                         help="most documents per label, per level (thesis)")
-    parser.add_argument("--topic-test", type=float, default=0.3, help="stratified test share of topic documents")
+    parser.add_argument("--topic-test", type=cli.number(float, cli.OPEN_SHARE), default=0.3,
+                        help="stratified test share of topic documents")
 
 
 def parse_caps(text):
@@ -30,6 +30,26 @@ def parse_caps(text):
     return caps
 
 
+def topic_splits(corpus, level, min_count, cap, test_size, rng, seed):
+    """Labels with fewer than ``min_count`` documents dropped, at most ``cap`` documents per label, stratified
+    train/test split. Returns None when fewer than two labels remain."""
+    from sklearn.model_selection import train_test_split
+    codes = corpus.labels[level]
+    kept = []
+    for code in range(len(corpus.label_names[level])):
+        members = np.flatnonzero(codes == code)
+        if len(members) < min_count:
+            continue
+        if len(members) > cap:
+            members = np.sort(rng.choice(members, cap, replace=False))
+        kept.append(members)
+    if len(kept) < 2:
+        return None
+    docs = np.concatenate(kept)
+    train, test = train_test_split(docs, test_size=test_size, stratify=codes[docs], random_state=seed)
+    return np.sort(train), np.sort(test)
+
+
 def write_topics(corpus, outputs, rng_topics, counts, topic_min, topic_cap, topic_test, seed, say=print):
     """topics.<level>.{train,test}.jsonl for every label level with at least two labels of ``topic_min``
     documents (SciDocs's protocol: at most ``topic_cap`` — ``level=N,...`` — per label, a ``topic_test`` share
@@ -37,7 +57,7 @@ def write_topics(corpus, outputs, rng_topics, counts, topic_min, topic_cap, topi
     topic_parts = {}
     caps = parse_caps(topic_cap)
     for level in sorted(corpus.labels):
-        result = graph.topic_splits(corpus, level, topic_min, caps.get(level, caps.get("second", 200)), topic_test,
+        result = topic_splits(corpus, level, topic_min, caps.get(level, caps.get("second", 200)), topic_test,
                                     rng_topics, seed)
         if result is None:
             counts[f"topics_{level}_skipped"] = 1
@@ -49,7 +69,7 @@ def write_topics(corpus, outputs, rng_topics, counts, topic_min, topic_cap, topi
         for part, members in zip(("train", "test"), result):
             counts[f"topics_{level}_{part}"] = int(len(members))
             with outputs.open(f"topics.{level}.{part}.jsonl") as f:
-                f.writelines(io.dumps_line({"id": corpus.ids[i], "label": names[corpus.labels[level][i]]})
+                f.writelines(jsontext.dumps_line({"id": corpus.ids[i], "label": names[corpus.labels[level][i]]})
                              for i in members.tolist())
     return topic_parts
 

@@ -13,7 +13,7 @@ import zlib
 
 import numpy as np
 
-from common.io import dumps_line
+from common.jsontext import dumps_line
 
 
 def data_dir():

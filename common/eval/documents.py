@@ -1,6 +1,6 @@
 """05's evaluation of document embeddings (the WikiSpecter and distillation tasks): which tasks a data directory
-supports, each model's vectors of every document, and their scores on cross-references, topics, classification
-and similarity."""
+supports and which 05 runs, each model's vectors of every document, and their scores on cross-references, topics,
+classification and similarity."""
 
 import os
 
@@ -8,6 +8,8 @@ from tqdm import tqdm
 
 from common import io, vectors
 from common.eval import embedding, retrieval, uncertainty, wikispecter
+
+EMBEDDING_TASKS = {"crossref", "topics", "lexical", "classify", "similarity"}  # documents as title + text
 
 
 def supported(data_dir):
@@ -38,6 +40,29 @@ def default_tasks(data_dir, available):
     if "classify" in available and not classify.own_splits(data_dir):
         return available - {"classify"}
     return available
+
+
+def tasks_to_run(data_dir, asked, has_model, precision):
+    """The tasks 05 runs on ``data_dir``: those ``asked`` (--task), else its default ones (``default_tasks``). A
+    task the directory has no data for, no task at all, no model (``has_model``: a --model or --runs) where a task
+    needs one, retrieval beside the tasks that embed title + text, or key sentences below float32, is one line."""
+    available = supported(data_dir)
+    wanted = set(asked) if asked else default_tasks(data_dir, available)
+    missing = wanted - available
+    if missing:
+        raise io.InputError(f"{data_dir}: has no data for task(s) {', '.join(sorted(missing))}")
+    if not wanted:
+        raise io.InputError(f"{data_dir}: no evaluation data (crossref.qrels, topics.*.jsonl, classify.*.jsonl, "
+                            f"similarity.*, keysent.*.jsonl or retrieval.test.qrels)")
+    if not has_model and wanted - {"lexical", "bm25"}:
+        raise io.InputError("give at least one --model NAME=MODEL (or --runs)")
+    if "retrieval" in wanted and wanted & EMBEDDING_TASKS:
+        raise io.InputError("--task retrieval embeds abstracts alone, the other tasks title + text: evaluate them "
+                            "into separate --out directories")
+    if "keysent" in wanted and precision != "float32":
+        raise io.InputError(f"--{precision}: the key-sentence task embeds its sentences in float32 only; evaluate "
+                            "it without the flag")
+    return wanted
 
 
 def embed_documents(path, name, data_dir, docs, how, outputs, say=print):

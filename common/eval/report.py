@@ -49,21 +49,44 @@ def _separate_table(metrics, task, caption):
     return "\n".join(lines) + "\n"
 
 
+def folder_name(path):
+    """A model folder as a reader on another machine knows it: its name with its parent's (``RUN/model``), never the
+    path of the machine that evaluated it."""
+    parent, name = os.path.split(os.path.abspath(path))
+    return f"{os.path.basename(parent)}/{name}" if os.path.basename(parent) else name
+
+
 def cards(models, report_dir):
     """Where each model's card is (``{name: path or hub name}``, as 05's ``--model`` gives them), as markdown links
-    from report.md in ``report_dir``: a folder's README.md (the card every model saved here holds), a hub model's
-    page; None where there is none (a folder without a card). A path is text from outside: escaped as the link's
-    text, percent-encoded as its target (``markdown.link``)."""
+    from report.md in ``report_dir``: a folder's README.md (the card every model saved here holds), shown by the
+    folder's name (``folder_name``) and linked by its path relative to ``report_dir``; a hub model's page, shown by
+    its hub name; None where there is none (a folder without a card). Text from outside is escaped as the link's
+    text and percent-encoded as its target (``markdown.link``)."""
     from common.markdown import link
     from common.models.card import hub_name
     found = {}
     for name, model in models.items():
         card = os.path.join(model, "README.md")
         if os.path.isfile(card):
-            found[name] = link(card, os.path.relpath(os.path.abspath(card), os.path.abspath(report_dir)))
+            found[name] = link(folder_name(model), os.path.relpath(os.path.abspath(card), os.path.abspath(report_dir)))
         elif not os.path.exists(model) and hub_name(model):
             found[name] = link(model, model, "https://huggingface.co/")
     return found
+
+
+def combine(parts):
+    """The results of several tasks' evaluations (``(metrics, counts, figures, samples)`` each, ``counts`` with an
+    ``embedding`` entry where models embedded) as one: ``(metrics, counts, figures, samples, embedding)``."""
+    metrics, counts, figures, samples, embedded = {}, {}, [], {}, {}
+    for part_metrics, part_counts, part_figures, part_samples in parts:
+        for name, values in part_metrics.items():
+            metrics.setdefault(name, {}).update(values)
+        for name, values in part_samples.items():
+            samples.setdefault(name, {}).update(values)
+        embedded.update(part_counts.get("embedding", {}))
+        counts.update({k: v for k, v in part_counts.items() if k != "embedding"})
+        figures += part_figures
+    return metrics, counts, figures, samples, embedded
 
 
 def _scaled(metric, unscaled):

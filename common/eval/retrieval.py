@@ -205,6 +205,18 @@ def read_query_file(path):
     return lines
 
 
+def search_queries(texts, path=None):
+    """05 search's queries: the texts given, then the lines of the file ``path`` (``read_query_file``); a query
+    without a letter or digit, or no query at all, is one line."""
+    for text in texts:
+        if not has_content(text):
+            raise InputError(f"query {text!r}: no letter or digit to search for")
+    queries = list(texts) + (read_query_file(path) if path else [])
+    if not queries:
+        raise InputError("give a query text or --queries FILE")
+    return queries
+
+
 def saved_index(index_dir, model, doc_ids):
     """The vectors 05 wrote for ``model`` in ``index_dir`` (the evaluation's manifest names each model's path),
     checked against the data directory's documents."""

@@ -7,7 +7,6 @@ from common import cli
 # padded tokens per forward pass when --batch-tokens is not given: a GPU is busiest on large batches; on a CPU,
 # batches whose activations stay in cache are faster (measured in docs/benchmarks.md, "Defaults")
 BATCH_TOKENS = {"cuda": 16384, "cpu": 2048}
-BATCH_LIMITS = {"--batch-size": cli.COUNT, "--batch-tokens": cli.COUNT_0}
 
 
 def length_batches(lengths, batch_size, batch_tokens=0):
@@ -35,8 +34,9 @@ def token_budget(batch_tokens, device_type):
 
 def add_batch_arguments(p, batch_size, what):
     """--batch-size and --batch-tokens of a command that embeds texts."""
-    p.add_argument("--batch-size", type=int, default=batch_size, help=f"at most this many {what} per forward pass")
-    p.add_argument("--batch-tokens", type=int, default=None,
+    p.add_argument("--batch-size", type=cli.number(int, cli.COUNT), default=batch_size,
+                   help=f"at most this many {what} per forward pass")
+    p.add_argument("--batch-tokens", type=cli.number(int, cli.COUNT_0), default=None,
                    help="and at most this many padded tokens per forward pass (texts × the longest): short texts go "
                         "in larger batches, long ones in smaller; 0: --batch-size alone "
                         f"[{BATCH_TOKENS['cpu']} on a CPU, {BATCH_TOKENS['cuda']} on a GPU]")

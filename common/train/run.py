@@ -10,7 +10,7 @@ import hashlib
 import json
 import os
 
-from common import cli, folders, io
+from common import cli, folders, io, provenance
 from common.train import objectives
 
 # flags that change the trained weights or which checkpoint becomes RUN/model: a resume must match them all
@@ -217,7 +217,7 @@ def train(args, script):
             print(f"{args.out}: finished with these settings already ({os.path.join(args.out, 'manifest.json')}); "
                   "nothing to do (--overwrite trains it again)")
         return done
-    started = io.now()
+    started = provenance.now()
     log_with = trackers(args.report_to)
     accelerator = Accelerator(gradient_accumulation_steps=args.grad_accum, log_with=log_with or None,
                               project_config=ProjectConfiguration(args.out, os.path.join(args.out, "trackers")))
@@ -258,7 +258,7 @@ def train(args, script):
             inputs = [os.path.join(args.data, name) for name in sorted(os.listdir(args.data))
                       if name.endswith(".jsonl")]
             folders.write_json(os.path.join(args.out, "manifest.json"),
-                               io.manifest(script, args, started, inputs=inputs, counts=counts, seed=args.seed,
+                               provenance.manifest(script, args, started, inputs=inputs, counts=counts, seed=args.seed,
                                            identity=command_identity(args)))
             print(f"model → {os.path.join(args.out, 'model')}")
     finally:

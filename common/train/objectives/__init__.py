@@ -208,13 +208,13 @@ class Objective:
         return self._facts
 
     def _read_card_facts(self):
-        from common import io
+        from common import io, provenance
         from common.models import card
         from common.train.run import RESULT_ARGS
         args, details = self.args, self.card_details()
         keys = [k for k in dict.fromkeys(RESULT_ARGS + self.result_args) if k != "model" and hasattr(args, k)]
         script = REGISTRY[self.name].script
-        run = io.manifest(script, args, None)
+        run = provenance.manifest(script, args, None)
         accelerator = self.accelerator
         training = {"script": script, "processes": accelerator.num_processes if accelerator else 1,
                     "precision": accelerator.mixed_precision if accelerator else "no", "commit": run["git_commit"],
