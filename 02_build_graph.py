@@ -29,7 +29,7 @@ import sys
 import numpy as np
 
 from common import cli, folders, io, jsontext
-from common.data import crossref, graph, heldout, triplets
+from common.data import crossref, documents, graph, heldout, keysent_splits, retrieval, testsets, triplets
 from common.data.articles import read_articles
 from common.data.splits import add_topic_arguments, parse_caps, refuse_empty_splits, write_topics
 from common.pool import Background
@@ -52,14 +52,7 @@ def add_links_arguments(parser):
     parser.add_argument("--per-query", type=cli.number(int, cli.COUNT), default=5, help="triplets per query (SPECTER)")
     parser.add_argument("--hard", type=cli.number(int, cli.COUNT_0), default=2,
                         help="of those, how many take a two-hop hard negative (SPECTER); the rest are easy")
-    parser.add_argument("--crossref-queries", type=cli.number(int, cli.COUNT_0), default=1000,
-                        help="at most this many held-out queries in crossref.qrels (SciDocs)")
-    parser.add_argument("--crossref-min-links", type=cli.number(int, cli.COUNT), default=5,
-                        help="a crossref query needs at least this many links (SciDocs)")
-    parser.add_argument("--crossref-positives", type=cli.number(int, cli.COUNT), default=5,
-                        help="linked candidates per query (SciDocs)")
-    parser.add_argument("--crossref-negatives", type=cli.number(int, cli.COUNT_0), default=25,
-                        help="random unlinked candidates per query (SciDocs)")
+    crossref.add_arguments(parser)
     add_topic_arguments(parser)
     parser.add_argument("--eval-docs", choices=("heldout", "test", "shared"), default="heldout",
                         help="which evaluation documents no triplet may touch (as query, positive or negative): "
@@ -123,19 +116,7 @@ def run_graph(args):
           f" → {args.out}")
 
 
-def add_sentences_arguments(p):
-    p.add_argument("--sentences", required=True, type=cli.reads, help="sentences.jsonl from 01_extract.py sentences")
-    cli.add_max_line(p)
-    p.add_argument("--out", required=True, help="data directory to write")
-    p.add_argument("--test", type=cli.number(float, cli.SHARE), default=0.2,
-                   help="share of articles held out for testing (thesis)")
-    p.add_argument("--val", type=cli.number(float, cli.SHARE), default=0.25,
-                   help="share of the remaining articles for validation (thesis: 75/25, but by article)")
-    p.add_argument("--seed", type=cli.number(int, cli.SEED), default=42, help="seed of the split")
-
-
 def run_sentences(args):
-    from common.data import keysent_splits
     counts = collections.Counter()
     articles = keysent_splits.read_sentences(args.sentences)
     splits = keysent_splits.split_articles(articles, args.test, args.val, args.seed)
@@ -149,25 +130,7 @@ def run_sentences(args):
           f"sentences {counts['sentences_train']}/{counts['sentences_val']}/{counts['sentences_test']} → {args.out}")
 
 
-def add_retrieval_arguments(p):
-    p.add_argument("--articles", required=True, type=cli.reads,
-                   help="articles.jsonl from 01_extract.py (e.g. 01_extract.py arxiv)")
-    cli.add_max_line(p)
-    p.add_argument("--out", required=True, help="data directory to write")
-    p.add_argument("--test", type=cli.number(float, cli.SHARE), default=0.1,
-                   help="share of papers whose title is a test query")
-    p.add_argument("--val", type=cli.number(float, cli.SHARE), default=0.1,
-                   help="share of papers whose title is a validation query (model selection)")
-    p.add_argument("--pairs", default=None, type=cli.reads,
-                   help='JSONL of {"query": text, "doc": id} to use instead of titles (each pair goes to its '
-                        "document's split)")
-    p.add_argument("--seed", type=cli.number(int, cli.SEED), default=42,
-                   help="seed of the split and the topic sampling")
-    add_topic_arguments(p)
-
-
 def run_retrieval(args):
-    from common.data import retrieval
     if args.test + args.val >= 1:
         raise io.InputError(f"--test {args.test} and --val {args.val}: both are shares of all papers and must leave "
                             "some for training (sum below 1)")
@@ -196,15 +159,7 @@ def run_retrieval(args):
           f"{counts['queries_val']}/{counts['queries_test']} → {args.out}")
 
 
-def add_corpus_arguments(p):
-    p.add_argument("--articles", action="extend", nargs="+", required=True, metavar="NAME=PATH", type=cli.reads_named,
-                   help="an articles.jsonl and the name that prefixes its ids (NAME:id); repeatable")
-    cli.add_max_line(p)
-    p.add_argument("--out", required=True, help="data directory to write (docs.jsonl)")
-
-
 def run_corpus(args):
-    from common.data.documents import write_corpus
     sources = []
     for value, name, path in cli.name_values(args.articles, "--articles", "PATH"):
         if not re.fullmatch(r"[A-Za-z0-9_.-]{1,40}", name) or name in {n for n, _ in sources}:
@@ -213,7 +168,7 @@ def run_corpus(args):
     counts = collections.Counter()
     with folders.Outputs(args.out, __file__, args.command, overwrite=args.overwrite) as outputs:
         with outputs.open("docs.jsonl", "wb") as docs:
-            write_corpus(sources, docs, counts)
+            documents.write_corpus(sources, docs, counts)
         if not counts["documents"]:
             raise io.InputError(f"{', '.join(p for _, p in sources)}: no documents")
         outputs.finish(args, inputs=[p for _, p in sources], counts=dict(counts))
@@ -222,16 +177,8 @@ def run_corpus(args):
           f"{counts['words']} words → {os.path.join(args.out, 'docs.jsonl')}")
 
 
-def add_testsets_arguments(p):
-    p.add_argument("--out", required=True, help="folder for the data directories lee/ and newsgroups/")
-    p.add_argument("--lee-threshold", type=cli.number(float, cli.SHARE), default=0.5,
-                   help="a Lee pair rated at least this (ratings in [0, 1]) is a similarity target for MAP/MRR")
-    p.add_argument("--seed", type=cli.number(int, cli.SEED), default=42, help="seed of the newsgroups train/test split")
-
-
 def run_testsets(args):
     """Both data directories inside --out, a folder of this command's own, committed only when both are built."""
-    from common.data import testsets
     parts = {"lee": lambda out: testsets.lee(out, args.lee_threshold),
              "newsgroups": lambda out: testsets.newsgroups(out, args.seed)}
     with contextlib.ExitStack() as stack:
@@ -251,13 +198,13 @@ COMMANDS = {
     "links": ("articles.jsonl → the cross-reference graph, triplets, crossref qrels and topic splits "
               "(the default command)", add_links_arguments, run_graph),
     "sentences": ("key-sentence articles → article-level train/validation/test splits (keysent.*.jsonl)",
-                  add_sentences_arguments, run_sentences),
+                  keysent_splits.add_arguments, run_sentences),
     "retrieval": ("articles → paper-search data: split by paper, training pairs (title → paper), validation and "
-                  "test queries with qrels, topic splits", add_retrieval_arguments, run_retrieval),
+                  "test queries with qrels, topic splits", retrieval.add_arguments, run_retrieval),
     "corpus": ("several articles files → one docs.jsonl (ids NAME:id), a corpus for masked-LM training",
-               add_corpus_arguments, run_corpus),
+               documents.add_corpus_arguments, run_corpus),
     "testsets": ("gensim's installed test corpora as data directories: Lee (similarity ratings) and a 20 Newsgroups "
-                 "sample (classification)", add_testsets_arguments, run_testsets),
+                 "sample (classification)", testsets.add_arguments, run_testsets),
 }
 
 

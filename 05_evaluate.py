@@ -33,7 +33,7 @@ import sys
 
 
 from common import cli, folders
-from common.eval import ann, documents, embedding, report, retrieval, uncertainty
+from common.eval import documents, embedding, keysent, report, retrieval, uncertainty
 from common.eval.embedding import Embedding
 from common.io import InputError
 from common.jsontext import dumps_line
@@ -140,60 +140,25 @@ def run_evaluate(args):
         print(f"figures (linked from report.md): {', '.join(name for _, name in written)}")
 
 
-def add_extract_arguments(p):
-    p.add_argument("--model", required=True, type=cli.reads,
-                   help="a model trained with --objective contrastive or cosine")
-    p.add_argument("--input", required=True, type=cli.reads, help="JSONL of {id, text} (HTML and LaTeX are cleaned)")
-    cli.add_max_line(p)
-    p.add_argument("--out", required=True, help="JSONL to write: {id, key_sentences: [{text, score, start, end}]}")
-    p.add_argument("--top", type=cli.number(int, cli.COUNT), default=1, help="sentences per article, best first")
-    p.add_argument("--threshold", type=cli.number(float, cli.between(-1, 1)), default=None,
-                   help="keep only sentences scoring at least this")
-    p.add_argument("--query", default=None, help="query text, for a model that was not fine-tuned here")
-    p.add_argument("--splitter", choices=("punkt", "punkt-english"), default="punkt",
-                   help="sentence splitter (untrained Punkt, as in training)")
-    add_batch_arguments(p, 64, "sentences")
-
-
 def run_extract(args):
-    from common.eval.keysent import KeySentenceModel, key_sentences, read_articles
     if os.path.isdir(args.out):
         raise InputError(f"{args.out}: is a directory; --out names the JSONL file to write")
     if os.path.lexists(args.out) and not args.overwrite:
         raise InputError(f"{args.out}: exists; give --overwrite to replace it, or another --out")
-    model = KeySentenceModel(args.model, batch_size=args.batch_size, query=args.query, batch_tokens=args.batch_tokens)
-    articles = read_articles(args.input, args.splitter)
+    model = keysent.KeySentenceModel(args.model, batch_size=args.batch_size, query=args.query,
+                                     batch_tokens=args.batch_tokens)
+    articles = keysent.read_articles(args.input, args.splitter)
     counts = {"articles": len(articles), "sentences": sum(len(sents) for _, _, sents in articles), "selected": 0}
     directory, name = os.path.split(os.path.abspath(args.out))
     # the one file (and its manifest) in the user's folder, whole or not
     with folders.Outputs(directory, __file__, file=name) as outputs:
         with outputs.open(name) as f:
-            for record in key_sentences(model, articles, args.top, args.threshold):
+            for record in keysent.key_sentences(model, articles, args.top, args.threshold):
                 counts["selected"] += len(record["key_sentences"])
                 f.write(dumps_line(record))
         outputs.finish(args, inputs=[args.input], counts=counts)
     print(f"{counts['selected']} key sentences from {counts['articles']} articles (query: {model.query_from}) "
           f"→ {args.out}")
-
-
-def add_search_arguments(p):
-    p.add_argument("query", nargs="*", help="query texts")
-    p.add_argument("--model", dest="model_path", required=True, type=cli.reads, help="the model (e.g. RUN/model)")
-    p.add_argument("--data", required=True, type=cli.reads, help="data directory whose docs.jsonl is searched")
-    p.add_argument("--index", default=None, type=cli.reads,
-                   help="evaluation directory from 05_evaluate.py holding this model's vectors of the same documents")
-    p.add_argument("--queries", default=None, type=cli.reads, help="text file, one query per line")
-    p.add_argument("--top", type=cli.number(int, cli.COUNT), default=10, help="documents per query")
-    p.add_argument("--index-type", choices=("exact", *ann.KINDS), default="exact",
-                   help="exact: every document scored (the reference); flat or hnsw: a faiss index (faiss-cpu) "
-                        "built beside --index's vectors on first use; hnsw is approximate and fast past a million "
-                        "documents")
-    p.add_argument("--pooling", choices=("cls", "mean"), default=None,
-                   help="pooling (default: the model's sentence-transformers config, else cls)")
-    p.add_argument("--max-length", type=cli.number(int, cli.LENGTH), default=None,
-                   help="tokens per text (default: the model's setting)")
-    add_batch_arguments(p, 64, "texts")
-    add_precision_arguments(p, "every model")
 
 
 def run_search(args):
@@ -215,9 +180,9 @@ COMMANDS = {
     "evaluate": ("embed a data directory's documents with each --model and score every task the data supports "
                  "(the default command)", add_evaluate_arguments, run_evaluate),
     "extract": ("key sentences of new articles, each sentence scored by its cosine similarity to the model's "
-                "query (the thesis's confidence)", add_extract_arguments, run_extract),
+                "query (the thesis's confidence)", keysent.add_extract_arguments, run_extract),
     "search": ("the top documents of a data directory for free-text queries, by cosine similarity (paper search; "
-               "related articles for a new text)", add_search_arguments, run_search),
+               "related articles for a new text)", retrieval.add_search_arguments, run_search),
 }
 
 

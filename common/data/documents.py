@@ -4,6 +4,7 @@ import os
 
 import numpy as np
 
+from common import cli
 from common.io import InputError, read_jsonl
 from common.models.encoder import document_text
 
@@ -78,3 +79,11 @@ def write_corpus(sources, out, counts):
             counts[f"documents_{name}"] += 1
             counts["documents"] += 1
             counts["words"] += len(obj["text"].split())
+
+
+def add_corpus_arguments(p):
+    """02 corpus's flags."""
+    p.add_argument("--articles", action="extend", nargs="+", required=True, metavar="NAME=PATH", type=cli.reads_named,
+                   help="an articles.jsonl and the name that prefixes its ids (NAME:id); repeatable")
+    cli.add_max_line(p)
+    p.add_argument("--out", required=True, help="data directory to write (docs.jsonl)")

@@ -4,16 +4,17 @@ import os
 
 import numpy as np
 
-from common import io
-from common.io import InputError
+from common import cli, io
 from common.data.keysent_splits import read_sentences
+from common.data.sentences import clean, split, splitter
 from common.eval import uncertainty
 from common.eval.metrics import average_r_precision, r_precision
+from common.io import InputError
+from common.models.batching import add_batch_arguments
 from common.models.inference import default_device, embed
 from common.models.loading import load_encoder
 from common.models.saving import read_run_info
 from common.models.tokens import TokenStore
-from common.data.sentences import clean, split, splitter
 
 TRAINED = ("contrastive", "cosine")
 
@@ -232,3 +233,19 @@ def key_sentences(model, articles, top, threshold=None):
         best = [i for i in np.argsort(-s, kind="stable")[:top] if threshold is None or s[i] >= threshold]
         yield {"id": article_id, "key_sentences": [
             {"text": sents[i][0], "score": float(s[i]), "start": sents[i][1], "end": sents[i][2]} for i in best]}
+
+
+def add_extract_arguments(p):
+    """05 extract's flags."""
+    p.add_argument("--model", required=True, type=cli.reads,
+                   help="a model trained with --objective contrastive or cosine")
+    p.add_argument("--input", required=True, type=cli.reads, help="JSONL of {id, text} (HTML and LaTeX are cleaned)")
+    cli.add_max_line(p)
+    p.add_argument("--out", required=True, help="JSONL to write: {id, key_sentences: [{text, score, start, end}]}")
+    p.add_argument("--top", type=cli.number(int, cli.COUNT), default=1, help="sentences per article, best first")
+    p.add_argument("--threshold", type=cli.number(float, cli.between(-1, 1)), default=None,
+                   help="keep only sentences scoring at least this")
+    p.add_argument("--query", default=None, help="query text, for a model that was not fine-tuned here")
+    p.add_argument("--splitter", choices=("punkt", "punkt-english"), default="punkt",
+                   help="sentence splitter (untrained Punkt, as in training)")
+    add_batch_arguments(p, 64, "sentences")
