@@ -91,6 +91,8 @@ CITATIONS = {
 
 
 class Method(NamedTuple):
+    """What a card says about a method: an objective declares its own (``Objective.method``)."""
+
     title: str
     what: str  # one paragraph: the objective and its paper
     tags: tuple  # hub tags naming the method
@@ -99,67 +101,13 @@ class Method(NamedTuple):
     inputs: str = "documents as `title + tokenizer.sep_token + text` (SPECTER's input)"
 
 
-METHODS = {
-    "triplet": Method(
-        "SPECTER triplet objective",
-        "fine-tuned with SPECTER's objective (Cohan et al. 2020), as the WikiSpecter thesis used it: a triplet margin "
-        "loss on the L2 distance between a query document, a document it links to and a negative (a document two "
-        "links away, or a random one), so that linked documents lie close.",
-        ("specter", "triplet", "loss:TripletLoss"), ("specter", "sbert")),
-    "mnrl": Method(
-        "Multiple Negatives Ranking",
-        "fine-tuned as a bi-encoder with the Multiple Negatives Ranking loss (Henderson et al. 2017; "
-        "sentence-transformers' `MultipleNegativesRankingLoss`), stage 2 of the paper-search method: a query (a "
-        "paper's title) must pick its document (the paper's abstract) among every document of the batch, by "
-        "cross-entropy over scaled cosine similarities.",
-        ("mnrl", "loss:MultipleNegativesRankingLoss"), ("henderson", "sbert"),
-        inputs="a document's text alone (the abstract) and a query (a title or any free text), both as they are"),
-    "mlm": Method(
-        "masked-language-model training",
-        "trained on the corpus's texts with BERT's masked-language-model objective (Devlin et al. 2019) and the "
-        "defaults of transformers' `run_mlm_no_trainer.py`: from a pretrained model, the domain adaptation of the "
-        "paper-search method's stage 1; from a new one, pretraining. It was not trained for similarity: its pooled "
-        "vectors are the encoder's, a start for fine-tuning (`--objective mnrl`, `--objective triplet`).",
-        ("mlm", "fill-mask"), ("bert",), similarity=False, inputs="texts as they are"),
-    "mlm-nsp": Method(
-        "masked-language-model and next-sentence-prediction training",
-        "trained on the corpus's texts with both of BERT's pre-training objectives (Devlin et al. 2019, §3.1): the "
-        "masked language model, and next-sentence prediction, a two-way classifier on BERT's pooler over `[CLS]` "
-        "that tells whether segment B of a pair followed segment A in one document or was cut from another "
-        "(pairs cut as BERT's `create_pretraining_data.py` cuts them, with token types 0 and 1). Its `[CLS]` vector "
-        "has thus been trained before any fine-tuning, as BERT's was; it was not trained for similarity: its "
-        "pooled vectors are the encoder's, a start for fine-tuning (`--objective mnrl`, `--objective triplet`).",
-        ("mlm", "nsp", "fill-mask"), ("bert",), similarity=False, inputs="texts as they are"),
-    "contrastive": Method(
-        "key-sentence contrastive objective",
-        "fine-tuned after the key-sentence extraction thesis (CRISPR-Cas9 knockout articles): a fixed query, "
-        "embedded by the model itself, is paired with every sentence of every training article, and a contrastive "
-        "loss on cosine distance with a margin (sentence-transformers' `ContrastiveLoss`, after Hadsell et al. "
-        "2006) draws key sentences close to the query and pushes the others beyond the margin.",
-        ("contrastive", "key-sentence", "loss:ContrastiveLoss"), ("sbert", "hadsell"),
-        inputs="single sentences, and the query as one more text"),
-    "cosine": Method(
-        "key-sentence cosine objective",
-        "fine-tuned after the key-sentence extraction thesis (CRISPR-Cas9 knockout articles): a fixed query, "
-        "embedded by the model itself, is paired with every sentence of every training article, and the mean "
-        "squared error between their cosine similarity and the 0/1 key-sentence label is minimised "
-        "(sentence-transformers' `CosineSimilarityLoss`).",
-        ("cosine", "key-sentence", "loss:CosineSimilarityLoss"), ("sbert",),
-        inputs="single sentences, and the query as one more text"),
-    "distill": Method(
-        "teacher–student distillation",
-        "distilled after Burian (2023, master thesis \"Document embedding using Transformers\"): a student that "
-        "reads long documents learns from a structural teacher (Sentence-BERT vectors of each document, the "
-        "structural loss) and a contextual teacher (Paragraph Vector, through SoftCCA on projections of both).",
-        ("distillation", "long-documents"), ("burian",)),
-    "longformer": Method(
-        "Longformer conversion",
-        "made into a Longformer by the Longformer paper's recipe (Beltagy et al. 2020): its position embeddings "
-        "copied over and over up to the new length (§5), sliding-window attention in every layer, and the "
-        "global-attention projections initialised as copies of the local ones (§3.1). It is not trained after the "
-        "conversion: pretrain or distil it before use (`04_distill.py train`).",
-        ("longformer", "long-documents"), ("longformer",), similarity=False),
-}
+LONGFORMER = Method(  # 04_distill.py convert-long's models
+    "Longformer conversion",
+    "made into a Longformer by the Longformer paper's recipe (Beltagy et al. 2020): its position embeddings "
+    "copied over and over up to the new length (§5), sliding-window attention in every layer, and the "
+    "global-attention projections initialised as copies of the local ones (§3.1). It is not trained after the "
+    "conversion: pretrain or distil it before use (`04_distill.py train`).",
+    ("longformer", "long-documents"), ("longformer",), similarity=False)
 
 
 def hub_name(name):
@@ -258,14 +206,14 @@ def model_card(method, where, model, settings=(), training=None, validation=(), 
                base=None, start=None, language=None, tags=(), citations=(), notes=()):
     """The ``huggingface_hub.ModelCard`` of a model folder.
 
-    ``method``: a key of ``METHODS``, or another objective's name (a card without a paper); ``where``: the folder as
+    ``method``: a ``Method``, or an objective's name (a card without a paper); ``where``: the folder as
     a user names it (the usage examples load it); ``model``: {architecture, model_type, layers, dimensions,
     parameters, pooling, normalize, max_length};
     ``settings``: (flag, value) pairs of the training command; ``training``: {script, steps, epoch, processes,
     precision, commit, versions}; ``validation``: the log's validation records, ``chosen`` the one whose model this
     is (or None); ``data``: ``data_summary``'s dict; ``base``: the hub ``base_model``, ``start`` the folder or name it
     started from; ``tags``, ``citations``, ``notes``: more of each for this model."""
-    m = METHODS.get(method) or Method(  # an objective registered outside this project's methods
+    m = method if isinstance(method, Method) else Method(  # an objective that declares no method
         f"`{method}` objective", f"fine-tuned with the `{method}` objective registered with docembed's 03_train.py.",
         (method,), ())
     pipeline = "sentence-similarity" if m.similarity else "feature-extraction"
@@ -405,7 +353,7 @@ def data_summary(path, manifest, source=None):
 def conversion_card(where, encoder, source, max_length, window, commit, base):
     """The card of a model ``04_distill.py convert-long`` made from ``source``; ``base``: the hub model it comes
     from (``base_model``, read before the conversion)."""
-    return model_card("longformer", where, model_facts(encoder, max_length), base=base, start=source,
+    return model_card(LONGFORMER, where, model_facts(encoder, max_length), base=base, start=source,
                       notes=[f"Made by docembed's `04_distill.py convert-long` from {escape(source)} (`--max-length "
                              f"{max_length} --window {window}`: a sliding window of {window} tokens in every layer) "
                              f"at commit `{commit or 'unknown'}`."])

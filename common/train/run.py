@@ -128,14 +128,12 @@ def parse(argv, description, names, fixed=None):
         if getattr(args, key, None) is None:
             setattr(args, key, value)
     cls.complete_args(args)
-    if args.model is None and cls.needs_model(args):
-        raise io.InputError("--model is required" + (" (or --model-type / --config-name to train a new model)"
-                                                     if name == "mlm" else ""))
+    cls.check_model(args)
     cli.check(args, {**LIMITS, **cls.limits})  # settings that cannot train are refused before anything loads
     if args.chunk_tokens and not cls.independent:
         raise io.InputError(f"--chunk-tokens {args.chunk_tokens}: the {name} objective's loss is not a mean of "
                             "independent per-example losses, so a batch cannot be run in parts"
-                            + (" (--cache-chunk runs it in GradCache chunks)" if name == "mnrl" else ""))
+                            + (f" ({cls.in_parts})" if cls.in_parts else ""))
     for seed in args.seeds or ():
         cli.check(argparse.Namespace(seeds=seed), {"--seeds": cli.SEED})
     return args
@@ -182,7 +180,7 @@ def finished(args, script):
     """A finished run in ``args.out`` (its manifest.json, the run's last file, is there): its counts where it was
     trained with the settings of this command (``command_identity``), so that the command has nothing to do; else
     an InputError, unless ``--overwrite``. None where ``--out`` holds no finished run of this project."""
-    from common.train.loop import RUN_FILE
+    from common.train.run_folder import RUN_FILE
     if args.overwrite or not all(os.path.isfile(os.path.join(args.out, name)) for name in ("manifest.json",
                                                                                             RUN_FILE)):
         return None
@@ -211,6 +209,7 @@ def train(args, script):
 
     from common.models.attention import fast_dropout
     from common.train.loop import TrainConfig, Trainer
+    from common.train.run_folder import RunFolder
     done = finished(args, script)
     if done is not None:
         if os.environ.get("RANK", "0") == "0":  # one line under accelerate launch, before Accelerate starts
@@ -245,8 +244,9 @@ def train(args, script):
                       grad_accum=args.grad_accum, clip=args.clip, seed=args.seed, eval_every=args.eval_every,
                       checkpoint_every=args.checkpoint_every, keep=args.keep, log_every=args.log_every,
                       drop_last=args.drop_last, length_buckets=args.length_buckets, save_epochs=args.save_epochs)
-    trainer = Trainer(cfg, objective, model, accelerator, args.out, identity(args, objective),
-                      tracked=bool(log_with), overwrite=args.overwrite)
+    folder = RunFolder(args.out, accelerator, identity(args, objective), overwrite=args.overwrite,
+                       tracked=bool(log_with))
+    trainer = Trainer(cfg, objective, model, accelerator, folder)
     try:  # the run folder stays locked until its manifest is written
         best = trainer.train()
         counts = {"train_examples": len(objective.train_rows), "val_examples": len(objective.val_rows),
@@ -262,7 +262,7 @@ def train(args, script):
                                            identity=command_identity(args)))
             print(f"model → {os.path.join(args.out, 'model')}")
     finally:
-        trainer.release()
+        folder.release()
     return counts
 
 

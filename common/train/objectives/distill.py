@@ -24,6 +24,7 @@ from torch import nn
 from common.data.documents import Documents
 from common.distill import teachers
 from common.io import InputError
+from common.models import card
 from common.models.tokens import TokenStore
 from common.train.objectives import Objective
 from common import cli
@@ -85,6 +86,12 @@ class DistillObjective(Objective):
               "--beta": cli.SHARE, "--delta": cli.NON_NEGATIVE}
     result_args = ("teachers", "preset", "structural_loss", "gamma", "lam", "max_structural_length",
                    "student_projection", "teacher_projection", "beta", "delta", "no_weighting")
+    method = card.Method(
+        "teacher–student distillation",
+        "distilled after Burian (2023, master thesis \"Document embedding using Transformers\"): a student that "
+        "reads long documents learns from a structural teacher (Sentence-BERT vectors of each document, the "
+        "structural loss) and a contextual teacher (Paragraph Vector, through SoftCCA on projections of both).",
+        ("distillation", "long-documents"), ("burian",))
 
     @classmethod
     def add_arguments(cls, parser):

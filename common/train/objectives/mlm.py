@@ -47,6 +47,7 @@ from common import cli
 from common.data.documents import Documents
 from common.data.retrieval import read_split_ids
 from common.io import InputError, read_json
+from common.models import card
 from common.models.encoder import Encoder, check_model_json, load_errors, load_pretrained, load_weights
 from common.train import losses, nsp
 from common.train.objectives import Objective
@@ -264,6 +265,22 @@ class MLMObjective(Objective):
     limits = {"--vocab-size": ("between 100 and 1,000,000", lambda v: 100 <= v <= 1_000_000),
               "--short-seq-prob": cli.SHARE}
     speed_args = ("cache_dir",)
+    method = card.Method(
+        "masked-language-model training",
+        "trained on the corpus's texts with BERT's masked-language-model objective (Devlin et al. 2019) and the "
+        "defaults of transformers' `run_mlm_no_trainer.py`: from a pretrained model, the domain adaptation of the "
+        "paper-search method's stage 1; from a new one, pretraining. It was not trained for similarity: its pooled "
+        "vectors are the encoder's, a start for fine-tuning (`--objective mnrl`, `--objective triplet`).",
+        ("mlm", "fill-mask"), ("bert",), similarity=False, inputs="texts as they are")
+    nsp_method = card.Method(
+        "masked-language-model and next-sentence-prediction training",
+        "trained on the corpus's texts with both of BERT's pre-training objectives (Devlin et al. 2019, §3.1): the "
+        "masked language model, and next-sentence prediction, a two-way classifier on BERT's pooler over `[CLS]` "
+        "that tells whether segment B of a pair followed segment A in one document or was cut from another "
+        "(pairs cut as BERT's `create_pretraining_data.py` cuts them, with token types 0 and 1). Its `[CLS]` vector "
+        "has thus been trained before any fine-tuning, as BERT's was; it was not trained for similarity: its "
+        "pooled vectors are the encoder's, a start for fine-tuning (`--objective mnrl`, `--objective triplet`).",
+        ("mlm", "nsp", "fill-mask"), ("bert",), similarity=False, inputs="texts as they are")
 
     @classmethod
     def add_arguments(cls, parser):
@@ -314,8 +331,9 @@ class MLMObjective(Objective):
                          help="the learnt vocabulary lower-cases and strips accents (BERT uncased)")
 
     @classmethod
-    def needs_model(cls, args):
-        return not (args.model_type or args.config_name)
+    def check_model(cls, args):
+        if args.model is None and not (args.model_type or args.config_name):
+            raise InputError("--model is required (or --model-type / --config-name to train a new model)")
 
     @classmethod
     def complete_args(cls, args):
@@ -611,7 +629,10 @@ class MLMObjective(Objective):
                          + (f"{escape(self.args.tokenizer_name)}'s." if self.args.tokenizer_name else
                             f"a WordPiece vocabulary of {len(self.tokenizer):,} entries learnt from the training "
                             "texts."))
-        return {"notes": notes, "method": "mlm-nsp" if self.args.nsp else "mlm"}
+        return {"notes": notes}
+
+    def card_method(self):
+        return self.nsp_method if self.args.nsp else self.method
 
     def save_extra(self, model, directory):
         # the masked-LM weights (encoder and head) replace the bare encoder's: AutoModel and sentence-transformers

@@ -32,6 +32,7 @@ from common.data.documents import Documents
 from common.data.retrieval import read_qrels, read_queries
 from common import cli
 from common.io import InputError, read_jsonl
+from common.models import card
 from common.models.tokens import TokenStore
 from common.train import losses
 from common.train.distributed import all_gather, all_gather_with_grad, process_rank
@@ -73,6 +74,15 @@ class MNRLObjective(Objective):
     defaults = {"lr": 5e-5, "batch_size": 128, "epochs": 1, "warmup": 0.1, "weight_decay": 0.01, "pooling": "mean",
                 "max_length": 256, "normalize": None, "drop_last": True}
     selection = "val_ndcg@10"
+    in_parts = "--cache-chunk runs it in GradCache chunks"
+    method = card.Method(
+        "Multiple Negatives Ranking",
+        "fine-tuned as a bi-encoder with the Multiple Negatives Ranking loss (Henderson et al. 2017; "
+        "sentence-transformers' `MultipleNegativesRankingLoss`), stage 2 of the paper-search method: a query (a "
+        "paper's title) must pick its document (the paper's abstract) among every document of the batch, by "
+        "cross-entropy over scaled cosine similarities.",
+        ("mnrl", "loss:MultipleNegativesRankingLoss"), ("henderson", "sbert"),
+        inputs="a document's text alone (the abstract) and a query (a title or any free text), both as they are")
     result_args = ("scale", "symmetric", "query_max_length", "gather", "mask_duplicates", "cache_chunk")
     speed_args = ("eval_batch_size",)
     limits = {"--scale": cli.POSITIVE, "--query-max-length": cli.LENGTH, "--cache-chunk": cli.COUNT_0,
