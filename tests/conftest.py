@@ -54,14 +54,22 @@ _MAINS = {}
 
 def script_error(script, *args, in_subprocess=False):
     """The one-line error a numbered script gives for bad input. In-process by default (``main(argv)`` must raise
-    the project's InputError); ``in_subprocess`` runs the script as a user would and checks exit status 2."""
+    the project's InputError, or exit with status 2 where argparse refuses a flag as it reads it); ``in_subprocess``
+    runs the script as a user would and checks exit status 2."""
     if in_subprocess:
         proc = run_script(script, *args, check=False)
         assert proc.returncode == 2, proc.stderr
         return one_error_line(proc.stderr)
+    import contextlib
+    import io
+
     from common.io import InputError
-    with pytest.raises(InputError) as e:
+    stderr = io.StringIO()
+    with pytest.raises((InputError, SystemExit)) as e, contextlib.redirect_stderr(stderr):
         script_main(script)([str(a) for a in args])
+    if isinstance(e.value, SystemExit):
+        assert e.value.code == 2, stderr.getvalue()
+        return one_error_line(stderr.getvalue())
     return f"error: {e.value}"
 
 

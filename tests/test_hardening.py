@@ -239,8 +239,9 @@ def test_every_text_input_names_the_line_that_is_not_utf8(tmp_path):
     ("04_distill.py", ["train", "--student-projection", "100000000"],
      "--student-projection '100000000': block '100000000' is not SIZE or SIZE(relu) with a SIZE between 1 and "
      "65,536"),
-    ("03_train.py", ["--max-length", "100000000"], "--max-length 100000000: must be between 1 and 131,072"),
-    ("03_train.py", ["--batch-size", "10000000000"], "--batch-size 10000000000: must be between 1 and 1,073,741,824"),
+    ("03_train.py", ["--max-length", "100000000"], "argument --max-length: 100000000: must be between 1 and 131,072"),
+    ("03_train.py", ["--batch-size", "10000000000"],
+     "argument --batch-size: 10000000000: must be between 1 and 1,073,741,824"),
     ("04_distill.py", ["teachers", "--pv-vector-size", "100000000"],
      "--pv-vector-size 100000000: must be between 1 and 65,536"),
     ("04_distill.py", ["teachers", "--teacher-dim", "100000000"],

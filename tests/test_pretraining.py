@@ -287,7 +287,8 @@ def test_nsp_from_a_model_without_the_heads_notes_what_starts_untrained(nsp_data
                                   "(roberta's pre-training model is RobertaForMaskedLM); BERT's is BertForPreTraining"),
     (["--model-type", "bert", "--line-by-line"], "--nsp cuts pairs of segments at sentence boundaries; "
                                                  "--line-by-line trains on single texts: give one of them"),
-    (["--model-type", "bert", "--short-seq-prob", "1.5"], "--short-seq-prob 1.5: must be a share between 0 and 1"),
+    (["--model-type", "bert", "--short-seq-prob", "1.5"],
+     "argument --short-seq-prob: 1.5: must be a share between 0 and 1"),
 ])
 def test_nsp_settings_that_cannot_work_are_one_line(nsp_data, tmp_path, args, expected):
     message = script_error("03_train.py", "--objective", "mlm", "--data", nsp_data, "--out", tmp_path / "run", "--nsp",

@@ -64,12 +64,14 @@ class Objective:
       ``name``, ``paper``   the ``--objective`` value and the paper its defaults come from (shown in ``--help``)
       ``defaults``          values of the shared training flags for this objective (``lr``, ``batch_size``,
                             ``epochs``, ``warmup``, ``schedule``, ``pooling``, ``max_length``, ``drop_last``, ...)
-      ``add_arguments``     its own flags (``complete_args`` fills those that depend on others, as presets do);
-                            ``result_args`` names those that change the result (they enter the resume identity),
-                            ``speed_args`` those that change only speed or logging; ``limits`` maps its
-                            flags to ``cli`` ranges, checked with the shared flags before anything loads
+      ``add_arguments``     its own flags, each with its limit (``type=cli.number(...)``; ``complete_args`` fills
+                            those that depend on others, as presets do, ``check_model`` refuses a missing
+                            ``--model``); ``result_args`` names those that change the result (they enter the resume
+                            identity and the card's settings), ``speed_args`` those that change only speed or logging
       ``selection``         a validation metric (higher is better) whose best value picks RUN/model; None: the final
                             model is RUN/model
+      ``method``            what its models' cards say of the method (a ``card.Method``: title, paragraph, tags,
+                            citations); None: a card of the objective's name
     Called by the script and the loop, in this order:
       ``build()``           load the encoder (``self.encoder``, ``self.tokenizer``, ``self.max_length``) and return
                             the ``nn.Module`` to train: the encoder, or a module holding it with heads and loss state
@@ -84,8 +86,9 @@ class Objective:
       ``log_metrics(accelerator)`` → what the training log adds to the mean loss every ``--log-every`` steps (parts
                             of a loss, an accuracy), means over the processes since the last record
       ``validate(model, loader, accelerator)`` → metrics
-      ``save(model, path)`` RUN/model: the encoder in Hugging Face + sentence-transformers form, heads beside it,
-                            and its model card (``card``; ``card_details`` adds an objective's own notes)
+      ``save(model, path, identity, log)`` RUN/model: the encoder in Hugging Face + sentence-transformers form,
+                            heads beside it (``save_extra``), and its model card (``card``, from the run's identity and
+                            log as the run folder holds them; ``card_details`` adds an objective's own notes)
     """
 
     name = None
@@ -97,7 +100,6 @@ class Objective:
     in_parts = None  # a dependent loss's own way to run a batch in parts, named where --chunk-tokens is refused
     result_args = ()
     speed_args = ()
-    limits = {}
 
     @classmethod
     def add_arguments(cls, parser):

@@ -262,8 +262,6 @@ class MLMObjective(Objective):
     result_args = ("mlm_probability", "mask_replace_prob", "random_replace_prob", "whole_word_mask", "line_by_line",
                    "mlm_docs", "validation_split", "model_type", "config_name", "config_overrides", "tokenizer_name",
                    "vocab_size", "lowercase", "nsp", "short_seq_prob")
-    limits = {"--vocab-size": ("between 100 and 1,000,000", lambda v: 100 <= v <= 1_000_000),
-              "--short-seq-prob": cli.SHARE}
     speed_args = ("cache_dir",)
     method = card.Method(
         "masked-language-model training",
@@ -307,7 +305,7 @@ class MLMObjective(Objective):
                                  "segments cut from one document at sentence boundaries (B the continuation half of "
                                  "the time, else from another document), BERT's pooler and a two-way classifier on "
                                  "[CLS]; the model is a BertForPreTraining (Devlin et al. 2019, §3.1)")
-        parser.add_argument("--short-seq-prob", type=float, default=0.1,
+        parser.add_argument("--short-seq-prob", type=cli.number(float, cli.SHARE), default=0.1,
                             help="--nsp: share of documents whose pairs aim at a shorter length, drawn from 2 to the "
                                  "model's (BERT's create_pretraining_data.py short_seq_prob)")
         parser.add_argument("--cache-dir", default=None,
@@ -325,7 +323,7 @@ class MLMObjective(Objective):
         new.add_argument("--tokenizer-name", "--tokenizer_name", dest="tokenizer_name", default=None, type=cli.reads,
                          help="a model or folder whose tokenizer the new model uses (default: a new WordPiece "
                               "vocabulary learnt from the training texts)")
-        new.add_argument("--vocab-size", type=int, default=30522,
+        new.add_argument("--vocab-size", type=cli.number(int, cli.between(100, 1_000_000)), default=30522,
                          help="size of the learnt WordPiece vocabulary (BERT's 30,522)")
         new.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=True,
                          help="the learnt vocabulary lower-cases and strips accents (BERT uncased)")
