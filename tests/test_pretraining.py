@@ -145,7 +145,9 @@ def test_the_pretraining_loss_is_bert_for_pretraining_loss_with_its_gradients(pa
     from types import SimpleNamespace
     from transformers import BertConfig, BertForPreTraining
     from common.models.attention import fast_dropout
-    from common.train.objectives.mlm import IGNORE, MLMObjective, MaskedLM
+    from common.train.masked_lm import MaskedLM
+    from common.train.masking import IGNORE
+    from common.train.objectives.mlm import MLMObjective
     torch.manual_seed(0)
     reference = BertForPreTraining(BertConfig(vocab_size=90, hidden_size=32, num_hidden_layers=2,
                                               num_attention_heads=2, intermediate_size=64, max_position_embeddings=64))
