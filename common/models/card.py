@@ -3,8 +3,13 @@
 pooling, normalisation, length, dimensions, parameters), how it was trained (settings, steps, the data and its
 provenance), its validation figures, how to use it, and the papers to cite.
 
-Everything here takes values and returns them: the facts come from the caller (``Objective.card``,
-``04_distill.py convert-long``), which reads the run's arguments, log and manifests.
+A card is read on other machines (the hub's page of the model): it names a model by its hub name or its folder's
+name, the data directory by its name and input files by file name and SHA-256, never by a path of the machine that
+made it. What it says of a training method is the objective's ``Method`` (``Objective.method``); of a Longformer
+conversion, ``LONGFORMER``.
+
+Everything here takes values and returns them: the facts come from the caller (``Objective.card``, from the run's
+identity, log and manifests; ``04_distill.py convert-long``).
 """
 
 import os
@@ -184,6 +189,12 @@ def _name(where):
     return f"{os.path.basename(parent)}/{name}" if os.path.basename(parent) else name
 
 
+def _shown(name_or_path):
+    """A model or data folder as a card names it, never by a path of the machine that made the card: a folder by
+    its name with its parent's (as a model folder's own card titles it), anything else (a hub name) as it is."""
+    return _name(name_or_path) if os.path.isdir(name_or_path) else name_or_path
+
+
 def _table(rows, head=("", "")):
     """A Markdown table of cells that are Markdown already: text from outside is ``escape``d by the caller."""
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -213,6 +224,8 @@ def model_card(method, where, model, settings=(), training=None, validation=(), 
     precision, commit, versions}; ``validation``: the log's validation records, ``chosen`` the one whose model this
     is (or None); ``data``: ``data_summary``'s dict; ``base``: the hub ``base_model``, ``start`` the folder or name it
     started from; ``tags``, ``citations``, ``notes``: more of each for this model."""
+    if start:
+        start = _shown(start)
     m = method if isinstance(method, Method) else Method(  # an objective that declares no method
         f"`{method}` objective", f"fine-tuned with the `{method}` objective registered with docembed's 03_train.py.",
         (method,), ())
@@ -268,8 +281,9 @@ ROWS = 20  # files listed from a manifest's inputs; the others are counted
 
 
 def _files(inputs):
-    """A manifest's ``inputs`` ({path: SHA-256}, text from outside) as a table, at most ``ROWS`` rows."""
-    rows = [(escape(p), escape(h, 64)) for p, h in list(inputs.items())[:ROWS]]
+    """A manifest's ``inputs`` ({path: SHA-256}, text from outside) as a table of file names and hashes, at most
+    ``ROWS`` rows."""
+    rows = [(escape(os.path.basename(p)), escape(h, 64)) for p, h in list(inputs.items())[:ROWS]]
     if len(inputs) > ROWS:
         rows.append((f"… and {len(inputs) - ROWS:,} more", ""))
     return _table(rows, ("file", "SHA-256"))
@@ -277,7 +291,7 @@ def _files(inputs):
 
 def _data(data):
     """The data directory's section: every value comes from its manifest (and its corpus's), text from outside."""
-    text = [f"### Data\n\nThe data directory {escape(data['path'])}"
+    text = [f"### Data\n\nThe data directory {escape(_shown(data['path']))}"
             + (f", written by {escape(data['script'])}{' ' + escape(data['command']) if data.get('command') else ''}"
                if data.get("script") else " (made by hand: no manifest)")
             + (f" at commit {escape(data['commit'], 64)}" if data.get("commit") else "") + "."]
@@ -354,6 +368,6 @@ def conversion_card(where, encoder, source, max_length, window, commit, base):
     """The card of a model ``04_distill.py convert-long`` made from ``source``; ``base``: the hub model it comes
     from (``base_model``, read before the conversion)."""
     return model_card(LONGFORMER, where, model_facts(encoder, max_length), base=base, start=source,
-                      notes=[f"Made by docembed's `04_distill.py convert-long` from {escape(source)} (`--max-length "
-                             f"{max_length} --window {window}`: a sliding window of {window} tokens in every layer) "
-                             f"at commit `{commit or 'unknown'}`."])
+                      notes=[f"Made by docembed's `04_distill.py convert-long` from {escape(_shown(source))} "
+                             f"(`--max-length {max_length} --window {window}`: a sliding window of {window} tokens in "
+                             f"every layer) at commit `{commit or 'unknown'}`."])
