@@ -1,8 +1,9 @@
 """What 03_train.py and 04_distill.py train share: the training flags, their per-objective defaults, and one run
-(data check → Accelerator → model → data → loop → manifest).
+(data check → Accelerator → model → data → run folder and loop → manifest).
 
 Flags are parsed in two passes: the first reads ``--objective`` and ``--data`` so that a bad data directory fails
-before torch is imported or a model is loaded; the second adds the chosen objective's own flags.
+before torch is imported or a model is loaded; the second adds the chosen objective's own flags. Each flag is
+declared with its limit (``cli.number``), so a value that cannot train is refused as the command line is read.
 """
 
 import argparse
