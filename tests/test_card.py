@@ -75,6 +75,7 @@ def test_a_triplet_run_writes_a_card_in_every_model_folder_that_model_card_reads
     assert f"model of 32 dimensions, from {escape(base.parent.name)}/base, fine-tuned with SPECTER's objective " \
            "(Cohan et al. 2020)" in text
     assert "| `--margin` | 1 |" in text and "| pooling | cls: the [CLS] token's last hidden state |" in text
+    assert str(tmp_path) not in text.split("## Usage")[0]  # no path of this machine above the loading snippets
     assert "| parameters | 29,920 |" in text and "| maximum length | 32 tokens |" in text
     assert text.count("```bibtex") == 2 and "{SPECTER}: Document-level Representation Learning" in text
 

@@ -190,9 +190,12 @@ def _name(where):
 
 
 def _shown(name_or_path):
-    """A model or data folder as a card names it, never by a path of the machine that made the card: a folder by
-    its name with its parent's (as a model folder's own card titles it), anything else (a hub name) as it is."""
-    return _name(name_or_path) if os.path.isdir(name_or_path) else name_or_path
+    """A model, folder or file as a card names it, never by a path of the machine that made the card: a folder by
+    its name with its parent's (as a model folder's own card titles it), a file by its name, anything else (a hub
+    name, a flag's value) as it is."""
+    if os.path.isdir(name_or_path):
+        return _name(name_or_path)
+    return os.path.basename(name_or_path) if os.path.isfile(name_or_path) else name_or_path
 
 
 def _table(rows, head=("", "")):
@@ -202,8 +205,10 @@ def _table(rows, head=("", "")):
     return "\n".join(lines)
 
 
-def _value(value):
-    """A setting's or a metric's value as a table cell."""
+def _value(value, shown=False):
+    """A setting's or a metric's value as a table cell (``shown``: a path in it as ``_shown`` names it)."""
+    if shown and isinstance(value, str):
+        value = _shown(value)
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
@@ -271,7 +276,7 @@ def _training(training, settings, data):
              f"(epoch {training['epoch']:g}) on {processes} {precision}; docembed commit "
              f"`{training.get('commit') or 'unknown'}`{versions}.",
              "Settings (flags of the training command):\n\n" + _table(
-                 [(f"`--{k.replace('_', '-')}`", _value(v)) for k, v in settings], ("flag", "value"))]
+                 [(f"`--{k.replace('_', '-')}`", _value(v, shown=True)) for k, v in settings], ("flag", "value"))]
     if data:
         lines.append(_data(data))
     return "\n\n".join(lines)
@@ -309,7 +314,7 @@ def _data(data):
             text.append(f"Counts: {counts}.")
     if data.get("teachers"):
         text.append("Teachers (`04_distill.py teachers`): " + ", ".join(
-            f"{k.replace('_', ' ')} {_value(v)}" for k, v in data["teachers"].items()) + ".")
+            f"{k.replace('_', ' ')} {_value(v, shown=True)}" for k, v in data["teachers"].items()) + ".")
     return "\n\n".join(text)
 
 
