@@ -1,11 +1,6 @@
-"""The masked-LM model trained by ``--objective mlm``: a transformers masked-LM (or, with next-sentence
-prediction, pre-training) model whose vocabulary projection, and in a BERT most of whose last layer, run on the
-masked positions only, with the encoder inside it that the project pools and saves.
-
-A BERT's last layer at the masked positions (``last_layer_at``): keys and values from every position, queries,
-attention output and feed-forward block from the masked ones alone; the logits are the whole model's at those
-positions (tests/test_search.py holds them against ``BertForMaskedLM``, tests/test_pretraining.py against
-``BertForPreTraining``). Any other architecture runs its whole last layer.
+"""The masked-LM model that ``--objective mlm`` trains (``MaskedLM``: a transformers masked-LM or pre-training model
+with the encoder inside it that the project pools and saves), and a BERT layer computed at the masked positions only
+(``last_layer_at``), which it runs as its last layer.
 """
 
 import torch
