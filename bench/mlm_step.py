@@ -31,7 +31,7 @@ def main():
     from bench.train import minilm
     from common.models.attention import fast_dropout
     from common.train import losses
-    from common.train.objectives import mlm as objective
+    from common.train import masked_lm as objective
     logging.set_verbosity_error()  # MiniLM has no masked-LM head: it starts untrained, as in 03
     model = objective.MaskedLM(AutoModelForMaskedLM.from_pretrained(minilm()), "mean", False)
     fast_dropout(model).train()

@@ -149,17 +149,6 @@ def number(parse, limit):
     return checked
 
 
-def check(args, limits):
-    """Refuse settings that cannot work before any work starts: ``limits`` maps a flag (or ``(flag, dest)`` where
-    argparse stores it under another name) to one of the ranges above (an unset optional flag, None, is not
-    checked; NaN is in no range)."""
-    for flag, (what, ok) in limits.items():
-        flag, dest = flag if isinstance(flag, tuple) else (flag, flag.lstrip("-").replace("-", "_"))
-        value = getattr(args, dest)
-        if value is not None and not ok(value):
-            raise InputError(f"{flag} {value}: must be {what}")
-
-
 def reads(value):
     """The argparse ``type`` of a flag that names something the command reads (a file, a folder, or a hub model's
     name): ``check_out`` finds the command's inputs by it, so that a flag that reads cannot be left out."""

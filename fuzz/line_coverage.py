@@ -44,7 +44,7 @@ READERS = {
     "topics": ["common.eval.wikispecter:read_topics", "common.eval.classify:read_split",
                "common.eval.similarity:read_ratings", "common.data.topic_labels:read_topic_map"],
     "queries": ["common.data.retrieval:read_queries", "common.eval.retrieval:read_query_file"],
-    "log": ["common.train.loop:read_log"],
+    "log": ["common.train.run_folder:read_log"],
     "manifest": ["common.io:read_json_or_empty", "common.io:read_manifest", "common.io:verify_input",
                  "common.train.run:data_fingerprint", "common.eval.retrieval:read_manifest_args"],
     "teacher_ids": ["common.distill.teachers:read_vectors", "common.distill.teachers:read_lengths"],

@@ -277,7 +277,7 @@ def queries(data, work):
 
 def log(data, work):
     """A run's log.jsonl as a resume trims it (its first ``keep`` records) and as curves read it."""
-    from common.train.loop import read_log
+    from common.train.run_folder import read_log
     path = _write(work, "log.jsonl", data)
     records = read_log(path)
     read_log(path, keep=len(records) // 2)

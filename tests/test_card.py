@@ -71,10 +71,12 @@ def test_a_triplet_run_writes_a_card_in_every_model_folder_that_model_card_reads
     text = ModelCard.load(out / "model" / "README.md").text
     manifest = json.loads((data / "manifest.json").read_text())
     (articles, sha), = manifest["inputs"].items()
-    assert f"| {escape(articles)} | {sha} |" in text and "written by 02\\_build\\_graph.py links" in text
-    assert f"model of 32 dimensions, from {escape(base)}, fine-tuned with SPECTER's objective (Cohan et al. " \
-           "2020)" in text
+    assert f"| {escape(os.path.basename(articles))} | {sha} |" in text
+    assert "written by 02\\_build\\_graph.py links" in text
+    assert f"model of 32 dimensions, from {escape(base.parent.name)}/base, fine-tuned with SPECTER's objective " \
+           "(Cohan et al. 2020)" in text
     assert "| `--margin` | 1 |" in text and "| pooling | cls: the [CLS] token's last hidden state |" in text
+    assert str(tmp_path) not in text.split("## Usage")[0]  # no path of this machine above the loading snippets
     assert "| parameters | 29,920 |" in text and "| maximum length | 32 tokens |" in text
     assert text.count("```bibtex") == 2 and "{SPECTER}: Document-level Representation Learning" in text
 
@@ -165,7 +167,8 @@ def test_convert_long_writes_a_longformer_card_with_the_base_model_its_source_de
         "pipeline_tag": "feature-extraction",
         "tags": ["sentence-transformers", "feature-extraction", "docembed", "longformer", "long-documents"]}
     assert "| architecture | LongformerModel (longformer, 2 layers) |" in loaded.text
-    assert f"`04_distill.py convert-long` from {escape(source)} (`--max-length 128 --window 16`:" in loaded.text
+    assert f"`04_distill.py convert-long` from {escape(source.parent.name)}/source (`--max-length 128 --window " \
+           "16`:" in loaded.text
     assert "@article{beltagy2020longformer," in loaded.text and "## Training" not in loaded.text
 
 
@@ -250,7 +253,7 @@ def test_a_damaged_manifest_beside_the_corpus_leaves_the_card_without_it_and_the
     out = tmp_path / "run"
     _train("triplet", data, tiny_model, out, "--max-length", "32", "--batch-size", "16", "--max-steps", "1")
     text = ModelCard.load(out / "model" / "README.md").text
-    assert f"| {escape(corpus / 'articles.jsonl')} | {'0' * 64} |" in text and "They come from" not in text
+    assert f"| articles.jsonl | {'0' * 64} |" in text and "They come from" not in text
 
 
 def test_a_half_precision_checkpoint_loads_as_float32_with_the_same_values(tiny_model, tmp_path):

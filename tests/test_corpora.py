@@ -274,7 +274,7 @@ def test_mlm_from_a_configuration_learns_a_vocabulary_and_saves_a_model_that_loa
      "--config-overrides 'hidden_size': expected KEY=VALUE,... (e.g. num_hidden_layers=4,hidden_size=256)"),
     (["--model-type", "bert", "--config-overrides", "hidden=4"],
      "--config-overrides 'hidden=4': key hidden isn't in the original config dict"),
-    (["--model-type", "bert", "--vocab-size", "5"], "--vocab-size 5: must be between 100 and 1,000,000"),
+    (["--model-type", "bert", "--vocab-size", "5"], "argument --vocab-size: 5: must be between 100 and 1,000,000"),
 ])
 def test_mlm_model_choices_that_cannot_work_are_one_line(lm_data, tmp_path, args, expected):
     message = script_error("03_train.py", "--objective", "mlm", "--data", lm_data, "--out", tmp_path / "run", *args)

@@ -179,8 +179,6 @@ def test_teacher_values_that_cannot_train_are_refused_when_read(teach, tiny_mode
     ("teachers", "--teacher-max-length", "0", "argument --teacher-max-length: 0: must be between 1 and 131,072"),
     ("teachers", "--pv-vector-size", "0", "argument --pv-vector-size: 0: must be between 1 and 65,536"),
     ("teachers", "--seed", "-1", "argument --seed: -1: must be between 0 and 2**32 - 1 (NumPy's seed range)"),
-    ("train", "--lambda", "nan", "--lambda nan: must be a share between 0 and 1"),
-    ("train", "--gamma", "nan", "--gamma nan: must be a finite number of at least 0"),
     ("train", "--student-projection", "16x0",
      "--student-projection '16x0': block '0' is not SIZE or SIZE(relu) with a SIZE between 1 and 65,536"),
     ("convert-long", "--max-length", "1000000000",
@@ -193,6 +191,20 @@ def test_settings_that_cannot_work_are_refused_before_any_input_is_read(tiny_dat
             "train": ["--data", tiny_data, "--teachers", missing, "--model", missing, *TRAIN],  # data: checked first
             "convert-long": ["--model", missing]}[command]
     assert script_error("04_distill.py", command, *args, "--out", tmp_path / "out", flag, value) == f"error: {message}"
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--lambda", "nan", "argument --lambda: nan: must be a share between 0 and 1"),
+    ("--gamma", "nan", "argument --gamma: nan: must be a finite number of at least 0"),
+])
+def test_training_settings_that_cannot_work_are_refused_as_the_command_line_is_read(tiny_data, tmp_path, capsys, flag,
+                                                                                  value, message):
+    missing = tmp_path / "missing"  # the teachers and model, never read
+    with pytest.raises(SystemExit) as e:
+        distill()(["train", "--data", str(tiny_data), "--teachers", str(missing), "--model", str(missing), *TRAIN,
+                   "--out", str(tmp_path / "out"), flag, value])
+    assert e.value.code == 2 and capsys.readouterr().err == f"error: {message}\n"
     assert not (tmp_path / "out").exists()
 
 

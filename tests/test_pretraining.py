@@ -145,7 +145,9 @@ def test_the_pretraining_loss_is_bert_for_pretraining_loss_with_its_gradients(pa
     from types import SimpleNamespace
     from transformers import BertConfig, BertForPreTraining
     from common.models.attention import fast_dropout
-    from common.train.objectives.mlm import IGNORE, MLMObjective, MaskedLM
+    from common.train.masked_lm import MaskedLM
+    from common.train.masking import IGNORE
+    from common.train.objectives.mlm import MLMObjective
     torch.manual_seed(0)
     reference = BertForPreTraining(BertConfig(vocab_size=90, hidden_size=32, num_hidden_layers=2,
                                               num_attention_heads=2, intermediate_size=64, max_position_embeddings=64))
@@ -288,7 +290,8 @@ def test_nsp_from_a_model_without_the_heads_notes_what_starts_untrained(nsp_data
                                   "(roberta's pre-training model is RobertaForMaskedLM); BERT's is BertForPreTraining"),
     (["--model-type", "bert", "--line-by-line"], "--nsp cuts pairs of segments at sentence boundaries; "
                                                  "--line-by-line trains on single texts: give one of them"),
-    (["--model-type", "bert", "--short-seq-prob", "1.5"], "--short-seq-prob 1.5: must be a share between 0 and 1"),
+    (["--model-type", "bert", "--short-seq-prob", "1.5"],
+     "argument --short-seq-prob: 1.5: must be a share between 0 and 1"),
 ])
 def test_nsp_settings_that_cannot_work_are_one_line(nsp_data, tmp_path, args, expected):
     message = script_error("03_train.py", "--objective", "mlm", "--data", nsp_data, "--out", tmp_path / "run", "--nsp",

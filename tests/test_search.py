@@ -265,7 +265,7 @@ def test_sharded_embedding_on_two_processes_gives_the_vectors_of_one(tiny_model,
 def test_mlm_masks_like_the_hugging_face_collator_and_never_masks_special_tokens(tiny_model):
     from transformers import AutoTokenizer, DataCollatorForLanguageModeling
 
-    from common.train.objectives.mlm import IGNORE, mask_tokens
+    from common.train.masking import IGNORE, mask_tokens
     tok = AutoTokenizer.from_pretrained(str(tiny_model))
     enc = tok(corpus_text(5, 200), truncation=True, max_length=64)["input_ids"]
     special_ids = np.array(tok.all_special_ids)
@@ -293,7 +293,7 @@ def test_mlm_masks_like_the_hugging_face_collator_and_never_masks_special_tokens
 
 
 def test_blocks_are_cut_from_the_concatenated_texts_and_only_the_final_remainder_is_dropped():
-    from common.train.objectives.mlm import Part
+    from common.train.masking import Part
     ids, offsets = np.arange(12), np.array([0, 3, 7, 12])
     part = Part.of_texts(ids, ids % 2 == 0, offsets, np.array([0, 2]))  # texts 0 and 2
     assert part.ids.tolist() == [0, 1, 2, 7, 8, 9, 10, 11] and part.offsets.tolist() == [0, 3, 8]
@@ -312,7 +312,7 @@ def test_the_masked_lm_predicts_as_bert_for_masked_lm_with_its_last_layer_on_mas
     from transformers import BertForMaskedLM
     from common.models.attention import fast_dropout
     from common.train import losses
-    from common.train.objectives.mlm import MaskedLM
+    from common.train.masked_lm import MaskedLM
     torch.manual_seed(0)
     import copy
     reference = BertForMaskedLM.from_pretrained(tiny_model)  # its masked-LM head newly initialised: copied as it is
@@ -361,7 +361,8 @@ def test_a_masked_lm_batch_with_nothing_masked_gives_no_logits_and_keeps_every_p
     import torch
     from transformers import BertForMaskedLM
     from common.models.attention import fast_dropout
-    from common.train.objectives.mlm import MLMObjective, MaskedLM
+    from common.train.masked_lm import MaskedLM
+    from common.train.objectives.mlm import MLMObjective
     reference = BertForMaskedLM.from_pretrained(tiny_model)
     model = fast_dropout(MaskedLM(copy.deepcopy(reference), "mean", False))
     ids = torch.randint(5, reference.config.vocab_size, (2, 12))
@@ -388,7 +389,7 @@ def test_a_masked_lm_batch_with_nothing_masked_gives_no_logits_and_keeps_every_p
 
 
 def test_whole_word_masking_masks_every_token_of_a_chosen_word_with_mask():
-    from common.train.objectives.mlm import IGNORE, mask_tokens
+    from common.train.masking import IGNORE, mask_tokens
     ids = np.arange(10, 30)
     special = np.zeros(20, bool)
     special[[0, 19]] = True
@@ -663,7 +664,7 @@ def test_a_second_mlm_run_reads_the_tokenised_texts_from_the_cache_without_token
 
     from transformers import AutoTokenizer
 
-    from common.train.objectives.mlm import tokenize
+    from common.train.masking import tokenize
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_model))
     texts = corpus_text(3, 20)
     first = tokenize(texts, tokenizer, 32, False, str(tmp_path / "cache"))

@@ -3,8 +3,13 @@
 pooling, normalisation, length, dimensions, parameters), how it was trained (settings, steps, the data and its
 provenance), its validation figures, how to use it, and the papers to cite.
 
-Everything here takes values and returns them: the facts come from the caller (``Objective.card``,
-``04_distill.py convert-long``), which reads the run's arguments, log and manifests.
+A card is read on other machines (the hub's page of the model): it names a model by its hub name or its folder's
+name, the data directory by its name and input files by file name and SHA-256, never by a path of the machine that
+made it. What it says of a training method is the objective's ``Method`` (``Objective.method``); of a Longformer
+conversion, ``LONGFORMER``.
+
+Everything here takes values and returns them: the facts come from the caller (``Objective.card``, from the run's
+identity, log and manifests; ``04_distill.py convert-long``).
 """
 
 import os
@@ -91,6 +96,8 @@ CITATIONS = {
 
 
 class Method(NamedTuple):
+    """What a card says about a method: an objective declares its own (``Objective.method``)."""
+
     title: str
     what: str  # one paragraph: the objective and its paper
     tags: tuple  # hub tags naming the method
@@ -99,67 +106,13 @@ class Method(NamedTuple):
     inputs: str = "documents as `title + tokenizer.sep_token + text` (SPECTER's input)"
 
 
-METHODS = {
-    "triplet": Method(
-        "SPECTER triplet objective",
-        "fine-tuned with SPECTER's objective (Cohan et al. 2020), as the WikiSpecter thesis used it: a triplet margin "
-        "loss on the L2 distance between a query document, a document it links to and a negative (a document two "
-        "links away, or a random one), so that linked documents lie close.",
-        ("specter", "triplet", "loss:TripletLoss"), ("specter", "sbert")),
-    "mnrl": Method(
-        "Multiple Negatives Ranking",
-        "fine-tuned as a bi-encoder with the Multiple Negatives Ranking loss (Henderson et al. 2017; "
-        "sentence-transformers' `MultipleNegativesRankingLoss`), stage 2 of the paper-search method: a query (a "
-        "paper's title) must pick its document (the paper's abstract) among every document of the batch, by "
-        "cross-entropy over scaled cosine similarities.",
-        ("mnrl", "loss:MultipleNegativesRankingLoss"), ("henderson", "sbert"),
-        inputs="a document's text alone (the abstract) and a query (a title or any free text), both as they are"),
-    "mlm": Method(
-        "masked-language-model training",
-        "trained on the corpus's texts with BERT's masked-language-model objective (Devlin et al. 2019) and the "
-        "defaults of transformers' `run_mlm_no_trainer.py`: from a pretrained model, the domain adaptation of the "
-        "paper-search method's stage 1; from a new one, pretraining. It was not trained for similarity: its pooled "
-        "vectors are the encoder's, a start for fine-tuning (`--objective mnrl`, `--objective triplet`).",
-        ("mlm", "fill-mask"), ("bert",), similarity=False, inputs="texts as they are"),
-    "mlm-nsp": Method(
-        "masked-language-model and next-sentence-prediction training",
-        "trained on the corpus's texts with both of BERT's pre-training objectives (Devlin et al. 2019, §3.1): the "
-        "masked language model, and next-sentence prediction, a two-way classifier on BERT's pooler over `[CLS]` "
-        "that tells whether segment B of a pair followed segment A in one document or was cut from another "
-        "(pairs cut as BERT's `create_pretraining_data.py` cuts them, with token types 0 and 1). Its `[CLS]` vector "
-        "has thus been trained before any fine-tuning, as BERT's was; it was not trained for similarity: its "
-        "pooled vectors are the encoder's, a start for fine-tuning (`--objective mnrl`, `--objective triplet`).",
-        ("mlm", "nsp", "fill-mask"), ("bert",), similarity=False, inputs="texts as they are"),
-    "contrastive": Method(
-        "key-sentence contrastive objective",
-        "fine-tuned after the key-sentence extraction thesis (CRISPR-Cas9 knockout articles): a fixed query, "
-        "embedded by the model itself, is paired with every sentence of every training article, and a contrastive "
-        "loss on cosine distance with a margin (sentence-transformers' `ContrastiveLoss`, after Hadsell et al. "
-        "2006) draws key sentences close to the query and pushes the others beyond the margin.",
-        ("contrastive", "key-sentence", "loss:ContrastiveLoss"), ("sbert", "hadsell"),
-        inputs="single sentences, and the query as one more text"),
-    "cosine": Method(
-        "key-sentence cosine objective",
-        "fine-tuned after the key-sentence extraction thesis (CRISPR-Cas9 knockout articles): a fixed query, "
-        "embedded by the model itself, is paired with every sentence of every training article, and the mean "
-        "squared error between their cosine similarity and the 0/1 key-sentence label is minimised "
-        "(sentence-transformers' `CosineSimilarityLoss`).",
-        ("cosine", "key-sentence", "loss:CosineSimilarityLoss"), ("sbert",),
-        inputs="single sentences, and the query as one more text"),
-    "distill": Method(
-        "teacher–student distillation",
-        "distilled after Burian (2023, master thesis \"Document embedding using Transformers\"): a student that "
-        "reads long documents learns from a structural teacher (Sentence-BERT vectors of each document, the "
-        "structural loss) and a contextual teacher (Paragraph Vector, through SoftCCA on projections of both).",
-        ("distillation", "long-documents"), ("burian",)),
-    "longformer": Method(
-        "Longformer conversion",
-        "made into a Longformer by the Longformer paper's recipe (Beltagy et al. 2020): its position embeddings "
-        "copied over and over up to the new length (§5), sliding-window attention in every layer, and the "
-        "global-attention projections initialised as copies of the local ones (§3.1). It is not trained after the "
-        "conversion: pretrain or distil it before use (`04_distill.py train`).",
-        ("longformer", "long-documents"), ("longformer",), similarity=False),
-}
+LONGFORMER = Method(  # 04_distill.py convert-long's models
+    "Longformer conversion",
+    "made into a Longformer by the Longformer paper's recipe (Beltagy et al. 2020): its position embeddings "
+    "copied over and over up to the new length (§5), sliding-window attention in every layer, and the "
+    "global-attention projections initialised as copies of the local ones (§3.1). It is not trained after the "
+    "conversion: pretrain or distil it before use (`04_distill.py train`).",
+    ("longformer", "long-documents"), ("longformer",), similarity=False)
 
 
 def hub_name(name):
@@ -236,6 +189,15 @@ def _name(where):
     return f"{os.path.basename(parent)}/{name}" if os.path.basename(parent) else name
 
 
+def _shown(name_or_path):
+    """A model, folder or file as a card names it, never by a path of the machine that made the card: a folder by
+    its name with its parent's (as a model folder's own card titles it), a file by its name, anything else (a hub
+    name, a flag's value) as it is."""
+    if os.path.isdir(name_or_path):
+        return _name(name_or_path)
+    return os.path.basename(name_or_path) if os.path.isfile(name_or_path) else name_or_path
+
+
 def _table(rows, head=("", "")):
     """A Markdown table of cells that are Markdown already: text from outside is ``escape``d by the caller."""
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -243,8 +205,10 @@ def _table(rows, head=("", "")):
     return "\n".join(lines)
 
 
-def _value(value):
-    """A setting's or a metric's value as a table cell."""
+def _value(value, shown=False):
+    """A setting's or a metric's value as a table cell (``shown``: a path in it as ``_shown`` names it)."""
+    if shown and isinstance(value, str):
+        value = _shown(value)
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
@@ -258,14 +222,16 @@ def model_card(method, where, model, settings=(), training=None, validation=(), 
                base=None, start=None, language=None, tags=(), citations=(), notes=()):
     """The ``huggingface_hub.ModelCard`` of a model folder.
 
-    ``method``: a key of ``METHODS``, or another objective's name (a card without a paper); ``where``: the folder as
+    ``method``: a ``Method``, or an objective's name (a card without a paper); ``where``: the folder as
     a user names it (the usage examples load it); ``model``: {architecture, model_type, layers, dimensions,
     parameters, pooling, normalize, max_length};
     ``settings``: (flag, value) pairs of the training command; ``training``: {script, steps, epoch, processes,
     precision, commit, versions}; ``validation``: the log's validation records, ``chosen`` the one whose model this
     is (or None); ``data``: ``data_summary``'s dict; ``base``: the hub ``base_model``, ``start`` the folder or name it
     started from; ``tags``, ``citations``, ``notes``: more of each for this model."""
-    m = METHODS.get(method) or Method(  # an objective registered outside this project's methods
+    if start:
+        start = _shown(start)
+    m = method if isinstance(method, Method) else Method(  # an objective that declares no method
         f"`{method}` objective", f"fine-tuned with the `{method}` objective registered with docembed's 03_train.py.",
         (method,), ())
     pipeline = "sentence-similarity" if m.similarity else "feature-extraction"
@@ -310,7 +276,7 @@ def _training(training, settings, data):
              f"(epoch {training['epoch']:g}) on {processes} {precision}; docembed commit "
              f"`{training.get('commit') or 'unknown'}`{versions}.",
              "Settings (flags of the training command):\n\n" + _table(
-                 [(f"`--{k.replace('_', '-')}`", _value(v)) for k, v in settings], ("flag", "value"))]
+                 [(f"`--{k.replace('_', '-')}`", _value(v, shown=True)) for k, v in settings], ("flag", "value"))]
     if data:
         lines.append(_data(data))
     return "\n\n".join(lines)
@@ -320,8 +286,9 @@ ROWS = 20  # files listed from a manifest's inputs; the others are counted
 
 
 def _files(inputs):
-    """A manifest's ``inputs`` ({path: SHA-256}, text from outside) as a table, at most ``ROWS`` rows."""
-    rows = [(escape(p), escape(h, 64)) for p, h in list(inputs.items())[:ROWS]]
+    """A manifest's ``inputs`` ({path: SHA-256}, text from outside) as a table of file names and hashes, at most
+    ``ROWS`` rows."""
+    rows = [(escape(os.path.basename(p)), escape(h, 64)) for p, h in list(inputs.items())[:ROWS]]
     if len(inputs) > ROWS:
         rows.append((f"… and {len(inputs) - ROWS:,} more", ""))
     return _table(rows, ("file", "SHA-256"))
@@ -329,7 +296,7 @@ def _files(inputs):
 
 def _data(data):
     """The data directory's section: every value comes from its manifest (and its corpus's), text from outside."""
-    text = [f"### Data\n\nThe data directory {escape(data['path'])}"
+    text = [f"### Data\n\nThe data directory {escape(_shown(data['path']))}"
             + (f", written by {escape(data['script'])}{' ' + escape(data['command']) if data.get('command') else ''}"
                if data.get("script") else " (made by hand: no manifest)")
             + (f" at commit {escape(data['commit'], 64)}" if data.get("commit") else "") + "."]
@@ -347,7 +314,7 @@ def _data(data):
             text.append(f"Counts: {counts}.")
     if data.get("teachers"):
         text.append("Teachers (`04_distill.py teachers`): " + ", ".join(
-            f"{k.replace('_', ' ')} {_value(v)}" for k, v in data["teachers"].items()) + ".")
+            f"{k.replace('_', ' ')} {_value(v, shown=True)}" for k, v in data["teachers"].items()) + ".")
     return "\n\n".join(text)
 
 
@@ -405,7 +372,7 @@ def data_summary(path, manifest, source=None):
 def conversion_card(where, encoder, source, max_length, window, commit, base):
     """The card of a model ``04_distill.py convert-long`` made from ``source``; ``base``: the hub model it comes
     from (``base_model``, read before the conversion)."""
-    return model_card("longformer", where, model_facts(encoder, max_length), base=base, start=source,
-                      notes=[f"Made by docembed's `04_distill.py convert-long` from {escape(source)} (`--max-length "
-                             f"{max_length} --window {window}`: a sliding window of {window} tokens in every layer) "
-                             f"at commit `{commit or 'unknown'}`."])
+    return model_card(LONGFORMER, where, model_facts(encoder, max_length), base=base, start=source,
+                      notes=[f"Made by docembed's `04_distill.py convert-long` from {escape(_shown(source))} "
+                             f"(`--max-length {max_length} --window {window}`: a sliding window of {window} tokens in "
+                             f"every layer) at commit `{commit or 'unknown'}`."])

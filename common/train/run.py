@@ -1,8 +1,9 @@
 """What 03_train.py and 04_distill.py train share: the training flags, their per-objective defaults, and one run
-(data check → Accelerator → model → data → loop → manifest).
+(data check → Accelerator → model → data → run folder and loop → manifest).
 
 Flags are parsed in two passes: the first reads ``--objective`` and ``--data`` so that a bad data directory fails
-before torch is imported or a model is loaded; the second adds the chosen objective's own flags.
+before torch is imported or a model is loaded; the second adds the chosen objective's own flags. Each flag is
+declared with its limit (``cli.number``), so a value that cannot train is refused as the command line is read.
 """
 
 import argparse
@@ -35,57 +36,64 @@ def add_training_arguments(p):
                    help="train from the start in an --out that holds a run: a finished one (refused without it "
                         "when its settings differ) or one whose checkpoints another command made; only what the "
                         "run wrote there is removed (transformers' --overwrite_output_dir)")
-    p.add_argument("--max-length", type=int, default=None, help="tokens per text [objective's default]")
+    p.add_argument("--max-length", type=cli.number(int, cli.LENGTH), default=None,
+                   help="tokens per text [objective's default]")
     p.add_argument("--pooling", choices=("cls", "mean"), default=None, help="document vector [objective's default]")
     p.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
                    help="L2-normalise embeddings [objective's default; none: as the model's sentence-transformers "
                         "config says]")
-    p.add_argument("--lr", type=float, default=None, help="peak learning rate [objective's default]")
-    p.add_argument("--weight-decay", type=float, default=None,
+    p.add_argument("--lr", type=cli.number(float, cli.POSITIVE), default=None,
+                   help="peak learning rate [objective's default]")
+    p.add_argument("--weight-decay", type=cli.number(float, cli.AT_LEAST_0), default=None,
                    help="AdamW weight decay, none on biases and LayerNorm [objective's default, else 0.01]")
-    p.add_argument("--warmup", type=float, default=None,
+    p.add_argument("--warmup", type=cli.number(float, cli.AT_LEAST_0), default=None,
                    help="warm-up: < 1 is a share of all steps, >= 1 a number of steps [objective's default]")
     p.add_argument("--schedule", choices=("linear", "cosine"), default=None,
                    help="decay after the warm-up (transformers' schedulers) [objective's default, else linear]")
-    p.add_argument("--epochs", type=int, default=None, help="epochs [objective's default]")
-    p.add_argument("--max-steps", type=int, default=0,
+    p.add_argument("--epochs", type=cli.number(int, cli.COUNT), default=None, help="epochs [objective's default]")
+    p.add_argument("--max-steps", type=cli.number(int, cli.COUNT_0), default=0,
                    help="stop after this many optimizer steps, the schedule spanning them (0: run all epochs)")
-    p.add_argument("--batch-size", type=int, default=None,
+    p.add_argument("--batch-size", type=cli.number(int, cli.COUNT), default=None,
                    help="examples per process and micro-batch [objective's default]. The effective batch is this × "
                         "processes × --grad-accum (printed at start): the WikiSpecter thesis's batch of 16 on 4 GPUs "
                         "is --batch-size 4 under 4 processes, or 16 on one")
-    p.add_argument("--grad-accum", type=int, default=None,
+    p.add_argument("--grad-accum", type=cli.number(int, cli.COUNT), default=None,
                    help="micro-batches per optimizer step [objective's default, else 1]")
-    p.add_argument("--clip", type=float, default=1.0, help="gradient norm clipping (SPECTER), 0 = off")
-    p.add_argument("--seed", type=int, default=42, help="seed for initialisation, data order and dropout")
-    p.add_argument("--seeds", type=int, action="extend", nargs="+", default=None, metavar="SEED",
+    p.add_argument("--clip", type=cli.number(float, cli.AT_LEAST_0), default=1.0,
+                   help="gradient norm clipping (SPECTER), 0 = off")
+    p.add_argument("--seed", type=cli.number(int, cli.SEED), default=42,
+                   help="seed for initialisation, data order and dropout")
+    p.add_argument("--seeds", type=cli.number(int, cli.SEED), action="extend", nargs="+", default=None,
+                   metavar="SEED",
                    help="train one run per seed, one after another, into OUT/seed_SEED (the key-sentence thesis "
                         "averages 5 seeds: --seeds 1 2 3 4 5; report them with 05_evaluate.py --runs OUT/seed_*); "
                         "one process only")
     p.add_argument("--drop-last", action=argparse.BooleanOptionalAction, default=None,
                    help="drop the last partial batch of an epoch [objective's default: yes for in-batch-negative "
                         "and batch-statistics losses]")
-    p.add_argument("--length-buckets", type=int, default=None,
+    p.add_argument("--length-buckets", type=cli.number(int, cli.COUNT_0), default=None,
                    help="> 0: batches of similar length, sorted within windows of this many batches of the "
                         "(seed, epoch) permutation, batch order shuffled [objective's default, else 0: off]")
     p.add_argument("--gradient-checkpointing", action="store_true",
                    help="recompute activations in the backward pass (less memory, same result)")
-    p.add_argument("--eval-every", type=int, default=1000,
+    p.add_argument("--eval-every", type=cli.number(int, cli.COUNT_0), default=1000,
                    help="validate every N optimizer steps, besides each epoch's end (0: epoch ends only)")
-    p.add_argument("--checkpoint-every", type=int, default=1000, help="save a checkpoint every N steps (0: never)")
-    p.add_argument("--keep", type=int, default=2, help="checkpoints to keep (the newest)")
+    p.add_argument("--checkpoint-every", type=cli.number(int, cli.COUNT_0), default=1000,
+                   help="save a checkpoint every N steps (0: never)")
+    p.add_argument("--keep", type=cli.number(int, cli.COUNT_0), default=2, help="checkpoints to keep (the newest)")
     p.add_argument("--save-epochs", action="store_true",
                    help="also save the model at the end of every epoch as RUN/epoch_K (to evaluate each epoch)")
-    p.add_argument("--log-every", type=int, default=10, help="write the mean training loss every N steps")
+    p.add_argument("--log-every", type=cli.number(int, cli.COUNT), default=10,
+                   help="write the mean training loss every N steps")
     p.add_argument("--report-to", default="none",
                    help="also log every log.jsonl record to these experiment trackers through Accelerate, "
                         "comma-separated (tensorboard, wandb, mlflow, comet_ml, aim, clearml, dvclive, swanlab, "
                         "trackio; all: every one installed; none); local ones write under RUN/trackers")
-    p.add_argument("--length-groups", type=int, default=3,
+    p.add_argument("--length-groups", type=cli.number(int, cli.between(1, 1024)), default=3,
                    help="pad a batch as this many length-sorted sub-batches (speed only: the loss is the same). "
                         "Training on a CPU packs a batch without padding instead for BERT, DistilBERT and ELECTRA "
                         "models, where this has no effect")
-    p.add_argument("--chunk-tokens", type=int, default=0,
+    p.add_argument("--chunk-tokens", type=cli.number(int, cli.COUNT_0), default=0,
                    help="objectives whose examples are independent (triplet, contrastive, cosine): run forward and "
                         "backward on parts of a batch of about this many tokens, one after another, so that only "
                         "one part's activations are in memory (the gradient is the same; 0: the whole batch)")
@@ -128,25 +136,12 @@ def parse(argv, description, names, fixed=None):
         if getattr(args, key, None) is None:
             setattr(args, key, value)
     cls.complete_args(args)
-    if args.model is None and cls.needs_model(args):
-        raise io.InputError("--model is required" + (" (or --model-type / --config-name to train a new model)"
-                                                     if name == "mlm" else ""))
-    cli.check(args, {**LIMITS, **cls.limits})  # settings that cannot train are refused before anything loads
+    cls.check_model(args)
     if args.chunk_tokens and not cls.independent:
         raise io.InputError(f"--chunk-tokens {args.chunk_tokens}: the {name} objective's loss is not a mean of "
                             "independent per-example losses, so a batch cannot be run in parts"
-                            + (" (--cache-chunk runs it in GradCache chunks)" if name == "mnrl" else ""))
-    for seed in args.seeds or ():
-        cli.check(argparse.Namespace(seeds=seed), {"--seeds": cli.SEED})
+                            + (f" ({cls.in_parts})" if cls.in_parts else ""))
     return args
-
-
-LIMITS = {"--batch-size": cli.COUNT, "--grad-accum": cli.COUNT, "--epochs": cli.COUNT,
-          "--max-length": cli.LENGTH, "--log-every": cli.COUNT, "--length-groups": cli.between(1, 1024),
-          "--chunk-tokens": cli.COUNT_0,
-          "--lr": cli.POSITIVE, "--max-steps": cli.COUNT_0, "--eval-every": cli.COUNT_0,
-          "--checkpoint-every": cli.COUNT_0, "--keep": cli.COUNT_0, "--length-buckets": cli.COUNT_0,
-          "--clip": cli.AT_LEAST_0, "--weight-decay": cli.AT_LEAST_0, "--warmup": cli.AT_LEAST_0, "--seed": cli.SEED}
 
 
 def data_fingerprint(name, data_dir):
@@ -182,7 +177,7 @@ def finished(args, script):
     """A finished run in ``args.out`` (its manifest.json, the run's last file, is there): its counts where it was
     trained with the settings of this command (``command_identity``), so that the command has nothing to do; else
     an InputError, unless ``--overwrite``. None where ``--out`` holds no finished run of this project."""
-    from common.train.loop import RUN_FILE
+    from common.train.run_folder import RUN_FILE
     if args.overwrite or not all(os.path.isfile(os.path.join(args.out, name)) for name in ("manifest.json",
                                                                                             RUN_FILE)):
         return None
@@ -211,6 +206,7 @@ def train(args, script):
 
     from common.models.attention import fast_dropout
     from common.train.loop import TrainConfig, Trainer
+    from common.train.run_folder import RunFolder
     done = finished(args, script)
     if done is not None:
         if os.environ.get("RANK", "0") == "0":  # one line under accelerate launch, before Accelerate starts
@@ -245,8 +241,9 @@ def train(args, script):
                       grad_accum=args.grad_accum, clip=args.clip, seed=args.seed, eval_every=args.eval_every,
                       checkpoint_every=args.checkpoint_every, keep=args.keep, log_every=args.log_every,
                       drop_last=args.drop_last, length_buckets=args.length_buckets, save_epochs=args.save_epochs)
-    trainer = Trainer(cfg, objective, model, accelerator, args.out, identity(args, objective),
-                      tracked=bool(log_with), overwrite=args.overwrite)
+    folder = RunFolder(args.out, accelerator, identity(args, objective), overwrite=args.overwrite,
+                       tracked=bool(log_with))
+    trainer = Trainer(cfg, objective, model, accelerator, folder)
     try:  # the run folder stays locked until its manifest is written
         best = trainer.train()
         counts = {"train_examples": len(objective.train_rows), "val_examples": len(objective.val_rows),
@@ -262,7 +259,7 @@ def train(args, script):
                                            identity=command_identity(args)))
             print(f"model → {os.path.join(args.out, 'model')}")
     finally:
-        trainer.release()
+        folder.release()
     return counts
 
 

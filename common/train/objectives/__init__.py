@@ -52,6 +52,11 @@ def get(name):
     return getattr(importlib.import_module(module), cls)
 
 
+# what a run's identity holds besides the flags its cards list: where the data is and what it holds, the model it
+# started from (the card names it on its own) and the number of processes (the card's training line says it)
+NOT_SETTINGS = ("objective", "data", "data_content", "model", "processes")
+
+
 class Objective:
     """What an objective declares and does; the loop in ``common/train/loop.py`` does the rest.
 
@@ -59,12 +64,14 @@ class Objective:
       ``name``, ``paper``   the ``--objective`` value and the paper its defaults come from (shown in ``--help``)
       ``defaults``          values of the shared training flags for this objective (``lr``, ``batch_size``,
                             ``epochs``, ``warmup``, ``schedule``, ``pooling``, ``max_length``, ``drop_last``, ...)
-      ``add_arguments``     its own flags (``complete_args`` fills those that depend on others, as presets do);
-                            ``result_args`` names those that change the result (they enter the resume identity),
-                            ``speed_args`` those that change only speed or logging; ``limits`` maps its
-                            flags to ``cli`` ranges, checked with the shared flags before anything loads
+      ``add_arguments``     its own flags, each with its limit (``type=cli.number(...)``; ``complete_args`` fills
+                            those that depend on others, as presets do, ``check_model`` refuses a missing
+                            ``--model``); ``result_args`` names those that change the result (they enter the resume
+                            identity and the card's settings), ``speed_args`` those that change only speed or logging
       ``selection``         a validation metric (higher is better) whose best value picks RUN/model; None: the final
                             model is RUN/model
+      ``method``            what its models' cards say of the method (a ``card.Method``: title, paragraph, tags,
+                            citations); None: a card of the objective's name
     Called by the script and the loop, in this order:
       ``build()``           load the encoder (``self.encoder``, ``self.tokenizer``, ``self.max_length``) and return
                             the ``nn.Module`` to train: the encoder, or a module holding it with heads and loss state
@@ -79,18 +86,20 @@ class Objective:
       ``log_metrics(accelerator)`` → what the training log adds to the mean loss every ``--log-every`` steps (parts
                             of a loss, an accuracy), means over the processes since the last record
       ``validate(model, loader, accelerator)`` → metrics
-      ``save(model, path)`` RUN/model: the encoder in Hugging Face + sentence-transformers form, heads beside it,
-                            and its model card (``card``; ``card_details`` adds an objective's own notes)
+      ``save(model, path, identity, log)`` RUN/model: the encoder in Hugging Face + sentence-transformers form,
+                            heads beside it (``save_extra``), and its model card (``card``, from the run's identity and
+                            log as the run folder holds them; ``card_details`` adds an objective's own notes)
     """
 
     name = None
     paper = None
     defaults = {}
     selection = None
+    method = None  # a card.Method: what a model card says of the method (None: a card of the objective's name)
     independent = False  # each example's loss depends on that example alone (no in-batch negatives or statistics)
+    in_parts = None  # a dependent loss's own way to run a batch in parts, named where --chunk-tokens is refused
     result_args = ()
     speed_args = ()
-    limits = {}
 
     @classmethod
     def add_arguments(cls, parser):
@@ -101,9 +110,10 @@ class Objective:
         """Fill flags whose defaults depend on other flags (presets), after parsing."""
 
     @classmethod
-    def needs_model(cls, args):
-        """Whether this command line must name a model to start from (``--model``)."""
-        return True
+    def check_model(cls, args):
+        """Refuse a command line that names no model to start from (``--model``) where the objective needs one."""
+        if args.model is None:
+            raise InputError("--model is required")
 
     def __init__(self, args, accelerator):
         self.args, self.accelerator = args, accelerator
@@ -171,38 +181,44 @@ class Objective:
     def save_extra(self, model, directory):
         """Write what RUN/model holds besides the encoder (heads); ``directory`` becomes RUN/model."""
 
-    def save(self, model, path):
+    def save(self, model, path, identity, log):
+        """RUN/model (or RUN/epoch_K) at ``path``: the encoder, what ``save_extra`` adds, and the model card
+        (``card``) of the run whose settings are ``identity`` and whose log records up to this model are ``log``."""
         from common.models.saving import save_model
         save_model(self.encoder_of(model), self.tokenizer, path, self.max_length, self.info,
-                   extra=lambda directory: self.save_extra(model, directory), card=self.card(model, path))
+                   extra=lambda directory: self.save_extra(model, directory),
+                   card=self.card(model, path, identity, log))
 
     def card_details(self):
-        """What this objective adds to its models' cards: ``notes`` (paragraphs under the model's details),
-        ``tags``, ``citations`` (keys of ``card.CITATIONS``), ``teachers`` (the data's teachers), ``method`` (the
-        key of ``card.METHODS`` that describes this run, where it is not the objective's name)."""
+        """What this run adds to its models' cards besides ``method``: ``notes`` (paragraphs under the model's
+        details), ``tags``, ``citations`` (keys of ``card.CITATIONS``), ``teachers`` (the data's teachers)."""
         return {}
 
-    def card(self, model, path):
-        """The model card of ``path`` (RUN/model, RUN/epoch_K): the method, the run's settings, the steps and
-        validations that ``RUN/log.jsonl`` holds up to this model (the last of its records is this model's step),
-        and the data directory's manifest with the manifest of the corpus it was built from."""
+    def card_method(self):
+        """The ``card.Method`` that describes this run (``method``, unless a flag makes the run another method)."""
+        return self.method
+
+    def card(self, model, path, identity, log):
+        """The model card of ``path`` (RUN/model, RUN/epoch_K): the method, the run's settings (``identity``, as the
+        run folder records it), the steps and validations of ``log`` (the run's records up to this model: the last
+        is this model's step), and the data directory's manifest with the manifest of the corpus it was built
+        from."""
         from common.models import card
-        from common.train.loop import read_log
-        log = os.path.join(os.path.dirname(os.path.abspath(path)), "log.jsonl")
-        records = read_log(log) if os.path.isfile(log) else []
-        last = records[-1] if records else {"step": 0, "epoch": 0}
-        validation = [r for r in records if "lr" not in r]
+        last = log[-1] if log else {"step": 0, "epoch": 0}
+        validation = [r for r in log if "lr" not in r]
         chosen = next((r for r in validation if r["step"] == last["step"]), None)
         facts = self.card_facts()
+        settings = [("objective", self.name)] + [(k, v) for k, v in identity.items() if k not in NOT_SETTINGS]
         training = {**facts["training"], "steps": last["step"], "epoch": last["epoch"]}
-        return card.model_card(facts["method"], path, card.model_facts(self.encoder_of(model), self.max_length),
-                               facts["settings"], training, validation, chosen, **facts["card"])
+        return card.model_card(self.card_method() or self.name, path,
+                               card.model_facts(self.encoder_of(model), self.max_length), settings, training,
+                               validation, chosen, **facts["card"])
 
     def card_facts(self):
-        """What every card of the run shares (settings, versions, commit, the data's and the corpus's manifests,
-        the base model), read once, after ``build`` and before the first step (``run.train`` calls it), so that an
-        input the card quotes is checked before the run trains: only the log grows between saves. The start model's
-        own card only adds to it: one that cannot be read is a note (``card.base_model``)."""
+        """What every card of the run shares (versions, commit, the data's and the corpus's manifests, the base
+        model), read once, after ``build`` and before the first step (``run.train`` calls it), so that an input the
+        card quotes is checked before the run trains: only the log grows between saves. The start model's own card
+        only adds to it: one that cannot be read is a note (``card.base_model``)."""
         if self._facts is None:
             self._facts = self._read_card_facts()
         return self._facts
@@ -210,9 +226,7 @@ class Objective:
     def _read_card_facts(self):
         from common import io, provenance
         from common.models import card
-        from common.train.run import RESULT_ARGS
         args, details = self.args, self.card_details()
-        keys = [k for k in dict.fromkeys(RESULT_ARGS + self.result_args) if k != "model" and hasattr(args, k)]
         script = REGISTRY[self.name].script
         run = provenance.manifest(script, args, None)
         accelerator = self.accelerator
@@ -230,8 +244,7 @@ class Objective:
         if details.get("teachers"):
             data["teachers"] = details["teachers"]
         return {
-            "method": details.get("method", self.name),
-            "settings": [("objective", self.name)] + [(k, getattr(args, k)) for k in keys], "training": training,
+            "training": training,
             "card": {"data": data, "base": card.base_model(args.model, self.say), "start": args.model,
                      "language": card.hub_language(manifest.get("language") or source.get("language")),
                      "tags": details.get("tags", ()), "citations": details.get("citations", ()),

@@ -24,6 +24,7 @@ from torch import nn
 from common.data.documents import Documents
 from common.distill import teachers
 from common.io import InputError
+from common.models import card
 from common.models.tokens import TokenStore
 from common.train.objectives import Objective
 from common import cli
@@ -81,10 +82,14 @@ class DistillObjective(Objective):
     defaults = {"lr": 3e-5, "batch_size": 6, "grad_accum": 10, "epochs": 1, "warmup": 500, "schedule": "cosine",
                 "weight_decay": 0.01, "pooling": "mean", "max_length": 4096, "normalize": False, "drop_last": True,
                 "length_buckets": 10}
-    limits = {"--gamma": cli.NON_NEGATIVE, ("--lambda", "lam"): cli.SHARE, "--max-structural-length": cli.between(0, 1 << 17),
-              "--beta": cli.SHARE, "--delta": cli.NON_NEGATIVE}
     result_args = ("teachers", "preset", "structural_loss", "gamma", "lam", "max_structural_length",
                    "student_projection", "teacher_projection", "beta", "delta", "no_weighting")
+    method = card.Method(
+        "teacher–student distillation",
+        "distilled after Burian (2023, master thesis \"Document embedding using Transformers\"): a student that "
+        "reads long documents learns from a structural teacher (Sentence-BERT vectors of each document, the "
+        "structural loss) and a contextual teacher (Paragraph Vector, through SoftCCA on projections of both).",
+        ("distillation", "long-documents"), ("burian",))
 
     @classmethod
     def add_arguments(cls, parser):
@@ -94,18 +99,21 @@ class DistillObjective(Objective):
                             help="the thesis's final models (§5.1): fills the loss flags below that are not given")
         parser.add_argument("--structural-loss", choices=STRUCTURAL_LOSSES, default=None,
                             help="L_S: cos, mse, or max-margin (mm-) with --gamma [preset]")
-        parser.add_argument("--gamma", type=float, default=None, help="max-margin weight of the negatives [preset]")
-        parser.add_argument("--lambda", dest="lam", type=float, default=None,
+        parser.add_argument("--gamma", type=cli.number(float, cli.NON_NEGATIVE), default=None,
+                            help="max-margin weight of the negatives [preset]")
+        parser.add_argument("--lambda", dest="lam", type=cli.number(float, cli.SHARE), default=None,
                             help="λ: weight of L_S on documents the mask keeps, 1 − λ of L_C [preset]")
-        parser.add_argument("--max-structural-length", type=int, default=None,
+        parser.add_argument("--max-structural-length", type=cli.number(int, cli.between(0, 1 << 17)), default=None,
                             help="L_S only for documents of at most this many structural-teacher tokens (the "
                                  "teacher's context); 0: every document [preset]")
         parser.add_argument("--student-projection", default=None,
                             help="f_S: Linear output sizes, x-separated, '(relu)' after an activated one, e.g. "
                                  "768(relu)x4096(relu)x2048; '' = identity [preset]")
         parser.add_argument("--teacher-projection", default=None, help="f_C, the same way [preset]")
-        parser.add_argument("--beta", type=float, default=0.95, help="SoftCCA running-covariance decay (thesis)")
-        parser.add_argument("--delta", type=float, default=0.03, help="SoftCCA weight of the SDL terms (thesis)")
+        parser.add_argument("--beta", type=cli.number(float, cli.SHARE), default=0.95,
+                            help="SoftCCA running-covariance decay (thesis)")
+        parser.add_argument("--delta", type=cli.number(float, cli.NON_NEGATIVE), default=0.03,
+                            help="SoftCCA weight of the SDL terms (thesis)")
         parser.add_argument("--no-weighting", action="store_true",
                             help="mask·L_S + L_C (the thesis's public code after its final runs) instead of the "
                                  "thesis's λ-weighted sum")

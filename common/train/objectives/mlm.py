@@ -16,9 +16,11 @@ example), so a resumed run and any number of processes see the same masks. Valid
 "val", example), so validation losses of different steps compare the same task; perplexity is exp of the
 token-weighted mean loss.
 
-RUN/model is the masked-LM model (encoder and head, ``save_pretrained``) with sentence-transformers files for mean
-pooling: ``AutoModel`` and ``SentenceTransformer`` load the encoder from it and drop the head, so 05 scores the
-adapted encoder and stage 2 starts from it.
+The model is ``common/train/masked_lm.py``'s ``MaskedLM`` (the vocabulary projection and, in a BERT, most of the last
+layer on the masked positions only); the blocks and the masking are ``common/train/masking.py``'s. RUN/model is
+the masked-LM model (encoder and head, ``save_pretrained``) with sentence-transformers files for mean pooling:
+``AutoModel`` and ``SentenceTransformer`` load the encoder from it and drop the head, so 05 scores the adapted
+encoder and stage 2 starts from it.
 
 With ``--nsp``, BERT's pre-training as a whole (Devlin et al. 2019, §3.1): the masked LM on pairs of segments A and
 B cut from one document at sentence boundaries (``common/train/nsp.py``, after BERT's ``create_pretraining_data.py``)
@@ -31,227 +33,29 @@ A new model (no ``--model``): as ``run_mlm_no_trainer.py`` trains one from scrat
 whose configuration is copied, not its weights) or ``--model-type`` (transformers' default configuration of that
 architecture), changed by ``--config-overrides`` (``run_mlm.py``'s ``"n_layer=4,hidden_size=256"`` form), with
 randomly initialised weights (seeded by ``--seed``). Its tokenizer is ``--tokenizer-name``'s, or a WordPiece
-vocabulary of ``--vocab-size`` learnt from the training texts (``common/models/vocabulary.py``).
+vocabulary of ``--vocab-size`` learnt from the training texts (``common/train/new_model.py``).
 """
 
 import argparse
 import contextlib
 import os
-import re
 
 import numpy as np
 import torch
-from torch import nn
 
 from common import cli
 from common.data.documents import Documents
 from common.data.retrieval import read_split_ids
-from common.io import InputError, read_json
-from common.models.encoder import Encoder
-from common.models.loading import check_model_json, load_errors, load_pretrained, load_weights
+from common.io import InputError
+from common.models import card
+from common.models.loading import load_pretrained, load_weights
 from common.train import losses, nsp
+from common.train.masked_lm import MaskedLM, check_nsp
+from common.train.masking import IGNORE, Part, mask_tokens, tokenize
+from common.train.new_model import configuration, new_model
 from common.train.objectives import Objective
 
 VAL = int.from_bytes(b"val", "little")  # the "epoch" of validation masks: fixed for the whole run
-IGNORE = -100  # label of unmasked positions (Hugging Face's convention)
-
-
-class MaskedLM(nn.Module):
-    """A masked-LM model; ``encoder`` is the same transformer with pooling (not a registered sub-module: its
-    parameters are the model's own, optimised and saved once).
-
-    Only masked positions are predicted, so only they go through the vocabulary projection (BERT's ``cls``,
-    RoBERTa's ``lm_head``) and, in a BERT, through most of the last layer (``last_layer_at``): its keys and values
-    come from every position, its queries, attention output and feed-forward block only from the masked ones. The
-    logits are those of the whole model at the masked positions (tests/test_search.py checks them against
-    ``BertForMaskedLM``); on 8 blocks of 256 tokens of all-MiniLM-L6-v2 this leaves out about a tenth of a step's
-    arithmetic (docs/benchmarks.md, "Masked-LM training").
-
-    With ``nsp`` (``mlm`` a ``BertForPreTraining``: ``cls.predictions`` and ``cls.seq_relationship``) the model also
-    predicts the next sentence from BERT's pooler over ``[CLS]``, so the ``[CLS]`` position goes through the last
-    layer too, and the pooler, which ``Encoder`` freezes for pooling of its own, is trained."""
-
-    def __init__(self, mlm, pooling, normalize, nsp=False):
-        super().__init__()
-        self.mlm = mlm
-        self.nsp = nsp
-        self.__dict__["encoder"] = Encoder(mlm.base_model, pooling, normalize)
-        heads = getattr(mlm, "cls", getattr(mlm, "lm_head", None))
-        self.__dict__["head"] = heads.predictions if nsp else heads
-        if nsp:
-            mlm.base_model.pooler.requires_grad_(True)
-
-    def forward(self, input_ids, attention_mask, masked, token_type_ids=None):
-        """Logits ``[number of masked positions, vocabulary]``, in the order of ``masked.nonzero()``; with ``nsp``,
-        ``(those logits, next-sentence logits [batch, 2])``."""
-        if self.nsp:
-            return self._pretraining(input_ids, attention_mask, masked, token_type_ids)
-        if self.head is None:
-            return self.mlm(input_ids=input_ids, attention_mask=attention_mask).logits[masked]
-        base = self.mlm.base_model
-        layers = getattr(getattr(base, "encoder", None), "layer", None)
-        if not _bert_last_layer(base, layers):
-            hidden = base(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-            return self.head(hidden[masked])
-        base.encoder.layer = layers[:-1]  # every layer but the last, through the model's own forward
-        try:
-            hidden = base(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        finally:
-            base.encoder.layer = layers
-        return self.head(last_layer_at(layers[-1], hidden, attention_mask, masked))
-
-    def _pretraining(self, input_ids, attention_mask, masked, token_type_ids):
-        base, relationship = self.mlm.base_model, self.mlm.cls.seq_relationship
-        layers = getattr(getattr(base, "encoder", None), "layer", None)
-        if not _bert_last_layer(base, layers):
-            out = base(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
-            return self.head(out.last_hidden_state[masked]), relationship(out.pooler_output)
-        pooler = base.pooler
-        base.encoder.layer, base.pooler = layers[:-1], None  # the pooler reads the last layer's [CLS], not this
-        try:
-            hidden = base(input_ids=input_ids, attention_mask=attention_mask,
-                          token_type_ids=token_type_ids).last_hidden_state
-        finally:
-            base.encoder.layer, base.pooler = layers, pooler
-        at = masked.clone()
-        at[:, 0] = True
-        states = last_layer_at(layers[-1], hidden, attention_mask, at)
-        first = at.nonzero(as_tuple=True)[1] == 0  # each row's [CLS], first of its row's positions
-        return self.head(states[masked[at]]), relationship(pooler(states[first][:, None]))
-
-
-def _bert_last_layer(base, layers):
-    """Whether ``last_layer_at`` computes this model's last layer: a BERT layer (BERT, MiniLM, …) with absolute
-    positions, no cross-attention, and an attention this module can call."""
-    from common.models.attention import ATTENTION
-    config = base.config
-    return (layers is not None and len(layers) > 1 and type(layers[-1]).__name__ == "BertLayer"
-            and getattr(config, "position_embedding_type", "absolute") == "absolute"
-            and not config.is_decoder and not getattr(config, "add_cross_attention", False)
-            and config._attn_implementation in ("sdpa", ATTENTION, "eager"))
-
-
-def _check_nsp(model, nsp, what):
-    """``--nsp`` needs a pre-training model with BERT's pooler and next-sentence head (a one-line error else)."""
-    heads = getattr(model, "cls", None)
-    if nsp and not (hasattr(heads, "predictions") and hasattr(heads, "seq_relationship")
-                    and getattr(model.base_model, "pooler", None) is not None):
-        raise InputError(f"--nsp: {what} has no next-sentence-prediction head in transformers "
-                         f"({model.config.model_type}'s pre-training model is {type(model).__name__}); BERT's is "
-                         "BertForPreTraining")
-
-
-def last_layer_at(layer, hidden, attention_mask, masked):
-    """A ``BertLayer``'s output at the ``masked`` positions only (``[M, d]``, in the order of ``masked.nonzero()``):
-    keys and values from every position of ``hidden`` ``[B, L, d]``, queries from the masked ones, padded per row
-    to the row's most; then the attention output, residual and LayerNorm, and the feed-forward block, on the masked
-    positions alone. Dropout as the layer's own (attention probabilities through the project's attention
-    function). The layer's sub-modules are called directly, not the layer itself, so hooks on the layer (and any
-    wrapping of it: gradient checkpointing, FSDP) do not apply to it."""
-    from common.models.attention import sdpa_cpu_dropout
-    attention = layer.attention.self
-    batch, length, _ = hidden.shape
-    heads, size = attention.num_attention_heads, attention.attention_head_size
-    rows, cols = masked.nonzero(as_tuple=True)
-    slots = (torch.cumsum(masked, 1) - 1)[rows, cols]  # each masked position's place among its row's
-    picked = hidden[rows, cols]
-    projected = attention.query(picked)  # under autocast in its dtype, not the hidden states'
-    # at least one query slot: a batch with nothing masked still runs every parameter (DDP keeps in step)
-    query = projected.new_zeros(batch, max(1, int(masked.sum(1).max())), heads * size).index_put(
-        (rows, slots), projected)
-    query = query.view(batch, -1, heads, size).transpose(1, 2)
-    key = attention.key(hidden).view(batch, length, heads, size).transpose(1, 2)
-    value = attention.value(hidden).view(batch, length, heads, size).transpose(1, 2)
-    # padding as a boolean mask (True: attend), which the attention function turns into its additive bias
-    keep = None if attention_mask is None or bool(attention_mask.all()) else attention_mask[:, None, None, :].bool()
-    context, _ = sdpa_cpu_dropout(attention, query, key, value, keep,
-                                  dropout=attention.dropout.p if attention.training else 0.0,
-                                  scaling=attention.scaling, is_causal=False)
-    context = context.reshape(batch, -1, heads * size)[rows, slots]
-    attended = layer.attention.output(context, picked)
-    return layer.output(layer.intermediate(attended), attended)
-
-
-def mask_tokens(ids, special, word_start, rng, probability=0.15, mask_replace=0.8, random_replace=0.1,
-                whole_word=False, mask_id=103, vocab_size=30522):
-    """``(input ids, labels)`` of one example, as ``DataCollatorForLanguageModeling`` masks: each non-special
-    token chosen with ``probability`` (whole words: each word, every token of a chosen word masked, always with
-    ``[MASK]``); a chosen token becomes ``[MASK]`` with ``mask_replace``, a uniformly random id with
-    ``random_replace``, else stays; labels are the original ids at chosen positions, ``IGNORE`` elsewhere."""
-    n = len(ids)
-    if whole_word:
-        word = np.cumsum(word_start | special) - 1
-        chosen = (rng.random(int(word[-1]) + 1 if n else 0) < probability)[word] & ~special
-        mask_replace, random_replace = 1.0, 0.0
-    else:
-        chosen = (rng.random(n) < probability) & ~special
-    draw = rng.random(n)
-    replaced = rng.integers(vocab_size, size=n)
-    out = ids.astype(np.int64)
-    out[chosen & (draw < mask_replace)] = mask_id
-    randomised = chosen & (draw >= mask_replace) & (draw < mask_replace + random_replace)
-    out[randomised] = replaced[randomised]
-    return out, np.where(chosen, ids, IGNORE).astype(np.int64)
-
-
-class Part:
-    """Examples over one flat token array: example i is ``ids[offsets[i]:offsets[i + 1]]``."""
-
-    def __init__(self, ids, word_start, offsets):
-        self.ids, self.word_start, self.offsets = ids, word_start, offsets
-
-    def __len__(self):
-        return len(self.offsets) - 1
-
-    @classmethod
-    def of_texts(cls, ids, word_start, offsets, which):
-        """The texts at positions ``which``, in that order, as one flat array."""
-        lengths = offsets[which + 1] - offsets[which]
-        new = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-        take = np.arange(new[-1]) - np.repeat(new[:-1], lengths) + np.repeat(offsets[which], lengths)
-        return cls(ids[take], word_start[take], new)
-
-    def blocks(self, size):
-        """Cut into blocks of ``size`` tokens, text boundaries ignored, the remainder dropped (once, at the end)."""
-        n = len(self.ids) // size
-        return Part(self.ids, self.word_start, np.arange(n + 1, dtype=np.int64) * size)
-
-    def get(self, i):
-        s, e = self.offsets[i], self.offsets[i + 1]
-        return self.ids[s:e], self.word_start[s:e]
-
-
-def tokenize(texts, tokenizer, max_length, line_by_line, cache_dir):
-    """Token ids (int32) and word starts (int8) of ``texts`` as flat arrays plus offsets, tokenised with
-    ``datasets.map`` into an Arrow cache file keyed by the texts, tokenizer and settings, so a second run (or
-    every process after the first, under ``main_process_first``) reads it instead of tokenising again."""
-    import datasets
-    from datasets.fingerprint import Hasher
-
-    def encode(batch):
-        # blocks are cut after concatenation, so whole texts are tokenised (no warning about their length)
-        enc = tokenizer(batch["text"], truncation=line_by_line, max_length=max_length if line_by_line else None,
-                        add_special_tokens=True, verbose=False)
-        starts = []
-        for i in range(len(batch["text"])):
-            words = enc.word_ids(i)
-            starts.append([int(w is None or k == 0 or w != words[k - 1]) for k, w in enumerate(words)])
-        return {"input_ids": enc["input_ids"], "word_start": starts}
-
-    features = datasets.Features({"input_ids": datasets.Sequence(datasets.Value("int32")),
-                                  "word_start": datasets.Sequence(datasets.Value("int8"))})
-    ds = datasets.Dataset.from_dict({"text": texts})
-    key = Hasher.hash([ds._fingerprint, tokenizer, max_length, line_by_line])
-    os.makedirs(cache_dir, exist_ok=True)
-    ds = ds.map(encode, batched=True, batch_size=1000, remove_columns=["text"], features=features,
-                cache_file_name=os.path.join(cache_dir, f"mlm-tokens-{key}.arrow"), desc="tokenise")
-    ids = ds.data.column("input_ids")
-    flat = np.concatenate([c.flatten().to_numpy() for c in ids.chunks]) if ids.num_chunks else np.zeros(0, np.int32)
-    starts = ds.data.column("word_start")
-    word_start = np.concatenate([c.flatten().to_numpy() for c in starts.chunks]).astype(bool) \
-        if starts.num_chunks else np.zeros(0, bool)
-    lengths = np.concatenate([np.diff(c.offsets.to_numpy()) for c in ids.chunks]) if ids.num_chunks else []
-    return flat, word_start, np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
 
 
 class MLMObjective(Objective):
@@ -262,9 +66,23 @@ class MLMObjective(Objective):
     result_args = ("mlm_probability", "mask_replace_prob", "random_replace_prob", "whole_word_mask", "line_by_line",
                    "mlm_docs", "validation_split", "model_type", "config_name", "config_overrides", "tokenizer_name",
                    "vocab_size", "lowercase", "nsp", "short_seq_prob")
-    limits = {"--vocab-size": ("between 100 and 1,000,000", lambda v: 100 <= v <= 1_000_000),
-              "--short-seq-prob": cli.SHARE}
     speed_args = ("cache_dir",)
+    method = card.Method(
+        "masked-language-model training",
+        "trained on the corpus's texts with BERT's masked-language-model objective (Devlin et al. 2019) and the "
+        "defaults of transformers' `run_mlm_no_trainer.py`: from a pretrained model, the domain adaptation of the "
+        "paper-search method's stage 1; from a new one, pretraining. It was not trained for similarity: its pooled "
+        "vectors are the encoder's, a start for fine-tuning (`--objective mnrl`, `--objective triplet`).",
+        ("mlm", "fill-mask"), ("bert",), similarity=False, inputs="texts as they are")
+    nsp_method = card.Method(
+        "masked-language-model and next-sentence-prediction training",
+        "trained on the corpus's texts with both of BERT's pre-training objectives (Devlin et al. 2019, §3.1): the "
+        "masked language model, and next-sentence prediction, a two-way classifier on BERT's pooler over `[CLS]` "
+        "that tells whether segment B of a pair followed segment A in one document or was cut from another "
+        "(pairs cut as BERT's `create_pretraining_data.py` cuts them, with token types 0 and 1). Its `[CLS]` vector "
+        "has thus been trained before any fine-tuning, as BERT's was; it was not trained for similarity: its "
+        "pooled vectors are the encoder's, a start for fine-tuning (`--objective mnrl`, `--objective triplet`).",
+        ("mlm", "nsp", "fill-mask"), ("bert",), similarity=False, inputs="texts as they are")
 
     @classmethod
     def add_arguments(cls, parser):
@@ -291,7 +109,7 @@ class MLMObjective(Objective):
                                  "segments cut from one document at sentence boundaries (B the continuation half of "
                                  "the time, else from another document), BERT's pooler and a two-way classifier on "
                                  "[CLS]; the model is a BertForPreTraining (Devlin et al. 2019, §3.1)")
-        parser.add_argument("--short-seq-prob", type=float, default=0.1,
+        parser.add_argument("--short-seq-prob", type=cli.number(float, cli.SHARE), default=0.1,
                             help="--nsp: share of documents whose pairs aim at a shorter length, drawn from 2 to the "
                                  "model's (BERT's create_pretraining_data.py short_seq_prob)")
         parser.add_argument("--cache-dir", default=None,
@@ -309,14 +127,15 @@ class MLMObjective(Objective):
         new.add_argument("--tokenizer-name", "--tokenizer_name", dest="tokenizer_name", default=None, type=cli.reads,
                          help="a model or folder whose tokenizer the new model uses (default: a new WordPiece "
                               "vocabulary learnt from the training texts)")
-        new.add_argument("--vocab-size", type=int, default=30522,
+        new.add_argument("--vocab-size", type=cli.number(int, cli.between(100, 1_000_000)), default=30522,
                          help="size of the learnt WordPiece vocabulary (BERT's 30,522)")
         new.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=True,
                          help="the learnt vocabulary lower-cases and strips accents (BERT uncased)")
 
     @classmethod
-    def needs_model(cls, args):
-        return not (args.model_type or args.config_name)
+    def check_model(cls, args):
+        if args.model is None and not (args.model_type or args.config_name):
+            raise InputError("--model is required (or --model-type / --config-name to train a new model)")
 
     @classmethod
     def complete_args(cls, args):
@@ -340,7 +159,7 @@ class MLMObjective(Objective):
             if self.tokenizer.mask_token_id is None:
                 raise InputError(f"{args.model}: its tokenizer has no mask token")
             mlm, new = load_weights(self._auto_class(), args.model, self.say)
-            _check_nsp(mlm, args.nsp, args.model)
+            check_nsp(mlm, args.nsp, args.model)
             prefix = mlm.base_model_prefix + "."
             nsp_part = [k for k in new if k.startswith(("cls.seq_relationship.", prefix + "pooler."))]
             head = [k for k in new if k not in nsp_part]
@@ -371,62 +190,25 @@ class MLMObjective(Objective):
     def _new_model(self):
         """A randomly initialised masked-LM model (``--nsp``: pre-training model) from a configuration, with its
         tokenizer (``self.tokenizer``)."""
-        from transformers import AutoConfig, AutoTokenizer
-        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
         args = self.args
-        if args.config_name:
-            if os.path.isdir(args.config_name):
-                check_model_json(args.config_name)
-            elif os.path.isfile(args.config_name):  # a config.json of its own
-                read_json(args.config_name)
-            try:
-                config = AutoConfig.from_pretrained(args.config_name)
-            except load_errors() as e:
-                raise InputError(f"--config-name {args.config_name}: cannot be loaded: "
-                                 f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}") from None
-        elif args.model_type in CONFIG_MAPPING:
-            config = CONFIG_MAPPING[args.model_type]()
-        else:
-            raise InputError(f"--model-type {args.model_type}: not an architecture transformers knows (e.g. bert, "
-                             "roberta, electra)")
-        if args.config_overrides:
-            if not re.fullmatch(r"\w+=[^,=]+(?:,\w+=[^,=]+)*", args.config_overrides):
-                raise InputError(f"--config-overrides {args.config_overrides!r}: expected KEY=VALUE,... (e.g. "
-                                 "num_hidden_layers=4,hidden_size=256)")
-            try:
-                config.update_from_string(args.config_overrides)
-            except ValueError as e:
-                raise InputError(f"--config-overrides {args.config_overrides!r}: {e}") from None
-        auto_class = self._auto_class()
-        if args.nsp:  # refused before a vocabulary is learnt for it
-            with torch.device("meta"):
-                _check_nsp(auto_class.from_config(config), True, f"a new {config.model_type} model")
-        limit = getattr(config, "max_position_embeddings", 512)
-        if args.tokenizer_name:
-            self.tokenizer = load_pretrained(AutoTokenizer, args.tokenizer_name)
-        else:
-            from common.models.vocabulary import train_wordpiece
-            texts = self._texts()
-            train = np.sort(self._split(len(texts))[0])
-            with self.accelerator.main_process_first() if self.accelerator else contextlib.nullcontext():
-                self.tokenizer = train_wordpiece([texts[i] for i in train.tolist()], args.vocab_size,
-                                                 args.lowercase, model_max_length=limit,
-                                                 cache_dir=self._cache_dir())
-            self.say(f"new WordPiece vocabulary of {len(self.tokenizer)} entries learnt from {len(train)} texts")
-        if self.tokenizer.mask_token_id is None:
-            raise InputError(f"{args.tokenizer_name}: its tokenizer has no mask token")
-        config.vocab_size = len(self.tokenizer)
-        config.pad_token_id = self.tokenizer.pad_token_id
-        with torch.device("meta"):  # sizes only: a configuration too large for the machine is refused unallocated
-            planned = sum(p.numel() for p in auto_class.from_config(config).parameters())
-        cli.check_memory(planned * 4 * 4, f"a new {config.model_type} model of {planned:,} parameters")
-        mlm = auto_class.from_config(config)
-        sizes = sum(p.numel() for p in mlm.parameters())
-        self.say(f"new {config.model_type} model ({sizes / 1e6:.1f}M parameters, randomly initialised): "
-                 f"{getattr(config, 'num_hidden_layers', '?')} layers, hidden size {getattr(config, 'hidden_size', '?')}")
+        config = configuration(args.model_type, args.config_name, args.config_overrides)
+        mlm, self.tokenizer = new_model(self._auto_class(), config, args.tokenizer_name, self._learn_vocabulary,
+                                        args.nsp, self.say)
         self.info.update({"new_model": config.model_type, "config_overrides": args.config_overrides,
                           "vocab_size": len(self.tokenizer)})
         return mlm
+
+    def _learn_vocabulary(self, length):
+        """A WordPiece vocabulary of ``--vocab-size`` learnt from the training split's texts."""
+        from common.models.vocabulary import train_wordpiece
+        args = self.args
+        texts = self._texts()
+        train = np.sort(self._split(len(texts))[0])
+        with self.accelerator.main_process_first() if self.accelerator else contextlib.nullcontext():
+            tokenizer = train_wordpiece([texts[i] for i in train.tolist()], args.vocab_size, args.lowercase,
+                                        model_max_length=length, cache_dir=self._cache_dir())
+        self.say(f"new WordPiece vocabulary of {len(tokenizer)} entries learnt from {len(train)} texts")
+        return tokenizer
 
     def _cache_dir(self):
         import datasets
@@ -612,7 +394,10 @@ class MLMObjective(Objective):
                          + (f"{escape(self.args.tokenizer_name)}'s." if self.args.tokenizer_name else
                             f"a WordPiece vocabulary of {len(self.tokenizer):,} entries learnt from the training "
                             "texts."))
-        return {"notes": notes, "method": "mlm-nsp" if self.args.nsp else "mlm"}
+        return {"notes": notes}
+
+    def card_method(self):
+        return self.nsp_method if self.args.nsp else self.method
 
     def save_extra(self, model, directory):
         # the masked-LM weights (encoder and head) replace the bare encoder's: AutoModel and sentence-transformers

@@ -32,6 +32,7 @@ from common.data.documents import Documents
 from common.data.retrieval import read_qrels, read_queries
 from common import cli
 from common.io import InputError, read_jsonl
+from common.models import card
 from common.models.tokens import TokenStore
 from common.train import losses
 from common.train.distributed import all_gather, all_gather_with_grad, process_rank
@@ -73,30 +74,39 @@ class MNRLObjective(Objective):
     defaults = {"lr": 5e-5, "batch_size": 128, "epochs": 1, "warmup": 0.1, "weight_decay": 0.01, "pooling": "mean",
                 "max_length": 256, "normalize": None, "drop_last": True}
     selection = "val_ndcg@10"
+    in_parts = "--cache-chunk runs it in GradCache chunks"
+    method = card.Method(
+        "Multiple Negatives Ranking",
+        "fine-tuned as a bi-encoder with the Multiple Negatives Ranking loss (Henderson et al. 2017; "
+        "sentence-transformers' `MultipleNegativesRankingLoss`), stage 2 of the paper-search method: a query (a "
+        "paper's title) must pick its document (the paper's abstract) among every document of the batch, by "
+        "cross-entropy over scaled cosine similarities.",
+        ("mnrl", "loss:MultipleNegativesRankingLoss"), ("henderson", "sbert"),
+        inputs="a document's text alone (the abstract) and a query (a title or any free text), both as they are")
     result_args = ("scale", "symmetric", "query_max_length", "gather", "mask_duplicates", "cache_chunk")
     speed_args = ("eval_batch_size",)
-    limits = {"--scale": cli.POSITIVE, "--query-max-length": cli.LENGTH, "--cache-chunk": cli.COUNT_0,
-              "--eval-batch-size": cli.COUNT}
 
     @classmethod
     def add_arguments(cls, parser):
-        parser.add_argument("--scale", type=float, default=20.0,
+        parser.add_argument("--scale", type=cli.number(float, cli.POSITIVE), default=20.0,
                             help="logit scale on cosine = 1 / temperature (sentence-transformers: 20, τ 0.05)")
         parser.add_argument("--symmetric", action="store_true",
                             help="add the document → query direction and average the two cross-entropies "
                                  "(sentence-transformers' per_direction partition)")
-        parser.add_argument("--query-max-length", type=int, default=64, help="tokens per query (titles are short)")
+        parser.add_argument("--query-max-length", type=cli.number(int, cli.LENGTH), default=64,
+                            help="tokens per query (titles are short)")
         parser.add_argument("--gather", action=argparse.BooleanOptionalAction, default=True,
                             help="on several processes, score each query against every process's documents "
                                  "(gathered with gradient)")
         parser.add_argument("--mask-duplicates", action=argparse.BooleanOptionalAction, default=True,
                             help="mask in-batch documents that are the same paper, have the same abstract or whose "
                                  "query has the same text (false negatives)")
-        parser.add_argument("--cache-chunk", type=int, default=0,
+        parser.add_argument("--cache-chunk", type=cli.number(int, cli.COUNT_0), default=0,
                             help="> 0: GradCache with chunks of this many pairs (same loss, less memory; dropout draws "
                                  "other masks per chunk, so a resume must keep it; sentence-transformers' "
                                  "CachedMultipleNegativesRankingLoss)")
-        parser.add_argument("--eval-batch-size", type=int, default=64, help="texts per forward pass in validation")
+        parser.add_argument("--eval-batch-size", type=cli.number(int, cli.COUNT), default=64,
+                            help="texts per forward pass in validation")
 
     def load_data(self):
         args, data_dir = self.args, self.args.data

@@ -15,6 +15,7 @@ import torch
 
 from common.data.documents import Documents, read_triplets
 from common.io import InputError
+from common.models import card
 from common.models.tokens import TokenStore
 from common.train import losses
 from common.train.objectives import Objective
@@ -27,6 +28,12 @@ class TripletObjective(Objective):
                 "normalize": False}
     result_args = ("margin",)
     independent = True
+    method = card.Method(
+        "SPECTER triplet objective",
+        "fine-tuned with SPECTER's objective (Cohan et al. 2020), as the WikiSpecter thesis used it: a triplet margin "
+        "loss on the L2 distance between a query document, a document it links to and a negative (a document two "
+        "links away, or a random one), so that linked documents lie close.",
+        ("specter", "triplet", "loss:TripletLoss"), ("specter", "sbert"))
 
     @classmethod
     def add_arguments(cls, parser):
