@@ -231,7 +231,7 @@ def remove_leftovers(directory, prefix=STAGING):
 def own_folder(directory):
     """The one way a script takes an output folder for its run: made if missing (``make_folder``) and locked
     (``FolderLock``), so that a second run on it is refused; returns the held lock. What may already be inside
-    is for the caller to judge (``Outputs._claim`` for the scripts' outputs, ``Trainer._claim`` for a run folder,
+    is for the caller to judge (``Outputs._claim`` for the scripts' outputs, ``RunFolder.claim`` for a run folder,
     whose checkpoints a later run resumes from)."""
     make_folder(directory)
     return FolderLock(directory).acquire()
