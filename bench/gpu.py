@@ -165,12 +165,19 @@ def one_embed(side, args, n, batch):
     dev = device()
     kwargs = {"dtype": torch.bfloat16} if dev == "cuda" else {}
     run = embedder(side, os.environ["BENCH_MODEL"], args.length, batch, None, dev, kwargs, say=lambda *a: None)
-    run(texts)  # warm-up: allocator, kernels
+    return repeated(run, texts, n, args.seconds, dev)
+
+
+def repeated(run, texts, n, budget, dev):
+    """Texts/s of ``run(texts)`` (``n`` texts a call) called until ``budget`` seconds have passed, after one
+    untimed call (allocator, kernels), and the device's peak memory."""
+    import torch
+    run(texts)
     calls, start = 0, time.perf_counter()
     while True:
         run(texts)
         calls += 1
-        if time.perf_counter() - start >= args.seconds:
+        if time.perf_counter() - start >= budget:
             break
     seconds = time.perf_counter() - start
     peak = torch.cuda.max_memory_allocated() if dev == "cuda" else 0
@@ -186,16 +193,7 @@ def one_long_embed(side, args):
     dev = device()
     kwargs = {"dtype": torch.bfloat16} if dev == "cuda" else {}
     run = embedder(side, student, None, size["long_batch"], None, dev, kwargs, say=lambda *a: None)
-    run(texts)  # warm-up
-    calls, start = 0, time.perf_counter()
-    while True:
-        run(texts)
-        calls += 1
-        if time.perf_counter() - start >= args.seconds:
-            break
-    seconds = time.perf_counter() - start
-    peak = torch.cuda.max_memory_allocated() if dev == "cuda" else 0
-    return {"rate": len(texts) * calls / seconds, "seconds": seconds, "peak": peak}
+    return repeated(run, texts, len(texts), args.seconds, dev)
 
 
 def step_times(log):
