@@ -74,25 +74,32 @@ from bench.shared import (RUN_SCRIPT, TRANSFORMERS_LONGFORMER, best_rate, cpu_fl
 H100_BF16_PEAK = 989e12  # dense bf16 FLOP/s of an H100 SXM
 
 
+def timed(run, texts, warm, path, sync=None):
+    """Documents/s of one call ``run(texts)`` after a warm-up call on ``warm`` texts (allocator, kernels, caches);
+    the vectors are saved to ``path`` for the comparison of the two sides."""
+    import numpy as np
+    run(texts[:warm])
+    if sync:
+        sync()
+    start = time.perf_counter()
+    vectors = run(texts)
+    if sync:
+        sync()
+    seconds = time.perf_counter() - start
+    np.save(path, vectors)
+    return {"rate": len(texts) / seconds}
+
+
 def one_embed(side, args, batch=None):
     """Documents/s of one side, tokenisation included; the vectors are saved for the comparison."""
-    import numpy as np
     import torch
     from bench.train import minilm
     texts = embed_texts(args.work, args.docs)
     batch = batch or args.batch
     device = "cuda" if torch.cuda.is_available() else "cpu"
     run = embedder(side, minilm(), args.length, batch, args.batch_tokens, device)
-    run(texts[:batch])  # warm-up: allocator, kernels, caches
-    if device == "cuda":
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    vectors = run(texts)
-    if device == "cuda":
-        torch.cuda.synchronize()
-    seconds = time.perf_counter() - start
-    np.save(os.path.join(args.work, f"embed-{batch}-{side}.npy"), vectors)
-    return {"rate": len(texts) / seconds}
+    return timed(run, texts, batch, os.path.join(args.work, f"embed-{batch}-{side}.npy"),
+                 torch.cuda.synchronize if device == "cuda" else None)
 
 
 def onnx_config():
@@ -137,15 +144,11 @@ def one_embed_int8(side, args):
 
         def run(texts):
             return st.encode(texts, batch_size=batch, convert_to_numpy=True)
-    run(texts[:batch])  # warm-up
-    start = time.perf_counter()
-    vectors = run(texts)
-    seconds = time.perf_counter() - start
-    np.save(os.path.join(args.work, f"embed-int8-{side}.npy"), vectors)
+    found = timed(run, texts, batch, os.path.join(args.work, f"embed-int8-{side}.npy"))
     if side == "ours":
         np.save(os.path.join(args.work, "embed-int8-fp32.npy"),
                 embed(encoder, TokenStore(tokenizer, texts, settings["max_length"]), args.batch, args.batch_tokens))
-    return {"rate": len(texts) / seconds}
+    return found
 
 
 LONG_LENGTH, LONG_WINDOW = 4096, 512  # 04 convert-long's defaults: the Longformer paper's and the thesis's
@@ -161,21 +164,14 @@ def long_run(args):
 
 def one_long_embed(side, args):
     """Documents/s of one side over ``long_texts``, tokenisation included; the vectors are saved."""
-    import numpy as np
     texts = long_texts(args.work, args.long_docs)
     run = embedder(side, os.path.join(long_run(args), "student"), LONG_LENGTH, args.long_batch, args.batch_tokens)
-    run(texts[:2])  # warm-up
-    start = time.perf_counter()
-    vectors = run(texts)
-    seconds = time.perf_counter() - start
-    np.save(os.path.join(args.work, f"long-embed-{side}.npy"), vectors)
-    return {"rate": len(texts) / seconds}
+    return timed(run, texts, 2, os.path.join(args.work, f"long-embed-{side}.npy"))
 
 
 def one_long_short(side, args):
     """Documents/s of ``embed`` on the embed row's texts at --length tokens: the student (ours) or its source
     all-MiniLM-L6-v2 (theirs); the vectors are saved."""
-    import numpy as np
     from bench.train import minilm
     from common.models.inference import embed
     from common.models.loading import load_encoder
@@ -186,12 +182,7 @@ def one_long_short(side, args):
 
     def run(texts):
         return embed(encoder, TokenStore(tokenizer, texts, settings["max_length"]), args.batch, args.batch_tokens)
-    run(texts[:args.batch])  # warm-up
-    start = time.perf_counter()
-    vectors = run(texts)
-    seconds = time.perf_counter() - start
-    np.save(os.path.join(args.work, f"long-short-{side}.npy"), vectors)
-    return {"rate": len(texts) / seconds}
+    return timed(run, texts, args.batch, os.path.join(args.work, f"long-short-{side}.npy"))
 
 
 def one_long_train(side, args):
