@@ -14,7 +14,9 @@ structural teacher's full-width vectors of those documents (``04 teachers`` run 
 ``HELDOUT_TEACHERS/sbert_full.npy``) projected onto the axes ``--teachers`` projected onto (refitted from
 ``TEACHERS/sbert_full.npy`` with the seed and width its manifest records, the same PCA call), so that both targets
 lie in the same space. Where the training documents' cosine stays under ``--goal``, the last three epochs' cosines
-are extrapolated linearly in log(steps) to where they would reach it: a projection, not a measurement.
+are extrapolated linearly in log(steps) to where they would reach it: a projection, not a measurement, and under
+04's decaying learning rate (linear or cosine to 0 over the run) the last epochs flatten with the schedule, so it
+says little about a longer run.
 """
 
 import argparse
@@ -167,8 +169,9 @@ def main(argv):
         else:
             at = projection([(s, f["train"]) for s, f in rows], args.goal)
             print(f"{name}: the training documents' cosine reaches {best:.3f} at most; "
-                  + (f"extrapolated linearly in log(steps), {args.goal} at about {at:,.0f} steps" if at else
-                     "the last epochs do not rise"))
+                  + (f"extrapolated linearly in log(steps), {args.goal} at about {at:,.0f} steps (the run's "
+                     "learning rate decays to 0 over its steps, so its last epochs flatten with the schedule: this "
+                     "says little about a longer run)" if at else "the last epochs do not rise"))
     if args.figure:
         figure(curves, args.figure)
 
