@@ -33,7 +33,7 @@ from dataclasses import fields
 import sys
 
 from common import cli, folders, io
-from common.data import topic_labels
+from common.data import sources, topic_labels
 from common.data.wiki import DISAMBIGUATION_MARKERS, DISAMBIGUATION_TEMPLATES, WikiSettings, extract_wiki
 
 
@@ -89,40 +89,6 @@ def add_arxiv_arguments(p):
     cli.add_max_line(p)
 
 
-def add_dictd_arguments(p):
-    p.add_argument("--input", required=True, type=cli.reads,
-                   help="the dictionary's path without suffix (reads INPUT.index and INPUT.dict.dz or INPUT.dict)")
-    p.add_argument("--out", required=True, help="output directory (articles.jsonl, manifest.json)")
-    add_min_chars(p)
-
-
-def add_rst_arguments(p):
-    p.add_argument("--input", required=True, type=cli.reads, help="the folder of sources (read recursively)")
-    p.add_argument("--out", required=True, help="output directory (articles.jsonl, manifest.json)")
-    add_min_chars(p)
-
-
-def add_folder_arguments(p):
-    p.add_argument("--input", required=True, type=cli.reads, help="the folder of label folders")
-    p.add_argument("--out", required=True, help="output directory (articles.jsonl, manifest.json)")
-    add_min_chars(p)
-
-
-def add_csv_arguments(p):
-    p.add_argument("--input", required=True, type=cli.reads, help="the table (.csv, .csv.gz or .zip)")
-    p.add_argument("--out", required=True, help="output directory (articles.jsonl, manifest.json)")
-    p.add_argument("--id-column", default=None, help="column of document ids (default: row numbers from 1)")
-    p.add_argument("--title-column", default="title", help="column of titles")
-    p.add_argument("--text-column", default="text", help="column of texts")
-    p.add_argument("--label-column", default=None, help="column of topic labels (default: none)")
-    add_min_chars(p)
-
-
-def add_min_chars(p):
-    p.add_argument("--min-chars", type=cli.number(int, cli.COUNT_0), default=90,
-                   help="drop documents whose cleaned text is shorter (as 01 wiki drops short leads)")
-
-
 def run_wiki(args):
     with folders.Outputs(args.out, __file__, overwrite=args.overwrite) as outputs:
         settings = WikiSettings(**{f.name: getattr(args, f.name) for f in fields(WikiSettings)})
@@ -170,10 +136,9 @@ def run_arxiv(args):
 
 def run_corpus(args):
     """dictd, rst, folder, csv: one reader each, the same output and summary."""
-    from common.data.sources import reader
     columns = (args.id_column, args.title_column, args.text_column, args.label_column) if args.command == "csv" \
         else None
-    inputs, read = reader(args.command, args.input, args.min_chars, columns)
+    inputs, read = sources.reader(args.command, args.input, args.min_chars, columns)
     counts = collections.Counter()
     with folders.Outputs(args.out, __file__, overwrite=args.overwrite) as outputs:
         with outputs.open("articles.jsonl") as out:
@@ -194,16 +159,17 @@ COMMANDS = {
     "arxiv": ("arXiv metadata snapshot → articles.jsonl", add_arxiv_arguments, run_arxiv,
               "arXiv metadata (Kaggle arxiv-metadata-oai-snapshot.json, JSON lines, plain or gzip) → articles.jsonl, "
               "streamed."),
-    "dictd": ("a DICT-format dictionary (FOLDOC, the Jargon File) → articles.jsonl", add_dictd_arguments, run_corpus,
+    "dictd": ("a DICT-format dictionary (FOLDOC, the Jargon File) → articles.jsonl", sources.add_dictd_arguments,
+              run_corpus,
               "A dictionary in the DICT server's format (NAME.index + NAME.dict or NAME.dict.dz) → articles.jsonl: "
               "entries, cross-references, categories."),
-    "rst": ("reStructuredText sources → articles.jsonl", add_rst_arguments, run_corpus,
+    "rst": ("reStructuredText sources → articles.jsonl", sources.add_rst_arguments, run_corpus,
             "reStructuredText sources (.rst, or the .rst.txt copies built Sphinx documentation ships) under a folder "
             "→ articles.jsonl, one document a file."),
-    "folder": ("label folders of text files → articles.jsonl", add_folder_arguments, run_corpus,
+    "folder": ("label folders of text files → articles.jsonl", sources.add_folder_arguments, run_corpus,
                "A folder whose sub-folders are labels, each holding *.txt documents (first non-empty line the title) "
                "→ articles.jsonl."),
-    "csv": ("a CSV table → articles.jsonl", add_csv_arguments, run_corpus,
+    "csv": ("a CSV table → articles.jsonl", sources.add_csv_arguments, run_corpus,
             "A CSV table with a header row (plain, gzip, or the one .csv inside a .zip) → articles.jsonl, one "
             "document a row."),
 }

@@ -41,27 +41,10 @@ def add_links_arguments(parser):
     cli.add_max_line(parser)
     parser.add_argument("--out", required=True, help="data directory to write")
     parser.add_argument("--seed", type=cli.number(int, cli.SEED), default=42, help="seed for splits and sampling")
-    parser.add_argument("--holdout", type=cli.number(float, cli.SHARE), default=0.2,
-                        help="share of queries held out, from which the cross-reference queries are drawn (the "
-                             "thesis states no share; 0.2 is this project's choice)")
-    parser.add_argument("--val", type=cli.number(float, cli.SHARE), default=0.1,
-                        help="share of the remaining queries for validation")
-    parser.add_argument("--train-queries", type=cli.number(int, cli.COUNT_0), default=0,
-                        help="at most this many training queries, a seeded sample of them (0 = all); the evaluation "
-                             "documents and validation triplets stay as without it (for ablations on a budget)")
-    parser.add_argument("--per-query", type=cli.number(int, cli.COUNT), default=5, help="triplets per query (SPECTER)")
-    parser.add_argument("--hard", type=cli.number(int, cli.COUNT_0), default=2,
-                        help="of those, how many take a two-hop hard negative (SPECTER); the rest are easy")
+    heldout.add_arguments(parser)
+    triplets.add_arguments(parser)
     crossref.add_arguments(parser)
     add_topic_arguments(parser)
-    parser.add_argument("--eval-docs", choices=("heldout", "test", "shared"), default="heldout",
-                        help="which evaluation documents no triplet may touch (as query, positive or negative): "
-                             "heldout = every cross-reference query and candidate and every topic document (the "
-                             "thesis: evaluation on documents not seen in fine-tuning); test = cross-reference "
-                             "documents and topic test documents only; shared = none (triplets from every document)")
-    parser.add_argument("--graph-json", action="store_true",
-                        help="also write graph.json, SPECTER's format of the training graph, for SPECTER's own tools "
-                             "(tens of GB for a full Wikipedia; graph.npz holds the same graph)")
 
 
 def run_graph(args):
