@@ -304,3 +304,19 @@ def test_a_typed_flag_is_refused_as_the_command_line_is_read_in_one_line_with_ex
             p.parse_args(argv)
         assert e.value.code == 2
         assert capsys.readouterr().err == f"error: {line}\n"
+
+
+@pytest.mark.parametrize("name, flag, value, line", [
+    ("triplet", "--margin", "nan", "argument --margin: nan: must be a finite number of at least 0"),
+    ("contrastive", "--margin", "-1", "argument --margin: -1: must be a finite number of at least 0"),
+    ("mlm", "--mlm-probability", "1.5", "argument --mlm-probability: 1.5: must be a share between 0 and 1"),
+    ("mlm", "--mask-replace-prob", "nan", "argument --mask-replace-prob: nan: must be a share between 0 and 1"),
+    ("mlm", "--random-replace-prob", "-0.1",
+     "argument --random-replace-prob: -0.1: must be a share between 0 and 1"),
+    ("mlm", "--validation-split", "inf", "argument --validation-split: inf: must be a share between 0 and 1"),
+])
+def test_an_objectives_own_numbers_are_refused_as_the_command_line_is_read(name, flag, value, line, capsys):
+    p = run.parser("", [name], name)
+    with pytest.raises(SystemExit) as e:
+        p.parse_args(["--data", "d", "--out", "o", "--model", "m", flag, value])
+    assert e.value.code == 2 and capsys.readouterr().err == f"error: {line}\n"

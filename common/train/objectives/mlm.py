@@ -86,11 +86,11 @@ class MLMObjective(Objective):
 
     @classmethod
     def add_arguments(cls, parser):
-        parser.add_argument("--mlm-probability", type=float, default=0.15,
+        parser.add_argument("--mlm-probability", type=cli.number(float, cli.SHARE), default=0.15,
                             help="share of tokens (or words) chosen for prediction (BERT; run_mlm_no_trainer)")
-        parser.add_argument("--mask-replace-prob", type=float, default=0.8,
+        parser.add_argument("--mask-replace-prob", type=cli.number(float, cli.SHARE), default=0.8,
                             help="of the chosen tokens, the share replaced by [MASK] (BERT)")
-        parser.add_argument("--random-replace-prob", type=float, default=0.1,
+        parser.add_argument("--random-replace-prob", type=cli.number(float, cli.SHARE), default=0.1,
                             help="of the chosen tokens, the share replaced by a random token (BERT); the rest stay")
         parser.add_argument("--whole-word-mask", action="store_true",
                             help="choose whole words (the fast tokenizer's word ids), every token of a chosen word "
@@ -101,7 +101,7 @@ class MLMObjective(Objective):
         parser.add_argument("--mlm-docs", choices=("all", "train"), default="all",
                             help="abstracts to train on: every paper of the corpus (the index a search engine "
                                  "holds; no title is ever seen) or only the training split's papers")
-        parser.add_argument("--validation-split", type=float, default=0.05,
+        parser.add_argument("--validation-split", type=cli.number(float, cli.SHARE), default=0.05,
                             help="share of those papers held out for validation loss and perplexity "
                                  "(run_mlm_no_trainer's validation_split_percentage 5)")
         parser.add_argument("--nsp", action="store_true",

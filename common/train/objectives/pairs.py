@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from common.data.keysent_splits import read_sentences
+from common import cli
 from common.io import InputError
 from common.models import card
 from common.models.tokens import TokenStore
@@ -153,7 +154,7 @@ class ContrastiveObjective(PairObjective):
     @classmethod
     def add_arguments(cls, parser):
         super().add_arguments(parser)
-        parser.add_argument("--margin", type=float, default=0.5,
+        parser.add_argument("--margin", type=cli.number(float, cli.NON_NEGATIVE), default=0.5,
                             help="margin on cosine distance (the thesis; sentence-transformers' ContrastiveLoss)")
 
     def losses(self, model, batch):

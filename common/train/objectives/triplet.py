@@ -13,6 +13,7 @@ import os
 import numpy as np
 import torch
 
+from common import cli
 from common.data.documents import Documents, read_triplets
 from common.io import InputError
 from common.models import card
@@ -37,7 +38,8 @@ class TripletObjective(Objective):
 
     @classmethod
     def add_arguments(cls, parser):
-        parser.add_argument("--margin", type=float, default=1.0, help="triplet margin on L2 distance (SPECTER)")
+        parser.add_argument("--margin", type=cli.number(float, cli.NON_NEGATIVE), default=1.0,
+                            help="triplet margin on L2 distance (SPECTER)")
 
     def build(self):
         encoder = super().build()
