@@ -22,6 +22,7 @@ OUT=${OUT:-$WORK/ablation}
 SEEDS=${SEEDS:-"1 2 3"}
 ROWS=${ROWS:-"default hard0 hard1 margin0.5 margin2 lr1e-5 lr1e-4 mean"}
 TRAIN=${TRAIN:-}  # more 03 flags for every run
+NORMALISED=${NORMALISED:-yes}
 ARTICLES=${ARTICLES:-$WORK/foldoc/articles.jsonl}
 DATA_FLAGS=${DATA_FLAGS:-"--crossref-queries 100 --topic-min 100 --topic-cap top=60"}  # 02's, as reproduce/wikispecter.sh
 need_base
@@ -40,13 +41,13 @@ EVAL_FLAGS=(--max-length 128 --task crossref topics)
 "$PY" 05_evaluate.py --data "$(data_dir 2)" --out "$OUT/base" --overwrite "${EVAL_FLAGS[@]}" \
     --model base-cls="$BASE" --pooling base-cls=cls --model base-mean="$BASE" --pooling base-mean=mean
 for row in $ROWS; do
-    hard=2 flags=()
+    hard=2 flags=() pooling=cls
     case "$row" in
         default) ;;
         hard0|hard1) hard=${row#hard} ;;
         margin*) flags=(--margin "${row#margin}") ;;
         lr*) flags=(--lr "${row#lr}") ;;
-        mean) flags=(--pooling mean) ;;
+        mean) flags=(--pooling mean) pooling=mean ;;
         *) echo "unknown row $row" >&2; exit 2 ;;
     esac
     data=$(data_dir "$hard")
@@ -57,10 +58,10 @@ for row in $ROWS; do
     "$PY" 03_train.py --objective triplet --data "$data" --model "$BASE" --out "$OUT/$row" --seeds $SEEDS \
         --save-epochs --checkpoint-every 0 "${flags[@]}" $TRAIN
     for seed in $SEEDS; do
-        models=()
+        models=(--model "base-$pooling=$BASE" --pooling "base-$pooling=$pooling")
         for epoch_dir in "$OUT/$row/seed_$seed"/epoch_*; do
-            models+=(--model "${epoch_dir##*/}=$epoch_dir")
-            if [ "$row" = default ]; then
+            models+=(--model "${epoch_dir##*/}=$epoch_dir" --compare "${epoch_dir##*/}=base-$pooling")
+            if [ "$row" = default ] && [ "$NORMALISED" = yes ]; then
                 models+=(--model "${epoch_dir##*/}-l2=$epoch_dir" --normalize "${epoch_dir##*/}-l2=yes")
             fi
         done
