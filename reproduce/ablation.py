@@ -10,7 +10,11 @@ pooling).
 Reads OUT/<row>/seed_<S>/eval (05's metrics.json and vectors: models ``epoch_<E>``, and ``epoch_<E>-l2`` for the
 default row) and BASE (models ``base-cls``, ``base-mean``).
 
-With ``--sensitivity``, a second table, for the bases and each row's last epoch: the same vectors' topic F1 under
+Where the seeds' evaluations compared each epoch with the row's base (05 ``--compare epoch_<E>=base-<pooling>``, as
+reproduce/wikispecter_ablation.sh runs it), a table of those paired differences: per row and epoch, the mean change
+over seeds and each seed's 95 % interval, and how many seeds' intervals lie wholly above or below zero.
+
+With ``--sensitivity``, a further table, for the bases and each row's last epoch: the same vectors' topic F1 under
 the protocol and under one change of the classifier each (L2-normalised or standardised features) and over
 ``RESPLITS`` seeded stratified re-splits of the same topic documents (mean, and the spread over splits), so that an
 F1 change can be told from the protocol's own noise.
@@ -138,6 +142,41 @@ def row_line(label, runs):
     return "| " + " | ".join(cells) + " |"
 
 
+def differences(eval_dir, evaluation):
+    """{epoch model: {figure: (change, [low, high])}} of 05's ``epoch_<E> - base-<pooling>`` rows in one EVAL."""
+    found = {}
+    for name, tasks in evaluation[0].items():
+        model = re.fullmatch(r"(epoch_\d+) - base-(cls|mean)", name)
+        if not model:
+            continue
+        path = os.path.join(eval_dir, "metrics.json")
+        found[model.group(1)] = {f"{task} {metric}": (field(tasks, path, task, metric, kind=(int, float)),
+                                                      field(tasks, path, task, f"{metric}_ci", kind=list))
+                                 for task, metric, _ in SCORES}
+    return found
+
+
+def verdict(intervals):
+    """How many of the seeds' intervals lie wholly above and below zero."""
+    above, below = sum(low > 0 for low, _ in intervals), sum(high < 0 for _, high in intervals)
+    n = len(intervals)
+    if above == n:
+        return f"rises ({above}/{n} above 0)"
+    if below == n:
+        return f"falls ({below}/{n} below 0)"
+    return f"not shown ({above}/{n} above, {below}/{n} below 0)"
+
+
+def difference_line(label, runs):
+    cells = [label, str(len(runs))]
+    for task, metric, _ in SCORES[:2]:
+        changes = [100 * r[f"{task} {metric}"][0] for r in runs]
+        intervals = [[100 * v for v in r[f"{task} {metric}"][1]] for r in runs]
+        cells += [f"{statistics.mean(changes):+.2f}", " ".join(f"[{lo:+.2f}, {hi:+.2f}]" for lo, hi in intervals),
+                  verdict(intervals)]
+    return "| " + " | ".join(cells) + " |"
+
+
 def sensitivity_line(label, runs):
     return "| " + " | ".join([label, str(len(runs))] + [spread([r[key] for r in runs]) for key, _ in SENSITIVITY]) \
         + " |"
@@ -154,7 +193,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     ids, labels, n_train = topic_documents(args.data, args.base, "base-cls")
     n_train = n_train if args.sensitivity else None
-    lines = []
+    lines, changes = [], []
     base, evaluation = {}, read_eval(args.base)
     header = ["row", "seeds", *(name for _, _, name in SCORES), "C chosen", "C at grid end", "not converged",
               "C within a document", *(name for _, name, _ in SHAPES)]
@@ -173,6 +212,8 @@ def main(argv=None):
             evaluation = read_eval(eval_dir)
             names = [n for n in evaluation[0] if re.fullmatch(r"epoch_\d+(-l2)?", n)]
             last = f"epoch_{max(map(epoch, names))}" if names else None
+            for name, found_change in differences(eval_dir, evaluation).items():
+                changes.append((row, name, found_change))
             for name in names:
                 by_model.setdefault(name, []).append(
                     measure(eval_dir, evaluation, name, ids, labels, base, n_train if name == last else None)[0])
@@ -181,6 +222,16 @@ def main(argv=None):
             print(row_line(label, by_model[name]))
             if "f1_l2" in by_model[name][0]:
                 lines.append((label, by_model[name]))
+    if changes:
+        print("\nEach epoch against its base, paired over the same queries and topic splits (05 --compare; points; "
+              "each seed's 95 % interval):")
+        print("| row | seeds | MAP change | MAP intervals | MAP | topic F1 change | F1 intervals | topic F1 |")
+        print("|---|---|---:|---|---|---:|---|---|")
+        grouped = {}
+        for row, name, found_change in changes:
+            grouped.setdefault((row, name), []).append(found_change)
+        for (row, name), runs in grouped.items():
+            print(difference_line(f"{row}, epoch {epoch(name)}", runs))
     if args.sensitivity:
         print("\nTopic macro-F1 (%) of the same vectors under the protocol and one change of the classifier each:")
         print("| " + " | ".join(["row", "seeds", *(name for _, name in SENSITIVITY)]) + " |")

@@ -39,11 +39,15 @@ def test_vectors_of_another_width_cannot_be_compared():
         geometry.moved(np.ones((2, 3)), np.ones((2, 4)))
 
 
-def _eval_folder(folder, models, ids):
-    """A 05 EVAL folder as reproduce/ablation.py reads it: metrics.json, the manifest's embedding settings, vectors."""
+def _eval_folder(folder, models, ids, differences=None):
+    """A 05 EVAL folder as reproduce/ablation.py reads it: metrics.json, the manifest's embedding settings, vectors;
+    ``differences``: --compare rows, {"a - b": (map, map_ci, f1, f1_ci)}."""
     import json
     folder.mkdir(parents=True)
     metrics, embedding = {}, {}
+    for name, (map_, map_ci, f1, f1_ci) in (differences or {}).items():
+        metrics[name] = {"crossref": {"map": map_, "map_ci": map_ci, "map_p": 0.5},
+                         "topics.top": {"f1": f1, "f1_ci": f1_ci, "accuracy": f1, "accuracy_ci": f1_ci}}
     for name, (vectors, pooling, map_, f1, c, converged) in models.items():
         np.save(folder / f"{name}.npy", np.asarray(vectors, dtype=np.float32))
         (folder / f"{name}.ids.txt").write_text("".join(f"{i}\n" for i in ids))
@@ -84,6 +88,40 @@ def test_the_ablation_table_gives_each_row_and_epoch_its_mean_and_spread_over_se
     assert lines[2] == "| base-cls | 1 | 50.00 | 50.00 | 50.00 | 1 | 0/1 | 0/1 | 0/1 | 1.00 | 0.333 | 0.000 | – |"
     assert lines[4] == ("| default, epoch 1 | 2 | 70.00 ± 14.14 | 60.00 ± 14.14 | 60.00 ± 14.14 | 0.01, 100 | 1/2 | "
                         "1/2 | 1/2 | 2.00 ± 0.00 | 0.417 ± 0.118 | 0.500 ± 0.707 | 0.875 ± 0.177 |")
+
+
+def test_the_ablation_gives_each_rows_change_from_its_base_with_each_seeds_interval(tmp_path, capsys):
+    """05's --compare rows of every seed, one line per row and epoch: the mean change, each seed's interval, and
+    "rises" only where every seed's interval lies above zero."""
+    import importlib.util
+    import os
+    from conftest import ROOT
+    spec = importlib.util.spec_from_file_location("ablation", os.path.join(ROOT, "reproduce", "ablation.py"))
+    ablation = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ablation)
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "topics.top.train.jsonl").write_text('{"id": "a", "label": "x"}\n{"id": "b", "label": "y"}\n')
+    (data / "topics.top.test.jsonl").write_text('{"id": "c", "label": "x"}\n{"id": "d", "label": "y"}\n')
+    ids = ["a", "b", "c", "d"]
+    x = [[1, 0], [0, 1], [1, 0], [0, 1]]
+    _eval_folder(tmp_path / "base", {"base-cls": (x, "cls", 0.5, 0.5, 1.0, True),
+                                     "base-mean": (x, "mean", 0.5, 0.5, 1.0, True)}, ids)
+    for seed, change in ((1, (0.1, [0.02, 0.18], 0.2, [-0.05, 0.4])), (2, (0.3, [0.1, 0.5], 0.0, [-0.1, 0.1]))):
+        _eval_folder(tmp_path / "mean" / f"seed_{seed}" / "eval",
+                     {"base-mean": (x, "mean", 0.5, 0.5, 1.0, True), "epoch_1": (x, "mean", 0.6, 0.7, 1.0, True)},
+                     ids, differences={"epoch_1 - base-mean": change})
+    _eval_folder(tmp_path / "margin2" / "seed_1" / "eval", {"epoch_1": (x, "cls", 0.4, 0.4, 1.0, True)}, ids,
+                 differences={"epoch_1 - base-cls": (-0.1, [-0.2, -0.01], -0.1, [-0.3, 0.1])})
+    ablation.main(["--data", str(data), "--base", str(tmp_path / "base"), "--out", str(tmp_path),
+                   "--rows", "mean", "margin2"])
+    lines = capsys.readouterr().out.splitlines()
+    at = lines.index("| row | seeds | MAP change | MAP intervals | MAP | topic F1 change | F1 intervals | topic F1 |")
+    assert lines[at + 2:] == [
+        "| mean, epoch 1 | 2 | +20.00 | [+2.00, +18.00] [+10.00, +50.00] | rises (2/2 above 0) | +10.00 | "
+        "[-5.00, +40.00] [-10.00, +10.00] | not shown (0/2 above, 0/2 below 0) |",
+        "| margin2, epoch 1 | 1 | -10.00 | [-20.00, -1.00] | falls (1/1 below 0) | -10.00 | [-30.00, +10.00] | "
+        "not shown (0/1 above, 0/1 below 0) |"]
 
 
 def test_the_sensitivity_table_scores_the_same_vectors_as_sklearn_does_under_each_change(tmp_path):
