@@ -16,7 +16,7 @@
 # DATA_FLAGS="... --train-queries 300" trains every row on the same seeded sample of 300 training queries (1,500
 # triplets an epoch) with the same evaluation documents (docs/results.md's ablation was run so). Started again, it
 # goes on where it stopped: data directories and finished trainings are kept (03 finds a finished run with the same
-# settings done), the evaluations run again; remove OUT to start afresh.
+# settings done), so is the bases' finished evaluation; the rows' evaluations run again. Remove OUT to start afresh.
 source "$(dirname "$0")/setup.sh" || exit 1
 OUT=${OUT:-$WORK/ablation}
 SEEDS=${SEEDS:-"1 2 3"}
@@ -38,7 +38,7 @@ data_dir() {  # the data directory of 02 --hard $1, built once
 }
 
 EVAL_FLAGS=(--max-length 128 --task crossref topics)
-"$PY" 05_evaluate.py --data "$(data_dir 2)" --out "$OUT/base" --overwrite "${EVAL_FLAGS[@]}" \
+[ -f "$OUT/base/manifest.json" ] || "$PY" 05_evaluate.py --data "$(data_dir 2)" --out "$OUT/base" "${EVAL_FLAGS[@]}" \
     --model base-cls="$BASE" --pooling base-cls=cls --model base-mean="$BASE" --pooling base-mean=mean
 for row in $ROWS; do
     hard=2 flags=() pooling=cls
