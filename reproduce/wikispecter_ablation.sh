@@ -17,12 +17,17 @@
 # triplets an epoch) with the same evaluation documents (docs/results.md's ablation was run so). Started again, it
 # goes on where it stopped: data directories and finished trainings are kept (03 finds a finished run with the same
 # settings done), so is the bases' finished evaluation; the rows' evaluations run again. Remove OUT to start afresh.
+# Each seed's evaluation embeds the row's base too (base-cls, or base-mean for the mean row) and compares each epoch
+# with it (05 --compare), so that a row's change from its start is a paired difference with its 95 % interval
+# (reproduce/ablation.py prints them). NORMALISED=no leaves out the default row's L2-normalised models (default-l2);
+# EPOCHS=last evaluates each seed's last epoch alone.
 source "$(dirname "$0")/setup.sh" || exit 1
 OUT=${OUT:-$WORK/ablation}
 SEEDS=${SEEDS:-"1 2 3"}
 ROWS=${ROWS:-"default hard0 hard1 margin0.5 margin2 lr1e-5 lr1e-4 mean"}
 TRAIN=${TRAIN:-}  # more 03 flags for every run
 NORMALISED=${NORMALISED:-yes}
+EPOCHS=${EPOCHS:-all}
 ARTICLES=${ARTICLES:-$WORK/foldoc/articles.jsonl}
 DATA_FLAGS=${DATA_FLAGS:-"--crossref-queries 100 --topic-min 100 --topic-cap top=60"}  # 02's, as reproduce/wikispecter.sh
 need_base
@@ -59,7 +64,9 @@ for row in $ROWS; do
         --save-epochs --checkpoint-every 0 "${flags[@]}" $TRAIN
     for seed in $SEEDS; do
         models=(--model "base-$pooling=$BASE" --pooling "base-$pooling=$pooling")
-        for epoch_dir in "$OUT/$row/seed_$seed"/epoch_*; do
+        mapfile -t epoch_dirs < <(printf '%s\n' "$OUT/$row/seed_$seed"/epoch_* | sort -V)
+        [ "$EPOCHS" = last ] && epoch_dirs=("${epoch_dirs[-1]}")
+        for epoch_dir in "${epoch_dirs[@]}"; do
             models+=(--model "${epoch_dir##*/}=$epoch_dir" --compare "${epoch_dir##*/}=base-$pooling")
             if [ "$row" = default ] && [ "$NORMALISED" = yes ]; then
                 models+=(--model "${epoch_dir##*/}-l2=$epoch_dir" --normalize "${epoch_dir##*/}-l2=yes")
