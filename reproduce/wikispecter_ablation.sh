@@ -2,7 +2,7 @@
 # Why topic F1 does not rise after WikiSpecter training: each row one change from the thesis's default, after each
 # epoch, over several seeds (mean ± sample standard deviation, so a row's change can be told from noise), with the
 # LinearSVC's chosen C and convergence and the vectors' geometry (reproduce/ablation.py). Same FOLDOC data and
-# MLM-only base as reproduce/wikispecter.sh; the evaluation documents are the same for every row (checked).
+# base as reproduce/wikispecter.sh; the evaluation documents are the same for every row (checked).
 #
 #   default      02 --hard 2 (SPECTER: 2 hard + 3 easy negatives per query), 03 margin 1, lr 3e-5, [CLS], 2 epochs
 #   hard0/hard1  02 --hard 0 / 1 (all easy / one hard negative per query)
