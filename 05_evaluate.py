@@ -63,6 +63,9 @@ def add_evaluate_arguments(p):
                    help="tokens per document for every model (default: each model's own setting, else 128)")
     add_batch_arguments(p, 64, "documents")
     add_precision_arguments(p, "every model")
+    p.add_argument("--documents", choices=("all", "scored"), default="all",
+                   help="embed every document of docs.jsonl (all; EVAL/<model>.npy holds them all) or only those "
+                        "crossref, topics and lexical score (scored: queries, candidates, topic documents)")
     p.add_argument("--language", default=None,
                    help="Snowball stemmer language for the lexical baseline (default: the dump's language)")
     p.add_argument("--seed", type=cli.number(int, cli.SEED), default=42, help="seed of the classifier and t-SNE")
@@ -100,7 +103,7 @@ def run_evaluate(args):
     _check_names(args)
     if not os.path.isdir(args.data):
         raise InputError(f"{args.data}: no such data directory")
-    wanted = documents.tasks_to_run(args.data, args.task, bool(args.model or args.runs), args.precision)
+    wanted = documents.tasks_to_run(args.data, args.task, bool(args.model or args.runs), args.precision, args.documents)
     pairs = cli.pairs(args.compare, [*args.model, *(name for name in ("lexical", "bm25") if name in wanted)],
                       "--compare")
     how = embedding_of(args)
@@ -110,14 +113,16 @@ def run_evaluate(args):
     state = embedding.process_state()
     if state is not None and not state.is_main_process:
         embeds = wanted & ({"retrieval"} | documents.EMBEDDING_TASKS)
-        return embedding.follow(args.model, args.data, how) if embeds else None
+        docs = documents.to_embed(args.data, wanted, args.documents) if wanted & documents.EMBEDDING_TASKS else None
+        return embedding.follow(args.model, args.data, how, docs) if embeds else None
     with folders.Outputs(args.out, __file__, overwrite=args.overwrite) as outputs:
         parts = []
         if wanted & {"retrieval", "bm25"}:
             parts.append(retrieval.evaluate_retrieval(args.model, args.data, how, outputs, wanted))
         if wanted & documents.EMBEDDING_TASKS:
             parts.append(documents.evaluate_documents(args.model, args.data, how, outputs, wanted, args.seed,
-                                                      args.head_epochs, args.language, args.resplits))
+                                                      args.head_epochs, args.language, args.resplits,
+                                                      which=args.documents))
         if "keysent" in wanted:
             from common.eval.keysent import evaluate_keysent
             parts.append(evaluate_keysent(args.model, args.runs, args.data, how, outputs, args.seed))

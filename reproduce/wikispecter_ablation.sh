@@ -42,7 +42,7 @@ data_dir() {  # the data directory of 02 --hard $1, built once
     echo "$dir"
 }
 
-EVAL_FLAGS=(--max-length 128 --task crossref topics)
+EVAL_FLAGS=(--max-length 128 --task crossref topics --documents scored)
 [ -f "$OUT/base/manifest.json" ] || "$PY" 05_evaluate.py --data "$(data_dir 2)" --out "$OUT/base" "${EVAL_FLAGS[@]}" \
     --model base-cls="$BASE" --pooling base-cls=cls --model base-mean="$BASE" --pooling base-mean=mean
 for row in $ROWS; do

@@ -96,9 +96,10 @@ def test_hub_named_sentence_transformer_is_scored_with_its_own_pooling_and_lengt
     np.testing.assert_allclose(np.load(tmp_path / "eval" / "hub.npy"), expected, atol=1e-5, rtol=0)
 
 
-def test_two_processes_evaluate_with_the_vectors_and_metrics_of_one(tiny_model, tiny_data, tmp_path):
-    """Under `accelerate launch`, each process embeds one shard of the documents; the main one writes the same
-    vectors and scores as a single process."""
+@pytest.mark.parametrize("documents", ["all", "scored"])
+def test_two_processes_evaluate_with_the_vectors_and_metrics_of_one(tiny_model, tiny_data, tmp_path, documents):
+    """Under `accelerate launch`, each process embeds one shard of the documents (every one, or those scored: each
+    process cuts the same ones); the main one writes the same vectors and scores as a single process."""
     import json
     import subprocess
     import sys
@@ -106,7 +107,8 @@ def test_two_processes_evaluate_with_the_vectors_and_metrics_of_one(tiny_model, 
     import numpy as np
 
     from conftest import ENV, ROOT, free_port, run_script
-    args = ["--data", tiny_data, "--model", f"base={tiny_model}", "--task", "crossref", "topics", "--batch-size", "4"]
+    args = ["--data", tiny_data, "--model", f"base={tiny_model}", "--task", "crossref", "topics", "--batch-size", "4",
+            "--documents", documents]
     run_script("05_evaluate.py", *args, "--out", tmp_path / "one")
     env = dict(ENV, ACCELERATE_USE_CPU="1", OMP_NUM_THREADS="1")
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
@@ -274,3 +276,42 @@ def test_topic_classification_reports_its_c_its_margin_over_the_next_c_its_place
 
     monkeypatch.setattr("sklearn.svm.LinearSVC", OneIteration)
     assert wikispecter.topics(x.astype(np.float32), index, rows)[0]["converged"] is False
+
+
+def test_documents_scored_embeds_only_what_crossref_and_topics_read_and_scores_them_as_all_does(tiny_model, tiny_data,
+                                                                                               tmp_path):
+    """--documents scored: the vectors of the cross-reference queries, their candidates and the topic documents
+    alone, in docs.jsonl's order, each the same as in the run that embeds every document, and the same figures;
+    beside a task that reads other documents, one line."""
+    import numpy as np
+    from conftest import run_script
+    data = tmp_path / "data"
+    shutil.copytree(tiny_data, data)
+    forget_hashes(data)
+    qrels = (data / "crossref.qrels").read_text().splitlines()
+    first = qrels[0].split()[0]
+    (data / "crossref.qrels").write_text("".join(line + "\n" for line in qrels if line.split()[0] == first))
+    for part, n in (("train", 4), ("test", 2)):  # two labels, n documents of each
+        rows = [json.loads(line) for line in (data / f"topics.top.{part}.jsonl").read_text().splitlines()]
+        labels = sorted({r["label"] for r in rows})[:2]
+        kept = [r for label in labels for r in [x for x in rows if x["label"] == label][:n]]
+        (data / f"topics.top.{part}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
+    args = ["--data", data, "--model", f"base={tiny_model}", "--task", "crossref", "topics", "lexical",
+            "--resplits", "0", "--resamples", "50"]
+    run_script("05_evaluate.py", *args, "--out", tmp_path / "all")
+    run_script("05_evaluate.py", *args, "--documents", "scored", "--out", tmp_path / "scored")
+    every = (tmp_path / "all" / "base.ids.txt").read_text().split()
+    wanted = {first} | {line.split()[2] for line in (data / "crossref.qrels").read_text().splitlines()}
+    for part in ("train", "test"):
+        wanted |= {json.loads(line)["id"] for line in (data / f"topics.top.{part}.jsonl").read_text().splitlines()}
+    scored = (tmp_path / "scored" / "base.ids.txt").read_text().split()
+    assert scored == [doc for doc in every if doc in wanted] and len(scored) < len(every) == 60
+    rows = [every.index(doc) for doc in scored]
+    np.testing.assert_allclose(np.load(tmp_path / "scored" / "base.npy"), np.load(tmp_path / "all" / "base.npy")[rows],
+                               atol=1e-6, rtol=0)
+    found = [json.loads((tmp_path / run / "metrics.json").read_text()) for run in ("all", "scored")]
+    assert found[1] == found[0]
+    assert script_error("05_evaluate.py", "--data", data, "--model", f"base={tiny_model}", "--task", "crossref",
+                        "classify", "--documents", "scored", "--out", tmp_path / "x") == \
+        ("error: --documents scored: only for --task crossref lexical topics, whose documents their files name; "
+         "classify reads others")

@@ -24,6 +24,17 @@ class Documents:
             if texts:
                 self.texts.append(obj["text"])
 
+    def subset(self, keep):
+        """The documents whose ids are in ``keep``, in docs.jsonl's order (their texts kept)."""
+        if self.texts is None:
+            raise ValueError("a subset keeps the texts: read the documents with texts=True")
+        out = Documents.__new__(Documents)
+        rows = [i for i, doc in enumerate(self.ids) if doc in keep]
+        out.path, out.ids = self.path, [self.ids[i] for i in rows]
+        out.titles, out.texts = [self.titles[i] for i in rows], [self.texts[i] for i in rows]
+        out.index = {doc: i for i, doc in enumerate(out.ids)}
+        return out
+
     def stream_texts(self):
         """The texts, read again from docs.jsonl one at a time (for a ``Documents`` that did not keep them)."""
         if self.texts is not None:

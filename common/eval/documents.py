@@ -10,6 +10,7 @@ from common import io, vectors
 from common.eval import embedding, retrieval, uncertainty, wikispecter
 
 EMBEDDING_TASKS = {"crossref", "topics", "lexical", "classify", "similarity"}  # documents as title + text
+SCORED_ONLY_TASKS = {"crossref", "topics", "lexical"}  # whose documents are named in their files (--documents scored)
 
 
 def supported(data_dir):
@@ -42,10 +43,11 @@ def default_tasks(data_dir, available):
     return available
 
 
-def tasks_to_run(data_dir, asked, has_model, precision):
+def tasks_to_run(data_dir, asked, has_model, precision, documents="all"):
     """The tasks 05 runs on ``data_dir``: those ``asked`` (--task), else its default ones (``default_tasks``). A
     task the directory has no data for, no task at all, no model (``has_model``: a --model or --runs) where a task
-    needs one, retrieval beside the tasks that embed title + text, or key sentences below float32, is one line."""
+    needs one, retrieval beside the tasks that embed title + text, key sentences below float32, or ``documents``
+    "scored" (--documents) beside a task that reads other documents than its files name, is one line."""
     available = supported(data_dir)
     wanted = set(asked) if asked else default_tasks(data_dir, available)
     missing = wanted - available
@@ -59,10 +61,28 @@ def tasks_to_run(data_dir, asked, has_model, precision):
     if "retrieval" in wanted and wanted & EMBEDDING_TASKS:
         raise io.InputError("--task retrieval embeds abstracts alone, the other tasks title + text: evaluate them "
                             "into separate --out directories")
+    if documents == "scored" and wanted - SCORED_ONLY_TASKS:
+        raise io.InputError(f"--documents scored: only for --task {' '.join(sorted(SCORED_ONLY_TASKS))}, whose "
+                            f"documents their files name; {', '.join(sorted(wanted - SCORED_ONLY_TASKS))} "
+                            "reads others")
     if "keysent" in wanted and precision != "float32":
         raise io.InputError(f"--{precision}: the key-sentence task embeds its sentences in float32 only; evaluate "
                             "it without the flag")
     return wanted
+
+
+def to_embed(data_dir, wanted, which):
+    """The documents 05 embeds (``which``, --documents): every one of docs.jsonl ("all"), or those the
+    cross-reference and topic tasks in ``wanted`` read ("scored": queries, their candidates and the topic
+    documents), in docs.jsonl's order."""
+    from common.data.documents import Documents
+    docs = Documents(data_dir)
+    if which == "all":
+        return docs
+    tasks = Tasks(data_dir, wanted, docs.index, say=lambda _: None)
+    keep = {doc for qid, judged in tasks.qrels.items() for doc in (qid, *judged)}
+    keep.update(doc for rows in tasks.topic_rows.values() for part in rows.values() for doc, _ in part)
+    return docs.subset(keep)
 
 
 def embed_documents(path, name, data_dir, docs, how, outputs, say=print):
@@ -158,14 +178,13 @@ def split_scores(scores):
 
 
 def evaluate_documents(models, data_dir, how, outputs, wanted, seed, head_epochs, language=None, resplits=0,
-                       say=print):
-    """Embed the documents with every model (``models``: name → path) and score the WikiSpecter and distillation
-    tasks in ``wanted`` (topics also on ``resplits`` stratified re-splits); the thesis's figures go into
-    ``outputs``. Returns the metrics, the counts, the figures written, as ``(caption, file name)``, and the
-    samples the intervals come from, {model: {task: [uncertainty.Sample]}}."""
-    from common.data.documents import Documents
+                       say=print, which="all"):
+    """Embed the documents (``which``: ``to_embed``'s) with every model (``models``: name → path) and score the
+    WikiSpecter and distillation tasks in ``wanted`` (topics also on ``resplits`` stratified re-splits); the
+    thesis's figures go into ``outputs``. Returns the metrics, the counts, the figures written, as ``(caption,
+    file name)``, and the samples the intervals come from, {model: {task: [uncertainty.Sample]}}."""
     from common.eval import figures
-    docs = Documents(data_dir)
+    docs = to_embed(data_dir, wanted, which)
     tasks = Tasks(data_dir, wanted, docs.index, resplits, say)
     counts = {"documents": len(docs.ids), "crossref_queries": len(tasks.qrels)}
     metrics, samples, embeddings, predictions, written = {}, {}, {}, {}, []
