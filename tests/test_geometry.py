@@ -39,6 +39,17 @@ def test_vectors_of_another_width_cannot_be_compared():
         geometry.moved(np.ones((2, 3)), np.ones((2, 4)))
 
 
+def _ablation():
+    """reproduce/ablation.py as a module."""
+    import importlib.util
+    import os
+    from conftest import ROOT
+    spec = importlib.util.spec_from_file_location("ablation", os.path.join(ROOT, "reproduce", "ablation.py"))
+    ablation = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ablation)
+    return ablation
+
+
 def _eval_folder(folder, models, ids, differences=None):
     """A 05 EVAL folder as reproduce/ablation.py reads it: metrics.json, the manifest's embedding settings, vectors;
     ``differences``: --compare rows, {"a - b": (map, map_ci, f1, f1_ci)}."""
@@ -60,12 +71,7 @@ def _eval_folder(folder, models, ids, differences=None):
 
 
 def test_the_ablation_table_gives_each_row_and_epoch_its_mean_and_spread_over_seeds(tmp_path, capsys):
-    import importlib.util
-    import os
-    from conftest import ROOT
-    spec = importlib.util.spec_from_file_location("ablation", os.path.join(ROOT, "reproduce", "ablation.py"))
-    ablation = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ablation)
+    ablation = _ablation()
     data = tmp_path / "data"
     data.mkdir()
     (data / "topics.top.train.jsonl").write_text('{"id": "a", "label": "x"}\n{"id": "b", "label": "y"}\n')
@@ -93,12 +99,7 @@ def test_the_ablation_table_gives_each_row_and_epoch_its_mean_and_spread_over_se
 def test_the_ablation_gives_each_rows_change_from_its_base_with_each_seeds_interval(tmp_path, capsys):
     """05's --compare rows of every seed, one line per row and epoch: the mean change, each seed's interval, and
     "rises" only where every seed's interval lies above zero."""
-    import importlib.util
-    import os
-    from conftest import ROOT
-    spec = importlib.util.spec_from_file_location("ablation", os.path.join(ROOT, "reproduce", "ablation.py"))
-    ablation = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ablation)
+    ablation = _ablation()
     data = tmp_path / "data"
     data.mkdir()
     (data / "topics.top.train.jsonl").write_text('{"id": "a", "label": "x"}\n{"id": "b", "label": "y"}\n')
@@ -126,16 +127,11 @@ def test_the_ablation_gives_each_rows_change_from_its_base_with_each_seeds_inter
 
 def test_the_sensitivity_table_scores_the_same_vectors_as_sklearn_does_under_each_change(tmp_path):
     """reproduce/ablation.py --sensitivity: each F1 equals scikit-learn's own pipeline for that change."""
-    import importlib.util
-    import os
-    from conftest import ROOT
     from sklearn.metrics import f1_score
     from sklearn.model_selection import GridSearchCV, StratifiedShuffleSplit
     from sklearn.preprocessing import StandardScaler, normalize
     from sklearn.svm import LinearSVC
-    spec = importlib.util.spec_from_file_location("ablation", os.path.join(ROOT, "reproduce", "ablation.py"))
-    ablation = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ablation)
+    ablation = _ablation()
     rng = np.random.default_rng(3)
     labels = [f"l{i % 3}" for i in range(60)]
     centres = rng.normal(size=(3, 8))
