@@ -77,12 +77,9 @@ def to_embed(data_dir, wanted, which):
     documents), in docs.jsonl's order."""
     from common.data.documents import Documents
     docs = Documents(data_dir)
-    if which == "all":
-        return docs
-    tasks = Tasks(data_dir, wanted, docs.index, say=lambda _: None)
-    keep = {doc for qid, judged in tasks.qrels.items() for doc in (qid, *judged)}
-    keep.update(doc for rows in tasks.topic_rows.values() for part in rows.values() for doc, _ in part)
-    return docs.subset(keep)
+    if which == "scored":
+        docs = docs.subset(Tasks(data_dir, wanted, docs.index, say=lambda _: None).documents())
+    return docs
 
 
 def embed_documents(path, name, data_dir, docs, how, outputs, say=print):
@@ -132,6 +129,12 @@ class Tasks:
                 say(f"note: {task}: {len(unseen)} test label(s) never seen in training ({', '.join(unseen[:5])}); "
                     "their documents can only be misclassified")
         self.similar = similarity.read(data_dir, index) if "similarity" in wanted else None
+
+    def documents(self):
+        """The ids the cross-reference and topic tasks read: queries, their candidates and the topic documents."""
+        keep = {doc for qid, judged in self.qrels.items() for doc in (qid, *judged)}
+        keep.update(doc for rows in self.topic_rows.values() for part in rows.values() for doc, _ in part)
+        return keep
 
     def crossref(self, emb):
         if "crossref" not in self.wanted or not self.qrels:
@@ -183,9 +186,13 @@ def evaluate_documents(models, data_dir, how, outputs, wanted, seed, head_epochs
     WikiSpecter and distillation tasks in ``wanted`` (topics also on ``resplits`` stratified re-splits); the
     thesis's figures go into ``outputs``. Returns the metrics, the counts, the figures written, as ``(caption,
     file name)``, and the samples the intervals come from, {model: {task: [uncertainty.Sample]}}."""
+    from common.data.documents import Documents
     from common.eval import figures
-    docs = to_embed(data_dir, wanted, which)
+    docs = Documents(data_dir)
     tasks = Tasks(data_dir, wanted, docs.index, resplits, say)
+    if which == "scored":  # the tasks hold ids; only the rows they look them up in change
+        docs = docs.subset(tasks.documents())
+        tasks.index = docs.index
     counts = {"documents": len(docs.ids), "crossref_queries": len(tasks.qrels)}
     metrics, samples, embeddings, predictions, written = {}, {}, {}, {}, []
     for name, path in models.items():
