@@ -3,10 +3,11 @@
 # key sentences) with the thesis's protocol: all-MiniLM-L6-v2 untuned (its query the mean of the training key
 # sentences, the thesis's Table 4.6) against fine-tuned with the contrastive loss, five seeds reported as mean ± 2σ,
 # Average R-precision on the test articles; then each seed against the untuned model, paired over the same articles
-# (05 --compare: the difference, its 95 % interval and p). The thesis's annotated articles are not public and no annotated source
-# can be had offline, so the articles are the 24 hand-written CRISPR-knockout abstracts of data/keysent-demo.jsonl
-# (5 test articles): the figures show the method's direction on a small sample, not its size. Relaxed for 112
-# training pairs (4 steps an epoch): 10 epochs with 10 % warm-up instead of 1 epoch with 100 warm-up steps.
+# (05 --compare: the difference, its 95 % interval and p). The thesis's annotated articles are not public and no
+# annotated source can be had offline, so the articles are the 24 hand-written CRISPR-knockout abstracts of
+# data/keysent-demo.jsonl (5 test articles): the figures show the method's direction on a small sample, not its size.
+# Relaxed for 112 training pairs (4 steps an epoch): 10 epochs with 10 % warm-up instead of 1 epoch with 100 warm-up
+# steps.
 # About 3 minutes on 2 CPU cores.
 source "$(dirname "$0")/setup.sh" || exit 1
 MINILM=$(minilm)
