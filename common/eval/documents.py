@@ -78,7 +78,7 @@ def to_embed(data_dir, wanted, which):
     from common.data.documents import Documents
     docs = Documents(data_dir)
     if which == "scored":
-        docs = docs.subset(Tasks(data_dir, wanted, docs.index, say=lambda _: None).documents())
+        docs = Tasks(data_dir, wanted, docs.index, say=lambda _: None).scored(docs)
     return docs
 
 
@@ -130,11 +130,14 @@ class Tasks:
                     "their documents can only be misclassified")
         self.similar = similarity.read(data_dir, index) if "similarity" in wanted else None
 
-    def documents(self):
-        """The ids the cross-reference and topic tasks read: queries, their candidates and the topic documents."""
+    def scored(self, docs):
+        """The documents the cross-reference and topic tasks read (queries, their candidates and the topic
+        documents), a subset of ``docs`` in its order; the tasks then look their ids up in the subset's rows."""
         keep = {doc for qid, judged in self.qrels.items() for doc in (qid, *judged)}
         keep.update(doc for rows in self.topic_rows.values() for part in rows.values() for doc, _ in part)
-        return keep
+        docs = docs.subset(keep)
+        self.index = docs.index
+        return docs
 
     def crossref(self, emb):
         if "crossref" not in self.wanted or not self.qrels:
@@ -190,9 +193,8 @@ def evaluate_documents(models, data_dir, how, outputs, wanted, seed, head_epochs
     from common.eval import figures
     docs = Documents(data_dir)
     tasks = Tasks(data_dir, wanted, docs.index, resplits, say)
-    if which == "scored":  # the tasks hold ids; only the rows they look them up in change
-        docs = docs.subset(tasks.documents())
-        tasks.index = docs.index
+    if which == "scored":
+        docs = tasks.scored(docs)
     counts = {"documents": len(docs.ids), "crossref_queries": len(tasks.qrels)}
     metrics, samples, embeddings, predictions, written = {}, {}, {}, {}, []
     for name, path in models.items():
