@@ -69,7 +69,7 @@ def add_teachers_arguments(p):
 def run_teachers(args):
     from tqdm import tqdm
 
-    from common.data.documents import Documents
+    from common.data.docs_jsonl import Documents
     from common.distill import teachers
     from common.distill.paragraph_vector import PREPROCESS, ParagraphVector
     for key, value in PV_PRESETS[args.pv_preset].items():

@@ -149,6 +149,21 @@ def number(parse, limit):
     return checked
 
 
+def checked_by(check):
+    """An argparse ``type`` that refuses a value ``check(value)`` refuses (an InputError) as the command line is read,
+    and keeps the value as given (02's ``--topic-cap``)."""
+
+    def checked(text):
+        try:
+            check(text)
+        except InputError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+        return text
+
+    checked.__name__ = getattr(check, "__name__", "value")
+    return checked
+
+
 def reads(value):
     """The argparse ``type`` of a flag that names something the command reads (a file, a folder, or a hub model's
     name): ``check_out`` finds the command's inputs by it, so that a flag that reads cannot be left out."""

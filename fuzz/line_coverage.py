@@ -36,9 +36,9 @@ READERS = {
                   "common.data.sentences:split", "common.data.sentences:label",
                   "common.data.keysent_splits:read_sentences"],
     "articles": ["common.data.graph:read_articles", "common.data.graph:_check_unique",
-                 "common.data.documents:Documents"],
+                 "common.data.docs_jsonl:Documents"],
     "splits": ["common.data.retrieval:read_split_ids"],
-    "triplets": ["common.data.documents:read_triplets"],
+    "triplets": ["common.data.docs_jsonl:read_triplets"],
     "pairs": ["common.data.retrieval:file_queries"],
     "qrels": ["common.io:read_trec_qrels", "common.data.retrieval:read_qrels", "common.eval.wikispecter:read_qrels"],
     "topics": ["common.eval.wikispecter:read_topics", "common.eval.classify:read_split",
@@ -57,7 +57,7 @@ READERS = {
     "training_flags": ["common.train.run:parse", "common.cli:check"],
     "name_values": ["common.cli:name_values", "common.cli:named", "common.cli:per_name",
                     "common.data.splits:parse_caps", "common.io:safe_name"],
-    "projection": ["common.train.softcca:projection_blocks", "common.train.softcca:projection",
+    "projection": ["common.distill.softcca:projection_blocks", "common.distill.softcca:projection",
                    "common.cli:check_memory"],
 }
 

@@ -207,7 +207,7 @@ def sentences(data, work):
 
 def articles(data, work):
     """02's articles.jsonl (links, labels) and docs.jsonl as 03–05 read it."""
-    from common.data.documents import Documents
+    from common.data.docs_jsonl import Documents
     from common.data.articles import read_articles
     path = _write(work, "articles.jsonl", data)
     docs = _io.BytesIO()
@@ -229,7 +229,7 @@ def splits(data, work):
 
 
 def triplets(data, work):
-    from common.data.documents import read_triplets
+    from common.data.docs_jsonl import read_triplets
     read_triplets(_write(work, "triplets.train.jsonl", data), INDEX)
 
 
@@ -426,7 +426,7 @@ def projection(data, work):
     from unittest import mock
 
     from common import cli
-    from common.train.softcca import projection as build
+    from common.distill.softcca import projection as build
     with mock.patch.object(cli, "physical_memory", lambda: 256 << 20):
         build(_text(data), 8)
 

@@ -8,8 +8,8 @@ import torch
 from conftest import free_port
 
 from common.train.objectives.distill import combine
-from common.train.softcca import SoftCCA, projection
-from common.train.structural import structural_loss
+from common.distill.softcca import SoftCCA, projection
+from common.distill.structural import structural_loss
 
 Y = torch.tensor([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]])
 T = torch.tensor([[1.0, 1.0], [0.0, 1.0], [2.0, 0.0]])

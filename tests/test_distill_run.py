@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 
 from conftest import ROOT, forget_hashes, one_error_line, read_jsonl, run_script, script_error, unfinish
 
-from common.data.documents import Documents
+from common.data.docs_jsonl import Documents
 from common.distill.paragraph_vector import MAX_WORDS, ParagraphVector, chunks
 from common.io import InputError
 

@@ -75,7 +75,7 @@ def test_hub_named_sentence_transformer_is_scored_with_its_own_pooling_and_lengt
     import sys
     import numpy as np
     from sentence_transformers import SentenceTransformer
-    from common.data.documents import Documents
+    from common.data.docs_jsonl import Documents
     from common.models.loading import load_encoder
     from common.models.saving import save_model
     from conftest import ENV, ROOT

@@ -269,7 +269,7 @@ def test_absurd_sizes_are_refused_before_anything_is_allocated(tmp_path, tiny_da
 
 
 def test_a_projection_larger_than_the_machine_is_refused_before_it_is_allocated():
-    from common.train.softcca import projection
+    from common.distill.softcca import projection
     with pytest.raises(InputError) as e:
         projection("65536x65536x65536", 768)
     assert re.fullmatch(r"projection '65536x65536x65536': needs about [\d,.]+ GiB, more than this machine's "
@@ -997,7 +997,7 @@ def test_the_query_of_a_key_sentence_model_enters_its_cards_note_as_itself():
     """--query of the key-sentence objectives enters its card's settings table and a note."""
     from types import SimpleNamespace
 
-    from common.train.objectives.pairs import ContrastiveObjective
+    from common.train.objectives.keysent import ContrastiveObjective
     objective = ContrastiveObjective(SimpleNamespace(query_token=None), None)
     objective.query = HOSTILE_TEXT[3] + HOSTILE_TEXT[0]
     note, = objective.card_details()["notes"]

@@ -134,7 +134,7 @@ def test_base_model_query_is_the_mean_training_key_sentence_embedding(tiny_model
 
 @pytest.mark.parametrize("init", ["zero", "random"])
 def test_query_token_is_added_with_its_initial_embedding(tiny_model, init):
-    from common.train.objectives.pairs import add_query_token
+    from common.train.objectives.keysent import add_query_token
     from common.models.loading import load_encoder
     encoder, tokenizer, _ = load_encoder(str(tiny_model))
     before = encoder.transformer.get_input_embeddings().weight.shape[0]
@@ -278,7 +278,7 @@ def test_extract_never_writes_over_its_input_or_onto_a_folder(tiny_model, tmp_pa
 def test_a_contrastive_batch_run_in_parts_has_the_loss_and_gradients_of_the_whole_batch(tiny_model, keysent_data):
     from types import SimpleNamespace
 
-    from common.train.objectives.pairs import KEYSENT_QUERY, ContrastiveObjective
+    from common.train.objectives.keysent import KEYSENT_QUERY, ContrastiveObjective
     from test_train import part_gradients
     args = SimpleNamespace(model=str(tiny_model), data=str(keysent_data / "data"), pooling="mean", normalize=False,
                            max_length=32, length_groups=2, margin=0.5, query=KEYSENT_QUERY, query_token=None,

@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from conftest import run_script
 from common.train import losses
 from common.train.loop import precision_line
-from common.train.softcca import SoftCCA
-from common.train.structural import structural_loss
+from common.distill.softcca import SoftCCA
+from common.distill.structural import structural_loss
 
 HALF = (torch.bfloat16, torch.float16)
 

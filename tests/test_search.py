@@ -748,7 +748,7 @@ def test_splits_that_round_down_to_nothing_are_refused_and_an_empty_test_split_i
 def test_paper_texts_stream_from_docs_jsonl_into_the_token_store_as_the_list_would(tiny_model, paper_data, tmp_path):
     from transformers import AutoTokenizer
 
-    from common.data.documents import Documents
+    from common.data.docs_jsonl import Documents
     from common.models.tokens import TokenStore
     kept, streamed = Documents(paper_data), Documents(paper_data, texts=False)
     assert streamed.texts is None and list(streamed.stream_texts()) == kept.texts

@@ -313,7 +313,7 @@ def test_a_topic_level_that_cannot_be_re_split_keeps_its_figure_and_gets_no_inte
     """A label with a single document cannot be stratified: 05 says so once, classifies the protocol's split
     alone, and the level's figures get no interval."""
     import shutil
-    from common.data.documents import Documents
+    from common.data.docs_jsonl import Documents
     from common.eval import documents
     data = tmp_path / "data"
     shutil.copytree(tiny_data, data)

@@ -75,7 +75,7 @@ def to_embed(data_dir, wanted, which):
     """The documents 05 embeds (``which``, --documents): every one of docs.jsonl ("all"), or those the
     cross-reference and topic tasks in ``wanted`` read ("scored": queries, their candidates and the topic
     documents), in docs.jsonl's order."""
-    from common.data.documents import Documents
+    from common.data.docs_jsonl import Documents
     docs = Documents(data_dir)
     if which == "scored":
         docs = Tasks(data_dir, wanted, docs.index, say=lambda _: None).scored(docs)
@@ -189,7 +189,7 @@ def evaluate_documents(models, data_dir, how, outputs, wanted, seed, head_epochs
     WikiSpecter and distillation tasks in ``wanted`` (topics also on ``resplits`` stratified re-splits); the
     thesis's figures go into ``outputs``. Returns the metrics, the counts, the figures written, as ``(caption,
     file name)``, and the samples the intervals come from, {model: {task: [uncertainty.Sample]}}."""
-    from common.data.documents import Documents
+    from common.data.docs_jsonl import Documents
     from common.eval import figures
     docs = Documents(data_dir)
     tasks = Tasks(data_dir, wanted, docs.index, resplits, say)

@@ -110,7 +110,7 @@ def follow(models, data_dir, how, docs=None):
     """A process other than the main one under ``accelerate launch``: embed its shard of the corpus (``docs``, the
     main process's ``Documents``; every document where None) for each model, in the main process's order, and
     write nothing (a Paragraph Vector, inferred by the main process alone, is skipped)."""
-    from common.data.documents import Documents
+    from common.data.docs_jsonl import Documents
     from common.distill.paragraph_vector import is_paragraph_vector
     docs = Documents(data_dir, texts=not is_retrieval_data(data_dir)) if docs is None else docs
     for name, path in models.items():

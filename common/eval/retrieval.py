@@ -158,7 +158,7 @@ def evaluate_retrieval(models, data_dir, how, outputs, wanted, say=print):
     """Test queries against the whole corpus for every model (``retrieval``) and BM25 (``bm25``); writes each
     model's corpus vectors into ``outputs``. Returns the metrics, the counts, the figures (none) and the per-query
     values, {model: {"retrieval": [uncertainty.Sample]}}."""
-    from common.data.documents import Documents
+    from common.data.docs_jsonl import Documents
     metrics, counts, samples = {}, {}, {}
     docs = Documents(data_dir, texts="bm25" in wanted)  # the embedding streams them
     qids, texts = read_queries(os.path.join(data_dir, "queries.test.jsonl"))
@@ -251,7 +251,7 @@ def search_documents(model_path, data_dir, queries, how, top, index_dir=None, in
     """The top ``top`` documents of ``data_dir`` for each query, by cosine: ``(docs, indices, scores)``. With
     ``index_dir`` (an evaluation directory of 05) the vectors 05 wrote for this model are reused, searched exactly
     or through a faiss index of ``index_type`` built beside them; without it every document is embedded."""
-    from common.data.documents import Documents
+    from common.data.docs_jsonl import Documents
     if index_type != "exact" and not index_dir:
         raise InputError(f"--index-type {index_type} needs --index EVAL: the faiss index is built beside the "
                          "vectors 05_evaluate.py wrote")

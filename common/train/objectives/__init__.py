@@ -24,8 +24,8 @@ class Entry(NamedTuple):
 
 REGISTRY = {
     "triplet": Entry(f"{__name__}.triplet.TripletObjective", ("docs.jsonl", "triplets.train.jsonl")),
-    "contrastive": Entry(f"{__name__}.pairs.ContrastiveObjective", ("keysent.train.jsonl",)),
-    "cosine": Entry(f"{__name__}.pairs.CosineObjective", ("keysent.train.jsonl",)),
+    "contrastive": Entry(f"{__name__}.keysent.ContrastiveObjective", ("keysent.train.jsonl",)),
+    "cosine": Entry(f"{__name__}.keysent.CosineObjective", ("keysent.train.jsonl",)),
     "distill": Entry(f"{__name__}.distill.DistillObjective", ("docs.jsonl",), "04_distill.py"),
     "mlm": Entry(f"{__name__}.mlm.MLMObjective", ("docs.jsonl",)),
     "mnrl": Entry(f"{__name__}.mnrl.MNRLObjective", ("docs.jsonl", "pairs.train.jsonl")),

@@ -8,8 +8,8 @@ that reads long documents learns from a structural teacher (Sentence-BERT vector
 | teachers | ``TEACH/sbert.npy`` (t), ``TEACH/pv.npy`` (t_C), ``TEACH/lengths.npy``, in that order  |
 | loss     | per document ``λ_i·L_S(y_i, t_i) + (1 − λ_i)·L_C``, ``λ_i = λ·[length_i ≤ max]``        |
 
-``L_S`` is one of ``common/train/structural.py``'s losses over the documents the mask keeps; ``L_C`` is SoftCCA
-(``common/train/softcca.py``) between ``f_S(y)`` and ``f_C(t_C)``. ``--no-weighting`` is the thesis's public code
+``L_S`` is one of ``common/distill/structural.py``'s losses over the documents the mask keeps; ``L_C`` is SoftCCA
+(``common/distill/softcca.py``) between ``f_S(y)`` and ``f_C(t_C)``. ``--no-weighting`` is the thesis's public code
 after its final runs: ``mask_i·L_S + L_C``. The projection heads and SoftCCA's running covariances belong to the
 module trained, so they are optimised, checkpointed and resumed with the student; RUN/model is the student, the
 heads in ``heads.safetensors`` beside it.
@@ -21,15 +21,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from common.data.documents import Documents
+from common.data.docs_jsonl import Documents
 from common.distill import teachers
 from common.io import InputError
 from common.models import card
 from common.models.tokens import TokenStore
 from common.train.objectives import Objective
 from common import cli
-from common.train.softcca import SoftCCA, projection, projection_blocks
-from common.train.structural import STRUCTURAL_LOSSES, structural_loss
+from common.distill.softcca import SoftCCA, projection, projection_blocks
+from common.distill.structural import STRUCTURAL_LOSSES, structural_loss
 
 # The thesis's three final models (§5.1); their contextual teachers are 04_distill.py teachers' PV presets.
 PRESETS = {

@@ -44,7 +44,7 @@ import numpy as np
 import torch
 
 from common import cli
-from common.data.documents import Documents
+from common.data.docs_jsonl import Documents
 from common.data.retrieval import read_split_ids
 from common.io import InputError
 from common.models import card

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from common.data.arxiv import text_key
-from common.data.documents import Documents
+from common.data.docs_jsonl import Documents
 from common.data.retrieval import read_qrels, read_queries
 from common import cli
 from common.io import InputError, read_jsonl

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from common import cli
-from common.data.documents import Documents, read_triplets
+from common.data.docs_jsonl import Documents, read_triplets
 from common.io import InputError
 from common.models import card
 from common.models.tokens import TokenStore
