@@ -19,6 +19,8 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
     def _get_help_string(self, action):
         if action.default in (None, []) or action.required:
             return action.help
+        if action.default == "":
+            return f"{action.help} (default: '')"
         return super()._get_help_string(action)
 
 
@@ -236,7 +238,8 @@ def dispatch(description, commands, argv, default=None):
         command = sub.add_parser(name, help=help_text, description=more[0] if more else help_text,
                                  formatter_class=HelpFormatter)
         add_arguments(command)
-        if any(action.dest == "out" for action in command._actions):
+        dests = {action.dest for action in command._actions}
+        if "out" in dests and "overwrite" not in dests:
             add_overwrite(command)
     argv = list(argv)
     if default and (not argv or (argv[0] not in commands and argv[0] not in ("-h", "--help"))):

@@ -288,7 +288,7 @@ def manifest(data, work):
     from common import io
     from common.eval import wikispecter
     from common.eval.retrieval import read_manifest_args
-    from common.train.run import data_fingerprint
+    from common.train.run_folder import data_fingerprint
     _write(work, "manifest.json", data)
     _jsonl(work, "docs.jsonl", DOCS)
     _jsonl(work, "triplets.train.jsonl", [])
@@ -391,20 +391,28 @@ def card_front_matter(data, work):
 
 # -- flags ---------------------------------------------------------------------------------------------------------
 
+def _training_script():
+    """03_train.py as a module (its command-line parser)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("train_script", os.path.join(ROOT, "03_train.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _argv(data):
     return _text(data).replace("\0", "").split("\x01")[:24]
 
 
 def training_flags(data, work):
     """03 and 04 train's command line (every size, list and choice flag and their checks) after a valid start."""
-    from common.train import run
     fixture = os.path.join(work, "data")
     for name in ("docs.jsonl", "triplets.train.jsonl", "pairs.train.jsonl"):
         _jsonl(fixture, name, DOCS if name == "docs.jsonl" else [])
     objective = ("triplet", "mnrl", "mlm")[data[0] % 3] if data else "triplet"
     fixed = ["--objective", objective, "--data", fixture, "--model", "m", "--out", os.path.join(work, "run")]
     with contextlib.redirect_stdout(_io.StringIO()), contextlib.redirect_stderr(_io.StringIO()):
-        run.parse(fixed + _argv(data[1:]), "", ("triplet", "mnrl", "mlm"))
+        _training_script().parse_args(fixed + _argv(data[1:]))
 
 
 def name_values(data, work):

@@ -49,7 +49,7 @@ def run_script(script, *args, check=True, timeout=600):
     return proc
 
 
-_MAINS = {}
+_MODULES = {}
 
 
 def script_error(script, *args, in_subprocess=False):
@@ -72,14 +72,25 @@ def script_error(script, *args, in_subprocess=False):
     return f"error: {e.value}"
 
 
-def script_main(script):
-    """A numbered script's ``main(argv)``, to run it in this process."""
-    if script not in _MAINS:
+def script_module(script):
+    """A numbered script as a module, loaded once, to call its functions in this process."""
+    if script not in _MODULES:
         spec = importlib.util.spec_from_file_location(f"script_{script.split('_')[0]}", os.path.join(ROOT, script))
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        _MAINS[script] = module.main
-    return _MAINS[script]
+        _MODULES[script] = module
+    return _MODULES[script]
+
+
+def script_main(script):
+    """A numbered script's ``main(argv)``, to run it in this process."""
+    return script_module(script).main
+
+
+def train_in_process(argv):
+    """03_train.py's run of ``argv`` in this process (its counts), as ``python 03_train.py ARGV`` trains it."""
+    training = script_module("03_train.py")
+    return training.train(training.parse_args([str(a) for a in argv]))
 
 
 def st_losses():

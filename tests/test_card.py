@@ -17,8 +17,7 @@ from common.models import card
 from common.models.inference import embed
 from common.models.loading import load_encoder
 from common.models.tokens import TokenStore
-from common.train import run
-from conftest import corpus_text, read_jsonl, script_main, st_losses
+from conftest import corpus_text, read_jsonl, script_main, st_losses, train_in_process
 
 
 def _with_card(folder, base_model):
@@ -39,7 +38,7 @@ def _data_in(language, tiny_data, tmp_path):
 def _train(objective, data, model, out, *extra):
     argv = ["--objective", objective, "--data", str(data), "--model", str(model), "--out", str(out), "--log-every",
             "1", "--checkpoint-every", "0", *map(str, extra)]
-    return run.train(run.parse(argv, "", [objective]), "03_train.py")
+    return train_in_process(argv)
 
 
 def _code(text, language="python"):

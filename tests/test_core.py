@@ -13,12 +13,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import ENV, ROOT, read_jsonl, unfinish
+from conftest import ENV, ROOT, read_jsonl, script_module, train_in_process, unfinish
 
 from common import cli
 from common.io import InputError, Preempted
-from common.train import objectives, run
-from common.train.samplers import BucketBatchSampler
+from common.train import objectives, run_folder
+from common.train.batches import BucketBatchSampler
 
 TOY = ["--log-every", "1", "--eval-every", "0", "--checkpoint-every", "5", "--keep", "10"]
 
@@ -29,8 +29,8 @@ def toy(monkeypatch):
     monkeypatch.setitem(objectives.REGISTRY, "toy", objectives.Entry("toy_objective.ToyObjective", ("docs.jsonl",)))
 
     def train(data, model, out, *extra):
-        argv = ["--data", str(data), "--model", str(model), "--out", str(out), *TOY, *map(str, extra)]
-        return run.train(run.parse(argv, "", ["toy"]), "03_train.py")
+        argv = ["--objective", "toy", "--data", data, "--model", model, "--out", out, *TOY, *extra]
+        return train_in_process(argv)
     return train
 
 
@@ -75,7 +75,7 @@ def test_report_to_sends_every_log_record_to_the_trackers_and_the_run_draws_its_
         def log(self, values, step=None, **kwargs):
             seen.append((step, values))
 
-    monkeypatch.setattr(run, "trackers", lambda report_to: [Recording()] if report_to == "recording" else [])
+    monkeypatch.setattr(run_folder, "trackers", lambda report_to: [Recording()] if report_to == "recording" else [])
     out = tmp_path / "run"
     toy(tiny_data, tiny_model, out, "--report-to", "recording", "--max-steps", "3", "--checkpoint-every", "0")
     log = read_jsonl(out / "log.jsonl")
@@ -87,14 +87,14 @@ def test_report_to_sends_every_log_record_to_the_trackers_and_the_run_draws_its_
 
 def test_report_to_names_installed_trackers_only():
     from accelerate.tracking import LOGGER_TYPE_TO_CLASS, get_available_trackers
-    assert run.trackers("none") == [] and run.trackers("all") == ["all"]
+    assert run_folder.trackers("none") == [] and run_folder.trackers("all") == ["all"]
     with pytest.raises(InputError) as e:
-        run.trackers("nonesuch")
+        run_folder.trackers("nonesuch")
     assert str(e.value).startswith("--report-to nonesuch: not a tracker Accelerate knows (one of ")
     missing = sorted(set(LOGGER_TYPE_TO_CLASS) - {t.value for t in get_available_trackers()})
     if missing:
         with pytest.raises(InputError) as e:
-            run.trackers(missing[0])
+            run_folder.trackers(missing[0])
         assert str(e.value) == f"--report-to {missing[0]}: not installed (pip install {missing[0].replace('_', '-')})"
 
 
@@ -209,10 +209,10 @@ def test_a_bad_data_directory_fails_before_torch_is_imported(tmp_path):
 
 
 def test_every_flag_is_either_result_or_speed(tiny_data):
-    args = run.parse(["--data", str(tiny_data), "--model", "m", "--out", "o"], "", ["triplet"])
+    args = script_module("03_train.py").parse_args(["--data", str(tiny_data), "--model", "m", "--out", "o"])
     shared = set(vars(args)) - {"objective", "data", "out", "overwrite", "seeds", "margin"}
-    assert shared == set(run.RESULT_ARGS) | set(run.SPEED_ARGS)
-    assert not set(run.RESULT_ARGS) & set(run.SPEED_ARGS)
+    assert shared == set(run_folder.RESULT_ARGS) | set(run_folder.SPEED_ARGS)
+    assert not set(run_folder.RESULT_ARGS) & set(run_folder.SPEED_ARGS)
 
 
 @pytest.mark.parametrize("flag,value,expected", [
@@ -222,23 +222,26 @@ def test_every_flag_is_either_result_or_speed(tiny_data):
     ("--max-length", "0", "argument --max-length: 0: must be between 1 and 131,072"),
     ("--lr", "nan", "argument --lr: nan: must be a positive number"),
     ("--lr", "-1e-5", "argument --lr: -1e-5: must be a positive number"),
-    ("--warmup", "-1", "argument --warmup: -1: must be at least 0"),
-    ("--clip", "nan", "argument --clip: nan: must be at least 0"),
+    ("--warmup", "-1", "argument --warmup: -1: must be a finite number of at least 0"),
+    ("--warmup", "inf", "argument --warmup: inf: must be a finite number of at least 0"),
+    ("--clip", "nan", "argument --clip: nan: must be a finite number of at least 0"),
+    ("--weight-decay", "1e309", "argument --weight-decay: 1e309: must be a finite number of at least 0"),
 ])
 def test_settings_that_cannot_train_are_refused_before_anything_loads(tiny_data, flag, value, expected, capsys):
     with pytest.raises(SystemExit) as e:
-        run.parse(["--data", str(tiny_data), "--model", "nowhere", "--out", "o", f"{flag}={value}"], "", ["triplet"])
+        script_module("03_train.py").parse_args(["--data", str(tiny_data), "--model", "nowhere", "--out", "o",
+                                                 f"{flag}={value}"])
     assert e.value.code == 2 and capsys.readouterr().err == f"error: {expected}\n"
 
 
 def test_chunk_tokens_is_refused_for_an_objective_whose_examples_are_not_independent(tiny_data):
     with pytest.raises(InputError) as e:
-        run.parse(["--objective", "mlm", "--data", str(tiny_data), "--model", "nowhere", "--out", "o",
-                   "--chunk-tokens", "512"], "", ["mlm"])
+        script_module("03_train.py").parse_args(["--objective", "mlm", "--data", str(tiny_data), "--model",
+                                                 "nowhere", "--out", "o", "--chunk-tokens", "512"])
     assert str(e.value) == ("--chunk-tokens 512: the mlm objective's loss is not a mean of independent per-example "
                             "losses, so a batch cannot be run in parts")
-    args = run.parse(["--data", str(tiny_data), "--model", "m", "--out", "o", "--chunk-tokens", "512"], "",
-                     ["triplet"])
+    args = script_module("03_train.py").parse_args(["--data", str(tiny_data), "--model", "m", "--out", "o",
+                                                    "--chunk-tokens", "512"])
     assert args.chunk_tokens == 512
 
 
@@ -316,7 +319,8 @@ def test_a_typed_flag_is_refused_as_the_command_line_is_read_in_one_line_with_ex
     ("mlm", "--validation-split", "inf", "argument --validation-split: inf: must be a share between 0 and 1"),
 ])
 def test_an_objectives_own_numbers_are_refused_as_the_command_line_is_read(name, flag, value, line, capsys):
-    p = run.parser("", [name], name)
+    p = cli.parser("")
+    script_module("03_train.py").add_training_arguments(p, objectives.get(name), [])
     with pytest.raises(SystemExit) as e:
         p.parse_args(["--data", "d", "--out", "o", "--model", "m", flag, value])
     assert e.value.code == 2 and capsys.readouterr().err == f"error: {line}\n"

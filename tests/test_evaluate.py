@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from conftest import forget_hashes, script_error
+from conftest import forget_hashes, script_error, script_module
 
 
 @pytest.mark.parametrize("case", ["unknown-id", "bad-qrels-line", "task", "no-dir", "model-syntax", "model-name",
@@ -127,7 +127,7 @@ def test_list_flags_given_twice_extend():
     """--task, --runs and 03's --seeds given twice keep every value, as --model does."""
     import importlib.util
     from common import cli
-    from common.train import run
+    from common.train import objectives
     spec = importlib.util.spec_from_file_location("script_05_flags", os.path.join(os.path.dirname(__file__), "..",
                                                                                     "05_evaluate.py"))
     module = importlib.util.module_from_spec(spec)
@@ -139,7 +139,7 @@ def test_list_flags_given_twice_extend():
     assert args.task == ["crossref", "topics", "lexical"]
     assert args.runs == ["a", "b", "c"]
     p = cli.parser("03")
-    run.add_training_arguments(p)
+    script_module("03_train.py").add_training_arguments(p, objectives.get("triplet"), [])
     assert p.parse_args(["--data", "d", "--out", "o", "--seeds", "1", "2", "--seeds", "3"]).seeds == [1, 2, 3]
 
 

@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 from common import folders, io
 from common.io import InputError
 from common.markdown import escape
-from conftest import linked_articles, script_error, script_main, unfinish
+from conftest import linked_articles, script_error, script_main, script_module, unfinish
 
 TRAIN = ["--objective", "triplet", "--pooling", "mean", "--max-length", "32", "--batch-size", "4", "--epochs", "1",
          "--log-every", "1", "--eval-every", "0", "--checkpoint-every", "0", "--length-groups", "2",
@@ -278,7 +278,7 @@ def test_a_projection_larger_than_the_machine_is_refused_before_it_is_allocated(
 
 # -- resume: every setting that changes the result must match ------------------------------------------------------
 
-# a value other than the default for every shared flag that the resume identity leaves out (common/train/run.py's
+# a value other than the default for every shared flag that the resume identity leaves out (run_folder.py's
 # SPEED_ARGS); a new such flag must be added here, and training with it must end in the same weights
 SPEED_PROBES = {"checkpoint_every": ["--checkpoint-every", "1"], "keep": ["--keep", "1", "--checkpoint-every", "1"],
                 "log_every": ["--log-every", "2"], "length_groups": ["--length-groups", "1"],
@@ -288,8 +288,8 @@ SPEED_PROBES = {"checkpoint_every": ["--checkpoint-every", "1"], "keep": ["--kee
 
 def test_every_setting_left_out_of_the_resume_identity_leaves_the_trained_weights_unchanged(tmp_path, tiny_data,
                                                                                            tiny_model, capsys):
-    from common.train import run as training
-    assert set(SPEED_PROBES) == set(training.SPEED_ARGS)
+    from common.train import run_folder
+    assert set(SPEED_PROBES) == set(run_folder.SPEED_ARGS)
     train = script_main("03_train.py")
     base = ["--data", str(tiny_data), "--model", str(tiny_model), *TRAIN]
 
@@ -306,7 +306,7 @@ def test_every_setting_left_out_of_the_resume_identity_leaves_the_trained_weight
     # and must match on resume
     chunked = weights("chunked", ["--chunk-tokens", "40"])
     assert not all(np.array_equal(chunked[k].numpy(), reference[k].numpy()) for k in reference)
-    assert "chunk_tokens" in training.RESULT_ARGS
+    assert "chunk_tokens" in run_folder.RESULT_ARGS
 
 
 def test_a_file_rewritten_with_its_old_size_and_date_is_refused_in_the_same_process(tmp_path):
@@ -357,17 +357,17 @@ SHORT_RUN = {"mnrl": ["--query-max-length", "16", "--batch-size", "8", "--eval-e
 def test_every_flag_of_every_objective_is_in_the_resume_identity_or_among_the_speed_flags():
     import argparse
 
-    from common.train import objectives
-    from common.train import run as training
+    from common.train import objectives, run_folder
+    training = script_module("03_train.py")
     place = {"data", "out", "overwrite", "seeds"}  # the identity holds the data's path and content; --out is where
     # it runs, --overwrite whether it starts afresh there
     for name in objectives.REGISTRY:
         cls = objectives.get(name)
         parser = argparse.ArgumentParser()
-        training.add_training_arguments(parser)
-        cls.add_arguments(parser)
+        training.add_training_arguments(parser, cls, [])
         flags = {action.dest for action in parser._actions} - {"help"}
-        result, speed = set(training.RESULT_ARGS) | set(cls.result_args), set(training.SPEED_ARGS) | set(cls.speed_args)
+        result = set(run_folder.RESULT_ARGS) | set(cls.result_args)
+        speed = set(run_folder.SPEED_ARGS) | set(cls.speed_args)
         assert not result & speed, name
         assert flags == (result | speed | place) - {"objective"}, (name, flags ^ (result | speed | place))
         assert set(cls.speed_args) == set(OWN_SPEED_PROBES.get(name, {})), name
@@ -506,7 +506,7 @@ def test_every_flag_of_every_command_that_names_a_path_is_declared_read_or_out()
     free text must be one of these, named here, or be declared as read."""
     from common import cli
     from common.train import objectives
-    from common.train import run as training
+    training = script_module("03_train.py")
     text = {"topic_root", "disambiguation_markers", "disambiguation_templates", "categories", "id_column",
             "title_column", "text_column", "label_column", "topic_cap", "report_to", "student_projection",
             "teacher_projection", "model_type", "config_overrides", "cache_dir", "query", "query_token",
@@ -518,12 +518,15 @@ def test_every_flag_of_every_command_that_names_a_path_is_declared_read_or_out()
             __file__), "..", script))
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        for name, (_, add_arguments, *_) in module.COMMANDS.items():
+        for name, (_, add_arguments, *_) in (module.commands([]) if script == "04_distill.py" else
+                                             module.COMMANDS).items():
             parser = cli.parser("")
             add_arguments(parser)
             parsers.append((f"{script} {name}", parser))
     for name in objectives.REGISTRY:
-        parsers.append((f"train {name}", training.parser("", [name], name)))
+        parser = cli.parser("")
+        training.add_training_arguments(parser, objectives.get(name), [])
+        parsers.append((f"train {name}", parser))
     for where, parser in parsers:
         for action in parser._actions:
             free_text = action.type is None and action.const is None and not action.choices and action.nargs != 0
@@ -571,17 +574,18 @@ def test_a_finished_run_is_refused_with_other_settings_done_with_the_same_and_tr
     ("[1, 2", "03_train.py run whose manifest.json cannot be read")])
 def test_a_finished_run_whose_manifest_records_no_settings_is_refused_without_overwrite(manifest, what, tmp_path,
                                                                                       tiny_data):
-    from common.train import run as training
+    from common.train import run_folder
+    parse = script_module("03_train.py").parse_args
     out = tmp_path / "run"
     out.mkdir()
     (out / "run.json").write_text('{"identity": {}}')
     (out / "manifest.json").write_text(manifest)
     argv = ["--data", str(tiny_data), "--model", "m", "--out", str(out)]
     with pytest.raises(InputError) as e:
-        training.finished(training.parse(argv, "", ["triplet"]), "03_train.py")
+        run_folder.finished(parse(argv), "03_train.py")
     assert str(e.value) == (f"{out}: holds a finished {what}; give --overwrite to replace it (only what that run "
                             "wrote is removed), or another --out")
-    assert training.finished(training.parse(argv + ["--overwrite"], "", ["triplet"]), "03_train.py") is None
+    assert run_folder.finished(parse(argv + ["--overwrite"]), "03_train.py") is None
 
 
 def test_a_run_of_several_seeds_killed_in_its_second_goes_on_there_and_keeps_the_first(tmp_path, tiny_data,
@@ -750,7 +754,7 @@ def test_a_run_and_a_conversion_from_a_model_whose_card_is_damaged_save_their_mo
 
 def test_everything_the_final_save_quotes_is_read_before_the_first_step(tmp_path, tiny_data, tiny_model,
                                                                         monkeypatch):
-    from common.train.objectives import Objective
+    from common.train.objectives.base import Objective
 
     def unreadable(self):
         raise InputError("what the card quotes cannot be read")
@@ -1000,7 +1004,8 @@ def test_the_query_of_a_key_sentence_model_enters_its_cards_note_as_itself():
     from common.train.objectives.keysent import ContrastiveObjective
     objective = ContrastiveObjective(SimpleNamespace(query_token=None), None)
     objective.query = HOSTILE_TEXT[3] + HOSTILE_TEXT[0]
-    note, = objective.card_details()["notes"]
+    from common.models import run_card
+    note, = run_card.details(objective)["notes"]
     tokens = _rendered(note)
     assert not any(c.type == "html_inline" for t in tokens for c in t.children or ())
     assert "".join(c.content for t in tokens for c in t.children or ()) == (

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import script_module
 from common.train.losses import triplet_margin
 from common.models.batching import length_batches
 from common.models.encoder import Encoder, document_text
@@ -114,9 +115,8 @@ def test_triplet_loss_equals_torch_and_sentence_transformers():
 
 def test_triplet_batch_embeds_each_document_once_in_query_positive_negative_order(tiny_model, tiny_data):
     from common.train.objectives.triplet import TripletObjective
-    from common.train.run import parse
-    args = parse(["--data", str(tiny_data), "--model", str(tiny_model), "--out", "unused", "--pooling", "mean",
-                  "--max-length", "32"], "", ["triplet"])
+    args = script_module("03_train.py").parse_args(["--data", str(tiny_data), "--model", str(tiny_model), "--out",
+                                                    "unused", "--pooling", "mean", "--max-length", "32"])
     objective = TripletObjective(args, None)
     encoder = objective.build()
     encoder.eval()

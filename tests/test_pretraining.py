@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import corpus_text, read_jsonl, script_error
+from conftest import corpus_text, read_jsonl, script_error, train_in_process
 
 from common.train import nsp
 
@@ -144,14 +144,14 @@ def test_the_pretraining_loss_is_bert_for_pretraining_loss_with_its_gradients(pa
     import copy
     from types import SimpleNamespace
     from transformers import BertConfig, BertForPreTraining
-    from common.models.attention import fast_dropout
-    from common.train.masked_lm import MaskedLM
+    from common.models import cpu
+    from common.models.masked_lm import MaskedLM
     from common.train.masking import IGNORE
     from common.train.objectives.mlm import MLMObjective
     torch.manual_seed(0)
     reference = BertForPreTraining(BertConfig(vocab_size=90, hidden_size=32, num_hidden_layers=2,
                                               num_attention_heads=2, intermediate_size=64, max_position_embeddings=64))
-    model = fast_dropout(MaskedLM(copy.deepcopy(reference), "mean", False, nsp=True))
+    model = cpu.install(MaskedLM(copy.deepcopy(reference), "mean", False, nsp=True))
     ids = torch.randint(5, 90, (4, 24))
     attention_mask = torch.ones_like(ids)
     types = torch.zeros_like(ids)
@@ -207,10 +207,9 @@ def nsp_data(tmp_path_factory):
 
 
 def pretrain(data, out, *extra):
-    from common.train import run
     argv = ["--objective", "mlm", "--data", str(data), "--out", str(out), "--nsp", "--log-every", "1",
             *map(str, extra)]
-    return run.train(run.parse(argv, "", ["mlm"]), "03_train.py")
+    return train_in_process(argv)
 
 
 def test_nsp_pretraining_logs_both_objectives_resumes_bit_identically_and_saves_bert_with_its_trained_pooler(

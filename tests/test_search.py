@@ -16,10 +16,9 @@ import torch
 from safetensors.torch import load_file
 
 from conftest import (ROOT, WORDS, corpus_text, forget_hashes, free_port, read_jsonl, script_error, st_losses,
-                      unfinish)
+                      train_in_process, unfinish)
 
 from common.io import InputError, sha256
-from common.train import run
 
 
 def script(name):
@@ -305,19 +304,22 @@ def test_blocks_are_cut_from_the_concatenated_texts_and_only_the_final_remainder
 @pytest.mark.parametrize("padded", [False, True])
 def test_the_masked_lm_predicts_as_bert_for_masked_lm_with_its_last_layer_on_masked_positions_only(tiny_model,
                                                                                                     padded):
-    """MaskedLM runs BERT's last layer on the masked positions alone (keys and values from every position): in
-    evaluation its logits are transformers' BertForMaskedLM's at those positions, for full blocks and for padded
-    rows; in training every parameter of the last layer gets a gradient, and the loss matches the reference's."""
+    """MaskedLM is transformers' BertForMaskedLM; on a CPU (``cpu.install``) it runs BERT's last layer on the masked
+    positions alone (keys and values from every position): in evaluation its logits are the reference's at those
+    positions, for full blocks and for padded rows; in training every parameter of the last layer gets a gradient,
+    and the loss matches the reference's."""
     import torch
     from transformers import BertForMaskedLM
-    from common.models.attention import fast_dropout
+    from common.models import cpu
     from common.train import losses
-    from common.train.masked_lm import MaskedLM
+    from common.models.masked_lm import MaskedLM
+    from common.train.masking import IGNORE
     torch.manual_seed(0)
     import copy
     reference = BertForMaskedLM.from_pretrained(tiny_model)  # its masked-LM head newly initialised: copied as it is
-    model = MaskedLM(copy.deepcopy(reference), "mean", False)
-    fast_dropout(model)
+    plain = MaskedLM(copy.deepcopy(reference), "mean", False)
+    model = cpu.install(MaskedLM(copy.deepcopy(reference), "mean", False))
+    assert type(model) is cpu.MaskedPositionsLM and type(plain) is MaskedLM
     ids = torch.randint(5, reference.config.vocab_size, (3, 24))
     attention_mask = torch.ones_like(ids)
     if padded:
@@ -325,15 +327,21 @@ def test_the_masked_lm_predicts_as_bert_for_masked_lm_with_its_last_layer_on_mas
         attention_mask[2, 9:] = 0
     masked = (torch.rand(3, 24) < 0.3) & attention_mask.bool()
     masked[0, :2] = True  # rows with different numbers of masked positions
-    model.eval(), reference.eval()
+    labels = torch.where(masked, ids, torch.full_like(ids, IGNORE))
+    model.eval(), reference.eval(), plain.eval()
     with torch.no_grad():
-        ours = model(ids, attention_mask, masked)
+        ours = model(ids, attention_mask, labels)
+        whole = plain(ids, attention_mask, labels)
         theirs = reference(input_ids=ids, attention_mask=attention_mask).logits[masked]
-    assert ours.shape == theirs.shape == (int(masked.sum()), reference.config.vocab_size)
-    torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-5)
+    assert ours.logits.shape == theirs.shape == (int(masked.sum()), reference.config.vocab_size)
+    torch.testing.assert_close(ours.logits, theirs, rtol=0, atol=1e-5)
+    assert torch.equal(ours.labels, ids[masked]) and torch.equal(ours.rows, masked.nonzero()[:, 0])
+    assert whole.logits.shape == (3 * 24, reference.config.vocab_size) and torch.equal(whole.labels, labels.flatten())
+    torch.testing.assert_close(whole.logits[whole.labels != IGNORE], theirs, rtol=0, atol=1e-5)
     # the gradients of the loss (evaluation mode: no dropout) are the reference's, parameter by parameter
+    out = model(ids, attention_mask, labels)
+    losses.masked_lm(out.logits, out.labels).mean().backward()
     labels = ids[masked]
-    losses.masked_lm(model(ids, attention_mask, masked), labels).mean().backward()
     torch.nn.functional.cross_entropy(
         reference(input_ids=ids, attention_mask=attention_mask).logits[masked], labels).backward()
     theirs_grads = dict(reference.named_parameters())
@@ -344,13 +352,14 @@ def test_the_masked_lm_predicts_as_bert_for_masked_lm_with_its_last_layer_on_mas
             torch.testing.assert_close(p.grad, theirs_grads[name].grad, rtol=0, atol=1e-5, msg=name)
     model.zero_grad()
     model.train()
-    losses.masked_lm(model(ids, attention_mask, masked), labels).mean().backward()
+    out = model(ids, attention_mask, torch.where(masked, ids, torch.full_like(ids, IGNORE)))
+    losses.masked_lm(out.logits, out.labels).mean().backward()
     last = model.mlm.bert.encoder.layer[-1]
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in last.parameters())
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):  # Accelerate's bf16 mixed precision
         model.eval()
-        lower = model(ids, attention_mask, masked)
-    assert lower.shape == ours.shape and torch.isfinite(lower).all()
+        lower = model(ids, attention_mask, torch.where(masked, ids, torch.full_like(ids, IGNORE))).logits
+    assert lower.shape == ours.logits.shape and torch.isfinite(lower).all()
 
 
 def test_a_masked_lm_batch_with_nothing_masked_gives_no_logits_and_keeps_every_parameter_in_the_graph(tiny_model):
@@ -360,18 +369,18 @@ def test_a_masked_lm_batch_with_nothing_masked_gives_no_logits_and_keeps_every_p
     import copy
     import torch
     from transformers import BertForMaskedLM
-    from common.models.attention import fast_dropout
-    from common.train.masked_lm import MaskedLM
+    from common.models import cpu
+    from common.models.masked_lm import MaskedLM
+    from common.train.masking import IGNORE
     from common.train.objectives.mlm import MLMObjective
     reference = BertForMaskedLM.from_pretrained(tiny_model)
-    model = fast_dropout(MaskedLM(copy.deepcopy(reference), "mean", False))
+    model = cpu.install(MaskedLM(copy.deepcopy(reference), "mean", False))
     ids = torch.randint(5, reference.config.vocab_size, (2, 12))
     attention_mask = torch.ones_like(ids)
-    nothing = torch.zeros(2, 12, dtype=torch.bool)
+    nothing = torch.full_like(ids, IGNORE)
     for mode in (model.train, model.eval):
         mode()
-        logits = model(ids, attention_mask, nothing)
-        assert logits.shape == (0, reference.config.vocab_size)
+        assert model(ids, attention_mask, nothing).logits.shape == (0, reference.config.vocab_size)
     model.train()
     objective = MLMObjective(argparse.Namespace(nsp=False), None)
     loss = objective.losses(model, {"input_ids": ids, "attention_mask": attention_mask,
@@ -380,11 +389,11 @@ def test_a_masked_lm_batch_with_nothing_masked_gives_no_logits_and_keeps_every_p
     assert float(loss) == 0.0
     assert all(p.grad is not None for p in model.mlm.bert.encoder.layer[-1].parameters())
     one_row = nothing.clone()
-    one_row[1, [2, 7]] = True
+    one_row[1, [2, 7]] = ids[1, [2, 7]]
     model.eval(), reference.eval()
     with torch.no_grad():
-        torch.testing.assert_close(model(ids, attention_mask, one_row),
-                                   reference(input_ids=ids, attention_mask=attention_mask).logits[one_row],
+        torch.testing.assert_close(model(ids, attention_mask, one_row).logits,
+                                   reference(input_ids=ids, attention_mask=attention_mask).logits[one_row != IGNORE],
                                    rtol=0, atol=1e-5)
 
 
@@ -409,7 +418,7 @@ def test_whole_word_masking_masks_every_token_of_a_chosen_word_with_mask():
 def train(data, model, out, objective, *extra):
     argv = ["--objective", objective, "--data", str(data), "--model", str(model), "--out", str(out),
             "--log-every", "1", *map(str, extra)]
-    return run.train(run.parse(argv, "", ["mlm", "mnrl"]), "03_train.py")
+    return train_in_process(argv)
 
 
 def test_mlm_trains_resumes_bit_identically_and_saves_a_masked_lm_that_sentence_transformers_loads(

@@ -13,7 +13,7 @@ import pytest
 from safetensors.torch import load_file
 
 from conftest import (ENV, ROOT, forget_hashes, free_port, one_error_line, read_jsonl, run_script, script_error,
-                      unfinish)
+                      script_module, unfinish)
 
 TRAIN = ["--objective", "triplet", "--pooling", "mean", "--max-length", "32", "--batch-size", "4", "--epochs", "2",
          "--log-every", "1", "--eval-every", "20", "--checkpoint-every", "5", "--keep", "2", "--length-groups", "2"]
@@ -234,14 +234,16 @@ def part_gradients(objective, rows, budgets):
     dropout off so that every computation sees the same network; and the parts each budget made."""
     from accelerate import Accelerator
 
-    from common.train.loop import backward
+    from common.train.batches import BatchParts
+    backward = script_module("03_train.py").backward
     model = objective.build()
     objective.load_data()
     model.eval()
     found = []
     for budget in budgets:
         objective.args.chunk_tokens = budget
-        batch = objective.collate_train(objective.train_rows[rows])
+        rows_ = objective.train_rows[rows]
+        batch = BatchParts(objective, budget)(rows_) if budget else objective.collate(rows_)
         model.zero_grad()
         loss = backward(Accelerator(cpu=True), model, objective, batch)
         found.append((loss.item(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None},

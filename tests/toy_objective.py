@@ -11,7 +11,7 @@ from torch import nn
 from common.data.docs_jsonl import Documents
 from common.models.tokens import TokenStore
 from common.train.losses import in_fp32
-from common.train.objectives import Objective
+from common.train.objectives.base import Objective
 
 
 class ToyModule(nn.Module):

@@ -9,12 +9,16 @@ checkpoint, checkpointed, its log appended to, the models saved into it, and rel
 | ``model``, ``epoch_K``| the models the objective saves (``--save-epochs``: the model at each epoch's end)      |
 | ``curves.png``        | the log drawn at the run's end                                                        |
 | ``trackers``          | what ``--report-to``'s local trackers write                                           |
-| ``manifest.json``     | written by ``run.train`` after everything else: the run is finished                    |
+| ``manifest.json``     | written by 03_train.py's `train` after everything else: the run is finished           |
 
-A checkpoint holds the identity of the run that wrote it (every setting that changes the result, the number of
-processes included): a run resumes only from one of its own. Only the main process writes; every process loads.
+Whether an ``--out`` holds a finished run, a run to resume, or nothing of this project's is decided here, from the
+run's identity: every flag of the command that changes the result (``RESULT_ARGS`` and the objective's
+``result_args``), the data's path and content (``command_identity``, which a finished run's manifest records), and,
+for a checkpoint, the settings the model was loaded with and the number of processes (``RunFolder.identity``). A
+run resumes only from a checkpoint of its own. Only the main process writes; every process loads.
 """
 
+import hashlib
 import json
 import os
 import re
@@ -25,6 +29,78 @@ from safetensors import SafetensorError
 from common import folders, io
 from common.folders import LOCK, STAGING
 from common.io import InputError
+from common.train import objectives
+
+# flags that change the trained weights or which checkpoint becomes RUN/model: a resume must match them all
+RESULT_ARGS = ("model", "max_length", "pooling", "normalize", "lr", "weight_decay", "warmup", "schedule", "epochs",
+               "max_steps", "batch_size", "grad_accum", "clip", "seed", "eval_every", "drop_last", "length_buckets",
+               "chunk_tokens")
+# flags that change only speed, memory or logging: tests/test_hardening.py trains with each changed and checks that
+# the weights stay the same (--chunk-tokens does not: its parts draw other dropout masks)
+SPEED_ARGS = ("checkpoint_every", "keep", "log_every", "length_groups", "gradient_checkpointing", "report_to",
+              "save_epochs")
+
+
+def data_fingerprint(name, data_dir):
+    """What the data directory holds, for the resume identity: its manifest's inputs (with their sha256) and
+    settings when 02 wrote one, else the sha256 of the files the objective reads. A directory rebuilt from other
+    inputs or with another seed has another fingerprint."""
+    manifest = io.read_manifest(data_dir)
+    if manifest:
+        found = {"inputs": manifest.get("inputs"),
+                 "args": {k: v for k, v in (manifest.get("args") or {}).items() if k != "out"}}
+    else:
+        found = {file: io.sha256(os.path.join(data_dir, file)) for file in objectives.REGISTRY[name].data_files}
+    return hashlib.sha256(json.dumps(found, sort_keys=True).encode()).hexdigest()
+
+
+def command_identity(args):
+    """Every flag of the command that changes the result, the data's path and content included, as JSON values:
+    what a finished run records in its manifest and a later command must match to find it done."""
+    found = {"objective": args.objective, "data": os.path.abspath(args.data),
+             "data_content": data_fingerprint(args.objective, args.data)}
+    found.update({key: getattr(args, key) for key in RESULT_ARGS + objectives.get(args.objective).result_args})
+    return json.loads(json.dumps(found))
+
+
+def finished(args, script):
+    """A finished run in ``args.out`` (its manifest.json, the run's last file, is there): its counts where it was
+    trained with the settings of this command (``command_identity``), so that the command has nothing to do; else
+    an InputError, unless ``--overwrite``. None where ``--out`` holds no finished run of this project."""
+    if args.overwrite or not all(os.path.isfile(os.path.join(args.out, name)) for name in ("manifest.json",
+                                                                                            RUN_FILE)):
+        return None
+    try:
+        manifest = io.read_manifest(args.out)
+    except io.InputError:
+        raise folders.finished_error(args.out, f"{os.path.basename(script)} run whose manifest.json cannot be "
+                                               "read") from None
+    what = f"{manifest.get('script') or os.path.basename(script)} run"
+    recorded, wanted = manifest.get("identity"), command_identity(args)
+    if recorded == wanted:
+        return manifest.get("counts") or {}
+    if not isinstance(recorded, dict):  # a run of an earlier version, or a manifest edited by hand
+        raise folders.finished_error(args.out, f"{what} whose settings its manifest.json does not record")
+    changed = sorted(k for k in set(recorded) | set(wanted) if recorded.get(k) != wanted.get(k))
+    raise InputError(f"{args.out}: holds a finished {what} with other settings ({', '.join(changed[:8])}"
+                     f"{' and more' if len(changed) > 8 else ''}); give --overwrite to train it again (only what "
+                     "the run wrote is removed), or another --out")
+
+
+def trackers(report_to):
+    """``--report-to`` as Accelerate's ``log_with``: known tracker names that are installed."""
+    from accelerate.tracking import LOGGER_TYPE_TO_CLASS, get_available_trackers
+    names = [n.strip() for n in report_to.split(",") if n.strip() and n.strip() != "none"]
+    if names == ["all"]:
+        return names
+    installed = {t.value for t in get_available_trackers()}
+    for name in names:
+        if name not in LOGGER_TYPE_TO_CLASS:
+            raise InputError(f"--report-to {name}: not a tracker Accelerate knows (one of "
+                             f"{', '.join(sorted(LOGGER_TYPE_TO_CLASS))}, all, none)")
+        if name not in installed:
+            raise InputError(f"--report-to {name}: not installed (pip install {name.replace('_', '-')})")
+    return names
 
 STATE = "trainer_state.json"
 RUN_FILE = "run.json"
@@ -83,15 +159,19 @@ def read_log(path, keep=None):
 
 
 class RunFolder:
-    """The folder ``path`` of the run whose settings are ``identity``, seen from one process of ``accelerator``.
+    """The folder ``args.out`` of the run of ``args`` (with ``objective``, its model built), seen from one process
+    of ``accelerator``.
 
     ``log`` holds the records of ``log.jsonl`` in the main process, those a resumed run kept included: the model
     card of each saved model quotes them."""
 
-    def __init__(self, path, accelerator, identity, overwrite=False, tracked=False):
-        self.path, self.accelerator = path, accelerator
-        # the data each process sees depends on their number: a checkpoint resumes only with the same count
-        self.identity = {**identity, "processes": accelerator.num_processes}
+    def __init__(self, args, objective, accelerator, tracked=False):
+        self.path, self.accelerator, overwrite = args.out, accelerator, args.overwrite
+        # the settings the model was actually loaded with; the data each process sees depends on their number: a
+        # checkpoint resumes only with the same count
+        self.identity = {**command_identity(args), "max_length": objective.max_length,
+                         "pooling": objective.encoder.pooling, "normalize": objective.encoder.normalize,
+                         "processes": accelerator.num_processes}
         self.overwrite = overwrite  # start afresh: what an earlier run wrote here is removed first
         self.tracked = tracked  # the accelerator has trackers: each log record goes to them too
         self.log = []
@@ -100,7 +180,7 @@ class RunFolder:
 
     def claim(self):
         """The folder is this run's: a new or empty folder, or one with RUN_FILE, locked for the run (a second run
-        on it is refused). A finished run (its manifest.json) is refused unless ``overwrite`` (``run.finished``
+        on it is refused). A finished run (its manifest.json) is refused unless ``overwrite`` (``finished``
         has told the same settings' rerun that it is done). Without checkpoints to resume from, or with
         ``overwrite``, what an earlier run wrote there is removed (a run killed before its first checkpoint leaves a
         log that would otherwise get its steps twice), and nothing else; with checkpoints, ``resume`` checks their
@@ -203,6 +283,22 @@ class RunFolder:
                 raise
             raise error from None
         acc.wait_for_everyone()
+
+    def check_finite(self, losses, step):
+        """Stop before a non-finite loss reaches the weights: one NaN gradient makes every weight NaN, and the
+        checkpoints already written hold the last good state. ``losses``: the micro-batch losses of optimizer step
+        ``step``, about to be taken, checked once per step (one host sync, not one per micro-batch)."""
+        import torch
+        losses = torch.stack(losses)
+        bad = (~torch.isfinite(losses)).any().float()
+        if self.accelerator.num_processes > 1:  # every process stops together
+            bad = self.accelerator.reduce(bad, reduction="sum")
+        if bad.item():
+            found = self.checkpoints()
+            kept = f"the last good checkpoint is {found[-1]}" if found else "no checkpoint was written"
+            local = losses[~torch.isfinite(losses)]
+            what = f"training loss {local[0].item()}" if len(local) else "the training loss of another process"
+            raise InputError(f"step {step}: {what}, not finite; stopped, the model not saved ({kept})")
 
     def has_checkpoint(self, step):
         return os.path.isdir(os.path.join(self.path, "checkpoints", f"step_{step}"))
