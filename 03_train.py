@@ -228,12 +228,31 @@ def train(args, script=__file__):
                                                   if isinstance(v, (int, float, str, bool))})
         validated = None
 
+        def finite(weights=False):
+            """Stop at a non-finite loss (or, before a save, non-finite weights), naming its step: the losses are
+            read here, at log records and saves only, so that no step waits for them; what a NaN reached is never
+            saved, and the checkpoints written so far hold the last good state."""
+            folder.check_finite(window, step, model if weights else None)
+
+        def log():
+            nonlocal window, logged
+            finite()
+            mean = acc.reduce(torch.stack([loss for _, loss in window]).mean(), reduction="mean").item()
+            folder.write_log({"step": step, "epoch": round(step / steps_per_epoch, 4), "loss": mean,
+                              **objective.log_metrics(acc), "lr": scheduler.get_last_lr()[0],
+                              "steps_per_s": (step - logged[0]) / (time.perf_counter() - logged[1])})
+            bar.set_postfix(loss=f"{mean:.4f}")
+            window, logged = [], (step, time.perf_counter())
+
         def save(name="model"):
+            finite(weights=True)
             unwrapped = acc.unwrap_model(model)
             folder.save_model(name, lambda path: objective.save(unwrapped, path, folder.identity, folder.log))
 
         def checkpoint():
-            folder.save_checkpoint({"step": step, "epoch": epoch, "batch_in_epoch": batch_in_epoch, "best": best},
+            finite(weights=True)
+            folder.save_checkpoint({"step": step, "epoch": epoch, "batch_in_epoch": batch_in_epoch, "best": best,
+                                    "window": folder.window_state(window), "log_window": objective.log_state()},
                                    args.keep)
 
         def validate():
@@ -242,6 +261,7 @@ def train(args, script=__file__):
             nonlocal validated, best
             if not len(objective.val_rows) or validated == step:
                 return
+            finite()
             validated = step
             model.eval()
             metrics = objective.validate(model, val_dl, acc)
@@ -260,8 +280,11 @@ def train(args, script=__file__):
         bar = tqdm(total=total_steps, initial=step, desc="train", unit=" steps", disable=not acc.is_main_process,
                    mininterval=1.0)
         model.train()
-        window, pending, started_window = [], [], time.perf_counter()
-        micro = step * args.grad_accum
+        # (step, loss) of each micro-batch since the last log record, the losses on the device; a resumed run's first
+        # record averages what the uninterrupted run's would (the checkpoint keeps them)
+        window = [(at, torch.tensor(loss, device=acc.device)) for at, loss in state.get("window", ())]
+        objective.restore_log_state(state.get("log_window", ()))
+        logged, micro = (step, time.perf_counter()), step * args.grad_accum
         try:
             while epoch < args.epochs and step < total_steps:
                 sampler.epoch = epoch
@@ -272,29 +295,18 @@ def train(args, script=__file__):
                     micro += 1
                     batch_in_epoch += 1
                     with acc.accumulate(model):
-                        loss = backward(acc, model, objective, batch)
-                        pending.append(loss)
-                        if acc.sync_gradients:
-                            folder.check_finite(pending, step + 1)  # before a NaN reaches the weights
-                            pending = []
-                            if args.clip > 0:
-                                acc.clip_grad_norm_(model.parameters(), args.clip)
+                        window.append((step + 1, backward(acc, model, objective, batch)))
+                        if acc.sync_gradients and args.clip > 0:
+                            acc.clip_grad_norm_(model.parameters(), args.clip)
                         optimizer.step()
                         scheduler.step()
                         optimizer.zero_grad()
-                    window.append(loss)
                     if not acc.sync_gradients:
                         continue
                     step += 1
                     bar.update(1)
                     if step % args.log_every == 0 or step == total_steps:
-                        mean = acc.reduce(torch.stack(window).mean(), reduction="mean").item()
-                        folder.write_log({"step": step, "epoch": round(step / steps_per_epoch, 4), "loss": mean,
-                                          **objective.log_metrics(acc), "lr": scheduler.get_last_lr()[0],
-                                          "steps_per_s": len(window) / args.grad_accum / (time.perf_counter()
-                                                                                          - started_window)})
-                        bar.set_postfix(loss=f"{mean:.4f}")
-                        window, started_window = [], time.perf_counter()
+                        log()
                     if args.eval_every and step % args.eval_every == 0:
                         validate()
                     if args.checkpoint_every and step % args.checkpoint_every == 0:

@@ -12,6 +12,20 @@ from torch import nn
 from common.models import sliding_window
 
 POOLINGS = ("cls", "mean")
+# Architectures that read a 4-D attention mask as it is. Given the 2-D padding mask, transformers first asks whether
+# the batch pads at all (``mask.all()``), a read of a device value that makes the host wait for a GPU before it can
+# queue the forward; the boolean mask it would build for SDPA, given instead, computes the same without that wait
+# (tests/test_sync.py; bit for bit on a CPU).
+MASK_AS_IS = ("bert", "roberta", "xlm-roberta", "camembert", "distilbert", "electra")
+
+
+def model_mask(transformer, attention_mask):
+    """The padding mask ``[B, L]`` as ``transformer`` should be given it: for SDPA on an architecture of
+    ``MASK_AS_IS``, the ``[B, 1, 1, L]`` boolean mask SDPA reads; else as it is."""
+    config = transformer.config
+    if config.model_type in MASK_AS_IS and config._attn_implementation in ("sdpa", "sdpa_cpu_dropout"):
+        return attention_mask[:, None, None, :].bool()
+    return attention_mask
 
 
 class Encoder(nn.Module):
@@ -60,15 +74,19 @@ class Encoder(nn.Module):
         if sliding_window.is_longformer(self.transformer):  # at the batch's own length, not a multiple of its window
             hidden = sliding_window.hidden_states(self.transformer, input_ids, attention_mask)
         else:
-            hidden = self.transformer(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            hidden = self.transformer(input_ids=input_ids,
+                                      attention_mask=model_mask(self.transformer, attention_mask)).last_hidden_state
         return self.pool(hidden, attention_mask)
 
     def embed_packed(self, input_ids, lengths):
-        """``embed``'s vectors of texts laid end to end in one row, without padding: ``input_ids`` ``[T]``,
-        ``lengths`` ``[n]`` summing to T. Needs an attention that reads variable-length sequences from their
-        cumulative lengths (flash attention on a GPU)."""
+        """``embed``'s vectors of texts laid end to end in one row, without padding: ``input_ids`` ``[T]`` on the
+        model's device, ``lengths`` ``[n]`` summing to T, on the host (the sizes are read there, not from the
+        device). Needs an attention that reads variable-length sequences from their cumulative lengths (flash
+        attention on a GPU)."""
         cu, positions = text_offsets(lengths)
-        flash_cu, longest = cu.to(torch.int32), int(lengths.max())
+        longest, device = int(lengths.max()), input_ids.device
+        cu, positions, lengths = (t.to(device, non_blocking=True) for t in (cu, positions, lengths))
+        flash_cu = cu.to(torch.int32)
         hidden = self.transformer(input_ids=input_ids[None], position_ids=positions[None], cu_seq_lens_q=flash_cu,
                                   cu_seq_lens_k=flash_cu, max_length_q=longest,
                                   max_length_k=longest).last_hidden_state[0]
@@ -91,7 +109,8 @@ def pool_packed(hidden, lengths, cu, pooling):
     text (summed in float32), as ``Encoder.pool``."""
     if pooling == "cls":
         return hidden[cu[:-1]].float()
-    segment = torch.repeat_interleave(torch.arange(len(lengths), device=hidden.device), lengths)
+    segment = torch.repeat_interleave(torch.arange(len(lengths), device=hidden.device), lengths,
+                                      output_size=hidden.shape[0])
     out = torch.zeros(len(lengths), hidden.shape[-1], dtype=torch.float32, device=hidden.device)
     return out.index_add(0, segment, hidden.float()) / lengths[:, None].float()
 

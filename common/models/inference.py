@@ -68,7 +68,7 @@ def embed(encoder, store, batch_size=64, batch_tokens=None, progress=None, rows=
         for idx in length_batches(store.lengths()[rows], batch_size, token_budget(batch_tokens, device.type)):
             if packed:
                 ids, lengths = store.packed(rows[idx])
-                vectors = encoder.embed_packed(ids.to(device), lengths.to(device))
+                vectors = encoder.embed_packed(ids.to(device), lengths)
             else:
                 ids, mask = store.pad(rows[idx])
                 with threads.batch(ids.numel()) if threads else contextlib.nullcontext():

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from common.io import InputError
-from common.models.encoder import Encoder
+from common.models.encoder import Encoder, model_mask
 
 IGNORE = -100  # the label of a position not to be predicted (transformers' convention, as masking.py writes it)
 
@@ -45,11 +45,12 @@ class MaskedLM(nn.Module):
     def forward(self, input_ids, attention_mask, labels, token_type_ids=None):
         """The model's ``Predictions`` at every position of the batch (``labels`` ``[B, L]``, ``IGNORE`` where
         nothing is masked): transformers' forward, as ``run_mlm_no_trainer.py`` runs it."""
+        mask = model_mask(self.mlm.base_model, attention_mask)
         if self.nsp:
-            out = self.mlm(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+            out = self.mlm(input_ids=input_ids, attention_mask=mask, token_type_ids=token_type_ids)
             logits, relationship = out.prediction_logits, out.seq_relationship_logits
         else:
-            logits, relationship = self.mlm(input_ids=input_ids, attention_mask=attention_mask).logits, None
+            logits, relationship = self.mlm(input_ids=input_ids, attention_mask=mask).logits, None
         rows = torch.arange(len(labels), device=labels.device).repeat_interleave(labels.shape[1])
         return Predictions(logits.flatten(0, 1), labels.flatten(), rows, relationship)
 

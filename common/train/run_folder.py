@@ -20,6 +20,7 @@ run resumes only from a checkpoint of its own. Only the main process writes; eve
 
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -128,9 +129,24 @@ def _read_state(path):
     with open(path, encoding="utf-8") as f:
         state = json.load(f)
     if not isinstance(state, dict) or not isinstance(state.get("identity"), dict) or not all(
-            isinstance(state.get(k), int) and state[k] >= 0 for k in ("step", "epoch", "batch_in_epoch", "log_lines")):
+            _count(state.get(k)) for k in ("step", "epoch", "batch_in_epoch", "log_lines")):
         raise ValueError(f"{STATE} lacks a field or holds a wrong value")
+    window, log_window = state.setdefault("window", []), state.setdefault("log_window", [])
+    if not isinstance(window, list) or not all(isinstance(pair, list) and len(pair) == 2 and _count(pair[0])
+                                               and _finite(pair[1]) for pair in window):
+        raise ValueError(f"{STATE}: its window is not a list of [step, finite loss] pairs")
+    if not isinstance(log_window, list) or not all(isinstance(row, list) and all(map(_finite, row))
+                                                   for row in log_window):
+        raise ValueError(f"{STATE}: its log_window is not a list of lists of finite numbers")
     return state
+
+
+def _count(value):
+    return type(value) is int and 0 <= value < 2 ** 62
+
+
+def _finite(value):
+    return type(value) in (int, float) and math.isfinite(value)
 
 
 def read_log(path, keep=None):
@@ -284,21 +300,43 @@ class RunFolder:
             raise error from None
         acc.wait_for_everyone()
 
-    def check_finite(self, losses, step):
-        """Stop before a non-finite loss reaches the weights: one NaN gradient makes every weight NaN, and the
-        checkpoints already written hold the last good state. ``losses``: the micro-batch losses of optimizer step
-        ``step``, about to be taken, checked once per step (one host sync, not one per micro-batch)."""
+    def check_finite(self, window, step, model=None):
+        """Stop at the first non-finite loss of ``window`` (``(step, loss)`` of each micro-batch since the last log
+        record, on the device), or where ``model`` is given at its non-finite weights after ``step``, in one line
+        naming the step and the last good checkpoint; one read of the device for it all. Every process stops
+        together."""
         import torch
-        losses = torch.stack(losses)
-        bad = (~torch.isfinite(losses)).any().float()
-        if self.accelerator.num_processes > 1:  # every process stops together
-            bad = self.accelerator.reduce(bad, reduction="sum")
-        if bad.item():
-            found = self.checkpoints()
-            kept = f"the last good checkpoint is {found[-1]}" if found else "no checkpoint was written"
-            local = losses[~torch.isfinite(losses)]
-            what = f"training loss {local[0].item()}" if len(local) else "the training loss of another process"
-            raise InputError(f"step {step}: {what}, not finite; stopped, the model not saved ({kept})")
+        losses = torch.stack([loss for _, loss in window]) if window else torch.zeros(0)
+        losses = losses.to(self.accelerator.device)
+        bad = (~torch.isfinite(losses)).to(torch.float32)
+        weights = torch.zeros((), device=losses.device)
+        if model is not None:
+            weights = torch.stack([(~torch.isfinite(p.detach())).any() for p in model.parameters()]).any().float()
+        flags = torch.cat([bad.max(0, keepdim=True).values if len(bad) else bad.new_zeros(1), weights[None]])
+        if self.accelerator.num_processes > 1:
+            flags = self.accelerator.reduce(flags, reduction="sum")
+        found = flags.tolist()
+        if not any(found):
+            return
+        kept = self.checkpoints()
+        kept = f"the last good checkpoint is {kept[-1]}" if kept else "no checkpoint was written"
+        local = [(at, value) for (at, _), value, wrong in zip(window, losses.tolist(), bad.tolist()) if wrong]
+        if local:
+            what = f"step {local[0][0]}: training loss {local[0][1]}, not finite"
+        elif found[0]:
+            what = f"step {window[0][0] if window else step}: the training loss of another process, not finite"
+        else:
+            what = f"step {step}: the weights are not finite (a learning rate or weight decay too large?)"
+        raise InputError(f"{what}; stopped, the model not saved ({kept})")
+
+    def window_state(self, window):
+        """``window`` as a checkpoint keeps it: ``[step, loss]`` of each micro-batch, each loss the mean over the
+        processes (read from the device: a checkpoint is a wait anyway)."""
+        if not window:
+            return []
+        import torch
+        losses = self.accelerator.reduce(torch.stack([loss for _, loss in window]), reduction="mean")
+        return [[at, value] for (at, _), value in zip(window, losses.tolist())]
 
     def has_checkpoint(self, step):
         return os.path.isdir(os.path.join(self.path, "checkpoints", f"step_{step}"))

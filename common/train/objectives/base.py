@@ -122,6 +122,14 @@ class Objective:
     def log_metrics(self, accelerator):
         return {}
 
+    def log_state(self):
+        """What ``log_metrics`` has gathered since the last record, as a checkpoint keeps it (lists of numbers), so
+        that a resumed run's first record is the uninterrupted run's; ``restore_log_state`` takes it back."""
+        return []
+
+    def restore_log_state(self, rows):
+        pass
+
     def validate(self, model, loader, accelerator):
         return {}
 

@@ -310,6 +310,12 @@ class MLMObjective(Objective):
                                          (out.relationship.detach().argmax(-1) == labels).float().mean()]))
         return masked_lm + next_sentence
 
+    def log_state(self):
+        return [row.tolist() for row in self._window]
+
+    def restore_log_state(self, rows):
+        self._window = [torch.tensor(row, device=self.accelerator.device) for row in rows]
+
     def log_metrics(self, accelerator):
         if not self._window:
             return {}
