@@ -97,6 +97,9 @@ def add_training_arguments(p, objective, argv):
                    help="also log every log.jsonl record to these experiment trackers through Accelerate, "
                         "comma-separated (tensorboard, wandb, mlflow, comet_ml, aim, clearml, dvclive, swanlab, "
                         "trackio; all: every one installed; none); local ones write under RUN/trackers")
+    p.add_argument("--loader-workers", type=cli.number(int, cli.between(0, 64)), default=2,
+                   help="on a GPU, processes that collate batches ahead of the step into pinned memory, copied "
+                        "without blocking (a CPU run collates in its own process: its cores train)")
     p.add_argument("--length-groups", type=cli.number(int, cli.between(1, 1024)), default=3,
                    help="pad a batch as this many length-sorted sub-batches (speed only: the loss is the same). "
                         "Training on a CPU packs a batch without padding instead for BERT, DistilBERT and ELECTRA "
@@ -110,23 +113,21 @@ def add_training_arguments(p, objective, argv):
     p.set_defaults(**objective.defaults_for(argv))
 
 
-def parse_args(argv, name=None):
-    """The training command line ``argv`` of the objective ``--objective`` names (or ``name``, 04's distill, which
-    has no such flag): checked whole, every flag against its limit and the flags that constrain each other
-    together, before torch is imported or a model loaded."""
+def parse_args(argv):
+    """The training command line ``argv`` of the objective ``--objective`` names: checked whole, every flag against
+    its limit and the flags that constrain each other together, before torch is imported or a model loaded."""
     first = argparse.ArgumentParser(add_help=False)
     names = objectives.names("03_train.py")
     first.add_argument("--objective", choices=names, default=names[0])
     first.add_argument("--data")
     known, _ = first.parse_known_args(argv)
-    name = name or known.objective
+    name = known.objective
     if known.data is not None and not any(a in ("-h", "--help") for a in argv):
         objectives.check_data(name, known.data)  # a bad data directory fails before the flags' own checks
     objective = objectives.get(name)
-    p = cli.parser(__doc__ if name in names else objective.paper)
-    if name in names:
-        p.add_argument("--objective", choices=names, default=names[0],
-                       help="training objective (--objective NAME --help lists its own flags and defaults)")
+    p = cli.parser(__doc__)
+    p.add_argument("--objective", choices=names, default=names[0],
+                   help="training objective (--objective NAME --help lists its own flags and defaults)")
     add_training_arguments(p, objective, argv)
     args = p.parse_args(argv)
     args.objective = name
@@ -146,11 +147,11 @@ def train(args, script=__file__):
     from transformers import get_scheduler
 
     from common.models import cpu
-    from common.models.precision import native_bf16
+    from common.models import precision
     from common.train import run_folder
     from common.train.distributed import any_process
     from common.train.optimization import parameter_groups, warmup_steps
-    from common.train.batches import BatchParts, BucketBatchSampler, EpochSampler
+    from common.train.batches import BatchParts, BucketBatchSampler, EpochSampler, ignore_sigterm
     done = run_folder.finished(args, script)
     if done is not None:
         if os.environ.get("RANK", "0") == "0":  # one line under accelerate launch, before Accelerate starts
@@ -164,8 +165,8 @@ def train(args, script=__file__):
     acc = Accelerator(gradient_accumulation_steps=args.grad_accum, log_with=log_with or None,
                       project_config=ProjectConfiguration(args.out, os.path.join(args.out, "trackers")))
     set_seed(args.seed)
-    acc.print(precision_line(acc))
-    if acc.device.type == "cpu" and acc.mixed_precision == "bf16" and not native_bf16():
+    acc.print(precision.training_line(acc))
+    if acc.device.type == "cpu" and acc.mixed_precision == "bf16" and not precision.native_bf16():
         acc.print("note: bf16 mixed precision on a CPU without native bfloat16 (avx512_bf16 or AMX) runs slower than "
                   "float32 (docs/benchmarks.md, \"bfloat16 on a CPU\")")
 
@@ -185,21 +186,25 @@ def train(args, script=__file__):
     with acc.main_process_first():
         objective.load_data()
     objective.card_facts()  # what the model card quotes is read and checked now, before any step
-    rows, pin = objective.train_rows, acc.device.type == "cuda"
+    rows, gpu = objective.train_rows, acc.device.type == "cuda"
     collate = BatchParts(objective, args.chunk_tokens) if args.chunk_tokens else objective.collate
-    if pin:  # batches collated into pinned memory and copied while the kernels queued before run
-        acc.dataloader_config.non_blocking = True
+    # on a GPU, batches are collated ahead by worker processes into pinned memory and copied while the kernels
+    # queued before run; the same batches (each example's randomness is its own), in the same order
+    ahead = {"pin_memory": gpu, "num_workers": args.loader_workers if gpu else 0}
+    if ahead["num_workers"]:
+        ahead["worker_init_fn"] = ignore_sigterm
+    acc.dataloader_config.non_blocking = gpu
     if args.length_buckets:
         sampler = BucketBatchSampler(objective.train_lengths(), args.batch_size, args.length_buckets, args.seed,
                                      args.drop_last)
-        train_dl = DataLoader(rows, batch_sampler=sampler, collate_fn=collate, pin_memory=pin)
+        train_dl = DataLoader(rows, batch_sampler=sampler, collate_fn=collate, **ahead)
     else:
         sampler = EpochSampler(len(rows), args.seed)
         train_dl = DataLoader(rows, batch_size=args.batch_size, sampler=sampler, drop_last=args.drop_last,
-                              collate_fn=collate, pin_memory=pin)
+                              collate_fn=collate, **ahead)
     if not len(train_dl):
         raise InputError(f"{len(rows)} training rows make no full batch of {args.batch_size}")
-    val_dl = DataLoader(objective.val_rows, batch_size=args.batch_size, collate_fn=objective.collate, pin_memory=pin)
+    val_dl = DataLoader(objective.val_rows, batch_size=args.batch_size, collate_fn=objective.collate, pin_memory=gpu)
 
     # the optimizer (the fused kernel updates every parameter in one pass) and the schedule, its step counts taken
     # after prepare: on several processes each dataloader yields fewer batches
@@ -374,20 +379,6 @@ def backward(accelerator, model, objective, batch):
             accelerator.backward(loss)
         total = total + loss.detach()
     return total
-
-
-def precision_line(accelerator):
-    """The precision a run trains under, as Accelerate resolved it (``accelerate launch --mixed_precision``,
-    ``accelerate config`` or ACCELERATE_MIXED_PRECISION), and the device: one line for the log's start."""
-    import torch
-    device = accelerator.device
-    where = f"{device}" + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "")
-    mode = accelerator.mixed_precision
-    if mode == "no":
-        return f"precision: fp32 on {where}"
-    scaling = ", dynamic loss scaling" if mode == "fp16" else ""
-    return (f"precision: {mode} mixed precision on {where} (autocast{scaling}; weights, optimizer state, pooled "
-            "vectors and losses in float32)")
 
 
 def train_runs(args, script=__file__):

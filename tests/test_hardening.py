@@ -283,7 +283,8 @@ def test_a_projection_larger_than_the_machine_is_refused_before_it_is_allocated(
 SPEED_PROBES = {"checkpoint_every": ["--checkpoint-every", "1"], "keep": ["--keep", "1", "--checkpoint-every", "1"],
                 "log_every": ["--log-every", "2"], "length_groups": ["--length-groups", "1"],
                 "gradient_checkpointing": ["--gradient-checkpointing"], "save_epochs": ["--save-epochs"],
-                "report_to": None}  # needs a tracker installed; it only copies log.jsonl's records
+                "report_to": None,  # needs a tracker installed; it only copies log.jsonl's records
+                "loader_workers": None}  # a GPU's: tests/test_loop.py collates with workers and without
 
 
 def test_every_setting_left_out_of_the_resume_identity_leaves_the_trained_weights_unchanged(tmp_path, tiny_data,

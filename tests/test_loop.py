@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from conftest import ROOT, read_jsonl, script_main, train_in_process, unfinish
+from conftest import ROOT, read_jsonl, script_main, script_module, train_in_process, unfinish
 
 WAITS = {"_local_scalar_dense", "is_nonzero", "nonzero", "argwhere", "masked_select", "equal", "allclose",
          "_unique2", "unique_dim", "unique_consecutive", "bincount"}
@@ -223,3 +223,48 @@ def test_weights_or_a_loss_that_are_not_finite_are_never_saved(flags, expected, 
     for checkpoint in (out / "checkpoints").glob("step_*"):
         from safetensors.torch import load_file
         assert all(torch.isfinite(t).all() for t in load_file(checkpoint / "model.safetensors").values())
+
+
+@pytest.mark.parametrize("objective", ["triplet", "contrastive", "mlm", "mnrl", "distill"])
+def test_batches_collated_by_worker_processes_are_those_of_the_training_process(objective, tmp_path, tiny_data,
+                                                                               tiny_model):
+    """What a GPU run's ``--loader-workers`` do: every batch of two epochs, collated in two worker processes, is the
+    batch the training process collates itself (each example's randomness is its own: (seed, epoch, example))."""
+    from torch.utils.data import DataLoader
+    from common.train import objectives
+    from common.train.batches import EpochSampler
+    argv = [str(a) for a in _objective_run(objective, tmp_path, tiny_data, tiny_model)]
+    training = script_module("03_train.py")
+    if objective == "distill":  # 04_distill.py train's command line
+        from common import cli
+        parser = cli.parser("")
+        training.add_training_arguments(parser, objectives.get("distill"), argv)
+        args = parser.parse_args(argv[1:])
+        args.objective = "distill"
+    else:
+        args = training.parse_args(argv)
+    made = objectives.get(args.objective)(args, None)
+    made.build()
+    made.load_data()
+    batches = {}
+    for workers in (0, 2):
+        sampler = EpochSampler(len(made.train_rows), args.seed)
+        loader = DataLoader(made.train_rows, batch_size=args.batch_size, sampler=sampler, collate_fn=made.collate,
+                            num_workers=workers)
+        found = []
+        for epoch in (0, 1):
+            sampler.epoch = epoch
+            made.set_epoch(epoch)
+            found += list(loader)
+        batches[workers] = found
+    assert len(batches[0]) == len(batches[2]) > 2
+
+    def same(a, b):
+        if torch.is_tensor(a):
+            return torch.equal(a, b)
+        if isinstance(a, dict):
+            return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+        if isinstance(a, (list, tuple)):
+            return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        return a == b
+    assert all(same(a, b) for a, b in zip(batches[0], batches[2]))

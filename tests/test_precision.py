@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import run_script, script_module
+from conftest import run_script
 from common.train import losses
 from common.distill.softcca import SoftCCA
 from common.distill.structural import structural_loss
@@ -124,7 +124,7 @@ def test_a_half_precision_model_pools_float32_vectors(tiny_model):
              "pooled vectors and losses in float32)"),
 ])
 def test_the_precision_line_names_what_accelerate_resolved(mode, expected):
-    precision_line = script_module("03_train.py").precision_line
+    from common.models.precision import training_line as precision_line
     assert precision_line(SimpleNamespace(device=torch.device("cpu"), mixed_precision=mode)) == expected
 
 

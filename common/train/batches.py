@@ -1,6 +1,8 @@
 """How the training rows become batches: drawn in a permutation from (seed, epoch), the same in every process and on
 resume, optionally in batches of similar token length; and a batch cut into parts (``--chunk-tokens``)."""
 
+import signal
+
 import numpy as np
 from torch.utils.data import Sampler
 
@@ -61,3 +63,9 @@ class BatchParts:
             return self.objective.collate(rows)
         parts = np.array_split(rows, count)
         return {"parts": [self.objective.collate(p) for p in parts], "sizes": [len(p) for p in parts]}
+
+
+def ignore_sigterm(worker):
+    """A data-loader worker lives on through SIGTERM (Slurm sends it to every process of the job), so that the loop,
+    which checkpoints on it, is not stopped first by a worker's death."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)

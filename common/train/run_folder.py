@@ -39,7 +39,7 @@ RESULT_ARGS = ("model", "max_length", "pooling", "normalize", "lr", "weight_deca
 # flags that change only speed, memory or logging: tests/test_hardening.py trains with each changed and checks that
 # the weights stay the same (--chunk-tokens does not: its parts draw other dropout masks)
 SPEED_ARGS = ("checkpoint_every", "keep", "log_every", "length_groups", "gradient_checkpointing", "report_to",
-              "save_epochs")
+              "save_epochs", "loader_workers")
 
 
 def data_fingerprint(name, data_dir):
