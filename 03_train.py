@@ -217,6 +217,13 @@ def train(args, script=__file__):
     scheduler = acc.prepare(get_scheduler(args.schedule, optimizer, num_warmup_steps=warmup * acc.num_processes,
                                           num_training_steps=total_steps * acc.num_processes))
 
+    def seed_dropout(seed):
+        """Seed the generators dropout draws from: the host's and this GPU's (torch.manual_seed also queues a seed
+        for every other kind of device, at a quarter of a millisecond, where a tiny model's step takes a few)."""
+        torch.default_generator.manual_seed(seed)
+        if acc.device.type == "cuda":
+            torch.cuda.manual_seed(seed)
+
     # the run folder: claimed and locked, resumed from its newest checkpoint of the same settings
     folder = run_folder.RunFolder(args, objective, acc, tracked=bool(log_with))
     try:  # locked until the manifest is written
@@ -296,7 +303,7 @@ def train(args, script=__file__):
                 objective.set_epoch(epoch)
                 for batch in acc.skip_first_batches(train_dl, batch_in_epoch) if batch_in_epoch else train_dl:
                     # dropout noise from (seed, micro-step, process): a resumed run draws the masks it would have
-                    torch.manual_seed((args.seed * 1_000_003 + micro) * acc.num_processes + acc.process_index)
+                    seed_dropout((args.seed * 1_000_003 + micro) * acc.num_processes + acc.process_index)
                     micro += 1
                     batch_in_epoch += 1
                     with acc.accumulate(model):
