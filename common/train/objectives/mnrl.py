@@ -105,6 +105,8 @@ class MNRLObjective(Objective):
         queries, doc_rows = [], []
         path = os.path.join(data_dir, "pairs.train.jsonl")
         for lineno, obj in read_jsonl(path, required=("query", "doc")):
+            if type(obj["query"]) is not str or type(obj["doc"]) is not str:
+                raise InputError(f"{path}:{lineno}: fields 'query' and 'doc' must be strings")
             if obj["doc"] not in docs.index:
                 raise InputError(f"{path}:{lineno}: document {obj['doc']!r} is not in docs.jsonl")
             queries.append(obj["query"])
