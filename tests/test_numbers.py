@@ -73,6 +73,13 @@ def test_a_line_limit_past_the_machines_memory_is_refused_as_the_line_is_read(co
         f"error: argument --max-line-mb: {size}: must be between 1 and {physical_memory() >> 20:,}")
 
 
+@pytest.mark.parametrize("flag, value, bound", [("--per-query", "1073741824", "between 1 and 1,024"),
+                                               ("--hard", "1025", "between 0 and 1,024")])
+def test_triplets_per_query_have_a_bound_a_chunk_of_queries_can_hold(flag, value, bound, tmp_path):
+    assert script_error("02_build_graph.py", "--articles", tmp_path / "a.jsonl", "--out", tmp_path / "out", flag,
+                        value) == f"error: argument {flag}: {value}: must be {bound}"
+
+
 MLM = ["--objective", "mlm", "--max-steps", "1", "--eval-every", "0", "--checkpoint-every", "0"]
 
 
