@@ -300,6 +300,51 @@ def manifest(data, work):
             reader()
 
 
+# what a user keeps in an output folder, and a file beside it: neither may be removed unless a manifest names it
+_USER_FILES = {"out/notes.txt": b"mine", "out/sub/mine.txt": b"mine", "out/pv/notes.txt": b"mine",
+               "outside.txt": b"outside", "out/a.txt": b"old", "out/pv/x.bin": b"old"}
+
+
+def _named(data):
+    """Every string a manifest's ``files``, ``sha256`` and ``replacing`` name: what a rerun may remove, at most."""
+    try:
+        manifest = json.loads(data)
+    except (ValueError, RecursionError):
+        return set()
+    if not isinstance(manifest, dict):
+        return set()
+    found = set()
+    for key in ("files", "sha256", "replacing"):
+        value = manifest.get(key)
+        if isinstance(value, (list, dict)):
+            found |= {n for n in value if isinstance(n, str)}
+    return found
+
+
+def manifest_files(data, work):
+    """A manifest.json in an output folder that a run with ``--overwrite`` replaces: whatever its ``files``,
+    ``sha256`` and ``replacing`` name, the run removes no file they do not name exactly (a user's file in the folder
+    or in a folder a run wrote, a file outside), and its own new file is in place after it."""
+    from argparse import Namespace
+
+    from common.folders import Outputs
+    for name, content in _USER_FILES.items():
+        _write(work, name, content)
+    _write(work, "out/manifest.json", data)
+    with Outputs(os.path.join(work, "out"), "01_extract.py", overwrite=True) as outputs:
+        with outputs.open("new.txt") as f:
+            f.write("new")
+        outputs.finish(Namespace(out="out"))
+    named = _named(data)
+    for name, content in _USER_FILES.items():
+        path = os.path.join(work, name)
+        if name[len("out/"):] not in named and not (os.path.isfile(path) and open(path, "rb").read() == content):
+            raise Defect(f"manifest_files: {name} removed or changed, though the manifest does not name it")
+    with open(os.path.join(work, "out", "new.txt"), encoding="utf-8") as f:
+        if f.read() != "new":
+            raise Defect("manifest_files: the new output is not in place")
+
+
 def teacher_ids(data, work):
     """TEACH/pv.ids.txt and lengths.ids.txt against docs.jsonl's ids."""
     from common.distill.teachers import read_lengths, read_vectors
@@ -440,7 +485,8 @@ def projection(data, work):
 
 
 TARGETS = {f.__name__: f for f in (dump, dump_bz2, wikitext, arxiv, dictd, rst, folder, csv, sentences, articles,
-                                   splits, triplets, pairs, qrels, topics, queries, log, manifest, teacher_ids, npy,
+                                   splits, triplets, pairs, qrels, topics, queries, log, manifest, manifest_files,
+                                   teacher_ids, npy,
                                    safetensors_header, card_front_matter, training_flags, name_values, projection)}
 
 
