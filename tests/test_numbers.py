@@ -73,6 +73,30 @@ def test_a_line_limit_past_the_machines_memory_is_refused_as_the_line_is_read(co
         f"error: argument --max-line-mb: {size}: must be between 1 and {physical_memory() >> 20:,}")
 
 
+@pytest.mark.parametrize("argv, error", [
+    (["03_train.py", "--objective", "bad", "--data", "x"], "error: argument --objective: invalid choice: 'bad' "
+                                                          "(choose from 'triplet', 'contrastive', 'cosine', 'mlm', "
+                                                          "'mnrl')"),
+    (["04_distill.py", "train", "--data", "x", "--preset", "bad"], "error: argument --preset: invalid choice: 'bad' "
+                                                                   "(choose from 'cosine-masked', 'mse-contextual', "
+                                                                   "'only-mse')"),
+    (["04_distill.py", "teachers", "--pv-preset", "bad"], "error: argument --pv-preset: invalid choice: 'bad' "
+                                                          "(choose from 'dm-100d', 'dbow-1024d', 'pv-2048d')")])
+def test_a_bad_choice_read_before_the_full_command_line_is_one_line(argv, error):
+    assert script_error(*argv) == error
+
+
+def test_04_teachers_reads_pv_as_itself_not_as_short_for_pv_preset(tmp_path):
+    module = script_module("04_distill.py")
+    from common import cli
+    argv = ["teachers", "--data", str(tmp_path), "--out", str(tmp_path / "t"), "--pv", "dbow", "--pv-vector-size", "8"]
+    parser = cli.parser("")
+    sub = parser.add_subparsers(dest="command")
+    module.commands(argv)["teachers"][1](sub.add_parser("teachers"))
+    args = parser.parse_args(argv)
+    assert (args.pv, args.pv_preset, args.pv_vector_size) == ("dbow", "dm-100d", 8)
+
+
 @pytest.mark.parametrize("flag, value, bound", [("--per-query", "1073741824", "between 1 and 1,024"),
                                                ("--hard", "1025", "between 0 and 1,024")])
 def test_triplets_per_query_have_a_bound_a_chunk_of_queries_can_hold(flag, value, bound, tmp_path):
