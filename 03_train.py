@@ -114,7 +114,7 @@ def parse_args(argv, name=None):
     """The training command line ``argv`` of the objective ``--objective`` names (or ``name``, 04's distill, which
     has no such flag): checked whole, every flag against its limit and the flags that constrain each other
     together, before torch is imported or a model loaded."""
-    first = argparse.ArgumentParser(add_help=False)
+    first = cli.Parser(add_help=False)
     names = objectives.names("03_train.py")
     first.add_argument("--objective", choices=names, default=names[0])
     first.add_argument("--data")

@@ -121,7 +121,7 @@ class MLMObjective(Objective):
         """The parser's defaults; with ``--whole-word-mask`` every token of a chosen word becomes ``[MASK]``, and
         the shares say so (1 and 0), so that ``--help`` and the card show what runs."""
         found = super().defaults_for(argv)
-        first = argparse.ArgumentParser(add_help=False)
+        first = cli.Parser(add_help=False)
         first.add_argument("--whole-word-mask", action="store_true")
         if first.parse_known_args(argv)[0].whole_word_mask:
             found.update(mask_replace_prob=1.0, random_replace_prob=0.0)
