@@ -53,7 +53,10 @@ WIDTH = between(1, 1 << 16)
 LENGTH = between(1, 1 << 17)
 COUNT = between(1, 1 << 30)
 COUNT_0 = between(0, 1 << 30)
-WORKERS = between(0, 1024)
+# processes or threads beside the main one: 64, or one a CPU of a larger machine (more only wait, and a thousand
+# threads may not even start: "can't start new thread" under a 6 GB address-space limit)
+WORKERS_MAX = max(64, os.cpu_count() or 1)
+WORKERS = between(0, WORKERS_MAX)
 
 
 def physical_memory():

@@ -97,6 +97,14 @@ def test_04_teachers_reads_pv_as_itself_not_as_short_for_pv_preset(tmp_path):
     assert (args.pv, args.pv_preset, args.pv_vector_size) == ("dbow", "dm-100d", 8)
 
 
+@pytest.mark.parametrize("argv", [["01_extract.py", "wiki", "--workers", "1024"],
+                                  ["04_distill.py", "teachers", "--pv-workers", "1024"]])
+def test_workers_have_a_bound_the_machine_can_start(argv):
+    low = 1 if "--pv-workers" in argv else 0
+    assert script_error(*argv) == (f"error: argument {argv[-2]}: 1024: must be between {low} and "
+                                   f"{max(64, os.cpu_count()):,}")
+
+
 @pytest.mark.parametrize("flag, value, bound", [("--per-query", "1073741824", "between 1 and 1,024"),
                                                ("--hard", "1025", "between 0 and 1,024")])
 def test_triplets_per_query_have_a_bound_a_chunk_of_queries_can_hold(flag, value, bound, tmp_path):
