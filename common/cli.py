@@ -41,6 +41,11 @@ OPEN_SHARE = ("a share strictly between 0 and 1", lambda v: 0 < v < 1)
 POSITIVE = ("a positive number", lambda v: 0 < v < float("inf"))
 SEED = ("between 0 and 2**32 - 1 (NumPy's seed range)", lambda v: 0 <= v < 2 ** 32)
 NON_NEGATIVE = ("a finite number of at least 0", lambda v: 0 <= v < float("inf"))
+# a constant of a loss (a margin, a scale, a weight): a number the loss's arithmetic holds in every precision a run
+# trains in, so that it stays finite there (half precision's largest is 65,504; 1e300 was inf in float32)
+HALF_MAX = 65504
+LOSS_CONSTANT = (f"a number from 0 to {HALF_MAX:,} (half precision's largest)", lambda v: 0 <= v <= HALF_MAX)
+LOSS_SCALE = (f"a positive number of at most {HALF_MAX:,} (half precision's largest)", lambda v: 0 < v <= HALF_MAX)
 
 
 def between(low, high):

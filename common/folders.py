@@ -129,8 +129,8 @@ def written_name(name):
     hidden like the project's private folders and locks, no separator or NUL). What a manifest lists is input
     like any other: a name that fails this is never removed."""
     return isinstance(name, str) and 0 < len(name) <= 4096 and all(
-        part and part[0] != "." and "\\" not in part and "\0" not in part and len(part.encode("utf-8", "replace")) <= 255
-        for part in name.split("/"))
+        part and part[0] != "." and "\\" not in part and "\0" not in part
+        and len(part.encode("utf-8", "replace")) <= 255 for part in name.split("/"))
 
 
 def inside(directory, name):

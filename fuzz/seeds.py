@@ -100,9 +100,9 @@ def seeds():
     previous = {"script": "01_extract.py", "args": {"out": "out"}, "files": ["a.txt", "pv"],
                 "sha256": {"a.txt": "00", "pv/x.bin": "00"}}
     yield "manifest_files", "previous.json", json.dumps(previous).encode()
-    yield "manifest_files", "hostile.json", json.dumps({**previous, "files": [".", "..", "sub", "pv", "../outside.txt",
-                                                                              "/tmp", "notes.txt/.."],
-                                                        "sha256": {"pv/notes.txt/..": "0", "sub/mine.txt/": "0"}}).encode()
+    hostile = {**previous, "files": [".", "..", "sub", "pv", "../outside.txt", "/tmp", "notes.txt/.."],
+               "sha256": {"pv/notes.txt/..": "0", "sub/mine.txt/": "0"}}
+    yield "manifest_files", "hostile.json", json.dumps(hostile).encode()
     yield "manifest_files", "committing.json", json.dumps({**previous, "state": "committing",
                                                            "replacing": [".", "a.txt", "pv/x.bin", "sub"]}).encode()
     yield "teacher_ids", "ids.txt", "".join(d["id"] + "\n" for d in DOCS).encode()

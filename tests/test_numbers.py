@@ -112,6 +112,25 @@ def test_triplets_per_query_have_a_bound_a_chunk_of_queries_can_hold(flag, value
                         value) == f"error: argument {flag}: {value}: must be {bound}"
 
 
+@pytest.mark.parametrize("objective, flag, value", [("mnrl", "--scale", "1e300"), ("mnrl", "--scale", "65505"),
+                                                    ("triplet", "--margin", "1e39"), ("contrastive", "--margin", "1e6"),
+                                                    ("distill", "--gamma", "1e300"), ("distill", "--delta", "70000")])
+def test_a_loss_constant_past_half_precisions_range_is_refused_as_the_line_is_read(objective, flag, value, tmp_path):
+    data = tmp_path / "data"  # the files each objective needs, so that the flags are what is checked
+    data.mkdir()
+    for name in ("docs.jsonl", "triplets.train.jsonl", "pairs.train.jsonl", "keysent.train.jsonl"):
+        (data / name).write_text("")
+    low = "a positive number of at most" if flag == "--scale" else "a number from 0 to"
+    argv = (["04_distill.py", "train", "--teachers", tmp_path] if objective == "distill" else
+            ["03_train.py", "--objective", objective])
+    assert script_error(*argv, "--data", data, "--model", "m", "--out", tmp_path / "run", flag, value) == (
+        f"error: argument {flag}: {value}: must be {low} 65,504 (half precision's largest)")
+    if objective != "distill":
+        args = script_module("03_train.py").parse_args(["--objective", objective, "--data", str(data), "--model",
+                                                        "m", "--out", str(tmp_path / "run"), flag, "65504"])
+        assert getattr(args, flag[2:]) == 65504
+
+
 MLM = ["--objective", "mlm", "--max-steps", "1", "--eval-every", "0", "--checkpoint-every", "0"]
 
 
@@ -160,11 +179,11 @@ def test_nsp_with_a_model_too_short_for_a_pair_is_one_line_before_any_step(tmp_p
 
 # -- numbers in files: one strict reading ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("text, why", [("NaN", "NaN is not a JSON number"), ("[Infinity]", "Infinity is not a JSON "
-                                                                                          "number"),
-                                      ('{"a": -Infinity}', "-Infinity is not a JSON number"),
-                                      ("1e400", "number 1e400 is not finite"), ("-2e308", "number -2e308 is not finite"),
-                                      ("1" * 65, "a number of 65 digits"), ("-" + "9" * 300, "a number of 300 digits")])
+@pytest.mark.parametrize("text, why", [
+    ("NaN", "NaN is not a JSON number"), ("[Infinity]", "Infinity is not a JSON number"),
+    ('{"a": -Infinity}', "-Infinity is not a JSON number"), ("1e400", "number 1e400 is not finite"),
+    ("-2e308", "number -2e308 is not finite"), ("1" * 65, "a number of 65 digits"),
+    ("-" + "9" * 300, "a number of 300 digits")])
 def test_json_text_with_a_number_that_is_not_finite_or_hundreds_of_digits_long_is_refused(text, why, tmp_path):
     with pytest.raises(ValueError) as e:
         io.loads(text)
@@ -357,15 +376,17 @@ def test_teacher_vectors_past_float32s_range_are_one_line_naming_the_row(tmp_pat
     assert read_vectors(str(tmp_path), "sbert", ids).dtype == np.float32
 
 
-@pytest.mark.parametrize("lengths", [np.array([3, 1 << 40]), np.array([3, -1]), np.array([True, False]),
-                                     np.array([3.0, 4.0])])
-def test_teacher_lengths_that_are_not_token_counts_are_one_line(lengths, tmp_path):
+@pytest.mark.parametrize("lengths, why", [
+    (np.array([3, 1 << 40]), "row 1 (document 'b') counts 1,099,511,627,776 tokens, more than 2,147,483,647"),
+    (np.array([3, -1]), "expected one non-negative token count per document, got int64 [2]"),
+    (np.array([True, False]), "expected one non-negative token count per document, got bool [2]"),
+    (np.array([3.0, 4.0]), "expected one non-negative token count per document, got float64 [2]")])
+def test_teacher_lengths_that_are_not_token_counts_are_one_line(lengths, why, tmp_path):
     from common.distill.teachers import read_lengths
     ids = _teachers(tmp_path, lengths=lengths)
     with pytest.raises(InputError) as e:
         read_lengths(str(tmp_path), ids)
-    assert str(e.value).startswith(f"{tmp_path / 'lengths.npy'}: expected one token count from 0 to 2,147,483,647 "
-                                   "per document, got ")
+    assert str(e.value) == f"{tmp_path / 'lengths.npy'}: {why}"
 
 
 @pytest.mark.parametrize("counts, why", [({"documents": "60"}, "'60' is not a JSON number"),

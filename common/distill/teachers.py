@@ -44,12 +44,14 @@ def read_vectors(directory, name, ids, chunk=65_536):
 def read_lengths(directory, ids):
     """Structural-teacher token counts: a non-negative integer ``[N]`` array."""
     array = np.asarray(read_rows(directory, LENGTHS, ids))
-    if array.ndim != 1 or not np.issubdtype(array.dtype, np.integer) or (array < 0).any() or \
-            (len(array) and array.max() > MAX_TOKENS):
-        raise InputError(f"{os.path.join(directory, LENGTHS + '.npy')}: expected one token count from 0 to "
-                         f"{MAX_TOKENS:,} per document, got {array.dtype} {list(array.shape)}"
-                         + (f" from {array.min()} to {array.max()}" if array.ndim == 1 and len(array) and
-                            np.issubdtype(array.dtype, np.integer) else ""))
+    path = os.path.join(directory, LENGTHS + '.npy')
+    if array.ndim != 1 or not np.issubdtype(array.dtype, np.integer) or (array < 0).any():
+        raise InputError(f"{path}: expected one non-negative token count per document, got {array.dtype} "
+                         f"{list(array.shape)}")
+    if len(array) and array.max() > MAX_TOKENS:
+        row = int(array.argmax())
+        raise InputError(f"{path}: row {row} (document {ids[row]!r}) counts {array[row]:,} tokens, more than "
+                         f"{MAX_TOKENS:,}")
     return array
 
 

@@ -79,7 +79,7 @@ class MNRLObjective(Objective):
 
     @classmethod
     def add_arguments(cls, parser):
-        parser.add_argument("--scale", type=cli.number(float, cli.POSITIVE), default=20.0,
+        parser.add_argument("--scale", type=cli.number(float, cli.LOSS_SCALE), default=20.0,
                             help="logit scale on cosine = 1 / temperature (sentence-transformers: 20, τ 0.05)")
         parser.add_argument("--symmetric", action="store_true",
                             help="add the document → query direction and average the two cross-entropies "
