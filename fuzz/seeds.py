@@ -103,6 +103,7 @@ def seeds():
     hostile = {**previous, "files": [".", "..", "sub", "pv", "../outside.txt", "/tmp", "notes.txt/.."],
                "sha256": {"pv/notes.txt/..": "0", "sub/mine.txt/": "0"}}
     yield "manifest_files", "hostile.json", json.dumps(hostile).encode()
+    yield "manifest_files", "files.json", json.dumps([".", "a.txt", "pv", "pv/x.bin", "pv/notes.txt/.."]).encode()
     yield "manifest_files", "committing.json", json.dumps({**previous, "state": "committing",
                                                            "replacing": [".", "a.txt", "pv/x.bin", "sub"]}).encode()
     yield "teacher_ids", "ids.txt", "".join(d["id"] + "\n" for d in DOCS).encode()

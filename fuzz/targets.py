@@ -305,14 +305,8 @@ _USER_FILES = {"out/notes.txt": b"mine", "out/sub/mine.txt": b"mine", "out/pv/no
                "outside.txt": b"outside", "out/a.txt": b"old", "out/pv/x.bin": b"old"}
 
 
-def _named(data):
+def _named(manifest):
     """Every string a manifest's ``files``, ``sha256`` and ``replacing`` name: what a rerun may remove, at most."""
-    try:
-        manifest = json.loads(data)
-    except (ValueError, RecursionError):
-        return set()
-    if not isinstance(manifest, dict):
-        return set()
     found = set()
     for key in ("files", "sha256", "replacing"):
         value = manifest.get(key)
@@ -324,18 +318,29 @@ def _named(data):
 def manifest_files(data, work):
     """A manifest.json in an output folder that a run with ``--overwrite`` replaces: whatever its ``files``,
     ``sha256`` and ``replacing`` name, the run removes no file they do not name exactly (a user's file in the folder
-    or in a folder a run wrote, a file outside), and its own new file is in place after it."""
+    or in a folder a run wrote, a file outside), and its own new file is in place after it. The input is the
+    manifest, or (a JSON list) its ``files``; its ``script`` is the run's, so that the run reads its names."""
     from argparse import Namespace
 
     from common.folders import Outputs
+    try:
+        value = json.loads(data)
+    except (ValueError, RecursionError):
+        value = None
+    manifest = {"files": value} if isinstance(value, list) else value if isinstance(value, dict) else None
     for name, content in _USER_FILES.items():
         _write(work, name, content)
-    _write(work, "out/manifest.json", data)
+    if manifest is None:
+        _write(work, "out/manifest.json", data)
+        manifest = {}
+    else:
+        manifest = {**manifest, "script": "01_extract.py"}
+        _write(work, "out/manifest.json", json.dumps(manifest).encode())
     with Outputs(os.path.join(work, "out"), "01_extract.py", overwrite=True) as outputs:
         with outputs.open("new.txt") as f:
             f.write("new")
         outputs.finish(Namespace(out="out"))
-    named = _named(data)
+    named = _named(manifest)
     for name, content in _USER_FILES.items():
         path = os.path.join(work, name)
         if name[len("out/"):] not in named and not (os.path.isfile(path) and open(path, "rb").read() == content):
