@@ -83,6 +83,16 @@ def remove_entry(path):
 
 
 STAGING = ".staging-"  # the prefix of a private folder a run writes its files in before they are moved into place
+# a folder inside an output folder where a run that replaces a finished one writes until it is moved into place
+# (a training run with --overwrite: run_folder.NEXT)
+REPLACING = ".next-run"
+
+
+def final_path(path):
+    """``path`` as it will be once a run that replaces a finished one is moved into place (``REPLACING`` left out):
+    what a file written there (a model card) names."""
+    parts = os.path.normpath(path).split(os.sep)
+    return os.sep.join(p for p in parts if p != REPLACING) or path
 # what follows the prefix: mkdtemp's random tail (a test's hand-made one may hold capitals); never a '.' or '-', so
 # that the private folders of one output (``.staging-TAIL``, ``.staging-FILE-TAIL``) are never another's
 _TAIL = "[A-Za-z0-9_]+"

@@ -103,6 +103,8 @@ def test_overwrite_replaces_the_finished_runs_files_by_name_and_keeps_a_users(fi
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["identity"]["lr"] == 1e-3 and not [n for n in manifest["files"] if n.startswith("checkpoints")]
     assert manifest["files"] == [n for n in run_folder.run_files(run) if n != "model/notes.txt"]
+    card = (run / "model" / "README.md").read_text()  # written in .next-run, it names where the model is
+    assert run_folder.NEXT not in card and repr(str(run / "model")) in card and "# run/model:" in card
 
 
 def test_a_replacement_killed_while_moving_into_place_is_moved_by_the_next_command(finished, monkeypatch, capsys):

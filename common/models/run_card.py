@@ -166,7 +166,10 @@ def run_facts(objective, script):
 def model_card(objective, model, path, identity, log, facts):
     """The model card of ``path`` (RUN/model, RUN/epoch_K): the method, the run's settings (``identity``, as the
     run folder records it), the steps and validations of ``log`` (the run's records up to this model: the last is
-    this model's step), and ``facts`` (``run_facts``)."""
+    this model's step), and ``facts`` (``run_facts``). A model of a run that replaces a finished one is named where
+    it will be (``folders.final_path``), not in ``RUN/.next-run`` where it is written."""
+    from common import folders
+    path = folders.final_path(path)
     last = log[-1] if log else {"step": 0, "epoch": 0}
     validation = [r for r in log if "lr" not in r]
     chosen = next((r for r in validation if r["step"] == last["step"]), None)

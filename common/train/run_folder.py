@@ -123,7 +123,7 @@ RUN_FILE = "run.json"
 WRITTEN = ("model", "checkpoints", "log.jsonl", "curves.png", "trackers", "manifest.json")
 EPOCH_MODEL = re.compile(r"epoch_\d+")  # --save-epochs: the model at the end of epoch K
 STEP = re.compile(r"step_\d+")  # a checkpoint in RUN/checkpoints
-NEXT = ".next-run"  # where a run that replaces a finished one (--overwrite) trains until it is committed
+NEXT = folders.REPLACING  # where a run that replaces a finished one (--overwrite) trains until it is committed
 CACHE = "cache"  # the masked LM's cache (--cache-dir's default), kept from run to run: no run's result
 
 
