@@ -65,9 +65,21 @@ def _made_or_changed(path):
         _guard["strays"].append(path)
 
 
+def _at(path, dir_fd):
+    """``path`` as an event with ``dir_fd`` means it (shutil.rmtree walks a tree by folder descriptors)."""
+    if isinstance(dir_fd, int) and dir_fd >= 0 and isinstance(path, (str, bytes)) and not os.path.isabs(path):
+        try:
+            return os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), os.fsdecode(path))
+        except OSError:
+            return path
+    return path
+
+
 def _audit(event, args):
     if _guard["root"] is None:
         return
+    if event in ("os.remove", "os.rmdir", "os.mkdir") and args:
+        args = (_at(args[0], args[-1]),) + tuple(args[1:])
     if event == "open":
         path, mode, flags = args
         if (isinstance(mode, str) and any(c in mode for c in "wax+")) or (isinstance(flags, int)
@@ -300,9 +312,11 @@ def manifest(data, work):
             reader()
 
 
-# what a user keeps in an output folder, and a file beside it: neither may be removed unless a manifest names it
+# what a user keeps in an output folder, and a file beside it: neither may be removed unless a manifest names it;
+# and what a previous run of the command wrote (its a.txt, and a folder pv as 04 teachers' is)
 _USER_FILES = {"out/notes.txt": b"mine", "out/sub/mine.txt": b"mine", "out/pv/notes.txt": b"mine",
-               "outside.txt": b"outside", "out/a.txt": b"old", "out/pv/x.bin": b"old"}
+               "outside.txt": b"outside", "out/a.txt": b"old", "out/pv/old.bin": b"old"}
+_NEW_FILES = {"new.txt": "new", "pv/x.bin": "new"}  # what the run writes: pv/x.bin over the previous run's
 
 
 def _named(manifest):
@@ -330,6 +344,7 @@ def manifest_files(data, work):
     manifest = {"files": value} if isinstance(value, list) else value if isinstance(value, dict) else None
     for name, content in _USER_FILES.items():
         _write(work, name, content)
+    _write(work, "out/pv/x.bin", b"old")
     if manifest is None:
         _write(work, "out/manifest.json", data)
         manifest = {}
@@ -338,16 +353,18 @@ def manifest_files(data, work):
         _write(work, "out/manifest.json", json.dumps(manifest).encode())
     with Outputs(os.path.join(work, "out"), "01_extract.py", overwrite=True) as outputs:
         with outputs.open("new.txt") as f:
-            f.write("new")
+            f.write(_NEW_FILES["new.txt"])
+        _write(outputs.tmp_path("pv"), "x.bin", _NEW_FILES["pv/x.bin"].encode())  # a folder, as gensim's pv/
         outputs.finish(Namespace(out="out"))
     named = _named(manifest)
     for name, content in _USER_FILES.items():
         path = os.path.join(work, name)
         if name[len("out/"):] not in named and not (os.path.isfile(path) and open(path, "rb").read() == content):
             raise Defect(f"manifest_files: {name} removed or changed, though the manifest does not name it")
-    with open(os.path.join(work, "out", "new.txt"), encoding="utf-8") as f:
-        if f.read() != "new":
-            raise Defect("manifest_files: the new output is not in place")
+    for name, content in _NEW_FILES.items():
+        with open(os.path.join(work, "out", name), encoding="utf-8") as f:
+            if f.read() != content:
+                raise Defect(f"manifest_files: the new output {name} is not in place")
 
 
 def teacher_ids(data, work):
