@@ -187,7 +187,7 @@ def remove_written(directory, names):
             continue
         try:
             os.remove(path)
-        except FileNotFoundError:
+        except OSError:  # gone, or not ours to remove (no permission): it stays
             pass
     for name in sorted(folders, key=lambda n: n.count("/"), reverse=True):  # the deepest first
         path = inside(directory, name)

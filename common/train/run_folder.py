@@ -22,9 +22,9 @@ run's identity: every flag of the command that changes the result (``RESULT_ARGS
 for a checkpoint, the settings the model was loaded with and the number of processes (``RunFolder.identity``). A
 run resumes only from a checkpoint of its own. Only the main process writes; every process loads.
 
-What a run removes is what a run wrote, by name (``run_files``): a finished run's ``files``, read as input (only
-names under the entries above), or, for a run that did not finish, the entries above and the files under them. A
-file anyone else put in the folder, or in a model folder inside it, stays.
+What a run removes is what a run wrote, by name: a finished run's ``files`` (``recorded_files``: read as input, only
+names under the entries above), or, for a run that did not finish, the entries above and the files under them
+(``run_files``). A file anyone else put in the folder stays, and one in a folder a finished run wrote.
 """
 
 import hashlib
@@ -125,6 +125,9 @@ EPOCH_MODEL = re.compile(r"epoch_\d+")  # --save-epochs: the model at the end of
 STEP = re.compile(r"step_\d+")  # a checkpoint in RUN/checkpoints
 NEXT = folders.REPLACING  # where a run that replaces a finished one (--overwrite) trains until it is committed
 CACHE = "cache"  # the masked LM's cache (--cache-dir's default), kept from run to run: no run's result
+LARGEST = 1 << 53  # a step, a line or a count of a run: any larger one in a file of the run is damage
+# what saving a model or checkpoint raises on a full disk: torch's RuntimeError, safetensors' own error (no OSError)
+SAVE_ERRORS = (OSError, RuntimeError, SafetensorError)
 
 
 def run_entry(name):
@@ -230,8 +233,6 @@ def _move_into_place(out):
     folders.remove_written(out, [n for n in old if n.split("/")[0] not in written])
     os.replace(pending, os.path.join(out, "manifest.json"))
     folders.remove_entry(new_dir)
-# what saving a model or checkpoint raises on a full disk: torch's RuntimeError, safetensors' own error (no OSError)
-SAVE_ERRORS = (OSError, RuntimeError, SafetensorError)
 
 
 def checkpoints(run_dir):
@@ -262,8 +263,6 @@ def _read_state(path):
         raise ValueError(str(e)) from None
     return state
 
-
-LARGEST = 1 << 53  # a step, a line or a count of a run: any larger one in a file of the run is damage
 
 
 def read_log(path, keep=None):
