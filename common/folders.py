@@ -640,11 +640,11 @@ class Outputs:
             put_written(os.path.join(self._stage, name), self.path(name),
                         [n[len(under):] for n in self._previous if n.startswith(under)],
                         [n[len(under):] for n in hashes if n.startswith(under)])
+        if self.script and not self.file:
+            self._remove_stale()  # while the manifest still says what it replaces: a kill here leaves none for good
         if manifest is not None:
             self._write_manifest(manifest, self.path("manifest.json"))
             self._files["manifest.json"] = None
-        if self.script and not self.file:
-            self._remove_stale()
 
     def __exit__(self, exc_type, exc, tb):
         try:

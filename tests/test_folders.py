@@ -114,6 +114,22 @@ def test_a_link_inside_a_folder_the_previous_run_wrote_is_replaced_not_followed(
     assert not (out / "pv" / "x.bin").is_symlink()
 
 
+def test_a_run_killed_while_removing_the_previous_runs_files_leaves_them_to_the_next_run(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    _run(out, {"a.txt": "old", "stale.txt": "old", "pv/x.bin": "old"}, overwrite=False)
+    (out / "notes.txt").write_text("mine")
+
+    def killed(directory, names):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(folders, "remove_written", killed)
+    with pytest.raises(KeyboardInterrupt):
+        _run(out, {"a.txt": "new"})
+    monkeypatch.undo()
+    assert json.loads((out / "manifest.json").read_text())["state"] == "committing"
+    _run(out, {"a.txt": "newer"}, overwrite=False)
+    assert sorted(p.name for p in out.iterdir()) == ["a.txt", "manifest.json", "notes.txt"]
+
+
 @pytest.mark.parametrize("command", ["01 sentences", "02 links", "04 teachers", "04 convert-long", "05 extract"])
 def test_every_command_killed_before_its_commit_under_overwrite_keeps_its_finished_output(
         command, tmp_path, tiny_data, tiny_model, monkeypatch, capsys):
