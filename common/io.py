@@ -163,8 +163,10 @@ def read_trec_qrels(path):
             parts = line.split()
             if not parts:
                 continue
-            if len(parts) != 4 or not re.fullmatch(r"-?[0-9]{1,9}", parts[3]):
-                raise InputError(f"{path}:{lineno}: expected 'qid 0 docid rel', rel a whole number of at most 9 "
+            if len(parts) != 4:
+                raise InputError(f"{path}:{lineno}: expected 'qid 0 docid rel'")
+            if not re.fullmatch(r"-?[0-9]{1,9}", parts[3]):
+                raise InputError(f"{path}:{lineno}: relevance {parts[3][:40]!r} is not a whole number of at most 9 "
                                  "digits")
             qrels.setdefault(parts[0], {})[parts[2]] = int(parts[3])
     return qrels
