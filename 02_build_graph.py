@@ -65,9 +65,11 @@ def add_links_arguments(p):
                         "every cross-reference query and candidate and every topic document (the thesis: evaluation "
                         "on documents not seen in fine-tuning); test = cross-reference documents and topic test "
                         "documents only; shared = none (triplets from every document)")
-    # SPECTER's triplets and its format of the training graph
-    p.add_argument("--per-query", type=cli.number(int, cli.COUNT), default=5, help="triplets per query (SPECTER)")
-    p.add_argument("--hard", type=cli.number(int, cli.COUNT_0), default=2,
+    # SPECTER's triplets and its format of the training graph; a chunk of 4,096 queries holds an array of each
+    # query's triplets in memory, so a query takes at most 1,024 (SPECTER's is 5; a query's negatives are distinct)
+    p.add_argument("--per-query", type=cli.number(int, cli.between(1, 1024)), default=5,
+                   help="triplets per query (SPECTER)")
+    p.add_argument("--hard", type=cli.number(int, cli.between(0, 1024)), default=2,
                    help="of those, how many take a two-hop hard negative (SPECTER); the rest are easy")
     p.add_argument("--graph-json", action="store_true",
                    help="also write graph.json, SPECTER's format of the training graph, for SPECTER's own tools (tens "

@@ -28,7 +28,7 @@ import signal
 import sys
 import time
 
-from common import cli, folders, provenance
+from common import cli, provenance
 from common.io import InputError, Preempted
 from common.train import objectives
 
@@ -116,7 +116,7 @@ def add_training_arguments(p, objective, argv):
 def parse_args(argv):
     """The training command line ``argv`` of the objective ``--objective`` names: checked whole, every flag against
     its limit and the flags that constrain each other together, before torch is imported or a model loaded."""
-    first = argparse.ArgumentParser(add_help=False)
+    first = cli.Parser(add_help=False)
     names = objectives.names("03_train.py")
     first.add_argument("--objective", choices=names, default=names[0])
     first.add_argument("--data")
@@ -162,8 +162,9 @@ def train(args, script=__file__):
 
     # the Accelerator: processes and mixed precision from `accelerate launch` / `accelerate config`
     log_with = run_folder.trackers(args.report_to)
+    work = run_folder.work_folder(args)  # --out, or inside it while replacing a finished run there (--overwrite)
     acc = Accelerator(gradient_accumulation_steps=args.grad_accum, log_with=log_with or None,
-                      project_config=ProjectConfiguration(args.out, os.path.join(args.out, "trackers")))
+                      project_config=ProjectConfiguration(work, os.path.join(work, "trackers")))
     set_seed(args.seed)
     acc.print(precision.training_line(acc))
     if acc.device.type == "cpu" and acc.mixed_precision == "bf16" and not precision.native_bf16():
@@ -329,7 +330,7 @@ def train(args, script=__file__):
                         checkpoint()
                         bar.close()
                         acc.print(f"stopped by SIGTERM at step {step}; checkpoint saved in "
-                                  f"{os.path.join(args.out, 'checkpoints')}; run the same command to resume")
+                                  f"{os.path.join(folder.path, 'checkpoints')}; run the same command to resume")
                         acc.end_training()
                         raise Preempted(step)
                 if step >= total_steps and batch_in_epoch < len(train_dl):
@@ -358,10 +359,9 @@ def train(args, script=__file__):
         if acc.is_main_process:
             inputs = [os.path.join(args.data, name) for name in sorted(os.listdir(args.data))
                       if name.endswith(".jsonl")]
-            folders.write_json(os.path.join(args.out, "manifest.json"),
-                               provenance.manifest(script, args, started, inputs=inputs, counts=counts,
-                                                   seed=args.seed, identity=run_folder.command_identity(args),
-                                                   precision=acc.mixed_precision, device=acc.device.type))
+            folder.commit(provenance.manifest(script, args, started, inputs=inputs, counts=counts, seed=args.seed,
+                                              identity=run_folder.command_identity(args),
+                                              precision=acc.mixed_precision, device=acc.device.type))
             print(f"model → {os.path.join(args.out, 'model')}")
     finally:
         folder.release()

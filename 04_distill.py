@@ -15,7 +15,6 @@ Transformers").
       03_train.py's loop: the same training flags, checkpoints and resume.
 """
 
-import argparse
 import os
 import sys
 
@@ -75,11 +74,12 @@ def add_teachers_arguments(p, argv):
                    help="training and inference epochs (thesis)")
     p.add_argument("--pv-max-vocab-size", type=cli.number(int, cli.COUNT), default=None,
                    help="gensim's max_vocab_size: prune rare words while scanning (thesis: 6e7 DM, 1.2e7 PV)")
-    p.add_argument("--pv-workers", type=cli.number(int, cli.between(1, 1024)), default=1,
+    p.add_argument("--pv-workers", type=cli.number(int, cli.between(1, cli.WORKERS_MAX)), default=1,
                    help="training threads; only 1 makes the teacher reproducible (gensim's threads race)")
     p.add_argument("--seed", type=cli.number(int, cli.SEED), default=42, help="seed of Doc2Vec training and inference")
-    first = argparse.ArgumentParser(add_help=False)
+    first = cli.Parser(add_help=False)  # one line for a bad preset, as the full parser gives
     first.add_argument("--pv-preset", choices=tuple(PV_PRESETS), default="dm-100d")
+    first.add_argument("--pv")  # so that --pv is itself, not read as short for --pv-preset
     p.set_defaults(**PV_PRESETS[first.parse_known_args(argv)[0].pv_preset])
 
 

@@ -6,6 +6,7 @@ and the errors a user can fix (``InputError``). Writing is ``common.folders``'s 
 import gzip
 import hashlib
 import json
+import math
 import os
 import re
 import zlib
@@ -162,8 +163,11 @@ def read_trec_qrels(path):
             parts = line.split()
             if not parts:
                 continue
-            if len(parts) != 4 or not parts[3].lstrip("-").isdigit():
+            if len(parts) != 4:
                 raise InputError(f"{path}:{lineno}: expected 'qid 0 docid rel'")
+            if not re.fullmatch(r"-?[0-9]{1,9}", parts[3]):
+                raise InputError(f"{path}:{lineno}: relevance {parts[3][:40]!r} is not a whole number of at most 9 "
+                                 "digits")
             qrels.setdefault(parts[0], {})[parts[2]] = int(parts[3])
     return qrels
 
@@ -186,13 +190,60 @@ def sha256(path):
     return _HASHED[key]
 
 
+# the most digits a JSON integer of a file the project reads may have: enough for transformers' "no limit"
+# (10^30, 31 digits), never the hundreds a damaged or hostile file may hold
+MAX_DIGITS = 64
+
+
+def _refuse_constant(name):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text):
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:40]} is not finite")
+    return value
+
+
+def _short_int(text):
+    if len(text.lstrip("-")) > MAX_DIGITS:
+        raise ValueError(f"a number of {len(text.lstrip('-')):,} digits")
+    return int(text)
+
+
+def loads(text):
+    """JSON text as the project reads every JSON file: a number must be finite and at most ``MAX_DIGITS`` digits
+    long (Python's json module would take ``NaN``, ``Infinity``, ``1e400`` as infinity, and integers of thousands
+    of digits, as orjson, which reads the JSONL files, does not); a ValueError otherwise."""
+    return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float, parse_int=_short_int)
+
+
+def number(value, where, kind=int, low=None, high=None):
+    """``value``, a number read from a file, checked before use: a JSON integer (``kind=int``: ``true`` is none, nor
+    ``1.0``) or any JSON number (``kind=float``), finite, between ``low`` and ``high`` where given; anything else
+    (a string, a list, ``null``) is one line naming ``where`` (the file, its line and the field)."""
+    shown = repr(value)
+    shown = shown if len(shown) <= 40 else shown[:37] + "..."
+    if not (type(value) is int or (kind is float and type(value) is float)):
+        raise InputError(f"{where}: {shown} is not a JSON {'integer' if kind is int else 'number'}")
+    if not math.isfinite(value):
+        raise InputError(f"{where}: {shown} is not finite")
+    if (low is not None and value < low) or (high is not None and value > high):
+        bounds = f"between {low:,} and {high:,}" if low is not None and high is not None else \
+            f"at least {low:,}" if low is not None else f"at most {high:,}"
+        raise InputError(f"{where}: {shown} is not {bounds}")
+    return value
+
+
 def read_json_or_empty(path):
-    """A JSON file's value, or {} where there is no file; a file that is not JSON text is an InputError."""
+    """A JSON file's value, or {} where there is no file; a file that is not JSON text (``loads``: numbers finite
+    and of a sane length) is an InputError."""
     if not os.path.exists(path):
         return {}
     try:
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
+            return loads(f.read())
     except ValueError as e:  # UnicodeDecodeError is one
         raise InputError(f"{path}: not JSON text ({e})") from None
     except OSError as e:

@@ -47,6 +47,10 @@ READERS = {
     "log": ["common.train.run_folder:read_log"],
     "manifest": ["common.io:read_json_or_empty", "common.io:read_manifest", "common.io:verify_input",
                  "common.train.run_folder:data_fingerprint", "common.eval.retrieval:read_manifest_args"],
+    "manifest_files": ["common.folders:previous_files", "common.folders:written_name", "common.folders:inside",
+                       "common.folders:remove_written", "common.folders:put_written", "common.folders:_clear_way",
+                       "common.folders:entries", "common.folders:Outputs._claim", "common.folders:Outputs._commit",
+                       "common.folders:Outputs._remove_stale"],
     "teacher_ids": ["common.distill.teachers:read_vectors", "common.distill.teachers:read_lengths"],
     "npy": ["common.vectors:read_rows", "common.vectors:check_finite_rows", "common.distill.teachers:read_vectors",
             "common.distill.teachers:read_lengths"],
@@ -79,7 +83,9 @@ def _lines(spec):
     import importlib
     import inspect
     module, name = spec.split(":")
-    obj = getattr(importlib.import_module(module), name)
+    obj = importlib.import_module(module)
+    for part in name.split("."):  # a class's method as Class.method
+        obj = getattr(obj, part)
     source, first = inspect.getsourcelines(obj)
     return inspect.getsourcefile(obj), set(range(first, first + len(source)))
 

@@ -65,9 +65,21 @@ def _made_or_changed(path):
         _guard["strays"].append(path)
 
 
+def _at(path, dir_fd):
+    """``path`` as an event with ``dir_fd`` means it (shutil.rmtree walks a tree by folder descriptors)."""
+    if isinstance(dir_fd, int) and dir_fd >= 0 and isinstance(path, (str, bytes)) and not os.path.isabs(path):
+        try:
+            return os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), os.fsdecode(path))
+        except OSError:
+            return path
+    return path
+
+
 def _audit(event, args):
     if _guard["root"] is None:
         return
+    if event in ("os.remove", "os.rmdir", "os.mkdir") and args:
+        args = (_at(args[0], args[-1]),) + tuple(args[1:])
     if event == "open":
         path, mode, flags = args
         if (isinstance(mode, str) and any(c in mode for c in "wax+")) or (isinstance(flags, int)
@@ -300,6 +312,61 @@ def manifest(data, work):
             reader()
 
 
+# what a user keeps in an output folder, and a file beside it: neither may be removed unless a manifest names it;
+# and what a previous run of the command wrote (its a.txt, and a folder pv as 04 teachers' is)
+_USER_FILES = {"out/notes.txt": b"mine", "out/sub/mine.txt": b"mine", "out/pv/notes.txt": b"mine",
+               "outside.txt": b"outside", "out/a.txt": b"old", "out/pv/old.bin": b"old"}
+_NEW_FILES = {"new.txt": "new", "pv/x.bin": "new"}  # what the run writes: pv/x.bin over the previous run's
+
+
+def _named(manifest):
+    """Every string a manifest's ``files``, ``sha256`` and ``replacing`` name: what a rerun may remove, at most."""
+    found = set()
+    for key in ("files", "sha256", "replacing"):
+        value = manifest.get(key)
+        if isinstance(value, (list, dict)):
+            found |= {n for n in value if isinstance(n, str)}
+    return found
+
+
+def manifest_files(data, work):
+    """A manifest.json in an output folder that a run with ``--overwrite`` replaces: whatever its ``files``,
+    ``sha256`` and ``replacing`` name, the run removes no file they do not name exactly (a user's file in the folder
+    or in a folder a run wrote, a file outside), and its own new file is in place after it. The input is the
+    manifest, or (a JSON list) its ``files``; its ``script`` is the run's, so that the run reads its names."""
+    from argparse import Namespace
+
+    from common.folders import Outputs
+    try:
+        value = json.loads(data)
+    except (ValueError, RecursionError):
+        value = None
+    manifest = {"files": value} if isinstance(value, list) else value if isinstance(value, dict) else None
+    for name, content in _USER_FILES.items():
+        _write(work, name, content)
+    _write(work, "out/pv/x.bin", b"old")
+    if manifest is None:
+        _write(work, "out/manifest.json", data)
+        manifest = {}
+    else:
+        manifest = {**manifest, "script": "01_extract.py"}
+        _write(work, "out/manifest.json", json.dumps(manifest).encode())
+    with Outputs(os.path.join(work, "out"), "01_extract.py", overwrite=True) as outputs:
+        with outputs.open("new.txt") as f:
+            f.write(_NEW_FILES["new.txt"])
+        _write(outputs.tmp_path("pv"), "x.bin", _NEW_FILES["pv/x.bin"].encode())  # a folder, as gensim's pv/
+        outputs.finish(Namespace(out="out"))
+    named = _named(manifest)
+    for name, content in _USER_FILES.items():
+        path = os.path.join(work, name)
+        if name[len("out/"):] not in named and not (os.path.isfile(path) and open(path, "rb").read() == content):
+            raise Defect(f"manifest_files: {name} removed or changed, though the manifest does not name it")
+    for name, content in _NEW_FILES.items():
+        with open(os.path.join(work, "out", name), encoding="utf-8") as f:
+            if f.read() != content:
+                raise Defect(f"manifest_files: the new output {name} is not in place")
+
+
 def teacher_ids(data, work):
     """TEACH/pv.ids.txt and lengths.ids.txt against docs.jsonl's ids."""
     from common.distill.teachers import read_lengths, read_vectors
@@ -440,7 +507,8 @@ def projection(data, work):
 
 
 TARGETS = {f.__name__: f for f in (dump, dump_bz2, wikitext, arxiv, dictd, rst, folder, csv, sentences, articles,
-                                   splits, triplets, pairs, qrels, topics, queries, log, manifest, teacher_ids, npy,
+                                   splits, triplets, pairs, qrels, topics, queries, log, manifest, manifest_files,
+                                   teacher_ids, npy,
                                    safetensors_header, card_front_matter, training_flags, name_values, projection)}
 
 

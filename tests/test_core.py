@@ -310,8 +310,10 @@ def test_a_typed_flag_is_refused_as_the_command_line_is_read_in_one_line_with_ex
 
 
 @pytest.mark.parametrize("name, flag, value, line", [
-    ("triplet", "--margin", "nan", "argument --margin: nan: must be a finite number of at least 0"),
-    ("contrastive", "--margin", "-1", "argument --margin: -1: must be a finite number of at least 0"),
+    ("triplet", "--margin", "nan", "argument --margin: nan: must be a number from 0 to 65,504 (half precision's "
+                                   "largest)"),
+    ("contrastive", "--margin", "-1", "argument --margin: -1: must be a number from 0 to 65,504 (half precision's "
+                                      "largest)"),
     ("mlm", "--mlm-probability", "1.5", "argument --mlm-probability: 1.5: must be a share between 0 and 1"),
     ("mlm", "--mask-replace-prob", "nan", "argument --mask-replace-prob: nan: must be a share between 0 and 1"),
     ("mlm", "--random-replace-prob", "-0.1",

@@ -196,7 +196,7 @@ def test_settings_that_cannot_work_are_refused_before_any_input_is_read(tiny_dat
 
 @pytest.mark.parametrize("flag, value, message", [
     ("--lambda", "nan", "argument --lambda: nan: must be a share between 0 and 1"),
-    ("--gamma", "nan", "argument --gamma: nan: must be a finite number of at least 0"),
+    ("--gamma", "nan", "argument --gamma: nan: must be a number from 0 to 65,504 (half precision's largest)"),
 ])
 def test_training_settings_that_cannot_work_are_refused_as_the_command_line_is_read(tiny_data, tmp_path, capsys, flag,
                                                                                   value, message):

@@ -309,8 +309,8 @@ def test_bad_articles_fail_with_file_and_line(tmp_path, lines, expected):
 @pytest.mark.parametrize("flags,expected", [
     (["--holdout", "1.5"], "argument --holdout: 1.5: must be a share between 0 and 1"),
     (["--val", "nan"], "argument --val: nan: must be a share between 0 and 1"),
-    (["--per-query", "-1"], "argument --per-query: -1: must be between 1 and 1,073,741,824"),
-    (["--hard", "-2"], "argument --hard: -2: must be between 0 and 1,073,741,824"),
+    (["--per-query", "-1"], "argument --per-query: -1: must be between 1 and 1,024"),
+    (["--hard", "-2"], "argument --hard: -2: must be between 0 and 1,024"),
     (["--topic-test", "1"], "argument --topic-test: 1: must be a share strictly between 0 and 1"),
     (["--topic-cap", "top=abc"], "argument --topic-cap: 'top=abc': expected LEVEL=NUMBER,..., e.g. top=300,second=200"),
     (["--topic-cap", "top=0"], "argument --topic-cap: 'top=0': expected LEVEL=NUMBER,..., e.g. top=300,second=200"),

@@ -66,8 +66,8 @@ def test_an_output_folder_records_its_start_and_finish_writes_its_manifest_last(
         with outputs.open("keys.jsonl") as f:
             f.write("{}\n")
         outputs.finish(args, counts={"selected": 0})
-    assert sorted(os.listdir(tmp_path / "mine")) == ["keys.jsonl", "keys.manifest.json"]
-    manifest = json.loads((tmp_path / "mine" / "keys.manifest.json").read_text())
+    assert sorted(os.listdir(tmp_path / "mine")) == ["keys.jsonl", "keys.jsonl.manifest.json"]
+    manifest = json.loads((tmp_path / "mine" / "keys.jsonl.manifest.json").read_text())
     assert (manifest["script"], manifest["started"], manifest["finished"], manifest["counts"]) == \
         ("05_evaluate.py", "2026-01-02T03:05:00+00:00", "2026-01-02T03:05:01+00:00", {"selected": 0})
 

@@ -15,6 +15,9 @@ class Documents:
         path = self.path = os.path.join(data_dir, "docs.jsonl")
         self.ids, self.titles, self.texts, self.index = [], [], [] if texts else None, {}
         for lineno, obj in read_jsonl(path, required=("id", "title", "text")):
+            if not (type(obj["id"]) is str and type(obj["title"]) is str and type(obj["text"]) is str):
+                field = next(k for k in ("id", "title", "text") if type(obj[k]) is not str)
+                raise InputError(f"{path}:{lineno}: field {field!r} must be a string")
             if obj["id"] in self.index:
                 raise InputError(f"{path}:{lineno}: duplicate id {obj['id']!r}")
             self.index[obj["id"]] = len(self.ids)
@@ -56,6 +59,8 @@ class Documents:
 def read_triplets(path, index):
     rows = []
     for lineno, obj in read_jsonl(path, required=("query", "pos", "neg")):
+        if not all(type(obj[k]) is str for k in ("query", "pos", "neg")):
+            raise InputError(f"{path}:{lineno}: fields 'query', 'pos' and 'neg' must be ids (strings)")
         try:
             rows.append((index[obj["query"]], index[obj["pos"]], index[obj["neg"]]))
         except KeyError as e:

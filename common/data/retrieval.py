@@ -9,11 +9,10 @@ that repeats its headline) would be found by string matching, not by what a mode
 counted (``queries_inside_document``), in every split.
 """
 
-import json
 import numpy as np
 
 from common.data.arxiv import normalise, text_key
-from common.io import InputError, open_input, read_jsonl, read_trec_qrels
+from common.io import InputError, loads, open_input, read_jsonl, read_trec_qrels
 from common.jsontext import dumps_line
 
 SPLITS = ("train", "val", "test")
@@ -121,7 +120,7 @@ def read_split_ids(path, split):
     with open_input(path) as f:
         text = f.read()
     try:
-        splits = json.loads(text)
+        splits = loads(text)
     except ValueError as e:
         raise InputError(f"{path}: not JSON ({e})") from None
     ids = splits.get(split, []) if isinstance(splits, dict) else None
@@ -141,6 +140,8 @@ def read_queries(path):
     for lineno, obj in read_jsonl(path, required=("qid", "text")):
         if not isinstance(obj["text"], str) or not obj["text"].strip():
             raise InputError(f"{path}:{lineno}: field 'text' must be a non-empty string")
-        qids.append(str(obj["qid"]))
+        if type(obj["qid"]) is not str:  # qrels name queries by their text: a number is no id
+            raise InputError(f"{path}:{lineno}: field 'qid' must be a string")
+        qids.append(obj["qid"])
         texts.append(obj["text"])
     return qids, texts

@@ -119,6 +119,10 @@ def details(objective):
             found["notes"] = ["`heads.safetensors` beside the model holds the projection heads and SoftCCA's state "
                                 "of training; the embedding does not use them."]
         teacher = io.read_manifest(args.teachers).get("args") or {}
+        where = os.path.join(args.teachers, "manifest.json")
+        for key, high in (("teacher_max_length", 1 << 17), ("pv_vector_size", 1 << 16)):  # cli.LENGTH, cli.WIDTH
+            if teacher.get(key) is not None:
+                io.number(teacher[key], f"{where}: args → {key}", int, 1, high)
         if teacher:
             found["teachers"] = {"structural": teacher.get("teacher"),
                                    "structural_max_length": teacher.get("teacher_max_length"),
@@ -141,6 +145,8 @@ def run_facts(objective, script):
                 "versions": {k: v for k, v in run["versions"].items()
                              if k in ("torch", "transformers", "sentence-transformers")}}
     manifest = io.read_manifest(args.data)
+    for key, value in (manifest.get("counts") or {}).items():  # the card lists them
+        io.number(value, f"{os.path.join(args.data, 'manifest.json')}: counts → {key}", float, 0)
     first = next(iter(manifest.get("inputs") or {}), None)
     try:  # the corpus's own manifest only adds to the card: one moved or damaged since is left out
         source = io.read_manifest(os.path.dirname(os.path.abspath(first))) if first else {}
@@ -160,7 +166,10 @@ def run_facts(objective, script):
 def model_card(objective, model, path, identity, log, facts):
     """The model card of ``path`` (RUN/model, RUN/epoch_K): the method, the run's settings (``identity``, as the
     run folder records it), the steps and validations of ``log`` (the run's records up to this model: the last is
-    this model's step), and ``facts`` (``run_facts``)."""
+    this model's step), and ``facts`` (``run_facts``). A model of a run that replaces a finished one is named where
+    it will be (``folders.final_path``), not in ``RUN/.next-run`` where it is written."""
+    from common import folders
+    path = folders.final_path(path)
     last = log[-1] if log else {"step": 0, "epoch": 0}
     validation = [r for r in log if "lr" not in r]
     chosen = next((r for r in validation if r["step"] == last["step"]), None)

@@ -1,7 +1,5 @@
 """The class every objective extends: what an objective declares and does; 03_train.py's loop does the rest."""
 
-import argparse
-
 from common.io import InputError
 
 
@@ -60,7 +58,8 @@ class Objective:
         """The parser's defaults: ``defaults`` and the values of the preset ``argv`` names (or ``preset``)."""
         if not cls.presets:
             return dict(cls.defaults)
-        first = argparse.ArgumentParser(add_help=False)
+        from common import cli
+        first = cli.Parser(add_help=False)  # one line for a bad preset, as the full parser gives
         first.add_argument("--preset", choices=tuple(cls.presets), default=cls.preset)
         known, _ = first.parse_known_args(argv)
         return {**cls.defaults, **cls.presets[known.preset]}

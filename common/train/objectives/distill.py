@@ -94,7 +94,7 @@ class DistillObjective(Objective):
                                  "below (--preset NAME --help shows them)")
         parser.add_argument("--structural-loss", choices=STRUCTURAL_LOSSES,
                             help="L_S: cos, mse, or max-margin (mm-) with --gamma")
-        parser.add_argument("--gamma", type=cli.number(float, cli.NON_NEGATIVE),
+        parser.add_argument("--gamma", type=cli.number(float, cli.LOSS_CONSTANT),
                             help="max-margin weight of the negatives")
         parser.add_argument("--lambda", dest="lam", type=cli.number(float, cli.SHARE),
                             help="λ: weight of L_S on documents the mask keeps, 1 − λ of L_C")
@@ -107,7 +107,7 @@ class DistillObjective(Objective):
         parser.add_argument("--teacher-projection", help="f_C, the same way")
         parser.add_argument("--beta", type=cli.number(float, cli.SHARE), default=0.95,
                             help="SoftCCA running-covariance decay (thesis)")
-        parser.add_argument("--delta", type=cli.number(float, cli.NON_NEGATIVE), default=0.03,
+        parser.add_argument("--delta", type=cli.number(float, cli.LOSS_CONSTANT), default=0.03,
                             help="SoftCCA weight of the SDL terms (thesis)")
         parser.add_argument("--no-weighting", action="store_true",
                             help="mask·L_S + L_C (the thesis's public code after its final runs) instead of the "

@@ -138,7 +138,7 @@ class ContrastiveObjective(PairObjective):
     @classmethod
     def add_arguments(cls, parser):
         super().add_arguments(parser)
-        parser.add_argument("--margin", type=cli.number(float, cli.NON_NEGATIVE), default=0.5,
+        parser.add_argument("--margin", type=cli.number(float, cli.LOSS_CONSTANT), default=0.5,
                             help="margin on cosine distance (the thesis; sentence-transformers' ContrastiveLoss)")
 
     def losses(self, model, batch):

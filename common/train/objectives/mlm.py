@@ -55,6 +55,7 @@ from common.train.new_model import configuration, new_model
 from common.train.objectives.base import Objective
 
 VAL = int.from_bytes(b"val", "little")  # the "epoch" of validation masks: fixed for the whole run
+NSP_MIN_LENGTH = 5  # [CLS] A [SEP] B [SEP], a token in each segment
 
 
 class MLMObjective(Objective):
@@ -94,9 +95,9 @@ class MLMObjective(Objective):
         parser.add_argument("--short-seq-prob", type=cli.number(float, cli.SHARE), default=0.1,
                             help="--nsp: share of documents whose pairs aim at a shorter length, drawn from 2 to the "
                                  "model's (BERT's create_pretraining_data.py short_seq_prob)")
-        parser.add_argument("--cache-dir", default=None,
-                            help="where tokenised texts are cached (default: the datasets cache, as "
-                                 "run_mlm_no_trainer)")
+        parser.add_argument("--cache-dir", default=None, type=cli.writes,
+                            help="where tokenised texts and a learnt vocabulary are cached (default: RUN/cache, "
+                                 "inside --out; another place is checked as --out is: apart from the inputs)")
         # a new model instead of --model (run_mlm_no_trainer.py's from-scratch path)
         parser.add_argument("--model-type", "--model_type", dest="model_type", default=None,
                             help="architecture of a new, randomly initialised model with transformers' default "
@@ -116,6 +117,17 @@ class MLMObjective(Objective):
                             help="the learnt vocabulary lower-cases and strips accents (BERT uncased)")
 
     @classmethod
+    def defaults_for(cls, argv):
+        """The parser's defaults; with ``--whole-word-mask`` every token of a chosen word becomes ``[MASK]``, and
+        the shares say so (1 and 0), so that ``--help`` and the card show what runs."""
+        found = super().defaults_for(argv)
+        first = cli.Parser(add_help=False)
+        first.add_argument("--whole-word-mask", action="store_true")
+        if first.parse_known_args(argv)[0].whole_word_mask:
+            found.update(mask_replace_prob=1.0, random_replace_prob=0.0)
+        return found
+
+    @classmethod
     def check_model(cls, args):
         if args.model is None and not (args.model_type or args.config_name):
             raise InputError("--model is required (or --model-type / --config-name to train a new model)")
@@ -131,6 +143,16 @@ class MLMObjective(Objective):
         if args.nsp and args.line_by_line:
             raise InputError("--nsp cuts pairs of segments at sentence boundaries; --line-by-line trains on single "
                              "texts: give one of them")
+        if args.whole_word_mask and (args.mask_replace_prob, args.random_replace_prob) != (1.0, 0.0):
+            raise InputError("--whole-word-mask replaces every token of a chosen word by [MASK]: --mask-replace-prob "
+                             "is 1 and --random-replace-prob 0 with it")
+        if args.mask_replace_prob + args.random_replace_prob > 1 + 1e-9:
+            raise InputError(f"--mask-replace-prob {args.mask_replace_prob} and --random-replace-prob "
+                             f"{args.random_replace_prob}: shares of the same chosen tokens, they add up to at most 1 "
+                             "(the rest stay as they are)")
+        if args.nsp and args.max_length is not None and args.max_length < NSP_MIN_LENGTH:
+            raise InputError(f"--max-length {args.max_length}: --nsp needs at least {NSP_MIN_LENGTH} tokens "
+                             "([CLS] A [SEP] B [SEP], a token in each segment)")
         super().check_args(args)
 
     def build(self):
@@ -157,6 +179,9 @@ class MLMObjective(Objective):
             mlm.config.max_position_embeddings
         limit = min(model_limit, 1024)  # run_mlm_no_trainer's cap
         self.max_length = min(args.max_length or limit, model_limit)
+        if args.nsp and self.max_length < NSP_MIN_LENGTH:
+            raise InputError(f"{args.model or 'the new model'}: takes at most {self.max_length} tokens; --nsp needs at "
+                             f"least {NSP_MIN_LENGTH} ([CLS] A [SEP] B [SEP], a token in each segment)")
         self.settings = {"pooling": args.pooling, "normalize": bool(args.normalize), "max_length": self.max_length,
                          "st_config": {}}
         model = MaskedLM(mlm, args.pooling, bool(args.normalize), nsp=args.nsp)
@@ -195,8 +220,10 @@ class MLMObjective(Objective):
         return tokenizer
 
     def _cache_dir(self):
-        import datasets
-        return self.args.cache_dir or os.path.join(datasets.config.HF_DATASETS_CACHE, "docembed")
+        """Where tokenised texts and a learnt vocabulary are kept: ``--cache-dir``, else the run's own folder
+        (``run_folder.CACHE`` in ``--out``), so that a run writes nothing outside the places it is given."""
+        from common.train.run_folder import CACHE
+        return self.args.cache_dir or os.path.join(self.args.out, CACHE)
 
     def _split(self, n):
         """(training, validation) text positions: a seeded permutation, the first ``--validation-split`` held out."""

@@ -79,7 +79,7 @@ class MNRLObjective(Objective):
 
     @classmethod
     def add_arguments(cls, parser):
-        parser.add_argument("--scale", type=cli.number(float, cli.POSITIVE), default=20.0,
+        parser.add_argument("--scale", type=cli.number(float, cli.LOSS_SCALE), default=20.0,
                             help="logit scale on cosine = 1 / temperature (sentence-transformers: 20, τ 0.05)")
         parser.add_argument("--symmetric", action="store_true",
                             help="add the document → query direction and average the two cross-entropies "
@@ -105,6 +105,8 @@ class MNRLObjective(Objective):
         queries, doc_rows = [], []
         path = os.path.join(data_dir, "pairs.train.jsonl")
         for lineno, obj in read_jsonl(path, required=("query", "doc")):
+            if type(obj["query"]) is not str or type(obj["doc"]) is not str:
+                raise InputError(f"{path}:{lineno}: fields 'query' and 'doc' must be strings")
             if obj["doc"] not in docs.index:
                 raise InputError(f"{path}:{lineno}: document {obj['doc']!r} is not in docs.jsonl")
             queries.append(obj["query"])

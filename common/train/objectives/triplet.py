@@ -30,7 +30,7 @@ class TripletObjective(Objective):
     independent = True
     @classmethod
     def add_arguments(cls, parser):
-        parser.add_argument("--margin", type=cli.number(float, cli.NON_NEGATIVE), default=1.0,
+        parser.add_argument("--margin", type=cli.number(float, cli.LOSS_CONSTANT), default=1.0,
                             help="triplet margin on L2 distance (SPECTER)")
 
     def build(self):
