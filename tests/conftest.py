@@ -317,10 +317,9 @@ def full_disk(*args, **kwargs):
 TOY = ["--log-every", "1", "--eval-every", "0", "--checkpoint-every", "5", "--keep", "10"]
 
 
-@pytest.fixture
-def toy(monkeypatch):
-    """03 with tests/toy_objective.py registered as objective ``toy``: ``toy(data, model, out, *flags)`` trains in
-    this process and returns its counts."""
+def register_toy(monkeypatch):
+    """tests/toy_objective.py registered as objective ``toy`` while ``monkeypatch`` holds; returns
+    ``train(data, model, out, *flags)``, 03's run of it in this process (its counts)."""
     from common.train import objectives
     monkeypatch.syspath_prepend(os.path.dirname(__file__))
     monkeypatch.setitem(objectives.REGISTRY, "toy", objectives.Entry("toy_objective.ToyObjective", ("docs.jsonl",)))
@@ -329,6 +328,22 @@ def toy(monkeypatch):
         argv = ["--objective", "toy", "--data", data, "--model", model, "--out", out, *TOY, *extra]
         return train_in_process(argv)
     return train
+
+
+@pytest.fixture
+def toy(monkeypatch):
+    """03 with the toy objective registered: ``toy(data, model, out, *flags)`` trains in this process."""
+    return register_toy(monkeypatch)
+
+
+@pytest.fixture(scope="session")
+def toy_run(tiny_model, tiny_data, tmp_path_factory):
+    """A finished run of the toy objective on the tiny data with TOY's flags (20 steps, a checkpoint every 5, all
+    kept) and its counts. Read only: a test that resumes it copies it."""
+    out = tmp_path_factory.mktemp("toy") / "ref"
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        counts = register_toy(monkeypatch)(tiny_data, tiny_model, out)
+    return out, counts
 
 
 def free_port():

@@ -19,9 +19,8 @@ from common.io import InputError
 from common.train.batches import BucketBatchSampler
 
 def test_a_registered_objective_trains_its_head_and_buffers_resumes_bit_identically_and_saves_them(
-        toy, tiny_model, tiny_data, tmp_path):
-    ref = tmp_path / "ref"
-    counts = toy(tiny_data, tiny_model, ref)
+        toy, toy_run, tiny_model, tiny_data, tmp_path):
+    ref, counts = toy_run
     assert counts["steps"] == 20  # 42 rows, batch 4, drop_last: 10 full batches an epoch, 2 epochs
     heads = load_file(str(ref / "model" / "heads.safetensors"))
     assert set(heads) == {"head.weight", "head.bias", "running_mean"} and heads["running_mean"].abs().sum() > 0

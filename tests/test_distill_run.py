@@ -70,14 +70,25 @@ def test_paragraph_vectors_are_reproducible_order_free_and_read_past_ten_thousan
     assert not np.allclose(forward[-3], forward[-2])  # the words after 10,000 count
 
 
-def test_convert_long_writes_a_manifest_that_reproduce_manifests_lists_with_its_command_line(tiny_model, tmp_path):
+def test_convert_long_writes_a_manifest_that_reproduce_manifests_lists_with_its_command_line(tiny_model, tmp_path,
+                                                                                               monkeypatch, capsys):
+    """The command line as a user runs it from the repository root (``sys.argv``, which the manifest records)."""
+    import sys
     student = tmp_path / "student"
-    run_script("04_distill.py", "convert-long", "--model", tiny_model, "--out", student, "--max-length", "64",
-               "--window", "16")
+    args = ["convert-long", "--model", str(tiny_model), "--out", str(student), "--max-length", "64", "--window", "16"]
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(sys, "argv", [os.path.join(ROOT, "04_distill.py"), *args])
+    distill()(args)
     manifest = json.loads((student / "manifest.json").read_text())
     assert (manifest["script"], manifest["args"]["command"], manifest["counts"]) == \
         ("04_distill.py", "convert-long", {"max_length": 64, "window": 16})
-    lines = run_script(os.path.join("reproduce", "manifests.py"), student).stdout.splitlines()
+    capsys.readouterr()
+    spec = importlib.util.spec_from_file_location("reproduce_manifests",
+                                                  os.path.join(ROOT, "reproduce", "manifests.py"))
+    manifests = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(manifests)
+    manifests.main([str(student)])
+    lines = capsys.readouterr().out.splitlines()
     assert lines[:4] == ["```", f"    python 04_distill.py convert-long --model {tiny_model} --out {student} "
                                 "--max-length 64 --window 16", "    #   max_length 64, window 16", "```"]
     assert lines[5].startswith(f"commit {manifest['git_commit']}; ")

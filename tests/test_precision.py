@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from conftest import run_script, script_module
+from conftest import run_main, script_module
 
 
 def test_a_half_precision_model_pools_float32_vectors(tiny_model):
@@ -37,6 +37,6 @@ def test_the_precision_line_names_what_accelerate_resolved(mode, expected):
 
 
 def test_a_training_run_says_its_precision_at_start(tiny_model, tiny_data, tmp_path):
-    proc = run_script("03_train.py", "--objective", "triplet", "--data", tiny_data, "--model", tiny_model,
-                      "--out", tmp_path / "run", "--max-steps", "1", "--batch-size", "4", "--checkpoint-every", "0")
+    proc = run_main("03_train.py", "--objective", "triplet", "--data", tiny_data, "--model", tiny_model,
+                    "--out", tmp_path / "run", "--max-steps", "1", "--batch-size", "4", "--checkpoint-every", "0")
     assert proc.stdout.count("precision: fp32 on cpu\n") == 1

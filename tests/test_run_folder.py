@@ -246,9 +246,9 @@ def _weights(run_dir):
     return [load_file(str(run_dir / "model" / name)) for name in ("model.safetensors", "heads.safetensors")]
 
 
-def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(toy, tiny_model, tiny_data, tmp_path, capsys):
-    ref = tmp_path / "ref"
-    toy(tiny_data, tiny_model, ref)
+def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(toy, toy_run, tiny_model, tiny_data, tmp_path,
+                                                                   capsys):
+    ref, _ = toy_run
     out = tmp_path / "run"
     shutil.copytree(ref, out)
     unfinish(out)
