@@ -14,6 +14,10 @@ sys.path.insert(0, ROOT)
 # huggingface_hub is imported, which reads it once). Without it a hub name that is not in the cache waits for the hub
 # through five retries (about 25 s) before it fails.
 os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+# One intra-op thread unless the caller chose (set before torch is imported; the scripts the tests start inherit it).
+# The tiny models' operations are too small to share out, and a second OpenMP thread that spins while the other waits
+# for a core made a training step several times slower on a busy machine. The tests of the thread count set their own.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 ENV = dict(os.environ, PYTHONHASHSEED="0")
 
 
