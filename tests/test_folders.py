@@ -19,6 +19,7 @@ from conftest import (SHORT_TRAIN, file_tree, full_disk, script_error, script_ma
 
 
 def write_articles(tmp_path):
+    """Nine articles linked in a ring, as TMP/articles.jsonl."""
     path = tmp_path / "articles.jsonl"
     path.write_text("".join(json.dumps({"id": f"d{i}", "title": f"T{i}", "text": "x", "links": [f"d{(i + 1) % 9}"]})
                             + "\n" for i in range(9)), encoding="utf-8")
@@ -26,6 +27,7 @@ def write_articles(tmp_path):
 
 
 def build(articles, out, *extra):
+    """02 on ``articles`` into ``out``, evaluation documents shared with training."""
     script_main("02_build_graph.py")(["--articles", str(articles), "--out", str(out), "--crossref-min-links", "2",
                                       "--topic-min", "2", "--eval-docs", "shared", *map(str, extra)])
 
