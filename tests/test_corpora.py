@@ -7,7 +7,7 @@ import zipfile
 
 import pytest
 
-from conftest import corpus_text, read_jsonl, run_script, script_error, script_main, train_in_process
+from conftest import corpus_text, read_jsonl, run_main, script_error, script_main, train_in_process
 
 from common.data.dictd import B64, b64_number
 
@@ -208,8 +208,7 @@ def test_corpus_joins_sources_under_prefixed_ids_and_drops_repeated_texts(tmp_pa
                           {"id": "2", "title": "Two", "text": "Other text", "links": []}])
     b = write("b.jsonl", [{"id": "1", "title": "Uno", "text": "same text", "links": []},
                           {"id": "3", "title": "Tres", "text": "Third text", "links": []}])
-    run_script("02_build_graph.py", "corpus", "--articles", f"a={a}", "--articles", f"b={b}", "--out",
-               tmp_path / "lm")
+    run_main("02_build_graph.py", "corpus", "--articles", f"a={a}", "--articles", f"b={b}", "--out", tmp_path / "lm")
     assert read_jsonl(tmp_path / "lm" / "docs.jsonl") == [
         {"id": "a:1", "title": "One", "text": "Same  text"}, {"id": "a:2", "title": "Two", "text": "Other text"},
         {"id": "b:3", "title": "Tres", "text": "Third text"}]

@@ -2,7 +2,7 @@
 (distribution, seeding, threads, a forked child), the dropped attention (value and gradient), ``install`` (every
 dropout swapped, evaluation unchanged, plain SDPA saved), the packed rows with one word lookup (the per-group
 embeddings and gradients), and the thread count a CPU embedding runs each batch with. The masked-LM's last layer
-at the masked positions is held to BertForMaskedLM in tests/test_search.py."""
+at the masked positions is held to BertForMaskedLM in tests/test_masked_lm.py."""
 
 import os
 import time

@@ -106,10 +106,10 @@ def test_two_processes_evaluate_with_the_vectors_and_metrics_of_one(tiny_model, 
 
     import numpy as np
 
-    from conftest import ENV, ROOT, free_port, run_script
+    from conftest import ENV, ROOT, free_port, run_main
     args = ["--data", tiny_data, "--model", f"base={tiny_model}", "--task", "crossref", "topics", "--batch-size", "4",
             "--documents", documents]
-    run_script("05_evaluate.py", *args, "--out", tmp_path / "one")
+    run_main("05_evaluate.py", *args, "--out", tmp_path / "one")
     env = dict(ENV, ACCELERATE_USE_CPU="1", OMP_NUM_THREADS="1")
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
                     str(free_port()), os.path.join(ROOT, "05_evaluate.py"), *map(str, args), "--out",
@@ -284,7 +284,7 @@ def test_documents_scored_embeds_only_what_crossref_and_topics_read_and_scores_t
     alone, in docs.jsonl's order, each the same as in the run that embeds every document, and the same figures;
     beside a task that reads other documents, one line."""
     import numpy as np
-    from conftest import run_script
+    from conftest import run_main
     data = tmp_path / "data"
     shutil.copytree(tiny_data, data)
     forget_hashes(data)
@@ -298,8 +298,8 @@ def test_documents_scored_embeds_only_what_crossref_and_topics_read_and_scores_t
         (data / f"topics.top.{part}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
     args = ["--data", data, "--model", f"base={tiny_model}", "--task", "crossref", "topics", "lexical",
             "--resplits", "0", "--resamples", "50"]
-    run_script("05_evaluate.py", *args, "--out", tmp_path / "all")
-    run_script("05_evaluate.py", *args, "--documents", "scored", "--out", tmp_path / "scored")
+    run_main("05_evaluate.py", *args, "--out", tmp_path / "all")
+    run_main("05_evaluate.py", *args, "--documents", "scored", "--out", tmp_path / "scored")
     every = (tmp_path / "all" / "base.ids.txt").read_text().split()
     wanted = {first} | {line.split()[2] for line in (data / "crossref.qrels").read_text().splitlines()}
     for part in ("train", "test"):

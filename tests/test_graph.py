@@ -1,4 +1,5 @@
-"""02_build_graph.py: the data directory from articles.jsonl, as a user runs it."""
+"""02_build_graph.py: the data directory from articles.jsonl, its main in this process (its exit status as a process of
+its own: the invalid-JSON case of test_bad_articles_fail_with_file_and_line)."""
 
 import collections
 import json
@@ -8,7 +9,7 @@ import random
 
 import pytest
 
-from conftest import read_jsonl, run_script, script_error
+from conftest import read_jsonl, run_main, script_error
 
 DATA_FILES = ["crossref.qrels", "docs.jsonl", "graph.npz", "manifest.json", "splits.json", "topics.top.test.jsonl",
               "topics.top.train.jsonl", "triplets.train.jsonl", "triplets.val.jsonl"]
@@ -41,7 +42,7 @@ def read_graph_npz(path):
 def build(tmp_path, articles, *flags, name="data"):
     src = write_articles(tmp_path / "articles.jsonl", articles)
     out = tmp_path / name
-    run_script("02_build_graph.py", "--articles", src, "--out", out, *flags)
+    run_main("02_build_graph.py", "--articles", src, "--out", out, *flags)
     return out
 
 
@@ -225,7 +226,7 @@ def test_shared_evaluation_documents_reach_the_triplets(tmp_path):
 
 def test_evaluation_documents_that_take_most_of_a_corpus_are_warned_about(tmp_path):
     src = write_articles(tmp_path / "articles.jsonl", random_corpus(n=150, seed=5))
-    proc = run_script("02_build_graph.py", "--articles", src, "--out", tmp_path / "data")
+    proc = run_main("02_build_graph.py", "--articles", src, "--out", tmp_path / "data")
     assert "warning: the 150 evaluation documents are 100% of the 150 documents; 0 of" in proc.stdout
 
 

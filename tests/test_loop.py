@@ -110,14 +110,14 @@ def as_on_a_gpu(monkeypatch):
 STEPS = ["--max-steps", "3", "--log-every", "2", "--eval-every", "0", "--checkpoint-every", "2", "--batch-size", "4"]
 
 
-def _objective_run(objective, root, tiny_data, tiny_model):
-    from test_hardening import objective_data
+def _objective_run(objective, root, request):
+    from test_run_folder import objective_data
+    tiny_data, tiny_model = request.getfixturevalue("tiny_data"), request.getfixturevalue("tiny_model")
     if objective in ("triplet", "cosine"):
-        data = ["--data", tiny_data] if objective == "triplet" else \
-            objective_data("contrastive", root, tiny_data, tiny_model)
+        data = ["--data", tiny_data] if objective == "triplet" else objective_data("contrastive", request)
         return ["--objective", objective, *data, "--model", tiny_model, "--out", root / "run", "--pooling", "mean",
                 "--max-length", "32", *STEPS]
-    data = objective_data(objective, root, tiny_data, tiny_model)
+    data = objective_data(objective, request)
     extra = {"mnrl": ["--query-max-length", "16"], "mlm": ["--cache-dir", root / "cache", "--max-length", "32"],
              "contrastive": [], "distill": ["--grad-accum", "2", "--warmup", "1", "--max-structural-length", "20",
                                             "--lambda", "0.5", "--student-projection", "8", "--teacher-projection",
@@ -127,9 +127,9 @@ def _objective_run(objective, root, tiny_data, tiny_model):
 
 
 @pytest.mark.parametrize("objective", ["triplet", "contrastive", "cosine", "mlm", "mnrl", "distill"])
-def test_no_step_waits_for_the_device_between_log_records_and_checkpoints(objective, tmp_path, tiny_data, tiny_model,
-                                                                         as_on_a_gpu, monkeypatch, capsys):
-    argv = [str(a) for a in _objective_run(objective, tmp_path, tiny_data, tiny_model)]
+def test_no_step_waits_for_the_device_between_log_records_and_checkpoints(objective, tmp_path, request, as_on_a_gpu,
+                                                                         monkeypatch, capsys):
+    argv = [str(a) for a in _objective_run(objective, tmp_path, request)]
     mode = recording(monkeypatch, in_a_step)
     with mode:
         if objective == "distill":
@@ -140,8 +140,7 @@ def test_no_step_waits_for_the_device_between_log_records_and_checkpoints(object
     assert [r["step"] for r in read_jsonl(tmp_path / "run" / "log.jsonl") if "loss" in r] == [2, 3]
 
 
-def test_the_recording_sees_each_kind_of_wait_inside_a_step(tiny_data, tiny_model, tmp_path, as_on_a_gpu,
-                                                           monkeypatch):
+def test_the_recording_sees_each_kind_of_wait_inside_a_step(tmp_path, request, as_on_a_gpu, monkeypatch):
     """The same run with a value read back in the loss, a boolean index and transformers' own check of a 2-D mask
     (``mask.all()``): each is found, where it is called from."""
     from common.models import encoder as E
@@ -154,7 +153,7 @@ def test_the_recording_sees_each_kind_of_wait_inside_a_step(tiny_data, tiny_mode
         return loss[loss > -1]
     monkeypatch.setattr(TripletObjective, "losses", waiting)
     monkeypatch.setattr(E, "model_mask", lambda transformer, mask: mask)
-    argv = [str(a) for a in _objective_run("triplet", tmp_path, tiny_data, tiny_model)]
+    argv = [str(a) for a in _objective_run("triplet", tmp_path, request)]
     mode = recording(monkeypatch, in_a_step)
     with mode:
         train_in_process(argv)
@@ -226,14 +225,13 @@ def test_weights_or_a_loss_that_are_not_finite_are_never_saved(flags, expected, 
 
 
 @pytest.mark.parametrize("objective", ["triplet", "contrastive", "mlm", "mnrl", "distill"])
-def test_batches_collated_by_worker_processes_are_those_of_the_training_process(objective, tmp_path, tiny_data,
-                                                                               tiny_model):
+def test_batches_collated_by_worker_processes_are_those_of_the_training_process(objective, tmp_path, request):
     """What a GPU run's ``--loader-workers`` do: every batch of two epochs, collated in two worker processes, is the
     batch the training process collates itself (each example's randomness is its own: (seed, epoch, example))."""
     from torch.utils.data import DataLoader
     from common.train import objectives
     from common.train.batches import EpochSampler
-    argv = [str(a) for a in _objective_run(objective, tmp_path, tiny_data, tiny_model)]
+    argv = [str(a) for a in _objective_run(objective, tmp_path, request)]
     training = script_module("03_train.py")
     if objective == "distill":  # 04_distill.py train's command line
         from common import cli

@@ -9,7 +9,7 @@ import pytest
 from scipy import stats
 
 from common.eval import report, uncertainty
-from conftest import forget_hashes, run_script, script_error
+from conftest import forget_hashes, run_main, script_error
 
 
 def mean_difference(x, y, axis=-1):
@@ -234,9 +234,9 @@ def evaluated(tiny_model, tiny_data, tmp_path_factory):
     """05 on the tiny data directory: the model with [CLS] and with mean pooling, compared with each other and the
     lexical baseline, 300 resamples and 3 re-splits (kept small for the test)."""
     out = tmp_path_factory.mktemp("compare") / "eval"
-    proc = run_script("05_evaluate.py", "--data", tiny_data, "--model", f"cls={tiny_model}", "--model",
-                      f"mean={tiny_model}", "--pooling", "mean=mean", "--out", out, "--compare", "cls=mean",
-                      "--compare", "mean=lexical", "--resamples", "300", "--resplits", "3", "--seed", "5")
+    proc = run_main("05_evaluate.py", "--data", tiny_data, "--model", f"cls={tiny_model}", "--model",
+                    f"mean={tiny_model}", "--pooling", "mean=mean", "--out", out, "--compare", "cls=mean",
+                    "--compare", "mean=lexical", "--resamples", "300", "--resplits", "3", "--seed", "5")
     return out, proc.stdout
 
 

@@ -45,7 +45,7 @@ from common.train import objectives
 RESULT_ARGS = ("model", "max_length", "pooling", "normalize", "lr", "weight_decay", "warmup", "schedule", "epochs",
                "max_steps", "batch_size", "grad_accum", "clip", "seed", "eval_every", "drop_last", "length_buckets",
                "chunk_tokens")
-# flags that change only speed, memory or logging: tests/test_hardening.py trains with each changed and checks that
+# flags that change only speed, memory or logging: tests/test_run_folder.py trains with them changed and checks that
 # the weights stay the same (--chunk-tokens does not: its parts draw other dropout masks)
 SPEED_ARGS = ("checkpoint_every", "keep", "log_every", "length_groups", "gradient_checkpointing", "report_to",
               "save_epochs", "loader_workers")
