@@ -57,7 +57,8 @@ SPEED_PROBES = {"checkpoint_every": ["--checkpoint-every", "1"], "keep": ["--kee
                 "log_every": ["--log-every", "2"], "length_groups": ["--length-groups", "1"],
                 "gradient_checkpointing": ["--gradient-checkpointing"], "save_epochs": ["--save-epochs"],
                 "report_to": None,  # needs a tracker installed; it only copies log.jsonl's records
-                "loader_workers": None}  # a GPU's: tests/test_loop.py collates with workers and without
+                "loader_workers": ["--loader-workers", "0"]}  # read on a GPU only; tests/test_loop.py collates with
+# worker processes and without
 
 
 # an objective's own flags that change only speed or logging, with a value other than the default

@@ -23,7 +23,8 @@ def model_mask(transformer, attention_mask):
     """The padding mask ``[B, L]`` as ``transformer`` should be given it: for SDPA on an architecture of
     ``MASK_AS_IS``, the ``[B, 1, 1, L]`` boolean mask SDPA reads; else as it is."""
     config = transformer.config
-    if config.model_type in MASK_AS_IS and config._attn_implementation in ("sdpa", "sdpa_cpu_dropout"):
+    if getattr(config, "model_type", None) in MASK_AS_IS and \
+            getattr(config, "_attn_implementation", None) in ("sdpa", "sdpa_cpu_dropout"):
         return attention_mask[:, None, None, :].bool()
     return attention_mask
 
