@@ -28,7 +28,8 @@ def read_qrels(path, index):
 def scored(qrels, run):
     """MAP and nDCG of ``run`` as trec_eval computes them, and their per-query values as a ``uncertainty.Sample``."""
     found, per_query = ranking_metrics(qrels, run)
-    return found, uncertainty.means([[q["map"], q["ndcg"]] for q in per_query.values()], ("map", "ndcg"))
+    return found, uncertainty.means([[q["map"], q["ndcg"]] for q in per_query.values()], ("map", "ndcg"),
+                                ("query", "queries"))
 
 
 def crossref(emb, index, qrels):
@@ -80,7 +81,7 @@ def read_topics(data_dir, level, index):
         path = os.path.join(data_dir, f"topics.{level}.{part}.jsonl")
         rows[part] = []
         for lineno, obj in read_jsonl(path, required=("id", "label")):
-            if obj["id"] not in index:
+            if not isinstance(obj["id"], str) or obj["id"] not in index:
                 raise InputError(f"{path}:{lineno}: id {obj['id']!r} is not in docs.jsonl")
             if not isinstance(obj["label"], str):
                 raise InputError(f"{path}:{lineno}: field 'label' must be a string")

@@ -1,14 +1,17 @@
-"""05's evaluation of document embeddings (the WikiSpecter and distillation tasks): which tasks a data directory
-supports and which 05 runs, each model's vectors of every document, and their scores on cross-references, topics,
-classification and similarity."""
+"""05's evaluation tasks: which a data directory supports and which 05 runs, the rows 05 adds itself (the
+baselines), and the tasks over embedded documents (cross-references, topics, classification, similarity): their
+files read once, each model's vectors of the documents, and their scores."""
 
 import os
+import time
 
 from tqdm import tqdm
 
 from common import io, vectors
 from common.eval import embedding, retrieval, uncertainty, wikispecter
 
+# the rows 05 adds itself beside the models, with what they are: no --model may take their names
+BASELINES = {"lexical": "the lexical baseline", "bm25": "the BM25 baseline"}
 EMBEDDING_TASKS = {"crossref", "topics", "lexical", "classify", "similarity"}  # documents as title + text
 SCORED_ONLY_TASKS = {"crossref", "topics", "lexical"}  # whose documents are named in their files (--documents scored)
 
@@ -198,7 +201,9 @@ def evaluate_documents(models, data_dir, how, outputs, wanted, seed, head_epochs
     counts = {"documents": len(docs.ids), "crossref_queries": len(tasks.qrels)}
     metrics, samples, embeddings, predictions, written = {}, {}, {}, {}, []
     for name, path in models.items():
+        started = time.perf_counter()
         emb, tokenizer, settings = embed_documents(path, name, data_dir, docs, how, outputs, say)
+        counts.setdefault("embedding_seconds", {})[name] = time.perf_counter() - started
         counts.setdefault("embedding", {})[name] = settings
         if tokenizer is not None and not written:  # the thesis's Fig. 4.1, under the first model's tokenizer
             lengths = wikispecter.token_lengths(tokenizer, docs.inputs(tokenizer.sep_token or ""))
