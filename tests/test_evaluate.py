@@ -547,3 +547,20 @@ def test_a_bad_number_in_a_data_file_stops_05_with_one_line_and_nothing_written(
     assert script_error("05_evaluate.py", "--data", data, "--model", f"base={tiny_model}", "--task", task, "--out",
                         tmp_path / "eval") == expected
     assert not (tmp_path / "eval").is_dir() or os.listdir(tmp_path / "eval") == []
+
+
+def test_05_says_and_records_how_its_time_split_between_embedding_and_the_rest(tiny_model, tiny_data, tmp_path,
+                                                                              capsys):
+    """The embedding (loading each model and embedding its documents) against everything else: the line 05 prints
+    last but one, and the manifest's seconds, from which docs/benchmarks.md takes the ratio."""
+    from conftest import script_main
+    from common.eval.report import time_split
+    assert time_split(40.0, 52.5) == "time: 40.0 s embedding, 12.5 s everything else (0.31 × the embedding's)\n"
+    assert time_split(0.0, 3.0) == "time: 0.0 s embedding, 3.0 s everything else\n"
+    out = tmp_path / "eval"
+    script_main("05_evaluate.py")(["--data", str(tiny_data), "--model", f"a={tiny_model}", "--model",
+                                   f"b={tiny_model}", "--out", str(out), "--task", "crossref", "--resamples", "0"])
+    seconds = json.loads((out / "manifest.json").read_text())["seconds"]
+    assert set(seconds) == {"embedding", "total"} and 0 < seconds["embedding"] < seconds["total"]
+    line = capsys.readouterr().out.splitlines()[-2]
+    assert re.fullmatch(r"time: \d+\.\d s embedding, \d+\.\d s everything else \(\d+\.\d\d × the embedding's\)", line)

@@ -529,3 +529,39 @@ def test_every_task_of_05_withholds_its_intervals_by_the_same_rule(tiny_model, t
     assert "- --resamples 10: fewer than 40, too few for the 2.5 % and 97.5 % ends\n" in text
     assert "- topics.top: 4 splits, fewer than 6: no paired test over so few reaches p < 0.05 (the smallest is " \
            "2 / 2^4)\n" in text
+
+
+# -- the same figures, sooner -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("processes", [1, 2, 3])
+def test_splits_classified_in_parallel_processes_give_what_each_gives_alone(processes):
+    """05 classifies the protocol's split and the re-splits in forked processes, a share each: every split's
+    metrics, C and predictions are those of ``topics`` on it alone, in the splits' order."""
+    from common.eval import wikispecter
+    rng = np.random.default_rng(4)
+    labels = [f"l{i % 3}" for i in range(45)]
+    centres = rng.normal(size=(3, 6))
+    x = np.array([centres[i % 3] + 1.5 * rng.normal(size=6) for i in range(45)], dtype=np.float32)
+    index = {f"d{i}": i for i in range(45)}
+    rows = {"train": [(f"d{i}", labels[i]) for i in range(30)], "test": [(f"d{i}", labels[i]) for i in range(30, 45)]}
+    splits = wikispecter.splits_of(rows, 4, seed=9)
+    assert len(splits) == 5 and splits[0] is rows
+    alone = [wikispecter.topics(x, index, split, 9) for split in splits]
+    assert wikispecter.start_topics(x, index, splits, 9, processes=processes)() == alone
+    assert wikispecter.resplits(x, index, rows, 4, 9).tolist() == [[m["f1"], m["accuracy"]] for m, _ in alone[1:]]
+
+
+@pytest.mark.parametrize("counts", [{"a": 300, "b": 200, "c": 100}, {"a": 590, "b": 7, "c": 3}, {"a": 20, "b": 5}])
+def test_a_tsne_draws_at_most_500_points_each_labels_share_kept(counts):
+    from common.eval.figures import tsne_sample
+    labels = [label for label, n in counts.items() for _ in range(n)]
+    np.random.default_rng(0).shuffle(labels)
+    chosen = tsne_sample(labels, seed=3)
+    if len(labels) <= 500:
+        assert chosen.tolist() == list(range(len(labels)))
+        return
+    assert len(chosen) == 500 and chosen.tolist() == sorted(set(chosen.tolist()))
+    drawn = {label: sum(labels[i] == label for i in chosen) for label in counts}
+    for label, n in counts.items():  # its share's floor, or one more (the rarest labels topped up)
+        assert n * 500 // len(labels) <= drawn[label] <= n * 500 // len(labels) + 1
+    assert tsne_sample(labels, seed=3).tolist() == chosen.tolist() != tsne_sample(labels, seed=4).tolist()

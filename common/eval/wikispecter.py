@@ -9,6 +9,7 @@ import numpy as np
 from common.io import InputError, read_jsonl, read_trec_qrels, safe_name
 from common.eval import uncertainty
 from common.eval.metrics import ranking_metrics
+from common.pool import Background
 
 SNOWBALL = {"fi": "finnish", "en": "english", "sv": "swedish", "de": "german", "fr": "french", "es": "spanish",
             "it": "italian", "nl": "dutch", "da": "danish", "no": "norwegian", "nb": "norwegian", "pt": "portuguese",
@@ -149,21 +150,45 @@ def stratifiable(rows):
     return bool(counts.min() >= 2 and min(len(rows["test"]), len(rows["train"])) >= len(counts))
 
 
-def resplits(emb, index, rows, n, seed=42):
-    """The topic figures (``topics``' macro F1 and accuracy) on ``n`` stratified re-splits of the same labelled
+def splits_of(rows, n, seed=42):
+    """The protocol's split (``rows``, ``read_topics``') and ``n`` stratified re-splits of the same labelled
     documents (training and test together, the protocol's test share kept: scikit-learn's
-    ``StratifiedShuffleSplit`` seeded with ``seed``; the rows must be ``stratifiable``), with the same classifier
-    and choice of C: ``[n, 2]``. Every model's vectors meet the same splits."""
+    ``StratifiedShuffleSplit`` seeded with ``seed``; the rows must be ``stratifiable`` where ``n`` > 0), each as
+    rows: every model meets the same splits."""
     from sklearn.model_selection import StratifiedShuffleSplit
+    if not n:
+        return [rows]
     pairs = rows["train"] + rows["test"]
     labels = [label for _, label in pairs]
-    n_test = len(rows["test"])
-    found = []
-    for train, test in StratifiedShuffleSplit(n, test_size=n_test, random_state=seed).split(labels, labels):
-        split = {"train": [pairs[i] for i in train], "test": [pairs[i] for i in test]}
-        metrics = topics(emb, index, split, seed)[0]
-        found.append((metrics["f1"], metrics["accuracy"]))
-    return np.array(found, dtype=np.float64).reshape(n, 2)
+    return [rows] + [{"train": [pairs[i] for i in train], "test": [pairs[i] for i in test]}
+                     for train, test in StratifiedShuffleSplit(n, test_size=len(rows["test"]),
+                                                               random_state=seed).split(labels, labels)]
+
+
+def resplits(emb, index, rows, n, seed=42):
+    """The topic figures (``topics``' macro F1 and accuracy) on the ``n`` re-splits of ``splits_of``, with the same
+    classifier and choice of C: ``[n, 2]``."""
+    found = [topics(emb, index, split, seed)[0] for split in splits_of(rows, n, seed)[1:]]
+    return np.array([(m["f1"], m["accuracy"]) for m in found], dtype=np.float64).reshape(n, 2)
+
+
+def _classify_each(emb, index, splits, seed):
+    return [topics(emb, index, split, seed) for split in splits]
+
+
+def start_topics(emb, index, splits, seed=42, processes=None):
+    """``topics`` on every split of ``splits``, started in ``processes`` forked processes (as many as this process
+    has cores where None), each a share of the splits, so that they run while the caller goes on (each split is
+    one LinearSVC grid search, single-threaded in liblinear). Returns a function that waits for them and returns
+    ``topics``' result of each split, in order; each split is classified as it would be alone, so the figures do
+    not depend on the processes."""
+    processes = min(processes or len(os.sched_getaffinity(0)), len(splits))
+    shares = [Background(_classify_each, emb, index, splits[k::processes], seed) for k in range(processes)]
+
+    def results():
+        found = [share.result() for share in shares]
+        return [found[i % processes][i // processes] for i in range(len(splits))]
+    return results
 
 
 def token_lengths(tokenizer, texts, batch=4096):
