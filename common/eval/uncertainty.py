@@ -156,14 +156,15 @@ def holds(ci, value):
     return ci[0] - slack <= value <= ci[1] + slack
 
 
-def too_few(sample, resamples):
-    """Why no interval or p can be given over ``sample``'s units ("" where they can): a bootstrap's resamples
-    fewer than ``MIN_RESAMPLES``, units (or splits) fewer than ``MIN_UNITS``."""
+def too_few(sample, resamples, task):
+    """Why no interval or p can be given over ``sample``'s units, the task's ``task`` ("" where they can): a
+    bootstrap's resamples fewer than ``MIN_RESAMPLES`` (every task's), units (or splits) fewer than
+    ``MIN_UNITS``."""
     if not sample.splits and resamples < MIN_RESAMPLES:
         return f"--resamples {resamples:,}: fewer than {MIN_RESAMPLES}, too few for the 2.5 % and 97.5 % ends"
     if len(sample.values) < MIN_UNITS:
-        return (f"{sample.count()}, fewer than {MIN_UNITS}: no paired test over so few reaches p < 0.05 (the "
-                f"smallest is 2 / 2^{len(sample.values)})")
+        return (f"{task}: {sample.count()}, fewer than {MIN_UNITS}: no paired test over so few reaches p < 0.05 "
+                f"(the smallest is 2 / 2^{len(sample.values)})")
     return ""
 
 
@@ -227,7 +228,7 @@ def is_difference(row):
     return " - " in row
 
 
-def _spreads(group, resamples, seed):
+def _spreads(group, resamples, seed, task):
     """What the intervals of one task's figures are taken over, for the models whose samples are ``group``
     (the same units or splits each): ``({figure: [model, values]}, "")``; ``(None, why)`` where an interval was
     asked for and cannot be given (``too_few``); ``(None, "")`` where none was asked for (``--resamples 0``, a
@@ -235,7 +236,7 @@ def _spreads(group, resamples, seed):
     first = group[0]
     if len(first.values) < 2 if first.splits else not resamples:
         return None, ""
-    why = too_few(first, resamples)
+    why = too_few(first, resamples, task)
     if why:
         return None, why
     if first.splits:
@@ -268,9 +269,9 @@ def summarise(metrics, samples, pairs, resamples, seed):
         models = [model for model in samples if task in samples[model]]
         for position in range(len(samples[models[0]][task])):
             group = [samples[model][task][position] for model in models]
-            found, reason = _spreads(group, resamples, seed)
+            found, reason = _spreads(group, resamples, seed, task)
             if reason:
-                notes.append(reason if reason.startswith("--") else f"{task}: {reason}")
+                notes.append(reason)
             for i, model in enumerate(models):
                 spreads[model, task, position] = found and {name: x[i] for name, x in found.items()}
                 why[model, task, position] = reason
