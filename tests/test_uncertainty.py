@@ -565,3 +565,29 @@ def test_a_tsne_draws_at_most_500_points_each_labels_share_kept(counts):
     for label, n in counts.items():  # its share's floor, or one more (the rarest labels topped up)
         assert n * 500 // len(labels) <= drawn[label] <= n * 500 // len(labels) + 1
     assert tsne_sample(labels, seed=3).tolist() == chosen.tolist() != tsne_sample(labels, seed=4).tolist()
+
+
+def test_the_token_lengths_figure_tokenises_again_only_the_documents_the_embedding_cut(tiny_model):
+    """Fig. 4.1's counts from the embedding's own token counts (cut at the length) where they fall below the cut,
+    and a new tokenisation of the rest: the counts of tokenising every document whole."""
+    from transformers import AutoTokenizer
+    from common.eval.wikispecter import token_lengths
+    from common.models.tokens import TokenStore
+    from conftest import corpus_text
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model))
+    texts = corpus_text(3, 40) + [" ".join(corpus_text(4, 12))]
+    whole = token_lengths(tokenizer, texts)
+    cut = int(np.median(whole))
+    known = TokenStore(tokenizer, texts, cut).lengths()
+    assert known.max() == cut < whole.max()
+    calls = []
+    original = tokenizer.__call__
+
+    class Counting(type(tokenizer)):
+        def __call__(self, batch, **kwargs):
+            calls.append(len(batch))
+            return original(batch, **kwargs)
+
+    tokenizer.__class__ = Counting
+    assert token_lengths(tokenizer, texts, cut=cut, known=known).tolist() == whole.tolist()
+    assert calls == [int((known >= cut).sum())]

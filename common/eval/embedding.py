@@ -81,7 +81,9 @@ def embed_corpus(path, name, data_dir, docs, how, outputs=None, collect=True, sa
     """The model and its vectors of every document, the corpus cut into one shard per process; with ``outputs``,
     the vectors are written row by row into its memory-mapped NAME.npy (and NAME.ids.txt beside it) and checked
     finite; with ``collect=False`` (a helping process) no vectors are kept (None). In a precision other than
-    float32, the mean cosine of the first documents' vectors to float32's is said and kept in the settings."""
+    float32, the mean cosine of the first documents' vectors to float32's is said and kept in the settings;
+    ``settings["token_counts"]`` holds each document's tokens as embedded (special tokens included, at most the
+    length)."""
     from common.models.inference import embed_sharded
     from common.models.precision import AGREEMENT_SAMPLE, agreement, encoder_for
     from common.models.tokens import TokenStore
@@ -89,6 +91,7 @@ def embed_corpus(path, name, data_dir, docs, how, outputs=None, collect=True, sa
     encoder = encoder_for(float32, how.precision)
     settings = {**settings, "precision": precision_run(how.precision, device_type(encoder))}
     store = TokenStore(tokenizer, document_inputs(data_dir, docs, tokenizer.sep_token or ""), settings["max_length"])
+    settings["token_counts"] = store.lengths()
     out = None if outputs is None else open_rows(outputs, name, docs.ids, encoder.dimension)
     with tqdm(total=len(store), desc=f"embed {name}", unit=" docs", mininterval=1.0) as bar:
         vectors = embed_sharded(encoder, store, how.batch_size, how.batch_tokens, bar, out=out, collect=collect)

@@ -88,7 +88,8 @@ def to_embed(data_dir, wanted, which):
 def embed_documents(path, name, data_dir, docs, how, outputs, say=print):
     """NAME.npy and NAME.ids.txt: the model's vectors of every document, written row by row into a memory-mapped
     NPY (under ``accelerate launch``, each process embeds one shard: ``embedding.embed_corpus``); returns the
-    vectors (that memory map), the tokenizer (None for a Paragraph Vector) and how the model embedded."""
+    vectors (that memory map), the tokenizer and each document's tokens as embedded (None for a Paragraph Vector)
+    and how the model embedded."""
     from common.distill.paragraph_vector import ParagraphVector, is_paragraph_vector
     from common.distill.teachers import pv_texts
     if is_paragraph_vector(path):
@@ -103,7 +104,7 @@ def embed_documents(path, name, data_dir, docs, how, outputs, say=print):
     say(f"{name}: {emb.shape[0]} documents, {emb.shape[1]} dimensions ({settings['pooling']} pooling"
         f"{', normalised' if settings['normalize'] else ''}, {settings['max_length']} tokens"
         f"{', ' + settings['precision'] if settings.get('precision', 'float32') != 'float32' else ''})")
-    return emb, tokenizer, embedding.embedding_settings(settings)
+    return emb, (tokenizer, settings["token_counts"]), embedding.embedding_settings(settings)
 
 
 class Tasks:
@@ -216,12 +217,14 @@ def evaluate_documents(models, data_dir, how, outputs, wanted, seed, head_epochs
         shown[level] = ([pairs[i] for i in figures.tsne_sample([label for _, label in pairs], seed)], {})
     for name, path in models.items():
         started = time.perf_counter()
-        emb, tokenizer, settings = embed_documents(path, name, data_dir, docs, how, outputs, say)
+        emb, tokens, settings = embed_documents(path, name, data_dir, docs, how, outputs, say)
         counts.setdefault("embedding_seconds", {})[name] = time.perf_counter() - started
         counts.setdefault("embedding", {})[name] = settings
         running = tasks.start_topics(emb, seed)  # the topic classifiers, in processes of their own, while the rest runs
-        if tokenizer is not None and not written:  # the thesis's Fig. 4.1, under the first model's tokenizer
-            lengths = wikispecter.token_lengths(tokenizer, docs.inputs(tokenizer.sep_token or ""))
+        if tokens is not None and not written:  # the thesis's Fig. 4.1, under the first model's tokenizer
+            tokenizer, counts_cut = tokens
+            lengths = wikispecter.token_lengths(tokenizer, docs.inputs(tokenizer.sep_token or ""),
+                                                cut=settings["max_length"], known=counts_cut)
             figures.token_lengths(outputs.tmp_path("token_lengths.png"), lengths, settings["max_length"], name)
             written.append((f"Token counts of the documents under {name}'s tokenizer, the cut at "
                             f"{settings['max_length']} marked", "token_lengths.png"))

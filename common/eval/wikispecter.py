@@ -191,9 +191,13 @@ def start_topics(emb, index, splits, seed=42, processes=None):
     return results
 
 
-def token_lengths(tokenizer, texts, batch=4096):
-    """Each text's token count under ``tokenizer``, special tokens included and nothing truncated."""
-    lengths = []
-    for start in range(0, len(texts), batch):
-        lengths.extend(map(len, tokenizer(texts[start:start + batch], add_special_tokens=True)["input_ids"]))
-    return np.array(lengths, dtype=np.int64)
+def token_lengths(tokenizer, texts, batch=4096, cut=None, known=None):
+    """Each text's token count under ``tokenizer``, special tokens included and nothing truncated. ``known``, the
+    counts of the same texts cut at ``cut`` tokens (as the embedding tokenised them), are kept where they fall
+    below the cut: only the texts that reach it are tokenised again."""
+    lengths = np.array(known, dtype=np.int64) if known is not None else np.full(len(texts), cut or 0, np.int64)
+    again = np.flatnonzero(lengths >= (cut or 0)) if known is not None else np.arange(len(texts))
+    for start in range(0, len(again), batch):
+        part = again[start:start + batch]
+        lengths[part] = list(map(len, tokenizer([texts[i] for i in part], add_special_tokens=True)["input_ids"]))
+    return lengths
