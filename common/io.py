@@ -155,8 +155,14 @@ def read_jsonl(path, required=()):
             raise InputError(f"{path}:{lineno + 1}: truncated or corrupt compressed file ({e})") from None
 
 
+# a relevance as trec_eval and pytrec_eval read it: a whole number in a C int
+RELEVANCE = re.compile(r"-?[0-9]{1,10}")
+RELEVANCE_RANGE = (-2 ** 31, 2 ** 31 - 1)
+
+
 def read_trec_qrels(path):
-    """TREC qrels ``qid 0 docid rel`` → {qid: {docid: rel}}; a malformed line names ``path:line``."""
+    """TREC qrels ``qid 0 docid rel`` → {qid: {docid: rel}}; a malformed line, or a relevance that is not a whole
+    number within a C int (``RELEVANCE_RANGE``), names ``path:line``."""
     qrels = {}
     with open_input(path) as f:
         for lineno, line in enumerate(f, 1):
@@ -165,11 +171,33 @@ def read_trec_qrels(path):
                 continue
             if len(parts) != 4:
                 raise InputError(f"{path}:{lineno}: expected 'qid 0 docid rel'")
-            if not re.fullmatch(r"-?[0-9]{1,9}", parts[3]):
-                raise InputError(f"{path}:{lineno}: relevance {parts[3][:40]!r} is not a whole number of at most 9 "
-                                 "digits")
-            qrels.setdefault(parts[0], {})[parts[2]] = int(parts[3])
+            rel = parts[3]
+            if not RELEVANCE.fullmatch(rel) or not RELEVANCE_RANGE[0] <= int(rel) <= RELEVANCE_RANGE[1]:
+                raise InputError(f"{path}:{lineno}: relevance {shown(rel)} is not a whole number between "
+                                 f"{RELEVANCE_RANGE[0]:,} and {RELEVANCE_RANGE[1]:,} (trec_eval's)")
+            qrels.setdefault(parts[0], {})[parts[2]] = int(rel)
     return qrels
+
+
+def shown(value, limit=40):
+    """A value read from a file as an error message shows it: as JSON, on one line, cut after ``limit``
+    characters."""
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def number(value, where, name, low=-math.inf, high=math.inf, integer=False):
+    """``value``, the field ``name`` of what was read at ``where`` (``path:line``), as a number: a JSON number (a bool
+    is none: JSON's ``true`` is not 1), a whole one where ``integer``, finite and within [``low``, ``high``]; else one
+    line naming the place, the field and what it holds."""
+    kinds = int if integer else (int, float)
+    if (isinstance(value, kinds) and not isinstance(value, bool) and (isinstance(value, int) or math.isfinite(value))
+            and low <= value <= high):
+        return value
+    kind = "a whole number" if integer else "a number"
+    span = (f" between {low:,} and {high:,}" if math.isfinite(low) and math.isfinite(high) else
+            f" of at least {low:,}" if math.isfinite(low) else f" of at most {high:,}" if math.isfinite(high) else "")
+    raise InputError(f"{where}: field {name!r} must be {kind}{span}, not {shown(value)}")
 
 
 _HASHED = {}  # (path, inode, size, mtime, ctime) → SHA-256: a file is read once a process unless it is written
@@ -190,60 +218,13 @@ def sha256(path):
     return _HASHED[key]
 
 
-# the most digits a JSON integer of a file the project reads may have: enough for transformers' "no limit"
-# (10^30, 31 digits), never the hundreds a damaged or hostile file may hold
-MAX_DIGITS = 64
-
-
-def _refuse_constant(name):
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def _finite_float(text):
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"number {text[:40]} is not finite")
-    return value
-
-
-def _short_int(text):
-    if len(text.lstrip("-")) > MAX_DIGITS:
-        raise ValueError(f"a number of {len(text.lstrip('-')):,} digits")
-    return int(text)
-
-
-def loads(text):
-    """JSON text as the project reads every JSON file: a number must be finite and at most ``MAX_DIGITS`` digits
-    long (Python's json module would take ``NaN``, ``Infinity``, ``1e400`` as infinity, and integers of thousands
-    of digits, as orjson, which reads the JSONL files, does not); a ValueError otherwise."""
-    return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float, parse_int=_short_int)
-
-
-def number(value, where, kind=int, low=None, high=None):
-    """``value``, a number read from a file, checked before use: a JSON integer (``kind=int``: ``true`` is none, nor
-    ``1.0``) or any JSON number (``kind=float``), finite, between ``low`` and ``high`` where given; anything else
-    (a string, a list, ``null``) is one line naming ``where`` (the file, its line and the field)."""
-    shown = repr(value)
-    shown = shown if len(shown) <= 40 else shown[:37] + "..."
-    if not (type(value) is int or (kind is float and type(value) is float)):
-        raise InputError(f"{where}: {shown} is not a JSON {'integer' if kind is int else 'number'}")
-    if not math.isfinite(value):
-        raise InputError(f"{where}: {shown} is not finite")
-    if (low is not None and value < low) or (high is not None and value > high):
-        bounds = f"between {low:,} and {high:,}" if low is not None and high is not None else \
-            f"at least {low:,}" if low is not None else f"at most {high:,}"
-        raise InputError(f"{where}: {shown} is not {bounds}")
-    return value
-
-
 def read_json_or_empty(path):
-    """A JSON file's value, or {} where there is no file; a file that is not JSON text (``loads``: numbers finite
-    and of a sane length) is an InputError."""
+    """A JSON file's value, or {} where there is no file; a file that is not JSON text is an InputError."""
     if not os.path.exists(path):
         return {}
     try:
         with open(path, encoding="utf-8") as f:
-            return loads(f.read())
+            return json.load(f)
     except ValueError as e:  # UnicodeDecodeError is one
         raise InputError(f"{path}: not JSON text ({e})") from None
     except OSError as e:

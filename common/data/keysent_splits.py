@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from common import cli
 from common.io import InputError, read_jsonl
 from common.jsontext import dumps_line
 
@@ -17,8 +18,8 @@ def read_sentences(path):
             raise InputError(f"{path}:{lineno}: field 'id' must be a string")
         if not isinstance(sentences, list) or not all(isinstance(s, str) for s in sentences):
             raise InputError(f"{path}:{lineno}: field 'sentences' must be a list of strings")
-        if not isinstance(labels, list) or len(labels) != len(sentences) or \
-                any(type(x) is not int or x not in (0, 1) for x in labels):  # true and 1.0 are no labels
+        if not isinstance(labels, list) or len(labels) != len(sentences) or any(
+                type(x) is not int or x not in (0, 1) for x in labels):  # JSON's true and 1.0 are no label
             raise InputError(f"{path}:{lineno}: field 'labels' must hold one 0 or 1 per sentence")
         if obj["id"] in seen:
             raise InputError(f"{path}:{lineno}: duplicate id {obj['id']!r}")
@@ -51,3 +52,15 @@ def write_splits(splits, outputs, counts):
         counts[f"key_sentences_{part}"] = sum(sum(a["labels"]) for a in splits[part])
     with outputs.open("splits.json") as f:
         f.write(dumps_line({part: [a["id"] for a in splits[part]] for part in PARTS}))
+
+
+def add_arguments(p):
+    """02 sentences' flags."""
+    p.add_argument("--sentences", required=True, type=cli.reads, help="sentences.jsonl from 01_extract.py sentences")
+    cli.add_max_line(p)
+    p.add_argument("--out", required=True, help="data directory to write")
+    p.add_argument("--test", type=cli.number(float, cli.SHARE), default=0.2,
+                   help="share of articles held out for testing (thesis)")
+    p.add_argument("--val", type=cli.number(float, cli.SHARE), default=0.25,
+                   help="share of the remaining articles for validation (thesis: 75/25, but by article)")
+    p.add_argument("--seed", type=cli.number(int, cli.SEED), default=42, help="seed of the split")
