@@ -32,7 +32,7 @@ import os
 import sys
 import time
 
-from common import cli, folders
+from common import cli, folders, io
 from common.eval import embedding, keysent, report, retrieval, tasks, uncertainty
 from common.eval.ann import KINDS as INDEX_KINDS
 from common.eval.embedding import Embedding
@@ -97,14 +97,14 @@ def add_evaluate_arguments(p):
     p.add_argument("--seed", type=cli.number(int, cli.SEED), default=42, help="seed of the classifier and t-SNE")
     p.add_argument("--head-epochs", type=cli.number(int, cli.COUNT), default=10,
                    help="classify: epochs of the MLP head (Burian 2023; small splits need more)")
-    p.add_argument("--resamples", type=cli.number(int, cli.COUNT_0), default=1000,
+    p.add_argument("--resamples", type=cli.number(int, cli.between(0, uncertainty.MAX_RESAMPLES)), default=1000,
                    help="each figure's 95 %% interval: percentile bootstrap over the task's queries, test documents, "
                         "articles or rated pairs, this many resamples drawn from --seed (1,000, ranx's number of "
                         "permutations; scipy.stats.bootstrap takes 9,999, steadier ends at 10 times the cost); also "
                         "--compare's random swaps where its units are more than 16; 0: no bootstrap; below "
                         f"{uncertainty.MIN_RESAMPLES} (too few for the 2.5 %% and 97.5 %% ends): no interval, with a "
                         "note")
-    p.add_argument("--resplits", type=cli.number(int, cli.COUNT_0), default=10,
+    p.add_argument("--resplits", type=cli.number(int, cli.between(0, uncertainty.MAX_RESPLITS)), default=10,
                    help="topics: stratified re-splits of the topic documents at the protocol's test share, each "
                         "classified as the protocol's split is; the interval of F1 and accuracy spans the "
                         "protocol's split and these (the protocol's stays the figure); 0: none; below "
@@ -121,7 +121,9 @@ def add_extract_arguments(p):
     p.add_argument("--model", required=True, type=cli.reads,
                    help="a model trained with --objective contrastive or cosine")
     p.add_argument("--input", required=True, type=cli.reads, help="JSONL of {id, text} (HTML and LaTeX are cleaned)")
-    cli.add_max_line(p)
+    p.add_argument("--max-line-mb", type=cli.number(int, cli.line_mb()), default=io.MAX_LINE_BYTES >> 20,
+                   help="refuse a JSONL line longer than this (a line is held whole in memory while read); at most "
+                        "this machine's memory")
     p.add_argument("--out", required=True, help="JSONL to write: {id, key_sentences: [{text, score, start, end}]}")
     p.add_argument("--top", type=cli.number(int, cli.COUNT), default=1, help="sentences per article, best first")
     p.add_argument("--threshold", type=cli.number(float, cli.between(-1, 1)), default=None,

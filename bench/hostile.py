@@ -362,7 +362,7 @@ def overwrite_cases(root, model, data, train):
 
 def number_cases(root, model, data, train):
     """Numbers not checked before use: flags (a line limit past memory, shares that add up past 1, a pair length too
-    short for --nsp, NaN and infinity) and numbers in files (a label of true, a checkpoint's state, a log record,
+    short for --nsp, NaN and infinity, 05's resamples and re-splits past what it can finish) and numbers in files (a label of true, a checkpoint's state, a log record,
     teacher vectors past float32, a document id that is a list)."""
     results = []
     mlm = ["03_train.py", "--model", model, "--objective", "mlm", "--data", data, "--out", root / "x"]
@@ -376,7 +376,11 @@ def number_cases(root, model, data, train):
                        ("--lr nan", [*train, "--data", data, "--out", root / "x", "--lr", "nan"]),
                        ("--warmup inf", [*train, "--data", data, "--out", root / "x", "--warmup", "inf"]),
                        ("--topic-test 1e309", ["02_build_graph.py", "--articles", root / "articles.jsonl", "--out",
-                                               root / "x", "--topic-test", "1e309"])):
+                                               root / "x", "--topic-test", "1e309"]),
+                       ("05 --resamples 2**30", ["05_evaluate.py", "--data", data, "--model", f"m={model}", "--out",
+                                                 root / "x", "--resamples", str(1 << 30)]),
+                       ("05 --resplits 100000", ["05_evaluate.py", "--data", data, "--model", f"m={model}", "--out",
+                                                 root / "x", "--resplits", "100000"])):
         rc, line = script(*args)
         results.append(report(name, rc, line, rc == 2 and not (root / "x").exists()))
     sentences = root / "labels.jsonl"

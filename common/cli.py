@@ -125,10 +125,14 @@ def pairs(values, names, flag):
     return found
 
 
+def line_mb():
+    """``--max-line-mb``'s limit: at most the machine's memory, as a line is held whole while it is read."""
+    return between(1, max(1, physical_memory() >> 20))
+
+
 def add_max_line(p):
-    """``--max-line-mb``, for commands that read JSONL from outside the pipeline: at most the machine's memory, as
-    a line is held whole while it is read."""
-    p.add_argument("--max-line-mb", type=number(int, between(1, max(1, physical_memory() >> 20))),
+    """``--max-line-mb``, for commands that read JSONL from outside the pipeline."""
+    p.add_argument("--max-line-mb", type=number(int, line_mb()),
                    default=io.MAX_LINE_BYTES >> 20,
                    help="refuse a JSONL line longer than this (a line is held whole in memory while read); at most "
                         "this machine's memory")

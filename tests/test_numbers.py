@@ -105,6 +105,19 @@ def test_workers_have_a_bound_the_machine_can_start(argv):
                                    f"{max(64, os.cpu_count()):,}")
 
 
+@pytest.mark.parametrize("flag, value, bound", [("--resamples", "1073741824", "between 0 and 100,000"),
+                                               ("--resamples", "100001", "between 0 and 100,000"),
+                                               ("--resplits", "1001", "between 0 and 1,000")])
+def test_05s_resamples_and_resplits_have_a_bound_the_machine_can_meet(flag, value, bound, tiny_data, tiny_model,
+                                                                    tmp_path):
+    """Each resample keeps one float per figure, and each re-split trains the classifiers again: 05 refuses more
+    than it can finish as the line is read, before any model loads or anything is written."""
+    out = tmp_path / "eval"
+    assert script_error("05_evaluate.py", "--data", tiny_data, "--model", f"m={tiny_model}", "--out", out, flag,
+                        value) == f"error: argument {flag}: {value}: must be {bound}"
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("flag, value, bound", [("--per-query", "1073741824", "between 1 and 1,024"),
                                                ("--hard", "1025", "between 0 and 1,024")])
 def test_triplets_per_query_have_a_bound_a_chunk_of_queries_can_hold(flag, value, bound, tmp_path):

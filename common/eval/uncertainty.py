@@ -43,6 +43,11 @@ import numpy as np
 LEVEL = 0.95
 # each 2.5 % tail of at least 1 / 0.025 = 40 resamples holds a resample
 MIN_RESAMPLES = 40
+# the most resamples (and --compare's random swaps): ten times scipy.stats.bootstrap's 9,999; each figure keeps one
+# float per resample, and a million resamples of 18,426 documents would already take hours
+MAX_RESAMPLES = 100_000
+# the most topic re-splits: each trains its classifiers again (a grid search of LinearSVC for each label level)
+MAX_RESPLITS = 1_000
 # the fewest units whose paired sign-flip test reaches p < 0.05: its smallest two-sided p is 2 / 2^n
 MIN_UNITS = 6
 # every one of the 2^n swaps is tried up to this many units (65,536 swaps): exact p-values where they are cheap
