@@ -1,0 +1,234 @@
+"""Where a training step of the tiny rows (bench/all.py's tiny-*) goes, ours and theirs: milliseconds a step in
+collate, forward, backward, optimizer, logging and the rest, timed by wrappers around the calls each loop makes.
+
+    python bench/tiny_profile.py                          # tiny-mlm, 120 steps a side, the first 20 left out
+    python bench/tiny_profile.py --row tiny-triplet --steps 120 --cprofile 25
+
+Each side runs in a fresh process on the tiny BERT (bench/shared.py's TINY_SHAPE) at --batch × --length, as
+bench/all.py's row runs it: ours 03_train.py (called in the process, --log-every 10), theirs bench/train.py's
+Trainer (transformers' for mlm, sentence-transformers' for triplet and mnrl). A step is the interval between two
+consecutive ends of the optimizer's ``step``; the categories are the time spent inside these calls (the outermost
+one where they nest), the same calls on both sides where the two loops share them (Accelerate's):
+
+| category  | the calls timed                                                                                    |
+|-----------|----------------------------------------------------------------------------------------------------|
+| collate   | the DataLoader iterator's ``__next__``: sampler, rows and collate function (ours the objective's    |
+|           | ``collate_train``; sentence-transformers' collator tokenises there, transformers' masks there)      |
+| forward   | ours the objective's ``losses``; theirs ``Trainer.compute_loss`` (sentence-transformers' own)       |
+| backward  | ``Accelerator.backward``, both sides                                                               |
+| optimizer | gradient clipping, the optimizer's ``step`` and ``zero_grad`` (or the module's), the schedule's     |
+|           | ``step``; theirs also ``Trainer._get_grad_norm``                                                   |
+| logging   | ours ``RunFolder.write_log``, tqdm, ``Accelerator.reduce``, the objective's ``log_metrics``; theirs |
+|           | ``Trainer._maybe_log_save_evaluate`` and the callbacks                                             |
+| other     | the step's time less the above: each loop's own Python, seeding, checks, Accelerate's data-loader   |
+|           | wrapper                                                                                            |
+
+--cprofile N adds each side's N functions of most own time over the timed steps (cProfile, which slows Python-heavy
+code more than the kernels: read it for where, not for how long).
+"""
+
+import argparse
+import json
+import os
+import runpy
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from bench.shared import OFFLINE, TINY_SHAPE, build_model  # noqa: E402
+
+CATEGORIES = ("collate", "forward", "backward", "optimizer", "logging", "other")
+
+
+class Timers:
+    """Seconds spent in wrapped calls by category (the outermost wrapped call only, where they nest), and the
+    times at which the optimizer's steps end."""
+
+    def __init__(self):
+        self.spent = dict.fromkeys(CATEGORIES[:-1], 0.0)
+        self.calls = dict.fromkeys(CATEGORIES[:-1], 0)
+        self.active = False
+        self.ends, self.snapshots, self.counted = [], [], []
+
+    def wrap(self, owner, name, category, step_end=False):
+        original = owner.__dict__[name]
+        timers = self
+
+        def wrapper(*args, **kwargs):
+            if timers.active:
+                return original(*args, **kwargs)
+            timers.active = True
+            start = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                now = time.perf_counter()
+                timers.spent[category] += now - start
+                timers.calls[category] += 1
+                timers.active = False
+                if step_end:
+                    timers.ends.append(now)
+                    timers.snapshots.append(dict(timers.spent))
+                    timers.counted.append(dict(timers.calls))
+
+        wrapper.__wrapped__ = original
+        setattr(owner, name, wrapper)
+
+    def per_step(self, warm):
+        """Milliseconds a step in each category over the steps after the first ``warm``."""
+        if len(self.ends) <= warm + 1:
+            raise SystemExit(f"error: {len(self.ends)} optimizer steps timed; need more than --warm {warm} + 1")
+        n = len(self.ends) - 1 - warm
+        first, last = self.snapshots[warm], self.snapshots[-1]
+        out = {c: (last[c] - first[c]) * 1e3 / n for c in CATEGORIES[:-1]}
+        total = (self.ends[-1] - self.ends[warm]) * 1e3 / n
+        out["other"] = total - sum(out.values())
+        calls = {c: (self.counted[-1][c] - self.counted[warm][c]) / n for c in CATEGORIES[:-1]}
+        return {"steps": n, "total": total, **out, "calls": calls}
+
+
+def install_shared(timers):
+    """The wrappers both sides share: the data loader, Accelerate's backward, the optimizer and the schedule."""
+    import torch
+    from accelerate import Accelerator
+    from accelerate.optimizer import AcceleratedOptimizer
+    from torch.utils.data.dataloader import _BaseDataLoaderIter
+    timers.wrap(_BaseDataLoaderIter, "__next__", "collate")
+    timers.wrap(Accelerator, "backward", "backward")
+    timers.wrap(Accelerator, "clip_grad_norm_", "optimizer")
+    timers.wrap(AcceleratedOptimizer, "step", "optimizer", step_end=True)
+    timers.wrap(AcceleratedOptimizer, "zero_grad", "optimizer")
+    timers.wrap(torch.nn.Module, "zero_grad", "optimizer")
+    timers.wrap(torch.optim.lr_scheduler.LRScheduler, "step", "optimizer")
+    timers.wrap(Accelerator, "reduce", "logging")
+
+
+def run_ours(args, objective, data, timers):
+    from tqdm import tqdm
+    from common.train import objectives
+    from common.train.run_folder import RunFolder
+    from bench.train import minilm
+    cls = objectives.get(objective)
+    timers.wrap(cls, "losses", "forward")
+    if "log_metrics" in cls.__dict__:
+        timers.wrap(cls, "log_metrics", "logging")
+    timers.wrap(RunFolder, "write_log", "logging")
+    timers.wrap(tqdm, "update", "logging")
+    timers.wrap(tqdm, "set_postfix", "logging")
+    train = runpy.run_path(os.path.join(ROOT, "03_train.py"), run_name="tiny_profile")["main"]
+    extra = {"mnrl": ["--query-max-length", str(args.length), "--no-normalize"],
+             "mlm": ["--cache-dir", os.path.join(args.work, "mlm-cache")]}.get(objective, [])
+    with tempfile.TemporaryDirectory() as out:
+        train(["--objective", objective, "--data", data, "--model", minilm(), "--out", out, "--pooling", "mean",
+               "--max-length", str(args.length), "--batch-size", str(args.batch), "--epochs", "100",
+               "--log-every", "10", "--eval-every", "0", "--checkpoint-every", "0", "--max-steps", str(args.steps),
+               *extra])
+
+
+def run_theirs(args, objective, data, timers):
+    from transformers import Trainer
+    from transformers.trainer_callback import CallbackHandler
+    from bench.train import run_theirs
+    timers.wrap(Trainer, "compute_loss", "forward")
+    timers.wrap(Trainer, "_get_grad_norm", "optimizer")
+    timers.wrap(Trainer, "_maybe_log_save_evaluate", "logging")
+    timers.wrap(CallbackHandler, "call_event", "logging")
+    if objective != "mlm":
+        from sentence_transformers import SentenceTransformerTrainer
+        timers.wrap(SentenceTransformerTrainer, "compute_loss", "forward")
+    run_theirs(data, args.steps, args.batch, objective, args.length)
+
+
+def one(args, side):
+    """One side in this process: its per-step table and, with --cprofile, its most expensive functions."""
+    import cProfile
+    import io
+    import pstats
+    from bench.train import ensure_data
+    objective = args.row.removeprefix("tiny-")
+    data = ensure_data(args.work, objective)
+    timers = Timers()
+    install_shared(timers)
+    profiler = cProfile.Profile() if args.cprofile else None
+    if profiler:  # from the end of the first --warm steps on
+        timers.ends = _Hooked(lambda: profiler.enable() if len(timers.ends) == args.warm else None)
+    (run_ours if side == "ours" else run_theirs)(args, objective, data, timers)
+    if profiler:
+        profiler.disable()
+    found = timers.per_step(args.warm)
+    if profiler:
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(args.cprofile)
+        found["cprofile"] = text.getvalue()
+    return found
+
+
+class _Hooked(list):
+    """A list that calls ``hook`` after each append (the profile starts at the end of the warm-up steps)."""
+
+    def __init__(self, hook):
+        super().__init__()
+        self.hook = hook
+
+    def append(self, item):
+        super().append(item)
+        self.hook()
+
+
+def table(args, sides):
+    lines = ["| category | ours ms/step | theirs ms/step | ours − theirs |", "|---|---:|---:|---:|"]
+    for key in (*CATEGORIES, "total"):
+        a, b = sides["ours"][key], sides["theirs"][key]
+        name = "**step**" if key == "total" else key
+        lines.append(f"| {name} | {a:.2f} | {b:.2f} | {a - b:+.2f} |")
+    ratio = sides["theirs"]["total"] / sides["ours"]["total"]
+    shape = ", ".join(f"{k.replace('num_', '').replace('_', ' ')} {v}" for k, v in TINY_SHAPE.items())
+    model = f"the tiny BERT ({shape})" if args.model == "tiny" else "all-MiniLM-L6-v2"
+    return [f"{args.row}: {model}, batch {args.batch} × {args.length} tokens, "
+            f"{sides['ours']['steps']} and {sides['theirs']['steps']} steps timed after {args.warm}; "
+            f"ours {1e3 / sides['ours']['total']:.1f} steps/s, theirs {1e3 / sides['theirs']['total']:.1f} "
+            f"(**{ratio:.2f}×**)", "", *lines]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--row", choices=("tiny-mlm", "tiny-triplet", "tiny-mnrl"), default="tiny-mlm")
+    parser.add_argument("--batch", type=int, default=4, help="bench/all.py's --tiny-batch")
+    parser.add_argument("--length", type=int, default=16, help="bench/all.py's --tiny-length")
+    parser.add_argument("--steps", type=int, default=120)
+    parser.add_argument("--warm", type=int, default=20, help="steps left out of the figures")
+    parser.add_argument("--cprofile", type=int, default=0, metavar="N",
+                        help="also print each side's N functions of most own time (0: none)")
+    parser.add_argument("--model", choices=("tiny", "minilm"), default="tiny",
+                        help="the tiny BERT, or all-MiniLM-L6-v2 as published (the real rows' model)")
+    parser.add_argument("--work", default=os.path.join(ROOT, "bench", "out", "train"))
+    parser.add_argument("--one", choices=("ours", "theirs"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(one(args, args.one)))
+        return
+    env = dict(os.environ, **OFFLINE)
+    if args.model == "tiny":
+        env["BENCH_MODEL"] = build_model(args.work, "tiny")
+    sides = {}
+    for side in ("ours", "theirs"):
+        out = subprocess.run([sys.executable, os.path.abspath(__file__), *sys.argv[1:], "--one", side], cwd=ROOT,
+                             env=env, capture_output=True, text=True)
+        if out.returncode:
+            sys.exit(f"error: {side} failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
+        sides[side] = json.loads(out.stdout.strip().splitlines()[-1])
+    load = os.getloadavg()
+    print("\n".join(table(args, sides)))
+    print(f"\nload average {load[0]:.2f}, {load[1]:.2f}, {load[2]:.2f}; timed calls a step: "
+          + "; ".join(f"{side} " + ", ".join(f"{k} {v:g}" for k, v in found["calls"].items())
+                      for side, found in sides.items()))
+    for side, found in sides.items():
+        if "cprofile" in found:
+            print(f"\n{side}: cProfile over the timed steps\n{found['cprofile']}")
+
+
+if __name__ == "__main__":
+    main()
