@@ -408,7 +408,7 @@ def main():
     for row, shape in rows_to_run(args):
         env_model = build_model(args.work, shape, args.dry)
         os.environ["BENCH_MODEL"] = env_model
-        embeds = row.startswith("embed") or row == "long-embed"
+        embeds = row.startswith("embed") or row in ("long-embed", "tiny-embed")
         flops = (8 if row in ("distill", "long-train") else 2 if embeds else 6) * nonembedding(env_model) \
             * tokens_per_unit(row, args)
         res = {"unit": "texts/s" if embeds else "steps/s", "flops": flops, "theirs": None}
