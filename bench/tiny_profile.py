@@ -153,11 +153,10 @@ def one(args, side):
     timers = Timers()
     install_shared(timers)
     profiler = cProfile.Profile() if args.cprofile else None
-    if profiler:  # from the end of the first --warm steps on
-        timers.ends = _Hooked(lambda: profiler.enable() if len(timers.ends) == args.warm else None)
+    if profiler:  # from the end of the first --warm steps to the end of the last
+        timers.ends = _Hooked(lambda: profiler.enable() if len(timers.ends) == args.warm else
+                              profiler.disable() if len(timers.ends) == args.steps else None)
     (run_ours if side == "ours" else run_theirs)(args, objective, data, timers)
-    if profiler:
-        profiler.disable()
     found = timers.per_step(args.warm)
     if profiler:
         text = io.StringIO()
