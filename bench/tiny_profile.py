@@ -1,14 +1,14 @@
 """Where a training step of the tiny rows (bench/all.py's tiny-*) goes, ours and theirs: milliseconds a step in
 collate, forward, backward, optimizer, logging and the rest, timed by wrappers around the calls each loop makes.
 
-    python bench/tiny_profile.py                          # tiny-mlm, 120 steps a side, the first 20 left out
-    python bench/tiny_profile.py --row tiny-triplet --steps 120 --cprofile 25
+    python bench/tiny_profile.py                          # tiny-mlm: 3 rounds of 120 steps a side, 20 left out
+    python bench/tiny_profile.py --row tiny-triplet --rounds 1 --cprofile 25
 
-Each side runs in a fresh process on the tiny BERT (bench/shared.py's TINY_SHAPE) at --batch × --length, as
-bench/all.py's row runs it: ours 03_train.py (called in the process, --log-every 10), theirs bench/train.py's
-Trainer (transformers' for mlm, sentence-transformers' for triplet and mnrl). A step is the interval between two
-consecutive ends of the optimizer's ``step``; the categories are the time spent inside these calls (the outermost
-one where they nest), the same calls on both sides where the two loops share them (Accelerate's):
+Each side runs in a fresh process, --rounds times, interleaved, on the tiny BERT (bench/shared.py's TINY_SHAPE) at
+--batch × --length, as bench/all.py's row runs it: ours 03_train.py (called in the process, --log-every 10), theirs
+bench/train.py's Trainer (transformers' for mlm, sentence-transformers' for triplet and mnrl). A step is the interval
+between two consecutive ends of the optimizer's ``step``; the categories are the time spent inside these calls (the
+outermost one where they nest), the same calls on both sides where the two loops share them (Accelerate's):
 
 | category  | the calls timed                                                                                    |
 |-----------|----------------------------------------------------------------------------------------------------|
@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import runpy
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -177,7 +178,15 @@ class _Hooked(list):
         self.hook()
 
 
-def table(args, sides):
+def median_side(rounds):
+    """Each category's median over the rounds of one side (the step's too), the calls of the first round."""
+    keys = (*CATEGORIES, "total")
+    return {**{k: statistics.median(r[k] for r in rounds) for k in keys}, "steps": rounds[0]["steps"],
+            "calls": rounds[0]["calls"]}
+
+
+def table(args, sides, rounds):
+    """The markdown lines: the sides' medians by category, and each round's steps/s and ratio."""
     lines = ["| category | ours ms/step | theirs ms/step | ours − theirs |", "|---|---:|---:|---:|"]
     for key in (*CATEGORIES, "total"):
         a, b = sides["ours"][key], sides["theirs"][key]
@@ -186,10 +195,12 @@ def table(args, sides):
     ratio = sides["theirs"]["total"] / sides["ours"]["total"]
     shape = ", ".join(f"{k.replace('num_', '').replace('_', ' ')} {v}" for k, v in TINY_SHAPE.items())
     model = f"the tiny BERT ({shape})" if args.model == "tiny" else "all-MiniLM-L6-v2"
-    return [f"{args.row}: {model}, batch {args.batch} × {args.length} tokens, "
-            f"{sides['ours']['steps']} and {sides['theirs']['steps']} steps timed after {args.warm}; "
-            f"ours {1e3 / sides['ours']['total']:.1f} steps/s, theirs {1e3 / sides['theirs']['total']:.1f} "
-            f"(**{ratio:.2f}×**)", "", *lines]
+    each = ", ".join(f"{1e3 / o['total']:.1f} / {1e3 / t['total']:.1f} ({t['total'] / o['total']:.2f}×)"
+                     for o, t in zip(rounds["ours"], rounds["theirs"]))
+    return [f"{args.row}: {model}, batch {args.batch} × {args.length} tokens, {sides['ours']['steps']} steps timed "
+            f"after {args.warm}, medians of {len(rounds['ours'])} interleaved rounds: ours "
+            f"{1e3 / sides['ours']['total']:.1f} steps/s, theirs {1e3 / sides['theirs']['total']:.1f} "
+            f"(**{ratio:.2f}×**); rounds ours / theirs steps/s: {each}", "", *lines]
 
 
 def main():
@@ -199,8 +210,11 @@ def main():
     parser.add_argument("--length", type=int, default=16, help="bench/all.py's --tiny-length")
     parser.add_argument("--steps", type=int, default=120)
     parser.add_argument("--warm", type=int, default=20, help="steps left out of the figures")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="fresh processes of each side, ours first in odd rounds and theirs in even ones; the "
+                             "table gives the medians")
     parser.add_argument("--cprofile", type=int, default=0, metavar="N",
-                        help="also print each side's N functions of most own time (0: none)")
+                        help="also print each side's N functions of most own time in the first round (0: none)")
     parser.add_argument("--model", choices=("tiny", "minilm"), default="tiny",
                         help="the tiny BERT, or all-MiniLM-L6-v2 as published (the real rows' model)")
     parser.add_argument("--work", default=os.path.join(ROOT, "bench", "out", "train"))
@@ -212,21 +226,25 @@ def main():
     env = dict(os.environ, **OFFLINE)
     if args.model == "tiny":
         env["BENCH_MODEL"] = build_model(args.work, "tiny")
-    sides = {}
-    for side in ("ours", "theirs"):
-        out = subprocess.run([sys.executable, os.path.abspath(__file__), *sys.argv[1:], "--one", side], cwd=ROOT,
-                             env=env, capture_output=True, text=True)
-        if out.returncode:
-            sys.exit(f"error: {side} failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
-        sides[side] = json.loads(out.stdout.strip().splitlines()[-1])
-    load = os.getloadavg()
-    print("\n".join(table(args, sides)))
-    print(f"\nload average {load[0]:.2f}, {load[1]:.2f}, {load[2]:.2f}; timed calls a step: "
-          + "; ".join(f"{side} " + ", ".join(f"{k} {v:g}" for k, v in found["calls"].items())
-                      for side, found in sides.items()))
-    for side, found in sides.items():
-        if "cprofile" in found:
-            print(f"\n{side}: cProfile over the timed steps\n{found['cprofile']}")
+    rounds, loads = {"ours": [], "theirs": []}, []
+    for r in range(args.rounds):
+        loads.append(os.getloadavg()[0])
+        for side in ("ours", "theirs") if r % 2 == 0 else ("theirs", "ours"):
+            argv = sys.argv[1:] + ["--one", side] + ([] if r == 0 else ["--cprofile", "0"])
+            out = subprocess.run([sys.executable, os.path.abspath(__file__), *argv], cwd=ROOT, env=env,
+                                 capture_output=True, text=True)
+            if out.returncode:
+                sys.exit(f"error: {side} failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
+            rounds[side].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    loads.append(os.getloadavg()[0])
+    sides = {side: median_side(found) for side, found in rounds.items()}
+    print("\n".join(table(args, sides, rounds)))
+    print(f"\nload average at each round's start and at the end: {', '.join(f'{x:.2f}' for x in loads)}; timed "
+          "calls a step: " + "; ".join(f"{side} " + ", ".join(f"{k} {v:g}" for k, v in found["calls"].items())
+                                      for side, found in sides.items()))
+    for side, found in rounds.items():
+        if "cprofile" in found[0]:
+            print(f"\n{side}: cProfile over the timed steps of the first round\n{found[0]['cprofile']}")
 
 
 if __name__ == "__main__":
