@@ -73,7 +73,9 @@ def ensure_data(work, objective):
 
 def run_ours(data, steps, batch, objective, length, log_every=1):
     """Our loop's step times, from log.jsonl's rates: each record's steps_per_s is the mean over the steps since the
-    record before (--log-every; 1: each step's own), and each of those steps is given its mean."""
+    record before (--log-every; 1: each step's own), and each of those steps is given its mean. The steps of a record
+    that follows a validation record are left out (an epoch's end validates within them; theirs validates
+    nothing)."""
     extra = {"mnrl": ["--query-max-length", str(length), "--no-normalize"],
              "mlm": ["--cache-dir", os.path.join(os.path.dirname(data), "mlm-cache")]}.get(objective, [])
     with tempfile.TemporaryDirectory() as out:
@@ -84,11 +86,14 @@ def run_ours(data, steps, batch, objective, length, log_every=1):
                        cwd=ROOT, check=True, capture_output=True)
         with open(os.path.join(out, "log.jsonl")) as f:
             records = [json.loads(line) for line in f]
-    times, last = [], 0
+    times, last, validated = [], 0, False
     for record in records:
-        if "steps_per_s" in record:
+        if "steps_per_s" not in record:
+            validated = True
+            continue
+        if not validated:
             times += [1 / record["steps_per_s"]] * (record["step"] - last)
-            last = record["step"]
+        last, validated = record["step"], False
     return times
 
 
