@@ -3,6 +3,7 @@ collate, forward, backward, optimizer, logging and the rest, timed by wrappers a
 
     python bench/tiny_profile.py                          # tiny-mlm: 3 rounds of 120 steps a side, 20 left out
     python bench/tiny_profile.py --row tiny-triplet --rounds 1 --cprofile 25
+    OMP_NUM_THREADS=1 python bench/tiny_profile.py --clock cpu  # a step's work on one thread, on a busy machine
 
 Each side runs in a fresh process, --rounds times, interleaved, on the tiny BERT (bench/shared.py's TINY_SHAPE) at
 --batch × --length, as bench/all.py's row runs it: ours 03_train.py (called in the process, --log-every 10), theirs
@@ -48,7 +49,8 @@ class Timers:
     """Seconds spent in wrapped calls by category (the outermost wrapped call only, where they nest), and the
     times at which the optimizer's steps end."""
 
-    def __init__(self):
+    def __init__(self, clock=time.perf_counter):
+        self.clock = clock
         self.spent = dict.fromkeys(CATEGORIES[:-1], 0.0)
         self.calls = dict.fromkeys(CATEGORIES[:-1], 0)
         self.active = False
@@ -62,11 +64,11 @@ class Timers:
             if timers.active:
                 return original(*args, **kwargs)
             timers.active = True
-            start = time.perf_counter()
+            start = timers.clock()
             try:
                 return original(*args, **kwargs)
             finally:
-                now = time.perf_counter()
+                now = timers.clock()
                 timers.spent[category] += now - start
                 timers.calls[category] += 1
                 timers.active = False
@@ -151,7 +153,7 @@ def one(args, side):
     from bench.train import ensure_data
     objective = args.row.removeprefix("tiny-")
     data = ensure_data(args.work, objective)
-    timers = Timers()
+    timers = Timers(time.process_time if args.clock == "cpu" else time.perf_counter)
     install_shared(timers)
     profiler = cProfile.Profile() if args.cprofile else None
     if profiler:  # from the end of the first --warm steps to the end of the last
@@ -159,6 +161,8 @@ def one(args, side):
                               profiler.disable() if len(timers.ends) == args.steps else None)
     (run_ours if side == "ours" else run_theirs)(args, objective, data, timers)
     found = timers.per_step(args.warm)
+    import torch
+    found["threads"] = torch.get_num_threads()
     if profiler:
         text = io.StringIO()
         pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(args.cprofile)
@@ -197,7 +201,9 @@ def table(args, sides, rounds):
     model = f"the tiny BERT ({shape})" if args.model == "tiny" else "all-MiniLM-L6-v2"
     each = ", ".join(f"{1e3 / o['total']:.1f} / {1e3 / t['total']:.1f} ({t['total'] / o['total']:.2f}×)"
                      for o, t in zip(rounds["ours"], rounds["theirs"]))
-    return [f"{args.row}: {model}, batch {args.batch} × {args.length} tokens, {sides['ours']['steps']} steps timed "
+    clock = "CPU" if args.clock == "cpu" else "wall"
+    return [f"{args.row}: {model}, batch {args.batch} × {args.length} tokens, {clock} time, torch threads "
+            f"{rounds['ours'][0]['threads']}, {sides['ours']['steps']} steps timed "
             f"after {args.warm}, medians of {len(rounds['ours'])} interleaved rounds: ours "
             f"{1e3 / sides['ours']['total']:.1f} steps/s, theirs {1e3 / sides['theirs']['total']:.1f} "
             f"(**{ratio:.2f}×**); rounds ours / theirs steps/s: {each}", "", *lines]
@@ -215,6 +221,9 @@ def main():
                              "table gives the medians")
     parser.add_argument("--cprofile", type=int, default=0, metavar="N",
                         help="also print each side's N functions of most own time in the first round (0: none)")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                        help="wall time, or the process's CPU time: with OMP_NUM_THREADS=1, the work of a step without "
+                             "the waits other processes on the cores cause (a busy machine's measure)")
     parser.add_argument("--model", choices=("tiny", "minilm"), default="tiny",
                         help="the tiny BERT, or all-MiniLM-L6-v2 as published (the real rows' model)")
     parser.add_argument("--work", default=os.path.join(ROOT, "bench", "out", "train"))
