@@ -24,6 +24,9 @@ outermost one where they nest), the same calls on both sides where the two loops
 | other     | the step's time less the above: each loop's own Python, seeding, checks, Accelerate's data-loader   |
 |           | wrapper                                                                                            |
 
+--row tiny-embed times --calls calls of the embed row's function (ours ``embed``, theirs ``encode``) on --docs
+abstracts instead, a call for a step: collate is tokenising and padding, forward the model with its pooling.
+
 --cprofile N adds each side's N functions of most own time over the timed steps (cProfile, which slows Python-heavy
 code more than the kernels: read it for where, not for how long).
 """
@@ -73,12 +76,16 @@ class Timers:
                 timers.calls[category] += 1
                 timers.active = False
                 if step_end:
-                    timers.ends.append(now)
-                    timers.snapshots.append(dict(timers.spent))
-                    timers.counted.append(dict(timers.calls))
+                    timers.mark(now)
 
         wrapper.__wrapped__ = original
         setattr(owner, name, wrapper)
+
+    def mark(self, now=None):
+        """A step ends (now)."""
+        self.ends.append(self.clock() if now is None else now)
+        self.snapshots.append(dict(self.spent))
+        self.counted.append(dict(self.calls))
 
     def per_step(self, warm):
         """Milliseconds a step in each category over the steps after the first ``warm``."""
@@ -139,10 +146,37 @@ def run_theirs(args, objective, data, timers):
     timers.wrap(Trainer, "_get_grad_norm", "optimizer")
     timers.wrap(Trainer, "_maybe_log_save_evaluate", "logging")
     timers.wrap(CallbackHandler, "call_event", "logging")
-    if objective != "mlm":
+    if objective != "mlm":  # sentence-transformers' own compute_loss, on whichever of its classes defines it
         from sentence_transformers import SentenceTransformerTrainer
-        timers.wrap(SentenceTransformerTrainer, "compute_loss", "forward")
+        owner = next(c for c in SentenceTransformerTrainer.__mro__ if "compute_loss" in c.__dict__)
+        if owner is not Trainer:
+            timers.wrap(owner, "compute_loss", "forward")
     run_theirs(data, args.steps, args.batch, objective, args.length)
+
+
+def run_embed(args, side, timers):
+    """tiny-embed: --calls calls of the embed row's function on --docs abstracts, after one untimed; a call is a
+    step. Collate is tokenising and padding (ours ``TokenStore``, theirs sentence-transformers' ``preprocess``),
+    forward the model with its pooling (ours ``Encoder.embed``, theirs the ``SentenceTransformer``'s forward)."""
+    from bench.shared import embed_texts, embedder
+    from bench.train import minilm
+    if side == "ours":
+        from common.models.encoder import Encoder
+        from common.models.tokens import TokenStore
+        timers.wrap(TokenStore, "__init__", "collate")
+        timers.wrap(TokenStore, "pad", "collate")
+        timers.wrap(Encoder, "embed", "forward")
+    else:
+        from sentence_transformers import SentenceTransformer
+        for name, category in (("preprocess", "collate"), ("forward", "forward")):
+            timers.wrap(next(c for c in SentenceTransformer.__mro__ if name in c.__dict__), name, category)
+    texts = embed_texts(args.work, args.docs)
+    run = embedder(side, minilm(), args.length, args.batch, None, "cpu", say=lambda *a: None)
+    run(texts)
+    timers.mark()
+    for _ in range(args.calls):
+        run(texts)
+        timers.mark()
 
 
 def one(args, side):
@@ -151,16 +185,21 @@ def one(args, side):
     import io
     import pstats
     from bench.train import ensure_data
-    objective = args.row.removeprefix("tiny-")
-    data = ensure_data(args.work, objective)
     timers = Timers(time.process_time if args.clock == "cpu" else time.perf_counter)
-    install_shared(timers)
+    embed = args.row == "tiny-embed"
+    warm, last = (0, args.calls + 1) if embed else (args.warm, args.steps)
     profiler = cProfile.Profile() if args.cprofile else None
-    if profiler:  # from the end of the first --warm steps to the end of the last
-        timers.ends = _Hooked(lambda: profiler.enable() if len(timers.ends) == args.warm else
-                              profiler.disable() if len(timers.ends) == args.steps else None)
-    (run_ours if side == "ours" else run_theirs)(args, objective, data, timers)
-    found = timers.per_step(args.warm)
+    if profiler:  # from the end of the warm-up to the end of the last timed step
+        timers.ends = _Hooked(lambda: profiler.enable() if len(timers.ends) == warm + embed else
+                              profiler.disable() if len(timers.ends) == last else None)
+    if embed:
+        run_embed(args, side, timers)
+    else:
+        objective = args.row.removeprefix("tiny-")
+        data = ensure_data(args.work, objective)
+        install_shared(timers)
+        (run_ours if side == "ours" else run_theirs)(args, objective, data, timers)
+    found = timers.per_step(warm)
     import torch
     found["threads"] = torch.get_num_threads()
     if profiler:
@@ -191,7 +230,8 @@ def median_side(rounds):
 
 def table(args, sides, rounds):
     """The markdown lines: the sides' medians by category, and each round's steps/s and ratio."""
-    lines = ["| category | ours ms/step | theirs ms/step | ours − theirs |", "|---|---:|---:|---:|"]
+    unit = f"ms a call ({args.docs} texts)" if args.row == "tiny-embed" else "ms/step"
+    lines = [f"| category | ours {unit} | theirs {unit} | ours − theirs |", "|---|---:|---:|---:|"]
     for key in (*CATEGORIES, "total"):
         a, b = sides["ours"][key], sides["theirs"][key]
         name = "**step**" if key == "total" else key
@@ -199,22 +239,27 @@ def table(args, sides, rounds):
     ratio = sides["theirs"]["total"] / sides["ours"]["total"]
     shape = ", ".join(f"{k.replace('num_', '').replace('_', ' ')} {v}" for k, v in TINY_SHAPE.items())
     model = f"the tiny BERT ({shape})" if args.model == "tiny" else "all-MiniLM-L6-v2"
-    each = ", ".join(f"{1e3 / o['total']:.1f} / {1e3 / t['total']:.1f} ({t['total'] / o['total']:.2f}×)"
+    per, rate = (args.docs, "texts/s") if args.row == "tiny-embed" else (1, "steps/s")
+    each = ", ".join(f"{per * 1e3 / o['total']:.1f} / {per * 1e3 / t['total']:.1f} ({t['total'] / o['total']:.2f}×)"
                      for o, t in zip(rounds["ours"], rounds["theirs"]))
     clock = "CPU" if args.clock == "cpu" else "wall"
+    timed = (f"{args.calls} calls on {args.docs} abstracts timed after 1" if args.row == "tiny-embed" else
+             f"{sides['ours']['steps']} steps timed after {args.warm}")
     return [f"{args.row}: {model}, batch {args.batch} × {args.length} tokens, {clock} time, torch threads "
-            f"{rounds['ours'][0]['threads']}, {sides['ours']['steps']} steps timed "
-            f"after {args.warm}, medians of {len(rounds['ours'])} interleaved rounds: ours "
-            f"{1e3 / sides['ours']['total']:.1f} steps/s, theirs {1e3 / sides['theirs']['total']:.1f} "
-            f"(**{ratio:.2f}×**); rounds ours / theirs steps/s: {each}", "", *lines]
+            f"{rounds['ours'][0]['threads']}, {timed}, medians of {len(rounds['ours'])} interleaved rounds: ours "
+            f"{per * 1e3 / sides['ours']['total']:.1f} {rate}, theirs {per * 1e3 / sides['theirs']['total']:.1f} "
+            f"(**{ratio:.2f}×**); rounds ours / theirs {rate}: {each}", "", *lines]
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--row", choices=("tiny-mlm", "tiny-triplet", "tiny-mnrl"), default="tiny-mlm")
+    parser.add_argument("--row", choices=("tiny-mlm", "tiny-triplet", "tiny-mnrl", "tiny-embed"),
+                        default="tiny-mlm")
     parser.add_argument("--batch", type=int, default=4, help="bench/all.py's --tiny-batch")
     parser.add_argument("--length", type=int, default=16, help="bench/all.py's --tiny-length")
-    parser.add_argument("--steps", type=int, default=120)
+    parser.add_argument("--steps", type=int, default=120, help="training rows: optimizer steps a side")
+    parser.add_argument("--calls", type=int, default=5, help="tiny-embed: timed calls on the --docs abstracts")
+    parser.add_argument("--docs", type=int, default=300, help="tiny-embed: the embed row's abstracts")
     parser.add_argument("--warm", type=int, default=20, help="steps left out of the figures")
     parser.add_argument("--rounds", type=int, default=3,
                         help="fresh processes of each side, ours first in odd rounds and theirs in even ones; the "
