@@ -89,6 +89,35 @@ def add_arxiv_arguments(p):
     cli.add_max_line(p)
 
 
+def add_source_arguments(p, input_help):
+    """The flags dictd, rst, folder and csv share."""
+    p.add_argument("--input", required=True, type=cli.reads, help=input_help)
+    p.add_argument("--out", required=True, help="output directory (articles.jsonl, manifest.json)")
+    p.add_argument("--min-chars", type=cli.number(int, cli.COUNT_0), default=90,
+                   help="drop documents whose cleaned text is shorter (as 01 wiki drops short leads)")
+
+
+def add_dictd_arguments(p):
+    add_source_arguments(p, "the dictionary's path without suffix (reads INPUT.index and INPUT.dict.dz or "
+                            "INPUT.dict)")
+
+
+def add_rst_arguments(p):
+    add_source_arguments(p, "the folder of sources (read recursively)")
+
+
+def add_folder_arguments(p):
+    add_source_arguments(p, "the folder of label folders")
+
+
+def add_csv_arguments(p):
+    add_source_arguments(p, "the table (.csv, .csv.gz or .zip)")
+    p.add_argument("--id-column", default=None, help="column of document ids (default: row numbers from 1)")
+    p.add_argument("--title-column", default="title", help="column of titles")
+    p.add_argument("--text-column", default="text", help="column of texts")
+    p.add_argument("--label-column", default=None, help="column of topic labels (default: none)")
+
+
 def run_wiki(args):
     with folders.Outputs(args.out, __file__, overwrite=args.overwrite) as outputs:
         settings = WikiSettings(**{f.name: getattr(args, f.name) for f in fields(WikiSettings)})
@@ -134,7 +163,7 @@ def run_arxiv(args):
           f"{counts['duplicate_abstract']} duplicate abstracts) → {os.path.join(args.out, 'articles.jsonl')}")
 
 
-def run_corpus(args):
+def run_source(args):
     """dictd, rst, folder, csv: one reader each, the same output and summary."""
     columns = (args.id_column, args.title_column, args.text_column, args.label_column) if args.command == "csv" \
         else None
@@ -159,17 +188,17 @@ COMMANDS = {
     "arxiv": ("arXiv metadata snapshot → articles.jsonl", add_arxiv_arguments, run_arxiv,
               "arXiv metadata (Kaggle arxiv-metadata-oai-snapshot.json, JSON lines, plain or gzip) → articles.jsonl, "
               "streamed."),
-    "dictd": ("a DICT-format dictionary (FOLDOC, the Jargon File) → articles.jsonl", sources.add_dictd_arguments,
-              run_corpus,
+    "dictd": ("a DICT-format dictionary (FOLDOC, the Jargon File) → articles.jsonl", add_dictd_arguments,
+              run_source,
               "A dictionary in the DICT server's format (NAME.index + NAME.dict or NAME.dict.dz) → articles.jsonl: "
               "entries, cross-references, categories."),
-    "rst": ("reStructuredText sources → articles.jsonl", sources.add_rst_arguments, run_corpus,
+    "rst": ("reStructuredText sources → articles.jsonl", add_rst_arguments, run_source,
             "reStructuredText sources (.rst, or the .rst.txt copies built Sphinx documentation ships) under a folder "
             "→ articles.jsonl, one document a file."),
-    "folder": ("label folders of text files → articles.jsonl", sources.add_folder_arguments, run_corpus,
+    "folder": ("label folders of text files → articles.jsonl", add_folder_arguments, run_source,
                "A folder whose sub-folders are labels, each holding *.txt documents (first non-empty line the title) "
                "→ articles.jsonl."),
-    "csv": ("a CSV table → articles.jsonl", sources.add_csv_arguments, run_corpus,
+    "csv": ("a CSV table → articles.jsonl", add_csv_arguments, run_source,
             "A CSV table with a header row (plain, gzip, or the one .csv inside a .zip) → articles.jsonl, one "
             "document a row."),
 }

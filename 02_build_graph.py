@@ -29,28 +29,108 @@ import sys
 import numpy as np
 
 from common import cli, folders, io, jsontext
-from common.data import crossref, documents, graph, heldout, keysent_splits, retrieval, testsets, triplets
+from common.data import crossref, graph, heldout, keysent_splits, lm_corpus, retrieval, testsets, triplets
 from common.data.articles import read_articles
-from common.data.splits import add_topic_arguments, parse_caps, refuse_empty_splits, write_topics
+from common.data.splits import parse_caps, refuse_empty_splits, write_topics
 from common.pool import Background
 
 
-def add_links_arguments(parser):
-    parser.add_argument("--articles", required=True, type=cli.reads,
-                        help="articles.jsonl from 01_extract.py (docs/contract.md)")
-    cli.add_max_line(parser)
-    parser.add_argument("--out", required=True, help="data directory to write")
-    parser.add_argument("--seed", type=cli.number(int, cli.SEED), default=42, help="seed for splits and sampling")
-    heldout.add_arguments(parser)
-    triplets.add_arguments(parser)
-    crossref.add_arguments(parser)
-    add_topic_arguments(parser)
+def add_topic_arguments(p):
+    """The topic-split flags links and retrieval share."""
+    p.add_argument("--topic-min", type=cli.number(int, cli.COUNT), default=10,
+                   help="drop topic labels with fewer documents (thesis)")
+    p.add_argument("--topic-cap", type=cli.checked_by(parse_caps), default="top=300,second=200",
+                   help="most documents per label, per level (thesis)")
+    p.add_argument("--topic-test", type=cli.number(float, cli.OPEN_SHARE), default=0.3,
+                   help="stratified test share of topic documents")
+
+
+def add_links_arguments(p):
+    p.add_argument("--articles", required=True, type=cli.reads,
+                   help="articles.jsonl from 01_extract.py (docs/contract.md)")
+    cli.add_max_line(p)
+    p.add_argument("--out", required=True, help="data directory to write")
+    p.add_argument("--seed", type=cli.number(int, cli.SEED), default=42, help="seed for splits and sampling")
+    # the query splits and the evaluation documents kept out of training
+    p.add_argument("--holdout", type=cli.number(float, cli.SHARE), default=0.2,
+                   help="share of queries held out, from which the cross-reference queries are drawn (the thesis "
+                        "states no share; 0.2 is this project's choice)")
+    p.add_argument("--val", type=cli.number(float, cli.SHARE), default=0.1,
+                   help="share of the remaining queries for validation")
+    p.add_argument("--train-queries", type=cli.number(int, cli.COUNT_0), default=0,
+                   help="at most this many training queries, a seeded sample of them (0 = all); the evaluation "
+                        "documents and validation triplets stay as without it (for ablations on a budget)")
+    p.add_argument("--eval-docs", choices=("heldout", "test", "shared"), default="heldout",
+                   help="which evaluation documents no triplet may touch (as query, positive or negative): heldout = "
+                        "every cross-reference query and candidate and every topic document (the thesis: evaluation "
+                        "on documents not seen in fine-tuning); test = cross-reference documents and topic test "
+                        "documents only; shared = none (triplets from every document)")
+    # SPECTER's triplets and its format of the training graph; a chunk of 4,096 queries holds an array of each
+    # query's triplets in memory, so a query takes at most 1,024 (SPECTER's is 5; a query's negatives are distinct)
+    p.add_argument("--per-query", type=cli.number(int, cli.between(1, 1024)), default=5,
+                   help="triplets per query (SPECTER)")
+    p.add_argument("--hard", type=cli.number(int, cli.between(0, 1024)), default=2,
+                   help="of those, how many take a two-hop hard negative (SPECTER); the rest are easy")
+    p.add_argument("--graph-json", action="store_true",
+                   help="also write graph.json, SPECTER's format of the training graph, for SPECTER's own tools (tens "
+                        "of GB for a full Wikipedia; graph.npz holds the same graph)")
+    # SciDocs's cross-reference protocol: its queries, candidates and their numbers
+    p.add_argument("--crossref-queries", type=cli.number(int, cli.COUNT_0), default=1000,
+                   help="at most this many held-out queries in crossref.qrels (SciDocs)")
+    p.add_argument("--crossref-min-links", type=cli.number(int, cli.COUNT), default=5,
+                   help="a crossref query needs at least this many links (SciDocs)")
+    p.add_argument("--crossref-positives", type=cli.number(int, cli.COUNT), default=5,
+                   help="linked candidates per query (SciDocs)")
+    p.add_argument("--crossref-negatives", type=cli.number(int, cli.COUNT_0), default=25,
+                   help="random unlinked candidates per query (SciDocs)")
+    add_topic_arguments(p)
+
+
+def add_sentences_arguments(p):
+    p.add_argument("--sentences", required=True, type=cli.reads, help="sentences.jsonl from 01_extract.py sentences")
+    cli.add_max_line(p)
+    p.add_argument("--out", required=True, help="data directory to write")
+    p.add_argument("--test", type=cli.number(float, cli.SHARE), default=0.2,
+                   help="share of articles held out for testing (thesis)")
+    p.add_argument("--val", type=cli.number(float, cli.SHARE), default=0.25,
+                   help="share of the remaining articles for validation (thesis: 75/25, but by article)")
+    p.add_argument("--seed", type=cli.number(int, cli.SEED), default=42, help="seed of the split")
+
+
+def add_retrieval_arguments(p):
+    p.add_argument("--articles", required=True, type=cli.reads,
+                   help="articles.jsonl from 01_extract.py (e.g. 01_extract.py arxiv)")
+    cli.add_max_line(p)
+    p.add_argument("--out", required=True, help="data directory to write")
+    p.add_argument("--test", type=cli.number(float, cli.SHARE), default=0.1,
+                   help="share of papers whose title is a test query")
+    p.add_argument("--val", type=cli.number(float, cli.SHARE), default=0.1,
+                   help="share of papers whose title is a validation query (model selection)")
+    p.add_argument("--pairs", default=None, type=cli.reads,
+                   help='JSONL of {"query": text, "doc": id} to use instead of titles (each pair goes to its '
+                        "document's split)")
+    p.add_argument("--seed", type=cli.number(int, cli.SEED), default=42,
+                   help="seed of the split and the topic sampling")
+    add_topic_arguments(p)
+
+
+def add_lm_corpus_arguments(p):
+    p.add_argument("--articles", action="extend", nargs="+", required=True, metavar="NAME=PATH", type=cli.reads_named,
+                   help="an articles.jsonl and the name that prefixes its ids (NAME:id); repeatable")
+    cli.add_max_line(p)
+    p.add_argument("--out", required=True, help="data directory to write (docs.jsonl)")
+
+
+def add_testsets_arguments(p):
+    p.add_argument("--out", required=True, help="folder for the data directories lee/ and newsgroups/")
+    p.add_argument("--lee-threshold", type=cli.number(float, cli.SHARE), default=0.5,
+                   help="a Lee pair rated at least this (ratings in [0, 1]) is a similarity target for MAP/MRR")
+    p.add_argument("--seed", type=cli.number(int, cli.SEED), default=42, help="seed of the newsgroups train/test split")
 
 
 def run_graph(args):
     """SPECTER's data in its steps, the evaluation documents chosen first so that training can be kept off them (the
     thesis evaluates on documents not seen in fine-tuning)."""
-    parse_caps(args.topic_cap)
     if args.hard > args.per_query:
         raise io.InputError(f"--hard {args.hard} exceeds --per-query {args.per_query}")
     counts = collections.Counter()
@@ -117,7 +197,6 @@ def run_retrieval(args):
     if args.test + args.val >= 1:
         raise io.InputError(f"--test {args.test} and --val {args.val}: both are shares of all papers and must leave "
                             "some for training (sum below 1)")
-    parse_caps(args.topic_cap)
     counts = collections.Counter()
     with folders.Outputs(args.out, __file__, args.command, overwrite=args.overwrite) as outputs:
         with outputs.open("docs.jsonl", "wb") as docs:
@@ -142,7 +221,7 @@ def run_retrieval(args):
           f"{counts['queries_val']}/{counts['queries_test']} → {args.out}")
 
 
-def run_corpus(args):
+def run_lm_corpus(args):
     sources = []
     for value, name, path in cli.name_values(args.articles, "--articles", "PATH"):
         if not re.fullmatch(r"[A-Za-z0-9_.-]{1,40}", name) or name in {n for n, _ in sources}:
@@ -151,7 +230,7 @@ def run_corpus(args):
     counts = collections.Counter()
     with folders.Outputs(args.out, __file__, args.command, overwrite=args.overwrite) as outputs:
         with outputs.open("docs.jsonl", "wb") as docs:
-            documents.write_corpus(sources, docs, counts)
+            lm_corpus.write_corpus(sources, docs, counts)
         if not counts["documents"]:
             raise io.InputError(f"{', '.join(p for _, p in sources)}: no documents")
         outputs.finish(args, inputs=[p for _, p in sources], counts=dict(counts))
@@ -181,13 +260,13 @@ COMMANDS = {
     "links": ("articles.jsonl → the cross-reference graph, triplets, crossref qrels and topic splits "
               "(the default command)", add_links_arguments, run_graph),
     "sentences": ("key-sentence articles → article-level train/validation/test splits (keysent.*.jsonl)",
-                  keysent_splits.add_arguments, run_sentences),
+                  add_sentences_arguments, run_sentences),
     "retrieval": ("articles → paper-search data: split by paper, training pairs (title → paper), validation and "
-                  "test queries with qrels, topic splits", retrieval.add_arguments, run_retrieval),
+                  "test queries with qrels, topic splits", add_retrieval_arguments, run_retrieval),
     "corpus": ("several articles files → one docs.jsonl (ids NAME:id), a corpus for masked-LM training",
-               documents.add_corpus_arguments, run_corpus),
+               add_lm_corpus_arguments, run_lm_corpus),
     "testsets": ("gensim's installed test corpora as data directories: Lee (similarity ratings) and a 20 Newsgroups "
-                 "sample (classification)", testsets.add_arguments, run_testsets),
+                 "sample (classification)", add_testsets_arguments, run_testsets),
 }
 
 

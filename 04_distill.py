@@ -11,7 +11,8 @@ Transformers").
 
   accelerate launch 04_distill.py train --data work/data --teachers work/teach --model allenai/longformer-base-4096 \\
       --out runs/distill --preset mse-contextual
-      The student learns from both teachers; the same training flags, checkpoints and resume as 03_train.py.
+      The student learns from both teachers (the distill objective: λ·L_S + (1 − λ)·L_C a document) on
+      03_train.py's loop: the same training flags, checkpoints and resume.
 """
 
 import os
@@ -20,8 +21,8 @@ import sys
 from common import cli, folders, provenance
 from common.vectors import open_rows
 from common.io import InputError
-from common.models.batching import add_batch_arguments
-from common.models.precision import add_precision_arguments, check_here
+from common.models.batching import BATCH_TOKENS
+from common.models.precision import check_here
 
 PV_PRESETS = {  # the thesis's chosen Paragraph-Vector configurations (Tab. 4.5, §5.1.2)
     "dm-100d": {"pv": "dm", "pv_vector_size": 100, "pv_preprocess": "lowercase"},
@@ -30,7 +31,7 @@ PV_PRESETS = {  # the thesis's chosen Paragraph-Vector configurations (Tab. 4.5,
 }
 
 
-def add_teachers_arguments(p):
+def add_teachers_arguments(p, argv):
     p.add_argument("--data", required=True, type=cli.reads, help="data directory (docs.jsonl)")
     p.add_argument("--out", required=True, help="teacher directory to write")
     p.add_argument("--teacher", default="sentence-transformers/all-mpnet-base-v2", type=cli.reads,
@@ -42,17 +43,29 @@ def add_teachers_arguments(p):
                         "documents; the origin kept), so that a student N wide can take the structural loss from a "
                         "wider teacher. Not in the thesis, whose student and teacher are both 768 wide (default: the "
                         "teacher's own width; the full vectors are kept as sbert_full.npy)")
-    add_precision_arguments(p, "the structural teacher (not in the thesis)")
-    add_batch_arguments(p, 32, "documents (structural teacher)")
+    precision = p.add_mutually_exclusive_group()  # not in the thesis
+    precision.add_argument("--bf16", dest="precision", action="store_const", const="bf16", default="float32",
+                           help="embed with the structural teacher under bfloat16 autocast, on a CPU with native "
+                                "bfloat16 (avx512_bf16 or AMX; refused elsewhere, and on a GPU, where embedding is "
+                                "always bfloat16); its mean cosine to float32's vectors goes into the manifest")
+    precision.add_argument("--int8", dest="precision", action="store_const", const="int8",
+                           help="embed with an int8 copy of the structural teacher (dynamic quantisation of its "
+                                "Linear layers, CPU only); its mean cosine to float32's vectors goes into the "
+                                "manifest")
+    p.add_argument("--batch-size", type=cli.number(int, cli.COUNT), default=32,
+                   help="at most this many documents per forward pass of the structural teacher")
+    p.add_argument("--batch-tokens", type=cli.number(int, cli.COUNT_0), default=None,
+                   help="and at most this many padded tokens per forward pass (0: --batch-size alone; default: "
+                        f"{BATCH_TOKENS['cpu']} on a CPU, {BATCH_TOKENS['cuda']} on a GPU)")
     p.add_argument("--pv-preset", choices=tuple(PV_PRESETS), default="dm-100d",
-                   help="Paragraph-Vector configuration the thesis chose (fills --pv, --pv-vector-size, "
-                        "--pv-preprocess where not given): dm-100d for MSE-contextual, pv-2048d for cosine-masked")
-    p.add_argument("--pv", choices=("dm", "dbow", "dm+dbow"), default=None,
-                   help="Doc2Vec model(s); dm+dbow concatenates both, DM first [preset]")
-    p.add_argument("--pv-vector-size", type=cli.number(int, cli.WIDTH), default=None,
-                   help="dimensions per Doc2Vec model [preset]")
-    p.add_argument("--pv-preprocess", default=None,
-                   help="none, lowercase or stem (Porter), one per model, comma-separated [preset]")
+                   help="Paragraph-Vector configuration the thesis chose: its values are the defaults of --pv, "
+                        "--pv-vector-size and --pv-preprocess (dm-100d for MSE-contextual, pv-2048d for "
+                        "cosine-masked; --pv-preset NAME --help shows them)")
+    p.add_argument("--pv", choices=("dm", "dbow", "dm+dbow"),
+                   help="Doc2Vec model(s); dm+dbow concatenates both, DM first")
+    p.add_argument("--pv-vector-size", type=cli.number(int, cli.WIDTH), help="dimensions per Doc2Vec model")
+    p.add_argument("--pv-preprocess",
+                   help="none, lowercase or stem (Porter), one per model, comma-separated")
     p.add_argument("--pv-min-count", type=cli.number(int, cli.COUNT), default=2, help="drop rarer words (thesis)")
     p.add_argument("--pv-window", type=cli.number(int, cli.LENGTH), default=5, help="context window (thesis)")
     p.add_argument("--pv-negative", type=cli.number(int, cli.between(1, 1000)), default=5,
@@ -61,20 +74,21 @@ def add_teachers_arguments(p):
                    help="training and inference epochs (thesis)")
     p.add_argument("--pv-max-vocab-size", type=cli.number(int, cli.COUNT), default=None,
                    help="gensim's max_vocab_size: prune rare words while scanning (thesis: 6e7 DM, 1.2e7 PV)")
-    p.add_argument("--pv-workers", type=cli.number(int, cli.between(1, 1024)), default=1,
+    p.add_argument("--pv-workers", type=cli.number(int, cli.between(1, cli.WORKERS_MAX)), default=1,
                    help="training threads; only 1 makes the teacher reproducible (gensim's threads race)")
     p.add_argument("--seed", type=cli.number(int, cli.SEED), default=42, help="seed of Doc2Vec training and inference")
+    first = cli.Parser(add_help=False)  # one line for a bad preset, as the full parser gives
+    first.add_argument("--pv-preset", choices=tuple(PV_PRESETS), default="dm-100d")
+    first.add_argument("--pv")  # so that --pv is itself, not read as short for --pv-preset
+    p.set_defaults(**PV_PRESETS[first.parse_known_args(argv)[0].pv_preset])
 
 
 def run_teachers(args):
     from tqdm import tqdm
 
-    from common.data.documents import Documents
+    from common.data.docs_jsonl import Documents
     from common.distill import teachers
     from common.distill.paragraph_vector import PREPROCESS, ParagraphVector
-    for key, value in PV_PRESETS[args.pv_preset].items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
     check_here(args.precision)
     preprocess = tuple(args.pv_preprocess.split(","))
     if any(p not in PREPROCESS for p in preprocess) or len(preprocess) not in (1, len(args.pv.split("+"))):
@@ -125,16 +139,27 @@ def run_teachers(args):
           f"over {10_000:,} words, inferred in chunks) → {args.out}")
 
 
-def add_train_arguments(p):
-    p.add_argument("argv", nargs="*", help="03_train.py's flags and the distill objective's (see train --help)")
+def training_script():
+    """03_train.py, whose flags and loop train the student."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("train_script", os.path.join(os.path.dirname(
+        os.path.abspath(__file__)), "03_train.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def run_train(argv):
-    from common.train import run
-    args = run.parse(argv, __doc__, ["distill"], fixed="distill")
-    if args.seeds:
-        return run.train_seeds(args, __file__)
-    return run.train(args, __file__)
+def add_train_arguments(p, argv):
+    from common.train.objectives.distill import DistillObjective
+    training_script().add_training_arguments(p, DistillObjective, argv)
+
+
+def run_train(args):
+    """The student trained on the teachers' vectors: the distill objective on 03_train.py's loop."""
+    from common.train.objectives.distill import DistillObjective
+    args.objective = DistillObjective.name
+    DistillObjective.check_args(args)
+    return training_script().train_runs(args, __file__)
 
 
 def add_convert_arguments(p):
@@ -172,20 +197,21 @@ def run_convert(args):
     print(f"{args.model} → Longformer, {args.max_length} tokens, window {args.window} → {args.out}")
 
 
-COMMANDS = {
-    "teachers": ("teacher vectors of every document: Sentence-BERT (structural) and Paragraph Vector (contextual)",
-                 add_teachers_arguments, run_teachers),
-    "convert-long": ("a BERT or RoBERTa encoder → a Longformer (Beltagy et al. 2020's recipe)",
-                     add_convert_arguments, run_convert),
-}
+def commands(argv):
+    """The sub-commands; a preset named in ``argv`` gives the defaults of the flags it sets, so that --help shows
+    them."""
+    return {
+        "teachers": ("teacher vectors of every document: Sentence-BERT (structural) and Paragraph Vector "
+                     "(contextual)", lambda p: add_teachers_arguments(p, argv), run_teachers),
+        "convert-long": ("a BERT or RoBERTa encoder → a Longformer (Beltagy et al. 2020's recipe)",
+                         add_convert_arguments, run_convert),
+        "train": ("train the student on the teachers' vectors (Burian 2023's final runs; 03_train.py's loop)",
+                  lambda p: add_train_arguments(p, argv), run_train),
+    }
 
 
 def main(argv):
-    argv = list(argv)
-    if argv and argv[0] == "train":  # the training flags are parsed by the training core, objective and all
-        return run_train(argv[1:])
-    return cli.dispatch(__doc__, {**COMMANDS, "train": ("train the student on the teachers' vectors (train --help "
-                                                        "lists the flags)", add_train_arguments, None)}, argv)
+    return cli.dispatch(__doc__, commands(argv), argv)
 
 
 if __name__ == "__main__":

@@ -30,24 +30,50 @@
 
 import os
 import sys
+import time
 
-
-from common import cli, folders
-from common.eval import documents, embedding, keysent, report, retrieval, uncertainty
+from common import cli, folders, io
+from common.eval import embedding, keysent, report, retrieval, tasks, uncertainty
+from common.eval.ann import KINDS as INDEX_KINDS
 from common.eval.embedding import Embedding
 from common.io import InputError
 from common.jsontext import dumps_line
-from common.models.batching import add_batch_arguments
-from common.models.precision import add_precision_arguments, check_here
+from common.models.batching import BATCH_TOKENS
+from common.models.precision import check_here
 
 TASKS = ("crossref", "topics", "lexical", "keysent", "classify", "similarity", "retrieval", "bm25")
+
+
+def add_batch_arguments(p, what):
+    """--batch-size and --batch-tokens, of every command here (each embeds texts)."""
+    p.add_argument("--batch-size", type=cli.number(int, cli.COUNT), default=64,
+                   help=f"at most this many {what} per forward pass")
+    p.add_argument("--batch-tokens", type=cli.number(int, cli.COUNT_0), default=None,
+                   help="and at most this many padded tokens per forward pass (texts × the longest): short texts go "
+                        "in larger batches, long ones in smaller; 0: --batch-size alone "
+                        f"[{BATCH_TOKENS['cpu']} on a CPU, {BATCH_TOKENS['cuda']} on a GPU]")
+
+
+def add_precision_arguments(p):
+    """--bf16 and --int8 (``args.precision``: float32 where neither is given), of evaluate and search."""
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--bf16", dest="precision", action="store_const", const="bf16", default="float32",
+                       help="embed with every model under bfloat16 autocast, on a CPU with native bfloat16 "
+                            "(avx512_bf16 or AMX; refused elsewhere, and on a GPU, where embedding is always "
+                            "bfloat16); the mean cosine of the documents' vectors to float32's is printed and kept in "
+                            "the manifest")
+    group.add_argument("--int8", dest="precision", action="store_const", const="int8",
+                       help="embed with an int8 copy of every model (dynamic quantisation of its Linear layers, CPU "
+                            "only); the mean cosine of the documents' vectors to float32's (about 0.99) is printed and "
+                            "kept in the manifest; docs/benchmarks.md gives the metric change")
 
 
 def add_evaluate_arguments(p):
     p.add_argument("--data", required=True, type=cli.reads, help="data directory from 02_build_graph.py")
     p.add_argument("--model", action="append", default=[], metavar="NAME=MODEL", type=cli.reads_named,
-                   help="a model to evaluate, as name=hub-name-or-folder (repeatable); a hub name is read from the "
-                        "local Hugging Face cache as SentenceTransformer(name) reads it, with its pooling and length")
+                   help="a model to evaluate, as name=hub-name-or-folder (repeatable; each NAME once, and not "
+                        f"{' or '.join(tasks.BASELINES)}, the rows 05 adds itself); a hub name is read from the local "
+                        "Hugging Face cache as SentenceTransformer(name) reads it, with its pooling and length")
     p.add_argument("--runs", action="extend", nargs="+", default=None, metavar="RUN", type=cli.reads,
                    help="keysent: run folders of several seeds of one setting, reported as mean ± 2σ")
     p.add_argument("--out", required=True, help="evaluation directory to write")
@@ -61,8 +87,8 @@ def add_evaluate_arguments(p):
                         "sentence-transformers config says)")
     p.add_argument("--max-length", type=cli.number(int, cli.LENGTH), default=None,
                    help="tokens per document for every model (default: each model's own setting, else 128)")
-    add_batch_arguments(p, 64, "documents")
-    add_precision_arguments(p, "every model")
+    add_batch_arguments(p, "documents")
+    add_precision_arguments(p)
     p.add_argument("--documents", choices=("all", "scored"), default="all",
                    help="embed every document of docs.jsonl (all; EVAL/<model>.npy holds them all) or only those "
                         "crossref, topics and lexical score (scored: queries, candidates, topic documents)")
@@ -75,16 +101,56 @@ def add_evaluate_arguments(p):
                    help="each figure's 95 %% interval: percentile bootstrap over the task's queries, test documents, "
                         "articles or rated pairs, this many resamples drawn from --seed (1,000, ranx's number of "
                         "permutations; scipy.stats.bootstrap takes 9,999, steadier ends at 10 times the cost); also "
-                        "--compare's random swaps where its units are more than 16; 0: no bootstrap")
+                        "--compare's random swaps where its units are more than 16; 0: no bootstrap; below "
+                        f"{uncertainty.MIN_RESAMPLES} (too few for the 2.5 %% and 97.5 %% ends): no interval, with a "
+                        "note")
     p.add_argument("--resplits", type=cli.number(int, cli.COUNT_0), default=10,
                    help="topics: stratified re-splits of the topic documents at the protocol's test share, each "
                         "classified as the protocol's split is; the interval of F1 and accuracy spans the "
-                        "protocol's split and these (the protocol's stays the figure); 0: none")
+                        "protocol's split and these (the protocol's stays the figure); 0: none; below "
+                        f"{uncertainty.MIN_UNITS - 1} (fewer than {uncertainty.MIN_UNITS} splits): no interval, "
+                        "with a note")
     p.add_argument("--compare", action="append", default=[], metavar="A=B",
                    help="add the paired differences A − B on every task both rows score: the difference, its 95 %% "
                         "interval and a two-sided p-value (a paired permutation test over the same queries, "
                         "documents or articles; over the same splits for topics); A and B name a --model, lexical "
                         "or bm25 (repeatable)")
+
+
+def add_extract_arguments(p):
+    p.add_argument("--model", required=True, type=cli.reads,
+                   help="a model trained with --objective contrastive or cosine")
+    p.add_argument("--input", required=True, type=cli.reads, help="JSONL of {id, text} (HTML and LaTeX are cleaned)")
+    p.add_argument("--max-line-mb", type=cli.number(int, cli.AT_LEAST_1), default=io.MAX_LINE_BYTES >> 20,
+                   help="refuse a JSONL line longer than this (a line is held whole in memory while read)")
+    p.add_argument("--out", required=True, help="JSONL to write: {id, key_sentences: [{text, score, start, end}]}")
+    p.add_argument("--top", type=cli.number(int, cli.COUNT), default=1, help="sentences per article, best first")
+    p.add_argument("--threshold", type=cli.number(float, cli.between(-1, 1)), default=None,
+                   help="keep only sentences scoring at least this")
+    p.add_argument("--query", default=None, help="query text, for a model that was not fine-tuned here")
+    p.add_argument("--splitter", choices=("punkt", "punkt-english"), default="punkt",
+                   help="sentence splitter (untrained Punkt, as in training)")
+    add_batch_arguments(p, "sentences")
+
+
+def add_search_arguments(p):
+    p.add_argument("query", nargs="*", help="query texts")
+    p.add_argument("--model", dest="model_path", required=True, type=cli.reads, help="the model (e.g. RUN/model)")
+    p.add_argument("--data", required=True, type=cli.reads, help="data directory whose docs.jsonl is searched")
+    p.add_argument("--index", default=None, type=cli.reads,
+                   help="evaluation directory from 05_evaluate.py holding this model's vectors of the same documents")
+    p.add_argument("--queries", default=None, type=cli.reads, help="text file, one query per line")
+    p.add_argument("--top", type=cli.number(int, cli.COUNT), default=10, help="documents per query")
+    p.add_argument("--index-type", choices=("exact", *INDEX_KINDS), default="exact",
+                   help="exact: every document scored (the reference); flat or hnsw: a faiss index (faiss-cpu) "
+                        "built beside --index's vectors on first use; hnsw is approximate and fast past a million "
+                        "documents")
+    p.add_argument("--pooling", choices=("cls", "mean"), default=None,
+                   help="pooling (default: the model's sentence-transformers config, else cls)")
+    p.add_argument("--max-length", type=cli.number(int, cli.LENGTH), default=None,
+                   help="tokens per text (default: the model's setting)")
+    add_batch_arguments(p, "texts")
+    add_precision_arguments(p)
 
 
 def embedding_of(args):
@@ -94,53 +160,69 @@ def embedding_of(args):
 
 
 def _check_names(args):
+    """Each --model NAME once, and none the name of a row 05 adds itself (its metrics would be replaced by the
+    baseline's, and --compare would compare the baseline); --pooling and --normalize to the names."""
+    seen = {}
+    for value, name, _ in cli.name_values(args.model, "--model", "MODEL"):
+        if name in seen:
+            raise InputError(f"--model {value!r}: NAME {name!r} is given twice (also {seen[name]!r}); give each model "
+                             "a name of its own")
+        if name in tasks.BASELINES:
+            raise InputError(f"--model {value!r}: NAME {name!r} is the row of {tasks.BASELINES[name]}, which 05 adds "
+                             "itself; give the model another name")
+        seen[name] = value
     args.model = cli.named(args.model, "--model", "MODEL")
     args.pooling = cli.per_name(args.pooling, ("cls", "mean"), args.model, "--pooling")
     args.normalize = cli.per_name(args.normalize, ("yes", "no"), args.model, "--normalize")
 
 
 def run_evaluate(args):
+    started = time.perf_counter()
     _check_names(args)
     if not os.path.isdir(args.data):
         raise InputError(f"{args.data}: no such data directory")
-    wanted = documents.tasks_to_run(args.data, args.task, bool(args.model or args.runs), args.precision, args.documents)
-    pairs = cli.pairs(args.compare, [*args.model, *(name for name in ("lexical", "bm25") if name in wanted)],
-                      "--compare")
+    wanted = tasks.tasks_to_run(args.data, args.task, bool(args.model or args.runs), args.precision, args.documents)
+    pairs = cli.pairs(args.compare, [*args.model, *(name for name in tasks.BASELINES if name in wanted)], "--compare")
     how = embedding_of(args)
     check_here(args.precision)
     if not args.overwrite:  # every process, before they part: the main one alone would claim the folder
         folders.refuse_finished(args.out, __file__)
     state = embedding.process_state()
     if state is not None and not state.is_main_process:
-        embeds = wanted & ({"retrieval"} | documents.EMBEDDING_TASKS)
-        docs = documents.to_embed(args.data, wanted, args.documents) if wanted & documents.EMBEDDING_TASKS else None
+        embeds = wanted & ({"retrieval"} | tasks.EMBEDDING_TASKS)
+        docs = tasks.to_embed(args.data, wanted, args.documents) if wanted & tasks.EMBEDDING_TASKS else None
         return embedding.follow(args.model, args.data, how, docs) if embeds else None
     with folders.Outputs(args.out, __file__, overwrite=args.overwrite) as outputs:
         parts = []
         if wanted & {"retrieval", "bm25"}:
             parts.append(retrieval.evaluate_retrieval(args.model, args.data, how, outputs, wanted))
-        if wanted & documents.EMBEDDING_TASKS:
-            parts.append(documents.evaluate_documents(args.model, args.data, how, outputs, wanted, args.seed,
-                                                      args.head_epochs, args.language, args.resplits,
-                                                      which=args.documents))
+        if wanted & tasks.EMBEDDING_TASKS:
+            parts.append(tasks.evaluate_documents(args.model, args.data, how, outputs, wanted, args.seed,
+                                                  args.head_epochs, args.language, args.resplits,
+                                                  which=args.documents))
         if "keysent" in wanted:
-            from common.eval.keysent import evaluate_keysent
-            parts.append(evaluate_keysent(args.model, args.runs, args.data, how, outputs, args.seed))
-        metrics, counts, written, samples, embedded = report.combine(parts)
-        metrics = uncertainty.summarise(metrics, samples, pairs, args.resamples, args.seed)
+            parts.append(keysent.evaluate_keysent(args.model, args.runs, args.data, how, outputs, args.seed))
+        metrics, counts, written, samples, embedded, embedding_seconds = report.combine(parts)
+        metrics, notes = uncertainty.summarise(metrics, samples, pairs, args.resamples, args.seed)
         for a, b in pairs:
             if uncertainty.difference_name(a, b) not in metrics:
                 print(f"note: --compare {a}={b}: no task scores both")
         with outputs.open("metrics.json") as f:
             f.write(dumps_line(metrics))
-        # beside each row, the card that tells how its model was made
-        table = report.markdown(metrics, cards=report.cards(args.model, args.out),
-                                resampling=(args.resamples, args.resplits)) + report.embedding_table(embedded)
+        # beside each row, the card that tells how its model was made: linked in report.md, named when printed
+        resampling = (args.resamples, args.resplits)
         with outputs.open("report.md") as f:
-            f.write(report.document(table, written))
+            f.write(report.document(report.markdown(metrics, cards=report.cards(args.model, args.out),
+                                                    resampling=resampling, notes=notes)
+                                    + report.embedding_table(embedded), written))
+        table = report.markdown(metrics, cards=report.card_names(args.model), resampling=resampling,
+                                notes=notes) + report.embedding_table(embedded)
         inputs = [os.path.join(args.data, n) for n in sorted(os.listdir(args.data)) if not n.endswith(".json")]
-        outputs.finish(args, inputs=inputs, counts=counts, seed=args.seed, embedding=embedded)
+        total = time.perf_counter() - started
+        outputs.finish(args, inputs=inputs, counts=counts, seed=args.seed, embedding=embedded,
+                       seconds={"embedding": round(embedding_seconds, 2), "total": round(total, 2)})
     print(table, end="")
+    print(report.time_split(embedding_seconds, total), end="")
     if written:
         print(f"figures (linked from report.md): {', '.join(name for _, name in written)}")
 
@@ -185,9 +267,9 @@ COMMANDS = {
     "evaluate": ("embed a data directory's documents with each --model and score every task the data supports "
                  "(the default command)", add_evaluate_arguments, run_evaluate),
     "extract": ("key sentences of new articles, each sentence scored by its cosine similarity to the model's "
-                "query (the thesis's confidence)", keysent.add_extract_arguments, run_extract),
+                "query (the thesis's confidence)", add_extract_arguments, run_extract),
     "search": ("the top documents of a data directory for free-text queries, by cosine similarity (paper search; "
-               "related articles for a new text)", retrieval.add_search_arguments, run_search),
+               "related articles for a new text)", add_search_arguments, run_search),
 }
 
 

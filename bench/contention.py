@@ -78,6 +78,7 @@ def recovery(args, encoder, tokenizer, texts):
 
 
 def main():
+    from common import cli  # every number finite and in range, as in the numbered scripts
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--docs", type=int, default=300)
     parser.add_argument("--length", type=int, default=256)
@@ -86,7 +87,7 @@ def main():
     parser.add_argument("--busy", default="0,1", help="numbers of busy-loop processes beside the measurement")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--work", default=os.path.join(ROOT, "bench", "out", "train"))
-    parser.add_argument("--stop-after", type=float, default=None,
+    parser.add_argument("--stop-after", type=cli.number(float, cli.POSITIVE), default=None,
                         help="instead of the table: one embedding beside a busy process stopped after this many "
                              "seconds, and when embed changed its thread count")
     args = parser.parse_args()

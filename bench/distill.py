@@ -57,7 +57,7 @@ def batches(student, data, max_length, batch, buckets, steps, seed=42):
     """The rows of the first ``steps`` batches the loop trains on, and every document's token count."""
     from transformers import AutoTokenizer
 
-    from common.data.documents import Documents
+    from common.data.docs_jsonl import Documents
     from common.models.tokens import TokenStore
     from common.train.samplers import BucketBatchSampler, EpochSampler
     tokenizer = AutoTokenizer.from_pretrained(student)
@@ -88,7 +88,7 @@ def throughput(data, teach, student, args):
 
 
 def memory(data, teach, args):
-    from common.data.documents import Documents
+    from common.data.docs_jsonl import Documents
     from common.folders import Outputs
     docs = Documents(data)
     with tempfile.TemporaryDirectory() as work:

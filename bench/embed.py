@@ -67,7 +67,7 @@ def main():
     st = SentenceTransformer(path, device=device)
     if args.corpus == "arxiv":
         from bench.train import ensure_arxiv
-        from common.data.documents import Documents
+        from common.data.docs_jsonl import Documents
         abstracts = Documents(ensure_arxiv(args.work)).texts
         texts = [abstracts[i % len(abstracts)] for i in range(args.docs)]
     else:

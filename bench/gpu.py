@@ -368,12 +368,14 @@ def write_section(path, lines):
 
 
 def main():
+    from common import cli  # every number finite and in range, as in the numbered scripts
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dry", action="store_true", help="tiny models and sizes, float32 on a CPU: checks every row runs")
     p.add_argument("--rows", default="embed-300,embed-20000,triplet,mnrl,mlm,distill,long-embed,long-train,"
                                      "tiny-triplet,tiny-mnrl,tiny-mlm,tiny-embed")
     p.add_argument("--base-rows", default="triplet,mlm", help="rows also run in the BERT-base shape")
-    p.add_argument("--seconds", type=float, default=10.0, help="timed work of each side at least")
+    p.add_argument("--seconds", type=cli.number(float, cli.POSITIVE), default=10.0,
+                   help="timed work of each side at least")
     p.add_argument("--warm", type=int, default=5, help="training steps left out of the timing")
     p.add_argument("--length", type=int, default=256, help="embed: tokens per abstract")
     p.add_argument("--batch", type=int, default=64, help="embed-300: texts per batch")

@@ -41,9 +41,10 @@ def make_corpus(path, n, mean_links, seed=0):
 
 
 def main():
+    from common import cli  # every number finite and in range, as in the numbered scripts
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--articles", type=int, default=1_000_000)
-    parser.add_argument("--links-per-article", type=float, default=10.0)
+    parser.add_argument("--links-per-article", type=cli.number(float, cli.POSITIVE), default=10.0)
     parser.add_argument("--work", default=os.path.join(ROOT, "bench", "out", "graph"))
     parser.add_argument("--graph-json", action="store_true", help="let 02 write graph.json too")
     args = parser.parse_args()

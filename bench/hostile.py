@@ -23,7 +23,13 @@ sizes, and resuming with another --chunk-tokens (refused); an --out that is, hol
 included), a finished run trained again with other settings, with the same and with --overwrite, convert-long
 killed with SIGKILL while it saves, a start model whose card is damaged, weights and tokenizers that are damaged or
 stored as int8, a model path with Markdown and HTML in it (its card and report.md), and each reproduction script
-given a missing input (docs/reliability.md).
+given a missing input; 03 and 04 teachers run with --overwrite and killed with SIGKILL before their new output
+exists (the finished one whole, a rerun resumes), a user's file in a folder a previous run wrote, a manifest that
+names '.', '..', '/' or a file outside, 05 extract's outputs of one stem and two side by side whose names extend each
+other, the masked LM's cache and a --cache-dir inside --data, and numbers not checked before use: a line limit past
+memory, masking shares adding up past 1, a pair length too short for --nsp, NaN and infinity as flags, a label of
+true, a checkpoint's state, a log record, teacher vectors past float32 and a document id that is a list
+(docs/reliability.md).
 """
 
 import argparse
@@ -110,7 +116,7 @@ def script(*args):
 
 def report(name, rc, line, ok):
     print(f"{'ok  ' if ok else 'FAIL'} {name:58s} exit {rc:3d}  {line[:150]}", flush=True)
-    return ok
+    return bool(ok)
 
 
 def tree_hash(folder):
@@ -235,6 +241,190 @@ def issue_cases(root, model, data, train):
     return results
 
 
+def killed_when(args, ready, timeout=300):
+    """Run a script as a user would and kill it with SIGKILL once ``ready()`` holds (or it ends)."""
+    import signal
+    import time
+    proc = subprocess.Popen([sys.executable, *map(str, args)], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env={**os.environ, "HF_HUB_OFFLINE": "1",
+                                                            "TOKENIZERS_PARALLELISM": "false"})
+    deadline = time.time() + timeout
+    while proc.poll() is None and time.time() < deadline and not ready():
+        time.sleep(0.002)
+    killed = proc.poll() is None
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    return killed
+
+
+def outputs_hash(folder):
+    """``tree_hash`` of what a folder holds but a killed run's lock, private folders and unfinished replacement."""
+    return {k: v for k, v in tree_hash(folder).items()
+            if not k.split(os.sep)[0].startswith((".lock", ".staging-", ".next-run"))}
+
+
+def overwrite_cases(root, model, data, train):
+    """--overwrite killed before its new output exists (03 and 04 train, 02, 04 teachers, 05 extract), a user's file in
+    a folder a previous run wrote, a manifest that names '.', two file outputs of one stem and two side by side whose
+    names extend each other, the masked LM's cache, and a --cache-dir among the inputs."""
+    results = []
+    run = root / "ow-run"
+    quick = [*train[:-2], "--checkpoint-every", "1", "--data", data, "--out", run]
+    script(*quick)
+    (run / "model" / "notes.txt").write_text("mine")
+    before = outputs_hash(run)
+    killed = killed_when([*quick, "--lr", "1e-3", "--overwrite"],
+                         lambda: (run / ".next-run" / "checkpoints" / "step_1" / "trainer_state.json").exists())
+    after = outputs_hash(run)
+    rc, line = script(*quick)
+    again = outputs_hash(run)
+    results.append(report("03 --overwrite killed at its first step: the finished run", rc, line,
+                          killed and after == before and rc == 0 and again == before))
+    rc, line = script(*quick, "--lr", "1e-3", "--overwrite")
+    results.append(report("03 --overwrite again: resumed, replaced, user's file kept", rc, line,
+                          rc == 0 and (run / "model" / "notes.txt").read_text() == "mine"
+                          and json.loads((run / "manifest.json").read_text())["identity"]["lr"] == 1e-3
+                          and not (run / ".next-run").exists()))
+    teach = root / "ow-teach"
+    teachers = ["04_distill.py", "teachers", "--data", data, "--teacher", model, "--teacher-max-length", "32",
+                "--pv-vector-size", "8", "--pv-epochs", "1", "--pv-min-count", "1", "--out", teach]
+    script(*teachers)
+    (teach / "pv" / "notes.txt").write_text("mine")
+    before = outputs_hash(teach)
+    killed = killed_when([*teachers, "--pv-vector-size", "16", "--overwrite"],
+                         lambda: any(p.name == "sbert.npy" for p in teach.glob(".staging-*/*")))
+    results.append(report("04 teachers --overwrite killed before its commit", 0 if killed else 1, "",
+                          killed and outputs_hash(teach) == before))
+    rc, line = script(*teachers, "--pv-vector-size", "16", "--pv", "dbow", "--overwrite")
+    results.append(report("04 teachers --overwrite: a user's file in pv/ kept", rc, line,
+                          rc == 0 and (teach / "pv" / "notes.txt").read_text() == "mine"
+                          and not (teach / "pv" / "dm.model").exists()))
+    evaluation = root / "ow-eval"
+    evaluate = ["05_evaluate.py", "--data", data, "--model", f"b={model}", "--out", evaluation, "--max-length", "32",
+                "--task", "crossref"]
+    script(*evaluate)
+    (evaluation / "notes.txt").write_text("mine")
+    manifest = json.loads((evaluation / "manifest.json").read_text())
+    (evaluation / "manifest.json").write_text(json.dumps({**manifest, "files": manifest["files"] + [".", ".."]}))
+    rc, line = script(*evaluate, "--overwrite")
+    results.append(report("05 --overwrite whose manifest names '.' and '..'", rc, line,
+                          rc == 0 and (evaluation / "notes.txt").read_text() == "mine"
+                          and (evaluation / "metrics.json").is_file() and (evaluation / "b.npy").is_file()))
+    graph_out = root / "ow-data"
+    graph = ["02_build_graph.py", "--articles", root / "articles.jsonl", "--crossref-min-links", "2", "--topic-min",
+             "2", "--eval-docs", "shared", "--out", graph_out]
+    script(*graph)
+    manifest = json.loads((graph_out / "manifest.json").read_text())
+    (graph_out / "manifest.json").write_text(json.dumps({**manifest, "files": ["../articles.jsonl", "/", "."]}))
+    rc, line = script(*graph, "--seed", "7", "--overwrite")
+    results.append(report("02 --overwrite whose manifest names a file outside and '/'", rc, line,
+                          rc == 0 and (root / "articles.jsonl").is_file() and (graph_out / "docs.jsonl").is_file()))
+    keys = root / "keys"
+    articles = root / "articles.jsonl"
+    extract = ["05_evaluate.py", "extract", "--model", model, "--input", articles, "--query", "gene"]
+    for name in ("keys.jsonl", "keys.txt"):
+        script(*extract, "--out", keys / name)
+    manifests = [json.loads((keys / f"{name}.manifest.json").read_text())["args"]["out"]
+                 for name in ("keys.jsonl", "keys.txt")]
+    results.append(report("05 extract --out x/keys.txt beside x/keys.jsonl", 0, "",
+                          manifests == [str(keys / "keys.jsonl"), str(keys / "keys.txt")]))
+    big = root / "many.jsonl"
+    big.write_text("".join(json.dumps({"id": f"a{i}", "text": "One gene here. Two genes there. " * 20}) + "\n"
+                           for i in range(3000)), encoding="utf-8")
+    side = root / "side"
+    proc = subprocess.Popen([sys.executable, "05_evaluate.py", "extract", "--model", str(model), "--input", str(big),
+                             "--query", "gene", "--out", str(side / "a-b.jsonl")], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    import time
+    deadline = time.time() + 300
+    while proc.poll() is None and time.time() < deadline and not list(side.glob(".staging-a-b.jsonl-*")):
+        time.sleep(0.005)
+    rc, line = script(*extract, "--out", side / "a")
+    rc2 = proc.wait()
+    results.append(report("two extracts side by side into x/a and x/a-b.jsonl", rc or rc2, line,
+                          rc == rc2 == 0 and (side / "a").is_file() and (side / "a-b.jsonl").is_file()))
+    cache = root / "hf-datasets-cache"
+    mlm = ["03_train.py", "--model", model, "--objective", "mlm", "--max-length", "16", "--batch-size", "8",
+           "--max-steps", "1", "--eval-every", "0", "--checkpoint-every", "0", "--data", data, "--out",
+           root / "mlm-run"]
+    proc = subprocess.run([sys.executable, *map(str, mlm)], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_CACHE": str(cache)})
+    results.append(report("03 mlm writes its token cache inside --out", proc.returncode,
+                          (proc.stderr.strip().splitlines() or [""])[-1],
+                          proc.returncode == 0 and not list(cache.rglob("*.arrow"))
+                          and list((root / "mlm-run" / "cache").iterdir())))
+    before = tree_hash(data)
+    rc, line = script(*mlm[:-1], root / "mlm-run2", "--cache-dir", data / "cache")
+    results.append(report("03 mlm --cache-dir inside --data", rc, line,
+                          rc == 2 and "which this command reads" in line and tree_hash(data) == before))
+    return results
+
+
+def number_cases(root, model, data, train):
+    """Numbers not checked before use: flags (a line limit past memory, shares that add up past 1, a pair length too
+    short for --nsp, NaN and infinity) and numbers in files (a label of true, a checkpoint's state, a log record,
+    teacher vectors past float32, a document id that is a list)."""
+    results = []
+    mlm = ["03_train.py", "--model", model, "--objective", "mlm", "--data", data, "--out", root / "x"]
+    for name, args in (("--max-line-mb 2**43", ["01_extract.py", "sentences", "--input", root / "in.jsonl", "--out",
+                                                root / "x", "--max-line-mb", str(1 << 43)]),
+                       ("--mask-replace-prob 0.8 --random-replace-prob 0.5", [*mlm, "--mask-replace-prob", "0.8",
+                                                                              "--random-replace-prob", "0.5"]),
+                       ("--nsp --max-length 4", [*mlm, "--nsp", "--max-length", "4"]),
+                       ("--whole-word-mask --random-replace-prob 0.1", [*mlm, "--whole-word-mask",
+                                                                       "--random-replace-prob", "0.1"]),
+                       ("--lr nan", [*train, "--data", data, "--out", root / "x", "--lr", "nan"]),
+                       ("--warmup inf", [*train, "--data", data, "--out", root / "x", "--warmup", "inf"]),
+                       ("--topic-test 1e309", ["02_build_graph.py", "--articles", root / "articles.jsonl", "--out",
+                                               root / "x", "--topic-test", "1e309"])):
+        rc, line = script(*args)
+        results.append(report(name, rc, line, rc == 2 and not (root / "x").exists()))
+    sentences = root / "labels.jsonl"
+    sentences.write_text('{"id": "a", "sentences": ["One.", "Two."], "labels": [true, 0]}\n', encoding="utf-8")
+    rc, line = script("02_build_graph.py", "sentences", "--sentences", sentences, "--out", root / "x")
+    results.append(report("02 sentences with a label of true", rc, line, rc == 2 and f"{sentences}:1" in line))
+    run = root / "num-run"
+    quick = [*train, "--data", data, "--out", run]
+    script(*quick)
+    for name in ("model", "manifest.json"):
+        folders.remove_entry(run / name)
+    state = run / "checkpoints" / "step_3" / "trainer_state.json"
+    state.write_text(json.dumps({**json.loads(state.read_text()), "best": "abc", "step": True}))
+    rc, line = script(*quick)
+    results.append(report("a checkpoint whose state says step true, best 'abc' (the one before resumed)", rc, line,
+                          rc == 0 and (run / "model").is_dir()))
+    for name in ("model", "manifest.json"):
+        folders.remove_entry(run / name)
+    log = run / "log.jsonl"
+    log.write_text('{"step": 1, "epoch": "abc", "loss": 1.0}\n' + log.read_text())
+    rc, line = script(*quick)
+    results.append(report("a log.jsonl record whose epoch is 'abc' on resume", rc, line,
+                          rc == 2 and f"{log}:1: field 'epoch'" in line))
+    teach = root / "num-teach"
+    shutil.copytree(root / "ow-teach", teach)
+    vectors = __import__("numpy").load(teach / "sbert.npy").astype("float64")
+    vectors[0, 0] = 1e300
+    __import__("numpy").save(teach / "sbert.npy", vectors)
+    manifest = json.loads((teach / "manifest.json").read_text())
+    manifest.pop("sha256")
+    (teach / "manifest.json").write_text(json.dumps(manifest))
+    rc, line = script("04_distill.py", "train", "--data", data, "--teachers", teach, "--model", model, "--out",
+                      root / "x", "--max-length", "32", "--max-steps", "1", "--preset", "only-mse")
+    results.append(report("teacher vectors past float32's range", rc, line, rc == 2 and "float32's range" in line))
+    hand = root / "hand-data"
+    shutil.copytree(data, hand)
+    manifest = json.loads((hand / "manifest.json").read_text())
+    manifest.pop("sha256")
+    (hand / "manifest.json").write_text(json.dumps(manifest))
+    lines = (hand / "docs.jsonl").read_text().splitlines()
+    lines[2] = json.dumps({**json.loads(lines[2]), "id": ["d2"]})
+    (hand / "docs.jsonl").write_text("\n".join(lines) + "\n")
+    rc, line = script(*train, "--data", hand, "--out", root / "x")
+    results.append(report("03 on a docs.jsonl whose id is a list", rc, line,
+                          rc == 2 and f"{hand / 'docs.jsonl'}:3: field 'id'" in line))
+    return results
+
+
 def safety(work):
     from conftest import build_tiny_model, linked_articles
     from test_search import paper_articles
@@ -350,6 +540,8 @@ def safety(work):
     except ImportError:
         print("skip a damaged faiss index: faiss-cpu is not installed")
     results += issue_cases(root, model, data, train)
+    results += overwrite_cases(root, model, data, train)
+    results += number_cases(root, model, data, train)
     shutil.rmtree(root, ignore_errors=True)
     print(f"{sum(results)} of {len(results)} cases as expected")
     return 0 if all(results) else 1

@@ -82,7 +82,7 @@ def main():
     args = parser.parse_args()
     import torch
     from bench.train import ensure_arxiv
-    from common.data.documents import Documents
+    from common.data.docs_jsonl import Documents
     from common.models.precision import encoder_for, native_bf16
     precisions = ("float32", "int8", "bf16") if native_bf16() else ("float32", "int8")
     abstracts = Documents(ensure_arxiv(args.work)).texts

@@ -188,9 +188,11 @@ def slope(a, b, size_a, size_b):
 
 
 def main():
+    from common import cli  # every number finite and in range, as in the numbered scripts
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", nargs="+", choices=tuple(STEPS), default=tuple(STEPS))
-    parser.add_argument("--scale", type=float, default=1.0, help="multiply every size (01-wiki: copies) by this")
+    parser.add_argument("--scale", type=cli.number(float, cli.POSITIVE), default=1.0,
+                        help="multiply every size (01-wiki: copies) by this")
     parser.add_argument("--work", default=os.path.join(ROOT, "bench", "out", "scale"))
     args = parser.parse_args()
     os.makedirs(args.work, exist_ok=True)

@@ -103,7 +103,7 @@ def sentence_vectors(work):
         return path
     from bench.extract import sample_path
     from bench.train import ensure_arxiv, minilm
-    from common.data.documents import Documents
+    from common.data.docs_jsonl import Documents
     from common.data.sentences import split, splitter
     from common.models.inference import embed
     from common.models.loading import load_encoder

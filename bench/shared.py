@@ -86,7 +86,7 @@ def script(*argv):
 def embed_texts(work, docs):
     """``docs`` abstracts of the arXiv sample, repeated where it has fewer."""
     from bench.train import ensure_arxiv
-    from common.data.documents import Documents
+    from common.data.docs_jsonl import Documents
     abstracts = Documents(ensure_arxiv(work)).texts
     return [abstracts[i % len(abstracts)] for i in range(docs)]
 
@@ -94,7 +94,7 @@ def embed_texts(work, docs):
 def long_texts(work, n):
     """``n`` documents of mixed length: document i joins 2^(i mod 6) consecutive abstracts of the arXiv sample."""
     from bench.train import ensure_arxiv
-    from common.data.documents import Documents
+    from common.data.docs_jsonl import Documents
     abstracts = Documents(ensure_arxiv(work)).texts
     out, at = [], 0
     for i in range(n):
@@ -111,7 +111,7 @@ def ensure_distill(work, shape_path, size):
     from transformers import AutoTokenizer
     from bench.project import texts_of
     from bench.train import ensure_arxiv
-    from common.data.documents import Documents
+    from common.data.docs_jsonl import Documents
     from common.folders import Outputs
     root = os.path.join(work, "distill")
     if os.path.exists(os.path.join(root, "student", "config.json")):

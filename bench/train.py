@@ -98,7 +98,7 @@ def run_ours(data, steps, batch, objective, length, log_every=1):
 
 
 def triplet_columns(data, sep):
-    from common.data.documents import Documents
+    from common.data.docs_jsonl import Documents
     docs = Documents(data)
     columns = {"anchor": [], "positive": [], "negative": []}
     with open(os.path.join(data, "triplets.train.jsonl")) as f:
@@ -111,7 +111,7 @@ def triplet_columns(data, sep):
 
 
 def pair_columns(data):
-    from common.data.documents import Documents
+    from common.data.docs_jsonl import Documents
     docs = Documents(data)
     columns = {"anchor": [], "positive": []}
     with open(os.path.join(data, "pairs.train.jsonl")) as f:
@@ -145,7 +145,7 @@ def clock(times, seconds=None, warm=0):
 def mlm_blocks(data, tokenizer, length):
     """The abstracts of ``data`` tokenised (special tokens added), concatenated and cut into blocks of ``length``
     tokens, the remainder dropped: transformers' run_mlm.py ``group_texts``, as ours cuts its blocks."""
-    from common.data.documents import Documents
+    from common.data.docs_jsonl import Documents
     ids = tokenizer(Documents(data).texts, add_special_tokens=True, verbose=False)["input_ids"]
     flat = [t for row in ids for t in row]
     return [flat[i:i + length] for i in range(0, len(flat) - length + 1, length)]

@@ -19,6 +19,8 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
     def _get_help_string(self, action):
         if action.default in (None, []) or action.required:
             return action.help
+        if action.default == "":
+            return f"{action.help} (default: '')"
         return super()._get_help_string(action)
 
 
@@ -36,11 +38,14 @@ def parser(description):
 
 SHARE = ("a share between 0 and 1", lambda v: 0 <= v <= 1)
 OPEN_SHARE = ("a share strictly between 0 and 1", lambda v: 0 < v < 1)
-AT_LEAST_1 = ("at least 1", lambda v: v >= 1)
-AT_LEAST_0 = ("at least 0", lambda v: v >= 0)
 POSITIVE = ("a positive number", lambda v: 0 < v < float("inf"))
 SEED = ("between 0 and 2**32 - 1 (NumPy's seed range)", lambda v: 0 <= v < 2 ** 32)
 NON_NEGATIVE = ("a finite number of at least 0", lambda v: 0 <= v < float("inf"))
+# a constant of a loss (a margin, a scale, a weight): a number the loss's arithmetic holds in every precision a run
+# trains in, so that it stays finite there (half precision's largest is 65,504; 1e300 was inf in float32)
+HALF_MAX = 65504
+LOSS_CONSTANT = (f"a number from 0 to {HALF_MAX:,} (half precision's largest)", lambda v: 0 <= v <= HALF_MAX)
+LOSS_SCALE = (f"a positive number of at most {HALF_MAX:,} (half precision's largest)", lambda v: 0 < v <= HALF_MAX)
 
 
 def between(low, high):
@@ -53,7 +58,10 @@ WIDTH = between(1, 1 << 16)
 LENGTH = between(1, 1 << 17)
 COUNT = between(1, 1 << 30)
 COUNT_0 = between(0, 1 << 30)
-WORKERS = between(0, 1024)
+# processes or threads beside the main one: 64, or one a CPU of a larger machine (more only wait, and a thousand
+# threads may not even start: "can't start new thread" under a 6 GB address-space limit)
+WORKERS_MAX = max(64, os.cpu_count() or 1)
+WORKERS = between(0, WORKERS_MAX)
 
 
 def physical_memory():
@@ -118,9 +126,12 @@ def pairs(values, names, flag):
 
 
 def add_max_line(p):
-    """``--max-line-mb``, for commands that read JSONL from outside the pipeline."""
-    p.add_argument("--max-line-mb", type=number(int, AT_LEAST_1), default=io.MAX_LINE_BYTES >> 20,
-                   help="refuse a JSONL line longer than this (a line is held whole in memory while read)")
+    """``--max-line-mb``, for commands that read JSONL from outside the pipeline: at most the machine's memory, as
+    a line is held whole while it is read."""
+    p.add_argument("--max-line-mb", type=number(int, between(1, max(1, physical_memory() >> 20))),
+                   default=io.MAX_LINE_BYTES >> 20,
+                   help="refuse a JSONL line longer than this (a line is held whole in memory while read); at most "
+                        "this machine's memory")
 
 
 def set_max_line(args):
@@ -149,6 +160,21 @@ def number(parse, limit):
     return checked
 
 
+def checked_by(check):
+    """An argparse ``type`` that refuses a value ``check(value)`` refuses (an InputError) as the command line is read,
+    and keeps the value as given (02's ``--topic-cap``)."""
+
+    def checked(text):
+        try:
+            check(text)
+        except InputError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+        return text
+
+    checked.__name__ = getattr(check, "__name__", "value")
+    return checked
+
+
 def reads(value):
     """The argparse ``type`` of a flag that names something the command reads (a file, a folder, or a hub model's
     name): ``check_out`` finds the command's inputs by it, so that a flag that reads cannot be left out."""
@@ -157,6 +183,12 @@ def reads(value):
 
 def reads_named(value):
     """``reads`` for ``NAME=PATH`` values: what follows the first ``=`` is read."""
+    return value
+
+
+def writes(value):
+    """The argparse ``type`` of a flag besides ``--out`` that names a place the command writes (03 mlm's
+    ``--cache-dir``): ``check_out`` checks it as it checks ``--out``."""
     return value
 
 
@@ -176,11 +208,18 @@ def inputs(parser, args):
 
 
 def check_out(parser, args):
-    """Refuse, before any work, an ``--out`` that is, holds, or lies inside anything the command reads
-    (``inputs``), symbolic links resolved: writing it would replace, or remove, what the command is reading."""
-    out = getattr(args, "out", None)
-    if not isinstance(out, str) or not out:
-        return
+    """Refuse, before any work, an ``--out`` (or another place the command writes: a flag typed ``writes``) that is,
+    holds, or lies inside anything the command reads (``inputs``), symbolic links resolved: writing it would
+    replace, or remove, what the command is reading."""
+    places = [("--out", getattr(args, "out", None))]
+    places += [(max(action.option_strings, key=len, default=action.dest), getattr(args, action.dest, None))
+               for action in parser._actions if action.type is writes]
+    for flag, out in places:
+        if isinstance(out, str) and out:
+            _check_place(parser, args, flag, out)
+
+
+def _check_place(parser, args, out_flag, out):
     target = os.path.realpath(out)
     for flag, path in inputs(parser, args):
         # what the value names on disk: the path, or the files it is the stem of (01 dictd's INPUT.index and
@@ -196,8 +235,8 @@ def check_out(parser, args):
                 how = "lies inside"
             else:
                 continue
-            raise InputError(f"--out {out}: {how} {flag} {read}, which this command reads; give an --out apart "
-                             "from its inputs")
+            raise InputError(f"{out_flag} {out}: {how} {flag} {read}, which this command reads; give an "
+                             f"{out_flag} apart from its inputs")
 
 
 def add_overwrite(p):
@@ -221,7 +260,8 @@ def dispatch(description, commands, argv, default=None):
         command = sub.add_parser(name, help=help_text, description=more[0] if more else help_text,
                                  formatter_class=HelpFormatter)
         add_arguments(command)
-        if any(action.dest == "out" for action in command._actions):
+        dests = {action.dest for action in command._actions}
+        if "out" in dests and "overwrite" not in dests:
             add_overwrite(command)
     argv = list(argv)
     if default and (not argv or (argv[0] not in commands and argv[0] not in ("-h", "--help"))):

@@ -8,6 +8,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import shutil
 import tempfile
 
@@ -82,6 +83,19 @@ def remove_entry(path):
 
 
 STAGING = ".staging-"  # the prefix of a private folder a run writes its files in before they are moved into place
+# a folder inside an output folder where a run that replaces a finished one writes until it is moved into place
+# (a training run with --overwrite: run_folder.NEXT)
+REPLACING = ".next-run"
+
+
+def final_path(path):
+    """``path`` as it will be once a run that replaces a finished one is moved into place (``REPLACING`` left out):
+    what a file written there (a model card) names."""
+    parts = os.path.normpath(path).split(os.sep)
+    return os.sep.join(p for p in parts if p != REPLACING) or path
+# what follows the prefix: mkdtemp's random tail (a test's hand-made one may hold capitals); never a '.' or '-', so
+# that the private folders of one output (``.staging-TAIL``, ``.staging-FILE-TAIL``) are never another's
+_TAIL = "[A-Za-z0-9_]+"
 
 
 def private_dir(folder, prefix=STAGING):
@@ -97,6 +111,93 @@ def private_dir(folder, prefix=STAGING):
         raise write_error(folder, e) from None
 
 
+def is_private(name, prefix=STAGING):
+    """Whether ``name`` is a private folder ``private_dir(..., prefix)`` made: the prefix and a random tail, and
+    nothing else (``.staging-a-TAIL`` is not one of ``.staging-``'s, nor ``.staging-a-b.jsonl-TAIL`` of
+    ``.staging-a-``'s)."""
+    return re.fullmatch(re.escape(prefix) + _TAIL, name) is not None
+
+
+def file_names(file):
+    """The names one output file ``file`` (05 extract's ``--out``) puts beside itself in a folder that is not its
+    own, each unique to that file name: its lock, the prefix of its private folders and its manifest. A file whose
+    own name is one of another output's (hidden and ending ``.lock``, a private folder's, a manifest's) is refused,
+    so that no output's name is ever another's."""
+    if file.endswith(MANIFEST_SUFFIX) or file.startswith(STAGING) or (file.startswith(".") and
+                                                                       file.endswith(".lock")):
+        raise InputError(f"{file}: a name this project keeps for what an output puts beside itself (a lock, a "
+                         f"private folder, a manifest); give another --out")
+    return f".{file}.lock", f"{STAGING}{file}-", file + MANIFEST_SUFFIX
+
+
+MANIFEST_SUFFIX = ".manifest.json"
+
+
+def written_name(name):
+    """Whether ``name`` (a path relative to an output folder, parts separated by '/') is one the project writes, and
+    so one that may be removed as a previous run's file: every part a plain name (not empty, not '.' or '..', not
+    hidden like the project's private folders and locks, no separator or NUL). What a manifest lists is input
+    like any other: a name that fails this is never removed."""
+    return isinstance(name, str) and 0 < len(name) <= 4096 and all(
+        part and part[0] != "." and "\\" not in part and "\0" not in part
+        and len(part.encode("utf-8", "replace")) <= 255 for part in name.split("/"))
+
+
+def inside(directory, name):
+    """``directory/name`` for a ``written_name`` whose way there passes no symbolic link (the last part may be one:
+    it is removed or replaced as a link); None for any other name."""
+    if not written_name(name):
+        return None
+    parts = name.split("/")
+    for k in range(1, len(parts)):
+        way = os.path.join(directory, *parts[:k])
+        if os.path.islink(way) or not os.path.isdir(way):
+            return None
+    return os.path.join(directory, *parts)
+
+
+def entries(path):
+    """The files, links and empty folders under the folder ``path`` (links not followed), as paths relative to it
+    with '/' between parts."""
+    found = []
+    for d, dirs, files in os.walk(path):
+        rel = os.path.relpath(d, path).replace(os.sep, "/")
+        prefix = "" if rel == "." else rel + "/"
+        links = [n for n in dirs if os.path.islink(os.path.join(d, n))]  # os.walk lists a link to a folder there
+        found += [prefix + n for n in files + links]
+        if not files and not dirs and prefix:
+            found.append(rel)
+    return found
+
+
+def remove_written(directory, names):
+    """Remove from ``directory`` the files ``names`` (as a previous run recorded what it wrote: paths relative to
+    the folder), then the folders they leave empty. Only a ``written_name`` whose way stays inside the folder is
+    removed (``inside``), a link as a link; a name that is a folder is removed only once empty, so a file no run
+    listed (a user's) keeps it."""
+    folders = set()
+    for name in names:
+        path = inside(directory, name)
+        if path is None:
+            continue
+        parts = name.split("/")
+        folders.update("/".join(parts[:k]) for k in range(1, len(parts)))
+        if os.path.isdir(path) and not os.path.islink(path):
+            folders.add(name)
+            continue
+        try:
+            os.remove(path)
+        except OSError:  # gone, or not ours to remove (no permission): it stays
+            pass
+    for name in sorted(folders, key=lambda n: n.count("/"), reverse=True):  # the deepest first
+        path = inside(directory, name)
+        if path is not None and not os.path.islink(path):
+            try:
+                os.rmdir(path)
+            except OSError:  # not empty (a file no run listed), or gone
+                pass
+
+
 def create(path, mode="w"):
     """A new file opened for writing, the one way this project creates a file: ``O_CREAT | O_EXCL | O_NOFOLLOW``,
     so an existing file or link at ``path`` is an error, never written through. Text is UTF-8."""
@@ -106,18 +207,79 @@ def create(path, mode="w"):
 
 def put(staged, final):
     """Move ``staged`` (a file or folder in a private folder) to ``final``: a file or link there is replaced, never
-    followed; a folder there is removed first."""
+    followed; a folder there is first moved aside into a private folder beside ``staged`` and removed once the new
+    one is in place."""
     if os.path.isdir(final) and not os.path.islink(final):
-        shutil.rmtree(final)
+        aside = tempfile.mkdtemp(prefix=STAGING, dir=os.path.dirname(staged))
+        os.replace(final, os.path.join(aside, "old"))
+        os.replace(staged, final)
+        shutil.rmtree(aside, ignore_errors=True)
+        return
     os.replace(staged, final)
+
+
+def put_written(staged, final, written, keep=()):
+    """Move ``staged`` to ``final``, where a previous run may have left what it wrote: ``written``, the paths under
+    the folder ``final`` that run wrote (relative to it), and ``keep``, those this run writes there. A file or link
+    at ``final``, or a folder that holds nothing else, is replaced whole (``put``). A folder that also holds what
+    no run listed (a user's notes) keeps it: the new files are moved in one by one, then the previous run's that
+    this one does not write again are removed by name (``remove_written``); a user's file where a new one must go
+    is refused in one line."""
+    if not os.path.isdir(final) or os.path.islink(final):
+        if os.path.isdir(staged) and os.path.lexists(final):
+            remove_entry(final)  # a file or link at the name of a folder this run writes
+        put(staged, final)
+        return
+    written = set(written)
+    others = [name for name in entries(final) if name not in written]
+    if not others:
+        put(staged, final)
+        return
+    if not os.path.isdir(staged) or os.path.islink(staged):
+        raise InputError(f"{final}: a folder holding files this project did not write ({others[0]}) is in the "
+                         "way of a file; move it")
+    new = entries(staged)
+    for name in new:
+        parts = name.split("/")
+        for k in range(1, len(parts)):
+            _clear_way(final, "/".join(parts[:k]), written, folder=True)
+            way = os.path.join(final, *parts[:k])
+            if not os.path.isdir(way):
+                os.mkdir(way)
+        source, target = os.path.join(staged, *parts), os.path.join(final, *parts)
+        if os.path.isdir(source) and not os.path.islink(source):
+            _clear_way(final, name, written, folder=True)
+            if not os.path.isdir(target):
+                os.mkdir(target)
+        else:
+            _clear_way(final, name, written, folder=False)
+            os.replace(source, target)  # a file or link at the name is replaced by name, never followed
+    remove_written(final, sorted(written - set(keep) - set(new)))
+
+
+def _clear_way(final, name, written, folder):
+    """Make room at ``final/name`` for a folder (``folder``) or a file of a new run: what is there of the wrong
+    kind is removed where the previous run wrote it (``written``), and refused in one line where it did not."""
+    path = os.path.join(final, *name.split("/"))
+    if not os.path.lexists(path):
+        return
+    is_folder = os.path.isdir(path) and not os.path.islink(path)
+    if is_folder == folder:
+        return
+    mine = [name] if not is_folder else [name + "/" + rel for rel in entries(path)]
+    if any(n not in written for n in mine):
+        raise InputError(f"{path}: {'a folder holding files' if is_folder else 'a file'} this project did not "
+                         f"write is in the way of what it writes there; move it")
+    remove_entry(path)
 
 
 @contextlib.contextmanager
 def writing(folder, name):
     """A path for ``folder/name`` in a private folder, moved into place when the block ends normally and removed
     with the private folder otherwise: the file (or folder) appears whole or not at all. Errors writing are one
-    line naming ``folder`` (``write_error``)."""
-    private = private_dir(folder)
+    line naming ``folder`` (``write_error``). The private folder is named after the file (``.staging-NAME-TAIL``),
+    so that no other output's clean-up in the same folder takes it for its own."""
+    private = private_dir(folder, f"{STAGING}{name}-")
     try:
         yield os.path.join(private, name)
         put(os.path.join(private, name), os.path.join(folder, name))
@@ -221,11 +383,31 @@ def refuse_finished(directory, script, command=None, manifest=None):
 
 
 def remove_leftovers(directory, prefix=STAGING):
-    """Remove the private folders (named ``prefix`` and a random tail) a killed run left in ``directory``: a run
-    holding the lock that guards them calls it, so none of them is another live run's."""
+    """Remove the private folders (named ``prefix`` and a random tail, ``is_private``) a killed run left in
+    ``directory``: a run holding the lock that guards them calls it, so none of them is another live run's, nor
+    one of another output's beside it (whose names hold more after the prefix)."""
     for name in os.listdir(directory):
-        if name.startswith(prefix):
+        if is_private(name, prefix):
             remove_entry(os.path.join(directory, name))
+
+
+def previous_files(manifest):
+    """What the run that wrote ``manifest`` wrote, by name: its ``files`` (names in the folder) and the files of
+    its ``sha256`` under them (``folder/file``), and while it was committing what it was replacing. A manifest is
+    input like any other: only a ``written_name`` is taken, so that ``.``, ``..``, an absolute path, a hidden name
+    or a file under a name the run did not list is never removed."""
+    if not isinstance(manifest, dict):
+        return set()
+    lists = [manifest.get("files")] + ([manifest.get("replacing")] if manifest.get("state") == "committing" else [])
+    found = set()
+    for names in lists:
+        names = [n for n in names if written_name(n)] if isinstance(names, list) else []
+        top = {n for n in names if "/" not in n}
+        found |= top | {n for n in names if n.split("/")[0] in top}
+    hashed = manifest.get("sha256")
+    if isinstance(hashed, dict):
+        found |= {n for n in hashed if written_name(n) and n.split("/")[0] in found}
+    return found
 
 
 def own_folder(directory):
@@ -275,13 +457,16 @@ class Outputs:
     ``command``, where the script has several), a finished output (a manifest not marked ``committing``) is refused
     unless ``overwrite`` says to replace it, private folders a killed run left are removed, and once the new files
     are in place, those the previous manifest lists and this run did not write again are removed, so no stale file
-    outlives its run.
-    A file the previous manifest does not list was not written by this project and is never removed.
+    outlives its run. Until then the previous output stays whole.
+    A file the previous manifest does not list was not written by this project and is never removed, nor one inside
+    a folder the previous run wrote (``put_written``); what a manifest lists is read as input: only a
+    ``written_name`` inside the folder is ever removed (``previous_files``).
 
     With ``file``, the run writes that one file (and files named after it) into a folder that is not its own (05
-    extract's ``--out`` file): the lock and the private folder are named after the file (``.FILE.lock``,
-    ``.staging-FILE-*``), so that runs writing other files into the same folder go on beside it, and what a killed
-    run writing the same file left is removed; its manifest is ``FILE``'s stem and ``.manifest.json``.
+    extract's ``--out`` file): the lock, the private folder and the manifest are named after the whole file name
+    (``.FILE.lock``, ``.staging-FILE-TAIL``, ``FILE.manifest.json``: ``file_names``), so that runs writing other
+    files into the same folder go on beside it and never take one of its names, and what a killed run writing the
+    same file left is removed.
 
     The folder records when it was opened (``started``); ``finish`` writes the run's manifest with it.
     """
@@ -292,9 +477,10 @@ class Outputs:
         self.command = command
         self.overwrite = overwrite
         self.file = file
-        self._prefix = f"{STAGING}{file}-" if file else STAGING
+        self._lock_name, self._prefix, self._manifest_name = file_names(file) if file else (LOCK, STAGING,
+                                                                                              "manifest.json")
         self._files = {}
-        self._previous = []
+        self._previous = set()
         self._lock = None
         self._stage = None
         self._manifest = None
@@ -312,7 +498,7 @@ class Outputs:
         else:
             make_folder(self.directory)
             if self.file:
-                self._lock = FolderLock(self.directory, f".{self.file}.lock").acquire()
+                self._lock = FolderLock(self.directory, self._lock_name).acquire()
                 remove_leftovers(self.directory, self._prefix)
         try:
             self._stage = private_dir(self.directory, self._prefix)
@@ -325,7 +511,7 @@ class Outputs:
     def _claim(self):
         """Refuse a folder that is not this script's, or holds its finished output without ``overwrite``; remove what
         a killed run left; note what the previous run wrote."""
-        names = [n for n in os.listdir(self.directory) if not n.startswith(STAGING) and n != LOCK]
+        names = [n for n in os.listdir(self.directory) if not is_private(n) and n != LOCK]
         if not names:  # new, or holding only what a run killed before its commit left
             remove_leftovers(self.directory)
             return
@@ -348,20 +534,17 @@ class Outputs:
         if not self.overwrite:
             refuse_finished(self.directory, self.script, self.command, previous)
         remove_leftovers(self.directory)
-        listed = [previous.get("files", [])]
-        if previous.get("state") == "committing":  # a run killed while committing: what it replaced is stale too
-            listed.append(previous.get("replacing", []))
-        self._previous = [n for names in listed if isinstance(names, list) for n in names if isinstance(n, str)]
+        self._previous = previous_files(previous)
 
     def finish(self, args, inputs=(), counts=None, seed=None, **extra):
         """The run's manifest, in one call: ``provenance.manifest`` of this folder's script, ``args``, the start
         recorded when the folder was opened, ``inputs`` (their SHA-256), ``counts``, ``seed`` and ``extra`` fields,
         finished now. A folder of the script's own takes it as manifest.json (``write_manifest``); the one file of a
-        folder not its own, as ``FILE``'s stem and ``.manifest.json``, a file like the others."""
+        folder not its own, as ``FILE.manifest.json``, a file like the others."""
         manifest = provenance.manifest(self.script, args, self.started, inputs, counts, seed, **extra)
         if not self.file:
             return self.write_manifest(manifest)
-        with self.open(os.path.splitext(self.file)[0] + ".manifest.json") as f:
+        with self.open(self._manifest_name) as f:
             f.write(dumps_line(manifest))
 
     def write_manifest(self, manifest):
@@ -370,12 +553,8 @@ class Outputs:
         self._manifest = manifest
 
     def _remove_stale(self):
-        stale = set(self._previous) - set(self._files)
-        for name in sorted(stale):
-            try:
-                remove_entry(self.path(name))
-            except (OSError, ValueError, InputError):  # a name no run of ours writes, or one that leaves the folder
-                pass
+        """The previous run's files under names this run did not write, removed by name (``remove_written``)."""
+        remove_written(self.directory, sorted(n for n in self._previous if n.split("/")[0] not in self._files))
 
     def path(self, name):
         """``name`` inside the folder; a name that would leave it, by its text or through a symbolic link on the
@@ -450,18 +629,22 @@ class Outputs:
 
     def _commit(self):
         names = sorted(self._files)
+        hashes = self._hashes()
         manifest = None
         if self._manifest is not None:
-            manifest = {**self._manifest, "files": names, "sha256": self._hashes()}
+            manifest = {**self._manifest, "files": names, "sha256": hashes}
             self._write_manifest({**manifest, "state": "committing", "replacing": sorted(self._previous)},
                                  self.path("manifest.json"))
         for name in names:
-            put(os.path.join(self._stage, name), self.path(name))
+            under = name + "/"
+            put_written(os.path.join(self._stage, name), self.path(name),
+                        [n[len(under):] for n in self._previous if n.startswith(under)],
+                        [n[len(under):] for n in hashes if n.startswith(under)])
+        if self.script and not self.file:
+            self._remove_stale()  # while the manifest still says what it replaces: a kill here leaves none for good
         if manifest is not None:
             self._write_manifest(manifest, self.path("manifest.json"))
             self._files["manifest.json"] = None
-        if self.script and not self.file:
-            self._remove_stale()
 
     def __exit__(self, exc_type, exc, tb):
         try:

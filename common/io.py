@@ -6,6 +6,7 @@ and the errors a user can fix (``InputError``). Writing is ``common.folders``'s 
 import gzip
 import hashlib
 import json
+import math
 import os
 import re
 import zlib
@@ -154,18 +155,49 @@ def read_jsonl(path, required=()):
             raise InputError(f"{path}:{lineno + 1}: truncated or corrupt compressed file ({e})") from None
 
 
+# a relevance as trec_eval and pytrec_eval read it: a whole number in a C int
+RELEVANCE = re.compile(r"-?[0-9]{1,10}")
+RELEVANCE_RANGE = (-2 ** 31, 2 ** 31 - 1)
+
+
 def read_trec_qrels(path):
-    """TREC qrels ``qid 0 docid rel`` → {qid: {docid: rel}}; a malformed line names ``path:line``."""
+    """TREC qrels ``qid 0 docid rel`` → {qid: {docid: rel}}; a malformed line, or a relevance that is not a whole
+    number within a C int (``RELEVANCE_RANGE``), names ``path:line``."""
     qrels = {}
     with open_input(path) as f:
         for lineno, line in enumerate(f, 1):
             parts = line.split()
             if not parts:
                 continue
-            if len(parts) != 4 or not parts[3].lstrip("-").isdigit():
+            if len(parts) != 4:
                 raise InputError(f"{path}:{lineno}: expected 'qid 0 docid rel'")
-            qrels.setdefault(parts[0], {})[parts[2]] = int(parts[3])
+            rel = parts[3]
+            if not RELEVANCE.fullmatch(rel) or not RELEVANCE_RANGE[0] <= int(rel) <= RELEVANCE_RANGE[1]:
+                raise InputError(f"{path}:{lineno}: relevance {shown(rel)} is not a whole number between "
+                                 f"{RELEVANCE_RANGE[0]:,} and {RELEVANCE_RANGE[1]:,} (trec_eval's)")
+            qrels.setdefault(parts[0], {})[parts[2]] = int(rel)
     return qrels
+
+
+def shown(value, limit=40):
+    """A value read from a file as an error message shows it: as JSON, on one line, cut after ``limit``
+    characters."""
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def number(value, where, name, low=-math.inf, high=math.inf, integer=False):
+    """``value``, the field ``name`` of what was read at ``where`` (``path:line``), as a number: a JSON number (a bool
+    is none: JSON's ``true`` is not 1), a whole one where ``integer``, finite and within [``low``, ``high``]; else one
+    line naming the place, the field and what it holds."""
+    kinds = int if integer else (int, float)
+    if (isinstance(value, kinds) and not isinstance(value, bool) and (isinstance(value, int) or math.isfinite(value))
+            and low <= value <= high):
+        return value
+    kind = "a whole number" if integer else "a number"
+    span = (f" between {low:,} and {high:,}" if math.isfinite(low) and math.isfinite(high) else
+            f" of at least {low:,}" if math.isfinite(low) else f" of at most {high:,}" if math.isfinite(high) else "")
+    raise InputError(f"{where}: field {name!r} must be {kind}{span}, not {shown(value)}")
 
 
 _HASHED = {}  # (path, inode, size, mtime, ctime) → SHA-256: a file is read once a process unless it is written

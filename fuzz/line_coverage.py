@@ -35,10 +35,10 @@ READERS = {
     "sentences": ["common.data.sentences:extract_sentences", "common.data.sentences:clean",
                   "common.data.sentences:split", "common.data.sentences:label",
                   "common.data.keysent_splits:read_sentences"],
-    "articles": ["common.data.graph:read_articles", "common.data.graph:_check_unique",
-                 "common.data.documents:Documents"],
+    "articles": ["common.data.articles:read_articles", "common.data.articles:_check_unique",
+                 "common.data.docs_jsonl:Documents"],
     "splits": ["common.data.retrieval:read_split_ids"],
-    "triplets": ["common.data.documents:read_triplets"],
+    "triplets": ["common.data.docs_jsonl:read_triplets"],
     "pairs": ["common.data.retrieval:file_queries"],
     "qrels": ["common.io:read_trec_qrels", "common.data.retrieval:read_qrels", "common.eval.wikispecter:read_qrels"],
     "topics": ["common.eval.wikispecter:read_topics", "common.eval.classify:read_split",
@@ -46,7 +46,11 @@ READERS = {
     "queries": ["common.data.retrieval:read_queries", "common.eval.retrieval:read_query_file"],
     "log": ["common.train.run_folder:read_log"],
     "manifest": ["common.io:read_json_or_empty", "common.io:read_manifest", "common.io:verify_input",
-                 "common.train.run:data_fingerprint", "common.eval.retrieval:read_manifest_args"],
+                 "common.train.run_folder:data_fingerprint", "common.eval.retrieval:read_manifest_args"],
+    "manifest_files": ["common.folders:previous_files", "common.folders:written_name", "common.folders:inside",
+                       "common.folders:remove_written", "common.folders:put_written", "common.folders:_clear_way",
+                       "common.folders:entries", "common.folders:Outputs._claim", "common.folders:Outputs._commit",
+                       "common.folders:Outputs._remove_stale"],
     "teacher_ids": ["common.distill.teachers:read_vectors", "common.distill.teachers:read_lengths"],
     "npy": ["common.vectors:read_rows", "common.vectors:check_finite_rows", "common.distill.teachers:read_vectors",
             "common.distill.teachers:read_lengths"],
@@ -54,10 +58,10 @@ READERS = {
     "card_front_matter": ["common.models.card:base_model", "common.models.card:declared_base_model",
                           "common.models.card:hub_name", "common.markdown:escape", "common.models.card:_data",
                           "common.models.card:_files", "common.models.card:_value"],
-    "training_flags": ["common.train.run:parse", "common.cli:check"],
+    "training_flags": ["common.train.objectives.base:Objective", "common.cli:number", "common.cli:check_out"],
     "name_values": ["common.cli:name_values", "common.cli:named", "common.cli:per_name",
                     "common.data.splits:parse_caps", "common.io:safe_name"],
-    "projection": ["common.train.softcca:projection_blocks", "common.train.softcca:projection",
+    "projection": ["common.distill.softcca:projection_blocks", "common.distill.softcca:projection",
                    "common.cli:check_memory"],
 }
 
@@ -79,7 +83,9 @@ def _lines(spec):
     import importlib
     import inspect
     module, name = spec.split(":")
-    obj = getattr(importlib.import_module(module), name)
+    obj = importlib.import_module(module)
+    for part in name.split("."):  # a class's method as Class.method
+        obj = getattr(obj, part)
     source, first = inspect.getsourcelines(obj)
     return inspect.getsourcefile(obj), set(range(first, first + len(source)))
 

@@ -97,6 +97,15 @@ def seeds():
                                                "sha256": {"docs.jsonl": "00"}, "language": "en"}).encode()
     yield "manifest", "eval.json", json.dumps({"script": "05_evaluate.py",
                                                "args": {"model": {"base": "/m"}}, "state": "committing"}).encode()
+    previous = {"script": "01_extract.py", "args": {"out": "out"}, "files": ["a.txt", "pv"],
+                "sha256": {"a.txt": "00", "pv/x.bin": "00"}}
+    yield "manifest_files", "previous.json", json.dumps(previous).encode()
+    hostile = {**previous, "files": [".", "..", "sub", "pv", "../outside.txt", "/tmp", "notes.txt/.."],
+               "sha256": {"pv/notes.txt/..": "0", "sub/mine.txt/": "0"}}
+    yield "manifest_files", "hostile.json", json.dumps(hostile).encode()
+    yield "manifest_files", "files.json", json.dumps([".", "a.txt", "pv", "pv/x.bin", "pv/notes.txt/.."]).encode()
+    yield "manifest_files", "committing.json", json.dumps({**previous, "state": "committing",
+                                                           "replacing": [".", "a.txt", "pv/x.bin", "sub"]}).encode()
     yield "teacher_ids", "ids.txt", "".join(d["id"] + "\n" for d in DOCS).encode()
     yield "npy", "float32.npy", npy(np.ones((4, 3), np.float32))
     yield "npy", "int64.npy", npy(np.arange(4))

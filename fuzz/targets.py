@@ -65,9 +65,21 @@ def _made_or_changed(path):
         _guard["strays"].append(path)
 
 
+def _at(path, dir_fd):
+    """``path`` as an event with ``dir_fd`` means it (shutil.rmtree walks a tree by folder descriptors)."""
+    if isinstance(dir_fd, int) and dir_fd >= 0 and isinstance(path, (str, bytes)) and not os.path.isabs(path):
+        try:
+            return os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), os.fsdecode(path))
+        except OSError:
+            return path
+    return path
+
+
 def _audit(event, args):
     if _guard["root"] is None:
         return
+    if event in ("os.remove", "os.rmdir", "os.mkdir") and args:
+        args = (_at(args[0], args[-1]),) + tuple(args[1:])
     if event == "open":
         path, mode, flags = args
         if (isinstance(mode, str) and any(c in mode for c in "wax+")) or (isinstance(flags, int)
@@ -207,7 +219,7 @@ def sentences(data, work):
 
 def articles(data, work):
     """02's articles.jsonl (links, labels) and docs.jsonl as 03–05 read it."""
-    from common.data.documents import Documents
+    from common.data.docs_jsonl import Documents
     from common.data.articles import read_articles
     path = _write(work, "articles.jsonl", data)
     docs = _io.BytesIO()
@@ -229,7 +241,7 @@ def splits(data, work):
 
 
 def triplets(data, work):
-    from common.data.documents import read_triplets
+    from common.data.docs_jsonl import read_triplets
     read_triplets(_write(work, "triplets.train.jsonl", data), INDEX)
 
 
@@ -288,7 +300,7 @@ def manifest(data, work):
     from common import io
     from common.eval import wikispecter
     from common.eval.retrieval import read_manifest_args
-    from common.train.run import data_fingerprint
+    from common.train.run_folder import data_fingerprint
     _write(work, "manifest.json", data)
     _jsonl(work, "docs.jsonl", DOCS)
     _jsonl(work, "triplets.train.jsonl", [])
@@ -298,6 +310,61 @@ def manifest(data, work):
                    lambda: wikispecter.SNOWBALL.get(io.read_manifest(work).get("language") or "", "english")):
         with contextlib.suppress(InputError):
             reader()
+
+
+# what a user keeps in an output folder, and a file beside it: neither may be removed unless a manifest names it;
+# and what a previous run of the command wrote (its a.txt, and a folder pv as 04 teachers' is)
+_USER_FILES = {"out/notes.txt": b"mine", "out/sub/mine.txt": b"mine", "out/pv/notes.txt": b"mine",
+               "outside.txt": b"outside", "out/a.txt": b"old", "out/pv/old.bin": b"old"}
+_NEW_FILES = {"new.txt": "new", "pv/x.bin": "new"}  # what the run writes: pv/x.bin over the previous run's
+
+
+def _named(manifest):
+    """Every string a manifest's ``files``, ``sha256`` and ``replacing`` name: what a rerun may remove, at most."""
+    found = set()
+    for key in ("files", "sha256", "replacing"):
+        value = manifest.get(key)
+        if isinstance(value, (list, dict)):
+            found |= {n for n in value if isinstance(n, str)}
+    return found
+
+
+def manifest_files(data, work):
+    """A manifest.json in an output folder that a run with ``--overwrite`` replaces: whatever its ``files``,
+    ``sha256`` and ``replacing`` name, the run removes no file they do not name exactly (a user's file in the folder
+    or in a folder a run wrote, a file outside), and its own new file is in place after it. The input is the
+    manifest, or (a JSON list) its ``files``; its ``script`` is the run's, so that the run reads its names."""
+    from argparse import Namespace
+
+    from common.folders import Outputs
+    try:
+        value = json.loads(data)
+    except (ValueError, RecursionError):
+        value = None
+    manifest = {"files": value} if isinstance(value, list) else value if isinstance(value, dict) else None
+    for name, content in _USER_FILES.items():
+        _write(work, name, content)
+    _write(work, "out/pv/x.bin", b"old")
+    if manifest is None:
+        _write(work, "out/manifest.json", data)
+        manifest = {}
+    else:
+        manifest = {**manifest, "script": "01_extract.py"}
+        _write(work, "out/manifest.json", json.dumps(manifest).encode())
+    with Outputs(os.path.join(work, "out"), "01_extract.py", overwrite=True) as outputs:
+        with outputs.open("new.txt") as f:
+            f.write(_NEW_FILES["new.txt"])
+        _write(outputs.tmp_path("pv"), "x.bin", _NEW_FILES["pv/x.bin"].encode())  # a folder, as gensim's pv/
+        outputs.finish(Namespace(out="out"))
+    named = _named(manifest)
+    for name, content in _USER_FILES.items():
+        path = os.path.join(work, name)
+        if name[len("out/"):] not in named and not (os.path.isfile(path) and open(path, "rb").read() == content):
+            raise Defect(f"manifest_files: {name} removed or changed, though the manifest does not name it")
+    for name, content in _NEW_FILES.items():
+        with open(os.path.join(work, "out", name), encoding="utf-8") as f:
+            if f.read() != content:
+                raise Defect(f"manifest_files: the new output {name} is not in place")
 
 
 def teacher_ids(data, work):
@@ -391,20 +458,28 @@ def card_front_matter(data, work):
 
 # -- flags ---------------------------------------------------------------------------------------------------------
 
+def _training_script():
+    """03_train.py as a module (its command-line parser)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("train_script", os.path.join(ROOT, "03_train.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _argv(data):
     return _text(data).replace("\0", "").split("\x01")[:24]
 
 
 def training_flags(data, work):
     """03 and 04 train's command line (every size, list and choice flag and their checks) after a valid start."""
-    from common.train import run
     fixture = os.path.join(work, "data")
     for name in ("docs.jsonl", "triplets.train.jsonl", "pairs.train.jsonl"):
         _jsonl(fixture, name, DOCS if name == "docs.jsonl" else [])
     objective = ("triplet", "mnrl", "mlm")[data[0] % 3] if data else "triplet"
     fixed = ["--objective", objective, "--data", fixture, "--model", "m", "--out", os.path.join(work, "run")]
     with contextlib.redirect_stdout(_io.StringIO()), contextlib.redirect_stderr(_io.StringIO()):
-        run.parse(fixed + _argv(data[1:]), "", ("triplet", "mnrl", "mlm"))
+        _training_script().parse_args(fixed + _argv(data[1:]))
 
 
 def name_values(data, work):
@@ -426,13 +501,14 @@ def projection(data, work):
     from unittest import mock
 
     from common import cli
-    from common.train.softcca import projection as build
+    from common.distill.softcca import projection as build
     with mock.patch.object(cli, "physical_memory", lambda: 256 << 20):
         build(_text(data), 8)
 
 
 TARGETS = {f.__name__: f for f in (dump, dump_bz2, wikitext, arxiv, dictd, rst, folder, csv, sentences, articles,
-                                   splits, triplets, pairs, qrels, topics, queries, log, manifest, teacher_ids, npy,
+                                   splits, triplets, pairs, qrels, topics, queries, log, manifest, manifest_files,
+                                   teacher_ids, npy,
                                    safetensors_header, card_front_matter, training_flags, name_values, projection)}
 
 

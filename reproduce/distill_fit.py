@@ -30,7 +30,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from common import cli, io  # noqa: E402
-from common.data.documents import Documents  # noqa: E402
+from common.data.docs_jsonl import Documents  # noqa: E402
 from common.distill import teachers  # noqa: E402
 from common.io import InputError, field  # noqa: E402
 from common.models.inference import embed  # noqa: E402

@@ -18,7 +18,7 @@ students are compared):
 - each student: its MAP, its MAP on L2-normalised vectors, its mean cosine to the projected teacher on the
   evaluation documents (how much of the target it learned to reproduce off its training corpus) and to the target
   less its mean over the distillation corpus (the max-margin losses with γ = 1 reward only that difference: with
-  MSE the quadratic terms cancel, common/train/structural.py), and R² against the target on the top ``TOP`` axes and
+  MSE the quadratic terms cancel, common/distill/structural.py), and R² against the target on the top ``TOP`` axes and
   on the rest (1: reproduced; 0: no better than the target's mean).
 """
 
@@ -31,7 +31,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from common import cli, io  # noqa: E402
-from common.data.documents import Documents  # noqa: E402
+from common.data.docs_jsonl import Documents  # noqa: E402
 from common.distill import teachers  # noqa: E402
 from common.eval.wikispecter import crossref, read_qrels  # noqa: E402
 from common.io import InputError, field  # noqa: E402

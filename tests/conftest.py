@@ -10,8 +10,15 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-ENV = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
-           PYTHONHASHSEED="0")
+# The tests' own process runs as `make test` runs it: offline, every model from a local folder (set before
+# huggingface_hub is imported, which reads it once). Without it a hub name that is not in the cache waits for the hub
+# through five retries (about 25 s) before it fails.
+os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+# One intra-op thread unless the caller chose (set before torch is imported; the scripts the tests start inherit it).
+# The tiny models' operations are too small to share out, and a second OpenMP thread that spins while the other waits
+# for a core made a training step several times slower on a busy machine. The tests of the thread count set their own.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+ENV = dict(os.environ, PYTHONHASHSEED="0")
 
 
 def pytest_configure(config):
@@ -49,7 +56,7 @@ def run_script(script, *args, check=True, timeout=600):
     return proc
 
 
-_MAINS = {}
+_MODULES = {}
 
 
 def script_error(script, *args, in_subprocess=False):
@@ -72,14 +79,38 @@ def script_error(script, *args, in_subprocess=False):
     return f"error: {e.value}"
 
 
-def script_main(script):
-    """A numbered script's ``main(argv)``, to run it in this process."""
-    if script not in _MAINS:
+def script_module(script):
+    """A numbered script as a module, loaded once, to call its functions in this process."""
+    if script not in _MODULES:
         spec = importlib.util.spec_from_file_location(f"script_{script.split('_')[0]}", os.path.join(ROOT, script))
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        _MAINS[script] = module.main
-    return _MAINS[script]
+        _MODULES[script] = module
+    return _MODULES[script]
+
+
+def script_main(script):
+    """A numbered script's ``main(argv)``, to run it in this process."""
+    return script_module(script).main
+
+
+def run_main(script, *args):
+    """A numbered script's ``main(argv)`` run in this process, where ``run_script`` would start a fresh one: what it
+    printed (``.stdout``, ``.stderr``) and what it returned (``.value``). Its errors are raised, as the project's
+    InputError (``script_error`` reads them)."""
+    import contextlib
+    import io
+    from types import SimpleNamespace
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        value = script_main(script)([str(a) for a in args])
+    return SimpleNamespace(stdout=stdout.getvalue(), stderr=stderr.getvalue(), value=value)
+
+
+def train_in_process(argv):
+    """03_train.py's run of ``argv`` in this process (its counts), as ``python 03_train.py ARGV`` trains it."""
+    training = script_module("03_train.py")
+    return training.train(training.parse_args([str(a) for a in argv]))
 
 
 def st_losses():
@@ -207,9 +238,116 @@ def tiny_data(tmp_path_factory):
     with open(root / "articles.jsonl", "w", encoding="utf-8") as f:
         for a in linked_articles():
             f.write(json.dumps(a) + "\n")
-    run_script("02_build_graph.py", "--articles", root / "articles.jsonl", "--out", root / "data",
-               "--crossref-min-links", "2", "--topic-min", "5", "--eval-docs", "shared")
+    script_main("02_build_graph.py")(["--articles", str(root / "articles.jsonl"), "--out", str(root / "data"),
+                                      "--crossref-min-links", "2", "--topic-min", "5", "--eval-docs", "shared"])
     return root / "data"
+
+
+def paper_articles(n=60, seed=3):
+    """Papers in the contract format for paper search: a title and an abstract each, no links, two topics."""
+    texts = corpus_text(seed, n)
+    return [{"id": f"p{i}", "title": f"{WORDS[(7 * i) % len(WORDS)]} {WORDS[(3 * i + 1) % len(WORDS)]} {i}",
+             "text": texts[i], "links": [], "labels": {"top": ("tiede", "taide")[i % 2]}} for i in range(n)]
+
+
+@pytest.fixture(scope="session")
+def paper_data(tmp_path_factory):
+    """A data directory from 02 retrieval over ``paper_articles``, test and validation 20 % each, with one abstract
+    repeated (a false negative where both papers share a batch). Read only: a test that changes it copies it."""
+    root = tmp_path_factory.mktemp("papers")
+    articles = paper_articles()
+    articles[5]["text"] = articles[4]["text"]
+    (root / "articles.jsonl").write_text("".join(json.dumps(a) + "\n" for a in articles), encoding="utf-8")
+    script_main("02_build_graph.py")(["retrieval", "--articles", str(root / "articles.jsonl"), "--out",
+                                      str(root / "data"), "--test", "0.2", "--val", "0.2", "--topic-min", "5"])
+    return root / "data"
+
+
+KEYSENT_DEMO = os.path.join(ROOT, "data", "keysent-demo.jsonl")
+
+
+@pytest.fixture(scope="session")
+def keysent_data(tmp_path_factory):
+    """The key-sentence demo's abstracts through 01 sentences (ROOT/sentences.jsonl) and 02 sentences (ROOT/data).
+    Read only."""
+    root = tmp_path_factory.mktemp("keysent")
+    script_main("01_extract.py")(["sentences", "--input", KEYSENT_DEMO, "--out", str(root)])
+    script_main("02_build_graph.py")(["sentences", "--sentences", str(root / "sentences.jsonl"), "--out",
+                                      str(root / "data")])
+    return root
+
+
+@pytest.fixture(scope="session")
+def teach(tiny_model, tiny_data, tmp_path_factory):
+    """04 teachers on the tiny data: the tiny model as structural teacher (64 tokens), an 8-dimensional Paragraph
+    Vector. Read only."""
+    out = tmp_path_factory.mktemp("teach") / "teach"
+    script_main("04_distill.py")(["teachers", "--data", str(tiny_data), "--out", str(out), "--teacher", str(tiny_model),
+                                  "--teacher-max-length", "64", "--pv-vector-size", "8", "--pv-epochs", "3",
+                                  "--pv-min-count", "1"])
+    return out
+
+
+def short_teachers(data, teacher):
+    """04 teachers' arguments on tiny sizes (no --out)."""
+    return ["teachers", "--data", data, "--teacher", teacher, "--teacher-max-length", "32", "--pv-vector-size", "8",
+            "--pv-epochs", "1", "--pv-min-count", "1"]
+
+
+# 03's arguments for a 3-step triplet run on the tiny data (no --data, --model, --out)
+SHORT_TRAIN = ["--objective", "triplet", "--pooling", "mean", "--max-length", "32", "--batch-size", "4", "--epochs",
+               "1", "--log-every", "1", "--eval-every", "0", "--checkpoint-every", "0", "--length-groups", "2",
+               "--max-steps", "3"]
+
+
+def write_linked_articles(path, n=24):
+    """``linked_articles(n)`` written as an articles.jsonl at ``path``."""
+    path.write_text("".join(json.dumps(a) + "\n" for a in linked_articles(n)), encoding="utf-8")
+    return path
+
+
+def file_tree(folder):
+    """Every file under ``folder`` with its SHA-256."""
+    from common import io
+    return {str(p.relative_to(folder)): io.sha256(p) for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def full_disk(*args, **kwargs):
+    """A replacement for a file operation that fails as on a full disk."""
+    import errno
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+TOY = ["--log-every", "1", "--eval-every", "0", "--checkpoint-every", "5", "--keep", "10"]
+
+
+def register_toy(monkeypatch):
+    """tests/toy_objective.py registered as objective ``toy`` while ``monkeypatch`` holds; returns
+    ``train(data, model, out, *flags)``, 03's run of it in this process (its counts)."""
+    from common.train import objectives
+    monkeypatch.syspath_prepend(os.path.dirname(__file__))
+    monkeypatch.setitem(objectives.REGISTRY, "toy", objectives.Entry("toy_objective.ToyObjective", ("docs.jsonl",)))
+
+    def train(data, model, out, *extra):
+        argv = ["--objective", "toy", "--data", data, "--model", model, "--out", out, *TOY, *extra]
+        return train_in_process(argv)
+    return train
+
+
+@pytest.fixture
+def toy(monkeypatch):
+    """03 with the toy objective registered: ``toy(data, model, out, *flags)`` trains in this process."""
+    return register_toy(monkeypatch)
+
+
+@pytest.fixture(scope="session")
+def toy_run(tiny_model, tiny_data, tmp_path_factory):
+    """A finished run of the toy objective on the tiny data with TOY's flags (20 steps, a checkpoint every 5, all
+    kept) and its counts. Read only: a test that resumes it copies it."""
+    out = tmp_path_factory.mktemp("toy") / "ref"
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        counts = register_toy(monkeypatch)(tiny_data, tiny_model, out)
+    return out, counts
 
 
 def free_port():

@@ -1,5 +1,6 @@
-"""Model cards (README.md) in every saved model folder, quiet and honest loading, and report.md's links to the
-cards."""
+"""Model cards (README.md) in every saved model folder (common/models/card.py, run_card.py): what they say and how
+they load, a damaged card of the start model, text from outside escaped in a card and in report.md's links to the
+cards. Loading a model's weights: test_loading.py."""
 
 import json
 import os
@@ -17,8 +18,7 @@ from common.models import card
 from common.models.inference import embed
 from common.models.loading import load_encoder
 from common.models.tokens import TokenStore
-from common.train import run
-from conftest import corpus_text, read_jsonl, script_main, st_losses
+from conftest import SHORT_TRAIN, corpus_text, read_jsonl, script_error, script_main, st_losses, train_in_process
 
 
 def _with_card(folder, base_model):
@@ -39,7 +39,7 @@ def _data_in(language, tiny_data, tmp_path):
 def _train(objective, data, model, out, *extra):
     argv = ["--objective", objective, "--data", str(data), "--model", str(model), "--out", str(out), "--log-every",
             "1", "--checkpoint-every", "0", *map(str, extra)]
-    return run.train(run.parse(argv, "", [objective]), "03_train.py")
+    return train_in_process(argv)
 
 
 def _code(text, language="python"):
@@ -194,31 +194,6 @@ def test_the_cited_entries_are_sentence_transformers_own_where_it_cites_the_same
     assert card.CITATIONS["gradcache"] == losses.CachedMultipleNegativesRankingLoss.citation.fget(None).strip()
 
 
-def test_a_folder_missing_an_encoder_weight_is_one_line_naming_it(tiny_model, tmp_path):
-    from safetensors.torch import load_file, save_file
-    folder = tmp_path / "model"
-    shutil.copytree(tiny_model, folder)
-    weights = load_file(folder / "model.safetensors")
-    del weights["encoder.layer.1.output.dense.weight"]
-    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
-    with pytest.raises(InputError) as e:
-        load_encoder(str(folder))
-    assert str(e.value) == (f"{folder}: lacks weights the BertModel needs (encoder.layer.1.output.dense.weight): "
-                            "not a complete checkpoint of this architecture")
-
-
-def test_a_weight_of_another_shape_than_the_config_says_is_one_line_naming_it(tiny_model, tmp_path):
-    folder = tmp_path / "model"
-    shutil.copytree(tiny_model, folder)
-    config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, "intermediate_size": 48}))
-    with pytest.raises(InputError) as e:
-        load_encoder(str(folder))
-    assert str(e.value).startswith(f"{folder}: weights of another shape than its config.json says: "
-                                   "encoder.layer.0.intermediate.dense.bias [64] where the config needs [48]")
-    assert "\n" not in str(e.value)
-
-
 def test_report_links_each_models_card_beside_its_row(tmp_path):
     from common.eval import report
     trained = tmp_path / "runs" / "a" / "model"
@@ -256,37 +231,158 @@ def test_a_damaged_manifest_beside_the_corpus_leaves_the_card_without_it_and_the
     assert f"| articles.jsonl | {'0' * 64} |" in text and "They come from" not in text
 
 
-def test_a_half_precision_checkpoint_loads_as_float32_with_the_same_values(tiny_model, tmp_path):
-    from transformers import AutoModel
-    folder = tmp_path / "fp16"
-    shutil.copytree(tiny_model, folder)
-    half = AutoModel.from_pretrained(str(tiny_model)).to(torch.float16)
-    half.save_pretrained(str(folder))
-    encoder, _, _ = load_encoder(str(folder))
-    weights = dict(encoder.transformer.named_parameters())
-    assert {p.dtype for p in weights.values()} == {torch.float32}
-    for name, p in half.named_parameters():
-        assert torch.equal(weights[name], p.float()), name
+# -- a damaged card of the start model: a note, and a card for the new model ---------------------------------------
+
+DAMAGED_CARDS = {
+    "YAML that does not parse": b"---\nbase_model: [unclosed\n---\n# A model\n",
+    "a list": b"---\n- bert-base-uncased\n---\n",
+    "a key that is not a string": b"---\n? [a, b]\n: c\nbase_model: bert-base-uncased\n---\n",
+    "a number as key": b"---\n1: a\nbase_model: bert-base-uncased\n---\n",
+    "bytes that are not UTF-8": b"---\nbase_model: bert\xff\xfe\n---\n",
+    "a base_model of 10 MB": b"---\nbase_model: " + b"a" * (10 << 20) + b"\n---\n",
+    "a base_model that is no hub name": b"---\nbase_model: <img src=x onerror=alert(1)>\n---\n",
+    "a base_model that is a mapping": b"---\nbase_model: {a: 1}\n---\n",
+}
 
 
-def test_bert_pretraining_extras_pass_silently_and_a_layer_more_than_the_config_is_one_note(tmp_path):
-    """A hub BERT checkpoint (BertForPreTraining: pooler and next-sentence head beside the encoder and masked-LM
-    head) starts an encoder and a masked LM without a word; a layer its config does not have is named."""
-    from transformers import AutoModel, AutoModelForMaskedLM, BertConfig, BertForPreTraining
-    from common.models.loading import load_weights
-    folder = tmp_path / "bert"
-    torch.manual_seed(0)
-    BertForPreTraining(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                                  intermediate_size=32)).save_pretrained(folder)
+@pytest.mark.parametrize("name", list(DAMAGED_CARDS))
+def test_a_damaged_card_of_the_start_model_gives_no_base_model_and_one_note(name, tmp_path):
+    from common.models import card
+    (tmp_path / "README.md").write_bytes(DAMAGED_CARDS[name])
     notes = []
-    for auto_class in (AutoModel, AutoModelForMaskedLM):
-        load_weights(auto_class, str(folder), notes.append)
-    assert notes == []
-    config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 1}))
-    for auto_class in (AutoModel, AutoModelForMaskedLM):
-        load_weights(auto_class, str(folder), notes.append)
-    layer = "bert.encoder.layer.1.attention.output"
-    assert notes == [f"note: {folder}: 16 weights that {name} has no place for are left out ({layer}.LayerNorm.bias, "
-                     f"{layer}.LayerNorm.weight, {layer}.dense.bias and 13 more)"
-                     for name in ("BertModel", "BertForMaskedLM")]
+    assert card.base_model(str(tmp_path), notes.append) is None
+    assert len(notes) == 1 and notes[0].startswith(f"note: {tmp_path / 'README.md'}: ") and "\n" not in notes[0]
+    assert len(notes[0]) < 300
+
+
+def test_a_run_and_a_conversion_from_a_model_whose_card_is_damaged_save_their_model_with_a_card(tmp_path, tiny_data,
+                                                                                              tiny_model, capsys):
+    import shutil
+
+    from huggingface_hub import ModelCard
+    model = tmp_path / "start"
+    shutil.copytree(tiny_model, model)
+    (model / "README.md").write_bytes(DAMAGED_CARDS["a key that is not a string"] + b"\xff")
+    script_main("03_train.py")(["--data", str(tiny_data), "--model", str(model), "--out", str(tmp_path / "run"),
+                                *SHORT_TRAIN, "--max-steps", "1"])
+    script_main("04_distill.py")(["convert-long", "--model", str(model), "--out", str(tmp_path / "long"),
+                                  "--max-length", "64", "--window", "16"])
+    printed = capsys.readouterr().out
+    assert printed.count(f"note: {model / 'README.md'}: its model card cannot be read (UnicodeDecodeError") == 2
+    for saved in (tmp_path / "run" / "model", tmp_path / "long"):
+        loaded = ModelCard.load(saved / "README.md")
+        assert loaded.data.base_model is None and escape(f"{tmp_path.name}/start") in loaded.text
+
+
+def test_everything_the_final_save_quotes_is_read_before_the_first_step(tmp_path, tiny_data, tiny_model,
+                                                                        monkeypatch):
+    from common.train.objectives.base import Objective
+
+    def unreadable(self):
+        raise InputError("what the card quotes cannot be read")
+    monkeypatch.setattr(Objective, "card_facts", unreadable)
+    run = tmp_path / "run"
+    assert script_error("03_train.py", "--data", tiny_data, "--model", tiny_model, "--out", run, *SHORT_TRAIN) == \
+        "error: what the card quotes cannot be read"
+    assert not run.exists() or not [p for p in run.iterdir() if p.name != "run.json"]
+
+
+# -- text from outside in a card and a report: one escaping, one front-matter check --------------------------------
+
+HOSTILE_TEXT = ["a | b", "`code` and ``more``", "two\nlines\r\n# a heading", "<img src=x onerror=alert(1)>",
+                "**bold** _it_ [link](https://x) ![i](y) <https://z> &amp; \\ $x$ ~~s~~", "| --- |", "ok"]
+
+
+CARD_FACTS = {"architecture": "BertModel", "model_type": "bert", "layers": 2, "dimensions": 8, "parameters": 100,
+              "pooling": "mean", "normalize": False, "max_length": 32}
+
+
+def _rendered(markdown):
+    """CommonMark with GitHub's tables (markdown-it, the reference implementation's port): the tokens of the body
+    after the front matter."""
+    from markdown_it import MarkdownIt
+    return MarkdownIt("commonmark").enable(["table", "strikethrough"]).parse(markdown.split("\n---\n", 1)[-1])
+
+
+def _cells(tokens):
+    """Each table row's cells, as the text a reader sees (the inline tokens' children joined)."""
+    rows, row = [], None
+    for t in tokens:
+        if t.type == "tr_open":
+            row = []
+        elif t.type == "inline" and row is not None:
+            row.append("".join(c.content if c.type != "softbreak" else "\n" for c in t.children))
+        elif t.type == "tr_close":
+            rows.append(row)
+            row = None
+    return rows
+
+
+def test_text_from_outside_is_itself_in_every_part_of_a_card_and_breaks_nothing():
+    from common.models import card
+    settings = [(f"flag{i}", text) for i, text in enumerate(HOSTILE_TEXT)]
+    huge = "x" * (10 << 20)
+    data = {"path": HOSTILE_TEXT[3], "script": HOSTILE_TEXT[0], "command": HOSTILE_TEXT[2], "commit": huge,
+            "inputs": {text: text for text in HOSTILE_TEXT}, "counts": {HOSTILE_TEXT[2]: 3},
+            "source": {"script": HOSTILE_TEXT[1], "inputs": {huge: huge}, "language": HOSTILE_TEXT[4]}}
+    made = str(card.model_card("triplet", HOSTILE_TEXT[3], dict(CARD_FACTS), settings=settings,
+                               training={"script": "03_train.py", "steps": 1, "epoch": 1, "processes": 1,
+                                         "precision": "no"}, data=data, base=huge, start=huge + "|",
+                               language=HOSTILE_TEXT[2]))
+    assert len(made) < 32 << 10
+    tokens = _rendered(made)
+    assert [t.tag for t in tokens if t.type == "heading_open"] == ["h1", "h2", "h2", "h3", "h2", "h2"]
+    assert not any(t.type == "html_block" or any(c.type == "html_inline" for c in t.children or ()) for t in tokens)
+    rows = _cells(tokens)
+    shown = [text.replace("\r", "\\r").replace("\n", "\\n") for text in HOSTILE_TEXT]
+    assert [r for r in rows if r[0].startswith("--flag")] == [[f"--flag{i}", s] for i, s in enumerate(shown)]
+    files = [os.path.basename(s) for s in shown]  # an input by its file name
+    assert [r for r in rows if r[0] in files] == [[f, s if len(s) <= 64 else s[:64] + "…"]
+                                                  for f, s in zip(files, shown)]
+    assert ["x" * 200 + "…", "x" * 64 + "…"] in rows  # a 10 MB input, cut
+    from huggingface_hub import ModelCard
+    assert ModelCard(made).data.to_dict().get("base_model") is None and "language" not in ModelCard(made).data.to_dict()
+    assert escape("a\u2028b\x85") == "a\\\\u2028b\\\\x85"
+
+
+@pytest.mark.parametrize("value, kept", [("sentence-transformers/all-MiniLM-L6-v2", True), ("bert-base-uncased", True),
+                                         ("a" * 97, False), ("a b", False), ("../x", False), ("a/b/c", False),
+                                         ("<img src=x>", False), (["a/b"], False), ({"a": 1}, False), (7, False)])
+def test_a_base_model_enters_the_front_matter_only_as_a_hub_name(value, kept):
+    from huggingface_hub import ModelCard
+
+    from common.models import card
+    made = card.model_card("triplet", "m", dict(CARD_FACTS), base=value)
+    assert ModelCard(str(made)).data.base_model == (value if kept else None)
+
+
+@pytest.mark.parametrize("name", ["a<b>", "c|d", "e]f", "g`h", "i j(k)", "l:m", "n%20o", "p#q"])
+def test_a_report_links_the_card_of_a_model_at_any_path_and_keeps_its_table(name, tmp_path):
+    import urllib.parse
+
+    from common.eval import report
+    model = tmp_path / "runs" / name / "model"
+    model.mkdir(parents=True)
+    (model / "README.md").write_text("---\nlibrary_name: sentence-transformers\n---\n")
+    cards = report.cards({"trained": str(model)}, tmp_path / "eval")
+    table = report.markdown({"trained": {"crossref": {"map": 0.5}}}, cards=cards)
+    tokens = _rendered(table)
+    assert _cells(tokens) == [["model", "crossref map", "card"], ["trained", "50.00", f"{name}/model"]]
+    href, = [c.attrs["href"] for t in tokens for c in t.children or () if c.type == "link_open"]
+    assert os.path.normpath(tmp_path / "eval" / urllib.parse.unquote(href)) == str(model / "README.md")
+
+
+def test_the_query_of_a_key_sentence_model_enters_its_cards_note_as_itself():
+    """--query of the key-sentence objectives enters its card's settings table and a note."""
+    from types import SimpleNamespace
+
+    from common.train.objectives.keysent import ContrastiveObjective
+    objective = ContrastiveObjective(SimpleNamespace(query_token=None), None)
+    objective.query = HOSTILE_TEXT[3] + HOSTILE_TEXT[0]
+    from common.models import run_card
+    note, = run_card.details(objective)["notes"]
+    tokens = _rendered(note)
+    assert not any(c.type == "html_inline" for t in tokens for c in t.children or ())
+    assert "".join(c.content for t in tokens for c in t.children or ()) == (
+        f"The query it was trained with: {objective.query}. An article's sentences are ranked by their cosine "
+        "similarity to the query's embedding.")

@@ -7,7 +7,7 @@ import zipfile
 
 import pytest
 
-from conftest import corpus_text, read_jsonl, run_script, script_error, script_main
+from conftest import corpus_text, read_jsonl, run_main, script_error, script_main, train_in_process
 
 from common.data.dictd import B64, b64_number
 
@@ -208,8 +208,7 @@ def test_corpus_joins_sources_under_prefixed_ids_and_drops_repeated_texts(tmp_pa
                           {"id": "2", "title": "Two", "text": "Other text", "links": []}])
     b = write("b.jsonl", [{"id": "1", "title": "Uno", "text": "same text", "links": []},
                           {"id": "3", "title": "Tres", "text": "Third text", "links": []}])
-    run_script("02_build_graph.py", "corpus", "--articles", f"a={a}", "--articles", f"b={b}", "--out",
-               tmp_path / "lm")
+    run_main("02_build_graph.py", "corpus", "--articles", f"a={a}", "--articles", f"b={b}", "--out", tmp_path / "lm")
     assert read_jsonl(tmp_path / "lm" / "docs.jsonl") == [
         {"id": "a:1", "title": "One", "text": "Same  text"}, {"id": "a:2", "title": "Two", "text": "Other text"},
         {"id": "b:3", "title": "Tres", "text": "Third text"}]
@@ -244,13 +243,12 @@ def lm_data(tmp_path_factory):
 def test_mlm_from_a_configuration_learns_a_vocabulary_and_saves_a_model_that_loads_as_any_model(lm_data, tmp_path):
     from sentence_transformers import SentenceTransformer
     from transformers import AutoModel, AutoTokenizer
-    from common.train import run
     argv = ["--objective", "mlm", "--data", str(lm_data), "--out", str(tmp_path / "run"), "--model-type", "bert",
             "--config-overrides", "num_hidden_layers=2,hidden_size=32,num_attention_heads=2,intermediate_size=64,"
             "max_position_embeddings=64", "--vocab-size", "200", "--max-length", "32", "--batch-size", "8",
             "--max-steps", "6", "--eval-every", "3", "--checkpoint-every", "0", "--lr", "1e-3", "--log-every", "2",
             "--cache-dir", str(tmp_path / "cache")]
-    run.train(run.parse(argv, "", ["mlm"]), "03_train.py")
+    train_in_process(argv)
     log = read_jsonl(tmp_path / "run" / "log.jsonl")
     validations = [r for r in log if "val_loss" in r]
     assert [r["step"] for r in validations] == [3, 6]

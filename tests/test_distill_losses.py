@@ -1,18 +1,31 @@
-"""Distillation's losses against independent computations: the structural losses by hand, SoftCCA against NumPy
-over several steps, the λ/mask weighting, and the Longformer conversion."""
+"""Distillation's losses (common/distill/) against independent computations: the structural losses
+(``structural.py``) by hand, their λ/mask weighting (``combine``), SoftCCA (``softcca.py``) against NumPy over
+several steps and on two processes against one, its projection heads, and each loss computed in float32 from
+half-precision inputs."""
+
+import re
 
 import numpy as np
 import pytest
 import torch
 
 from conftest import free_port
+from test_losses import HALF, check, cos, halves
 
+from common.io import InputError
 from common.train.objectives.distill import combine
-from common.train.softcca import SoftCCA, projection
-from common.train.structural import structural_loss
+from common.distill.softcca import SoftCCA, projection
+from common.distill.structural import structural_loss
+
+
+# -- structural_loss -----------------------------------------------------------------------------------------------
 
 Y = torch.tensor([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]])
+
+
 T = torch.tensor([[1.0, 1.0], [0.0, 1.0], [2.0, 0.0]])
+
+
 ALL = torch.tensor([True, True, True])
 
 
@@ -54,6 +67,21 @@ def test_masked_documents_get_no_structural_loss_and_are_no_ones_negative():
     assert structural_loss(Y, T, alone, "mm-mse").tolist() == pytest.approx([0.0, 0.5, 0.0])
 
 
+@pytest.mark.parametrize("dtype", HALF)
+def test_structural_losses_of_half_embeddings_are_the_float32_losses(dtype):
+    y, t = (x.to(dtype) for x in halves(6, 32, n=2))
+    mask = torch.tensor([True, True, False, True, True, True])
+    yf, tf = y.float(), t.float()
+    expected = torch.where(mask, 1 - cos(yf, tf), torch.zeros(6))
+    check(structural_loss(y, t, mask, "cos"), expected)
+    k = yf[mask][:, None, :] - tf[mask][None, :, :]
+    pairs = k.pow(2).mean(-1)
+    kept = pairs.diagonal() - (pairs.sum(1) - pairs.diagonal()) / 4
+    check(structural_loss(y, t, mask, "mm-mse", 1.0), torch.zeros(6).masked_scatter(mask, kept))
+
+
+# -- combine: the structural and contextual losses weighted --------------------------------------------------------
+
 def test_lambda_weights_short_documents_and_long_ones_learn_only_from_the_contextual_loss():
     s, c, mask = torch.tensor([1.0, 2.0, 3.0]), torch.tensor([10.0, 20.0, 30.0]), torch.tensor([True, False, True])
     assert combine(s, c, mask, 0.5).tolist() == [5.5, 20.0, 16.5]
@@ -72,6 +100,8 @@ def test_lambda_zero_sends_gradient_only_through_the_contextual_loss():
     (only_contextual,) = torch.autograd.grad(SoftCCA(3)(y, context).mean(), y)
     torch.testing.assert_close(grad, only_contextual)
 
+
+# -- SoftCCA and its projection heads ------------------------------------------------------------------------------
 
 def _numpy_sdl(z, running, norm, beta, bn_mean, bn_var, training):
     """One SDL step in NumPy: batch norm (batch statistics in training, running ones in evaluation), the running
@@ -114,31 +144,15 @@ def test_sdl_is_zero_for_decorrelated_views():
     assert head.student(z).item() == pytest.approx(0.0, abs=1e-7)
 
 
-def test_projection_specs_build_linear_blocks_with_relu_where_marked():
-    module, size = projection("8(relu)x16(relu)x4", 3)
-    assert size == 4 and [type(m).__name__ for m in module] == ["Linear", "ReLU", "Linear", "ReLU", "Linear"]
-    assert [m.out_features for m in module if hasattr(m, "out_features")] == [8, 16, 4]
-    identity, size = projection("", 7)
-    assert size == 7 and isinstance(identity, torch.nn.Identity)
-
-
-def test_a_converted_longformer_equals_the_original_on_inputs_shorter_than_half_the_window(tiny_model):
-    from transformers import AutoModel, AutoTokenizer
-
-    from common.models.longformer import convert_to_longformer
-    long, tokenizer = convert_to_longformer(str(tiny_model), max_length=256, window=32)
-    short = AutoModel.from_pretrained(str(tiny_model)).eval()
-    assert long.config.max_position_embeddings == 257 and tokenizer.model_max_length == 256
-    enc = AutoTokenizer.from_pretrained(str(tiny_model))(
-        ["kaupunki maa joki meri vuori metsä järvi saari tie", "kirja"], padding=True, return_tensors="pt")
-    assert enc["input_ids"].shape[1] <= 16
-    with torch.no_grad():
-        a = short(**enc).last_hidden_state
-        b = long.eval()(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).last_hidden_state
-    keep = enc["attention_mask"].bool()
-    torch.testing.assert_close(b[keep], a[keep], rtol=1e-4, atol=1e-5)
-    positions = long.embeddings.position_embeddings.weight
-    torch.testing.assert_close(positions[1 + 64], short.embeddings.position_embeddings.weight[0])  # tiled
+@pytest.mark.parametrize("dtype", HALF)
+def test_softcca_of_half_projections_is_the_float32_loss(dtype):
+    z_s, z_c = (x.to(dtype) for x in halves(8, 6, n=2))
+    got = SoftCCA(6)(z_s, z_c)
+    expected = SoftCCA(6)(z_s.float(), z_c.float())
+    check(got, expected)
+    # its L2 part, independently: the per-document mean squared difference
+    sdl = SoftCCA(6, delta=0.0)(z_s, z_c)
+    check(sdl, (z_s.float() - z_c.float()).pow(2).mean(1))
 
 
 def _softcca_worker(rank, world, port, shards, out):
@@ -164,3 +178,19 @@ def test_softcca_on_two_processes_keeps_the_running_statistics_of_the_global_bat
     for r in results:
         for key, value in single.state_dict().items():
             torch.testing.assert_close(r["state"][key], value)
+
+
+def test_projection_specs_build_linear_blocks_with_relu_where_marked():
+    module, size = projection("8(relu)x16(relu)x4", 3)
+    assert size == 4 and [type(m).__name__ for m in module] == ["Linear", "ReLU", "Linear", "ReLU", "Linear"]
+    assert [m.out_features for m in module if hasattr(m, "out_features")] == [8, 16, 4]
+    identity, size = projection("", 7)
+    assert size == 7 and isinstance(identity, torch.nn.Identity)
+
+
+def test_a_projection_larger_than_the_machine_is_refused_before_it_is_allocated():
+    from common.distill.softcca import projection
+    with pytest.raises(InputError) as e:
+        projection("65536x65536x65536", 768)
+    assert re.fullmatch(r"projection '65536x65536x65536': needs about [\d,.]+ GiB, more than this machine's "
+                        r"[\d,.]+ GiB", str(e.value)), str(e.value)

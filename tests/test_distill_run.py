@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 
 from conftest import ROOT, forget_hashes, one_error_line, read_jsonl, run_script, script_error, unfinish
 
-from common.data.documents import Documents
+from common.data.docs_jsonl import Documents
 from common.distill.paragraph_vector import MAX_WORDS, ParagraphVector, chunks
 from common.io import InputError
 
@@ -30,14 +30,6 @@ def distill():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.main
-
-
-@pytest.fixture(scope="module")
-def teach(tiny_model, tiny_data, tmp_path_factory):
-    out = tmp_path_factory.mktemp("teach") / "teach"
-    distill()(["teachers", "--data", str(tiny_data), "--out", str(out), "--teacher", str(tiny_model),
-               "--teacher-max-length", "64", "--pv-vector-size", "8", "--pv-epochs", "3", "--pv-min-count", "1"])
-    return out
 
 
 def test_teacher_rows_follow_docs_jsonl_and_lengths_exclude_special_tokens(teach, tiny_model, tiny_data):
@@ -78,14 +70,25 @@ def test_paragraph_vectors_are_reproducible_order_free_and_read_past_ten_thousan
     assert not np.allclose(forward[-3], forward[-2])  # the words after 10,000 count
 
 
-def test_convert_long_writes_a_manifest_that_reproduce_manifests_lists_with_its_command_line(tiny_model, tmp_path):
+def test_convert_long_writes_a_manifest_that_reproduce_manifests_lists_with_its_command_line(tiny_model, tmp_path,
+                                                                                               monkeypatch, capsys):
+    """The command line as a user runs it from the repository root (``sys.argv``, which the manifest records)."""
+    import sys
     student = tmp_path / "student"
-    run_script("04_distill.py", "convert-long", "--model", tiny_model, "--out", student, "--max-length", "64",
-               "--window", "16")
+    args = ["convert-long", "--model", str(tiny_model), "--out", str(student), "--max-length", "64", "--window", "16"]
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(sys, "argv", [os.path.join(ROOT, "04_distill.py"), *args])
+    distill()(args)
     manifest = json.loads((student / "manifest.json").read_text())
     assert (manifest["script"], manifest["args"]["command"], manifest["counts"]) == \
         ("04_distill.py", "convert-long", {"max_length": 64, "window": 16})
-    lines = run_script(os.path.join("reproduce", "manifests.py"), student).stdout.splitlines()
+    capsys.readouterr()
+    spec = importlib.util.spec_from_file_location("reproduce_manifests",
+                                                  os.path.join(ROOT, "reproduce", "manifests.py"))
+    manifests = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(manifests)
+    manifests.main([str(student)])
+    lines = capsys.readouterr().out.splitlines()
     assert lines[:4] == ["```", f"    python 04_distill.py convert-long --model {tiny_model} --out {student} "
                                 "--max-length 64 --window 16", "    #   max_length 64, window 16", "```"]
     assert lines[5].startswith(f"commit {manifest['git_commit']}; ")
@@ -196,7 +199,7 @@ def test_settings_that_cannot_work_are_refused_before_any_input_is_read(tiny_dat
 
 @pytest.mark.parametrize("flag, value, message", [
     ("--lambda", "nan", "argument --lambda: nan: must be a share between 0 and 1"),
-    ("--gamma", "nan", "argument --gamma: nan: must be a finite number of at least 0"),
+    ("--gamma", "nan", "argument --gamma: nan: must be a number from 0 to 65,504 (half precision's largest)"),
 ])
 def test_training_settings_that_cannot_work_are_refused_as_the_command_line_is_read(tiny_data, tmp_path, capsys, flag,
                                                                                   value, message):
@@ -326,3 +329,21 @@ def test_a_lower_precision_structural_teacher_is_opt_in_and_its_distance_to_floa
     assert abs(recorded - cos.mean()) < 1e-5 and 0.97 < recorded <= 1 and not np.array_equal(fp32, lower)
     assert "mean_cosine_to_float32" not in json.loads((teach / "manifest.json").read_text())["counts"]
     assert f"mean cosine {recorded:.4f} to float32's (first 60 documents)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda f: (f / "pv.json").write_text("[]"), "pv.json: not a Paragraph Vector's settings"),
+    (lambda f: (f / "pv.json").write_text('{"models": ["dm"], "preprocess": {"dm": "none"}}'),
+     "pv.json: not a Paragraph Vector's settings"),
+    (lambda f: (f / "dm.model").write_bytes(b"\x80\x04garbage"), "dm.model: cannot be loaded as a gensim Doc2Vec "
+                                                                  "model"),
+    (lambda f: (f / "dm.model").write_bytes(b""), "dm.model: cannot be loaded as a gensim Doc2Vec model"),
+])
+def test_a_damaged_paragraph_vector_folder_is_one_line_naming_its_file(damage, message, tmp_path):
+    from common.distill.paragraph_vector import ParagraphVector
+    folder = tmp_path / "pv"
+    ParagraphVector.train(["a b c d e f"] * 5, vector_size=4, min_count=1, epochs=1).save(str(folder))
+    damage(folder)
+    with pytest.raises(InputError) as e:
+        ParagraphVector.load(str(folder))
+    assert str(e.value).startswith(f"{folder}/{message}")

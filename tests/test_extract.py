@@ -1,4 +1,5 @@
-"""01_extract.py wiki: articles.jsonl from small dumps, as a user runs it."""
+"""01_extract.py wiki: articles.jsonl from small dumps, its main in this process; as a process of its own where its exit
+status is the subject (a missing dump, SIGTERM)."""
 
 import bz2
 import json
@@ -6,7 +7,7 @@ import os
 
 import pytest
 
-from conftest import ENGLISH_NAMESPACES, one_error_line, read_jsonl, run_script, script_error
+from conftest import ENGLISH_NAMESPACES, one_error_line, read_jsonl, run_main, run_script, script_error
 
 LONG = " Tämä lause on täytettä, jotta johdanto on tarpeeksi pitkä mukaan otettavaksi aineistoon."
 
@@ -44,7 +45,7 @@ FINNISH_PAGES = [
 
 def extract(tmp_path, dump, *flags):
     out = tmp_path / "out"
-    proc = run_script("01_extract.py", "wiki", "--dump", dump, "--out", out, *flags)
+    proc = run_main("01_extract.py", "wiki", "--dump", dump, "--out", out, *flags)
     return read_jsonl(out / "articles.jsonl"), json.loads((out / "manifest.json").read_text()), proc
 
 
@@ -218,6 +219,7 @@ def test_sigterm_stops_extraction_and_leaves_no_temporary_file(tmp_path, write_d
 
 
 def test_missing_dump_is_a_one_line_error(tmp_path):
+    """01's exit status for bad input, as a user meets it: 2 and one line."""
     proc = run_script("01_extract.py", "wiki", "--dump", tmp_path / "none.xml.bz2", "--out", tmp_path / "o",
                       check=False)
     assert proc.returncode == 2

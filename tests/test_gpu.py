@@ -86,7 +86,7 @@ def test_each_objective_trains_under_mixed_precision_on_the_gpu(objective, preci
 def distill_inputs(tiny_model, tiny_data, tmp_path_factory):
     """The tiny model as a Longformer and random teacher vectors (both losses on: every other document is short
     enough for the structural one)."""
-    from common.data.documents import Documents
+    from common.data.docs_jsonl import Documents
     from common.folders import Outputs
     root = tmp_path_factory.mktemp("distill")
     run_script("04_distill.py", "convert-long", "--model", tiny_model, "--out", root / "student", "--max-length", "128",
@@ -145,7 +145,7 @@ def test_gpu_vectors_of_05_stay_close_to_the_cpu_float32_ones(tiny_model, tiny_d
     """``embed`` on the GPU runs under bf16 autocast (05's default there) and returns float32; against the CPU's
     float32 vectors of the same texts every cosine is at least 0.995 and their mean at least 0.999 (bfloat16 keeps
     8 significant bits in each product; pooling, normalising and the vectors written are float32)."""
-    from common.data.documents import Documents
+    from common.data.docs_jsonl import Documents
     from common.models.inference import embed
     from common.models.loading import load_encoder
     from common.models.tokens import TokenStore

@@ -1,4 +1,5 @@
-"""Key-sentence extraction: sentences, splits, pair losses, the base-model query, runs, extraction."""
+"""Key-sentence extraction: sentences, splits, the base-model query, runs, extraction. The pair losses against
+sentence-transformers': test_losses.py."""
 
 import json
 import os
@@ -7,12 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from common.train.losses import contrastive_cosine, cosine_mse
 from common.data.sentences import clean, label, split, splitter
-from conftest import ROOT, one_error_line, read_jsonl, run_script, script_error, st_losses
-
-DEMO = os.path.join(ROOT, "data", "keysent-demo.jsonl")
-
+from conftest import one_error_line, read_jsonl, run_main, run_script, script_error, script_main
 
 def test_split_cuts_at_span_ends_with_offsets_into_the_text():
     text = "We knocked out TP53 in HeLa cells.  The cells (e.g. clone 3) grew.\nFig. 2 shows it."
@@ -55,7 +52,7 @@ def test_sentences_cli_labels_and_drops_articles_with_a_missing_key_sentence(tmp
         {"id": "x1", "text": "<p>Intro here.</p><p>We deleted <b>MLKL</b> in L929 cells with CRISPR.</p> End.",
          "key_sentences": ["We deleted MLKL in L929 cells  with CRISPR."]},
         {"id": "x2", "text": "One. Two.", "key_sentences": ["Three."]}])
-    proc = run_script("01_extract.py", "sentences", "--input", src, "--out", tmp_path / "out")
+    proc = run_main("01_extract.py", "sentences", "--input", src, "--out", tmp_path / "out")
     assert read_jsonl(tmp_path / "out" / "sentences.jsonl") == [
         {"id": "x1", "sentences": ["Intro here.", "We deleted MLKL in L929 cells with CRISPR.", "End."],
          "labels": [0, 1, 0]}]
@@ -70,23 +67,39 @@ def test_bad_sentence_input_is_a_one_line_error(tmp_path):
         f"error: {src}:1: missing field 'key_sentences'"
 
 
-def test_pretrained_english_punkt_without_its_data_is_a_clear_error(tmp_path):
-    try:
-        splitter("punkt-english")
-        pytest.skip("NLTK's punkt_tab data is installed here")
-    except Exception:
-        pass
-    src = write(tmp_path / "in.jsonl", [{"id": "x1", "text": "A.", "key_sentences": []}])
-    assert "punkt_tab" in script_error("01_extract.py", "sentences", "--input", src, "--out", tmp_path / "out",
-                                       "--splitter", "punkt-english")
-
-
-@pytest.fixture(scope="module")
-def keysent_data(tmp_path_factory):
-    root = tmp_path_factory.mktemp("keysent")
-    run_script("01_extract.py", "sentences", "--input", DEMO, "--out", root)
-    run_script("02_build_graph.py", "sentences", "--sentences", root / "sentences.jsonl", "--out", root / "data")
+def punkt_tab(root, abbreviations):
+    """An English ``punkt_tab`` under ``root`` as NLTK's downloader lays it out, knowing ``abbreviations`` alone."""
+    folder = root / "tokenizers" / "punkt_tab" / "english"
+    folder.mkdir(parents=True)
+    for name in ("collocations.tab", "sent_starters.txt", "ortho_context.tab"):
+        (folder / name).write_text("")
+    (folder / "abbrev_types.txt").write_text("".join(f"{a}\n" for a in abbreviations))
     return root
+
+
+@pytest.mark.parametrize("installed", [True, False])
+def test_pretrained_english_punkt_splits_with_its_data_and_without_it_is_a_clear_error(tmp_path, monkeypatch,
+                                                                                      installed):
+    """NLTK looks for its data on ``nltk.data.path`` alone (NLTK_DATA is read into it when nltk is imported): a
+    punkt_tab written here, or an empty folder, so that both run wherever the real data is installed or not."""
+    import nltk
+    data = punkt_tab(tmp_path / "nltk_data", ["e.g", "fig"]) if installed else tmp_path / "empty"
+    data.mkdir(exist_ok=True)
+    monkeypatch.setattr(nltk.data, "path", [str(data)])
+    text = "The cells (e.g. clone 3) grew. Fig. 2 shows it."
+    src = write(tmp_path / "in.jsonl", [{"id": "x1", "text": text, "key_sentences": ["Fig. 2 shows it."]}])
+    args = ["sentences", "--input", src, "--out", tmp_path / "out", "--splitter", "punkt-english"]
+    if not installed:
+        assert script_error("01_extract.py", *args) == (
+            "error: --splitter punkt-english needs NLTK's punkt_tab data (python -m nltk.downloader punkt_tab); "
+            "--splitter punkt needs none")
+        assert not (tmp_path / "out").exists() or os.listdir(tmp_path / "out") == []
+        return
+    assert split(text, splitter()) == [("The cells (e.g.", 0, 15), ("clone 3) grew.", 16, 30), ("Fig.", 31, 35),
+                                       ("2 shows it.", 36, 47)]  # untrained Punkt: every period ends a sentence
+    script_main("01_extract.py")([str(a) for a in args])
+    assert read_jsonl(tmp_path / "out" / "sentences.jsonl") == [
+        {"id": "x1", "sentences": ["The cells (e.g. clone 3) grew.", "Fig. 2 shows it."], "labels": [0, 1]}]
 
 
 def test_splits_are_by_article_and_seeded(keysent_data, tmp_path):
@@ -97,24 +110,9 @@ def test_splits_are_by_article_and_seeded(keysent_data, tmp_path):
     assert len(ids["test"]) == round(0.2 * 24) and len(ids["val"]) == round(0.25 * (24 - len(ids["test"])))
     everything = {a["id"]: a for a in read_jsonl(keysent_data / "sentences.jsonl")}
     assert all(a == everything[a["id"]] for rows in parts.values() for a in rows)
-    run_script("02_build_graph.py", "sentences", "--sentences", keysent_data / "sentences.jsonl", "--out",
-               tmp_path / "again")
+    run_main("02_build_graph.py", "sentences", "--sentences", keysent_data / "sentences.jsonl", "--out",
+             tmp_path / "again")
     assert (tmp_path / "again" / "keysent.test.jsonl").read_bytes() == (data / "keysent.test.jsonl").read_bytes()
-
-
-def test_pair_losses_equal_sentence_transformers():
-    losses = st_losses()
-    g = torch.Generator().manual_seed(1)
-    u, v = torch.randn(40, 16, generator=g), torch.randn(40, 16, generator=g)
-    v[:5] = u[:5] + 0.1 * v[:5]  # some close pairs, so both branches of the contrastive loss are used
-    labels = torch.randint(0, 2, (40,), generator=g)
-    contrastive = losses.ContrastiveLoss(model=None, distance_metric=losses.SiameseDistanceMetric.COSINE_DISTANCE,
-                                         margin=0.5)
-    torch.testing.assert_close(contrastive_cosine(u, v, labels, 0.5).mean(),
-                               contrastive.compute_loss_from_embeddings([u, v], labels), rtol=1e-6, atol=1e-7)
-    cosine = losses.CosineSimilarityLoss(model=None)
-    torch.testing.assert_close(cosine_mse(u, v, labels).mean(), cosine.compute_loss_from_embeddings([u, v], labels),
-                               rtol=1e-6, atol=1e-7)
 
 
 def test_base_model_query_is_the_mean_training_key_sentence_embedding(tiny_model, keysent_data):
@@ -134,7 +132,7 @@ def test_base_model_query_is_the_mean_training_key_sentence_embedding(tiny_model
 
 @pytest.mark.parametrize("init", ["zero", "random"])
 def test_query_token_is_added_with_its_initial_embedding(tiny_model, init):
-    from common.train.objectives.pairs import add_query_token
+    from common.train.objectives.keysent import add_query_token
     from common.models.loading import load_encoder
     encoder, tokenizer, _ = load_encoder(str(tiny_model))
     before = encoder.transformer.get_input_embeddings().weight.shape[0]
@@ -153,10 +151,10 @@ def keysent_runs(tiny_model, keysent_data, tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
     common = ["--data", keysent_data / "data", "--model", tiny_model, "--epochs", "2", "--batch-size", "16",
               "--eval-every", "3", "--max-length", "32"]
-    proc = run_script("03_train.py", "--objective", "contrastive", "--out", root / "a", "--seeds", "1", "2", *common)
+    proc = run_main("03_train.py", "--objective", "contrastive", "--out", root / "a", "--seeds", "1", "2", *common)
     assert proc.stdout.count("effective batch 16 = 16 per process × 1 processes × 1 accumulation") == 2
-    run_script("03_train.py", "--objective", "cosine", "--out", root / "b", "--seed", "2",
-               "--query-token", "[QUERY]", "--query-init", "random", *common)
+    run_main("03_train.py", "--objective", "cosine", "--out", root / "b", "--seed", "2", "--query-token", "[QUERY]",
+             "--query-init", "random", *common)
     return root
 
 
@@ -195,8 +193,8 @@ def test_mean_cosine_per_outcome_follows_the_top_r_ranking():
 def test_evaluation_reports_runs_as_mean_and_two_sigma_with_the_theses_figures(keysent_runs, keysent_data, tmp_path):
     out = tmp_path / "eval"
     runs = [keysent_runs / "a" / "seed_1", keysent_runs / "a" / "seed_2"]
-    run_script("05_evaluate.py", "--data", keysent_data / "data", "--model", f"a1={runs[0] / 'model'}",
-               "--model", f"a2={runs[1] / 'model'}", "--runs", *runs, "--out", out)
+    run_main("05_evaluate.py", "--data", keysent_data / "data", "--model", f"a1={runs[0] / 'model'}",
+             "--model", f"a2={runs[1] / 'model'}", "--runs", *runs, "--out", out)
     metrics = json.loads((out / "metrics.json").read_text())
     a, b, summary = metrics["a1"]["keysent"], metrics["a2"]["keysent"], metrics["runs (n=2)"]["keysent"]
     for key in ("arp", "mse", "pearson"):
@@ -215,8 +213,8 @@ def test_extract_writes_top_sentences_with_offsets_and_scores(keysent_runs, tmp_
         {"id": "n1", "text": "<p>Genes matter.</p><p>We knocked out <i>BRCA1</i> in MCF10A cells using CRISPR-Cas9."
                              "</p> The cells were sensitive. They grew."},
         {"id": "n2", "text": "Only one sentence here."}])
-    run_script("05_evaluate.py", "extract", "--model", keysent_runs / "b" / "model", "--input", src, "--top", "2",
-               "--out", tmp_path / "keys.jsonl")
+    run_main("05_evaluate.py", "extract", "--model", keysent_runs / "b" / "model", "--input", src, "--top", "2",
+             "--out", tmp_path / "keys.jsonl")
     rows = read_jsonl(tmp_path / "keys.jsonl")
     assert [r["id"] for r in rows] == ["n1", "n2"] and [len(r["key_sentences"]) for r in rows] == [2, 1]
     cleaned = clean(json.loads(src.read_text().splitlines()[0])["text"])
@@ -224,13 +222,14 @@ def test_extract_writes_top_sentences_with_offsets_and_scores(keysent_runs, tmp_
         assert cleaned[k["start"]:k["end"]] == k["text"] and -1 <= k["score"] <= 1
     assert rows[0]["key_sentences"][0]["score"] >= rows[0]["key_sentences"][1]["score"]
     threshold = rows[0]["key_sentences"][0]["score"] - 1e-9
-    run_script("05_evaluate.py", "extract", "--model", keysent_runs / "b" / "model", "--input", src, "--top", "2",
-               "--threshold", threshold, "--out", tmp_path / "strict.jsonl")
+    run_main("05_evaluate.py", "extract", "--model", keysent_runs / "b" / "model", "--input", src, "--top", "2",
+             "--threshold", threshold, "--out", tmp_path / "strict.jsonl")
     strict = read_jsonl(tmp_path / "strict.jsonl")
     assert strict[0]["key_sentences"] == rows[0]["key_sentences"][:1]
 
 
 def test_extract_with_a_model_not_trained_for_key_sentences_needs_a_query(tiny_model, tmp_path):
+    """05's exit status for bad input, as a user meets it: 2, one line, nothing written."""
     src = write(tmp_path / "new.jsonl", [{"id": "n1", "text": "A sentence."}])
     proc = run_script("05_evaluate.py", "extract", "--model", tiny_model, "--input", src, "--out",
                       tmp_path / "k.jsonl", check=False)
@@ -278,7 +277,7 @@ def test_extract_never_writes_over_its_input_or_onto_a_folder(tiny_model, tmp_pa
 def test_a_contrastive_batch_run_in_parts_has_the_loss_and_gradients_of_the_whole_batch(tiny_model, keysent_data):
     from types import SimpleNamespace
 
-    from common.train.objectives.pairs import KEYSENT_QUERY, ContrastiveObjective
+    from common.train.objectives.keysent import KEYSENT_QUERY, ContrastiveObjective
     from test_train import part_gradients
     args = SimpleNamespace(model=str(tiny_model), data=str(keysent_data / "data"), pooling="mean", normalize=False,
                            max_length=32, length_groups=2, margin=0.5, query=KEYSENT_QUERY, query_token=None,

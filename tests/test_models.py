@@ -1,10 +1,11 @@
-"""Encoders: input encoding, pooling, saving in sentence-transformers form, and the triplet loss."""
+"""Encoders: input encoding, pooling, saving in sentence-transformers form, the triplet batch. The triplet loss
+against torch's and sentence-transformers': test_losses.py."""
 
 import numpy as np
 import pytest
 import torch
 
-from common.train.losses import triplet_margin
+from conftest import script_module
 from common.models.batching import length_batches
 from common.models.encoder import Encoder, document_text
 from common.models.inference import embed
@@ -98,25 +99,10 @@ def test_embed_writes_its_rows_into_a_memory_mapped_npy_with_the_bytes_of_np_sav
     assert (tmp_path / "out" / "v.npy").read_bytes() == (tmp_path / "reference.npy").read_bytes()
 
 
-def test_triplet_loss_equals_torch_and_sentence_transformers():
-    from conftest import st_losses
-    TripletDistanceMetric, TripletLoss = st_losses().TripletDistanceMetric, st_losses().TripletLoss
-    g = torch.Generator().manual_seed(0)
-    q, p, n = (torch.randn(32, 24, generator=g) for _ in range(3))
-    ours = triplet_margin(q, p, n, margin=1.0).mean()
-    torch_loss = torch.nn.TripletMarginLoss(margin=1.0, p=2)(q, p, n)
-    st = TripletLoss(model=None, distance_metric=TripletDistanceMetric.EUCLIDEAN, triplet_margin=1.0)
-    st_loss = st.compute_loss_from_embeddings([q, p, n], labels=None)
-    torch.testing.assert_close(ours, torch_loss, rtol=1e-6, atol=1e-7)
-    torch.testing.assert_close(ours, st_loss, rtol=1e-6, atol=1e-7)
-    assert 0 < ours.item()
-
-
 def test_triplet_batch_embeds_each_document_once_in_query_positive_negative_order(tiny_model, tiny_data):
     from common.train.objectives.triplet import TripletObjective
-    from common.train.run import parse
-    args = parse(["--data", str(tiny_data), "--model", str(tiny_model), "--out", "unused", "--pooling", "mean",
-                  "--max-length", "32"], "", ["triplet"])
+    args = script_module("03_train.py").parse_args(["--data", str(tiny_data), "--model", str(tiny_model), "--out",
+                                                    "unused", "--pooling", "mean", "--max-length", "32"])
     objective = TripletObjective(args, None)
     encoder = objective.build()
     encoder.eval()
@@ -135,35 +121,6 @@ def test_encoder_rejects_unknown_pooling(tiny_model):
     encoder, _, _ = load_encoder(str(tiny_model))
     with pytest.raises(ValueError):
         Encoder(encoder.transformer, pooling="max")
-
-
-@pytest.mark.parametrize("case", ["no-such-folder", "no-such-hub-name", "empty-folder", "no-tokenizer", "no-weights"])
-def test_a_model_that_cannot_be_loaded_whole_is_one_line(tiny_model, tmp_path, case):
-    import shutil
-    from common.io import InputError
-    if case == "no-such-folder":
-        path = str(tmp_path / "none")
-        expected = f"{path}: no such model folder, nor a model of that name in the local Hugging Face cache"
-    elif case == "no-such-hub-name":
-        path = "nobody/no-model"
-        expected = f"{path}: no such model folder, nor a model of that name in the local Hugging Face cache"
-    elif case == "empty-folder":
-        path = str(tmp_path)
-        expected = f"{path}: no model there (no config.json)"
-    else:
-        path = str(tmp_path / "model")
-        shutil.copytree(tiny_model, path)
-        if case == "no-tokenizer":  # transformers would build a 5-token tokenizer: every text all [UNK]
-            for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json"):
-                (tmp_path / "model" / name).unlink()
-            expected = f"{path}: has no tokenizer files (any of tokenizer.json, vocab.txt): save the tokenizer with " \
-                       "the model"
-        else:
-            (tmp_path / "model" / "model.safetensors").unlink()
-            expected = f"{path}: cannot be loaded: "
-    with pytest.raises(InputError) as e:
-        load_encoder(path)
-    assert str(e.value).startswith(expected) and "\n" not in str(e.value)
 
 
 class _PositionalTokens(torch.nn.Module):
@@ -200,25 +157,3 @@ def test_unpadded_embedding_pools_each_text_as_the_padded_one(pooling, normalize
         packed = encoder.embed_packed(ids, lengths)
         padded = encoder.embed(*store.pad(rows))
     torch.testing.assert_close(packed, padded, rtol=1e-6, atol=1e-6)
-
-
-def test_a_model_without_a_sentence_transformers_config_takes_the_one_default_length_and_says_so(tiny_model, tmp_path):
-    """Every caller gets DEFAULT_MAX_LENGTH (128) and [CLS] where nothing else is given, with a note; a flag or the
-    model's sentence-transformers config wins silently."""
-    from conftest import build_tiny_model
-    from common.models.loading import DEFAULT_MAX_LENGTH
-    wide = build_tiny_model(tmp_path / "wide", max_position=512)
-    notes = []
-    _, _, settings = load_encoder(str(wide), say=notes.append)
-    assert (DEFAULT_MAX_LENGTH, settings["pooling"], settings["max_length"]) == (128, "cls", 128)
-    assert notes == [f"note: {wide}: no flag and no sentence-transformers config gives its pooling or max_length; "
-                     "using pooling cls, max_length 128"]
-    notes.clear()
-    _, _, settings = load_encoder(str(wide), pooling="mean", max_length=200, say=notes.append)
-    assert (settings["pooling"], settings["max_length"], notes) == ("mean", 200, [])
-    saved = tmp_path / "saved"
-    encoder, _, _ = load_encoder(str(wide), pooling="mean", max_length=300, say=notes.append)
-    save_model(encoder, load_encoder(str(wide), say=lambda _: None)[1], str(saved), max_length=300)
-    notes.clear()
-    _, _, settings = load_encoder(str(saved), say=notes.append)
-    assert (settings["pooling"], settings["max_length"], notes) == ("mean", 300, [])

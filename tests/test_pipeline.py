@@ -1,11 +1,12 @@
-"""The whole WikiSpecter pipeline on a small Finnish dump with a tiny model: 01 → 02 → 03 → 05."""
+"""The whole WikiSpecter pipeline on a small Finnish dump with a tiny model: 01 → 02 → 03 → 05, each script's main in
+this process (each script's exit status as a process of its own: its own test file)."""
 
 import json
 import random
 
 import numpy as np
 
-from conftest import WORDS, corpus_text, read_jsonl, run_script
+from conftest import WORDS, corpus_text, read_jsonl, run_main
 
 
 TOPICS = {"Tiede": "Fysiikka", "Taide": "Maalaustaide", "Maantiede": "Kaupungit"}
@@ -35,22 +36,21 @@ def finnish_wiki(n=45, seed=0):
 
 def test_dump_to_report_with_a_tiny_model(tmp_path, write_dump, tiny_model):
     dump = write_dump(finnish_wiki(), name="fiwiki.xml.bz2")
-    run_script("01_extract.py", "wiki", "--dump", dump, "--out", tmp_path / "wiki", "--workers", "0",
-               "--min-chars", "40")
+    run_main("01_extract.py", "wiki", "--dump", dump, "--out", tmp_path / "wiki", "--workers", "0", "--min-chars", "40")
     articles = read_jsonl(tmp_path / "wiki" / "articles.jsonl")
     assert len(articles) == 45 and all(3 <= len(a["links"]) <= 6 for a in articles)
     assert {a["labels"]["top"] for a in articles} == set(TOPICS)
 
     data = tmp_path / "data"
-    run_script("02_build_graph.py", "--articles", tmp_path / "wiki" / "articles.jsonl", "--out", data,
-               "--crossref-min-links", "3", "--crossref-positives", "3", "--crossref-negatives", "10",
-               "--topic-min", "5", "--eval-docs", "shared")  # 45 articles: held-out ones would leave no training
+    run_main("02_build_graph.py", "--articles", tmp_path / "wiki" / "articles.jsonl", "--out", data,
+             "--crossref-min-links", "3", "--crossref-positives", "3", "--crossref-negatives", "10",
+             "--topic-min", "5", "--eval-docs", "shared")  # 45 articles: held-out ones would leave no training
     run = tmp_path / "run"
-    run_script("03_train.py", "--data", data, "--model", tiny_model, "--out", run, "--pooling", "mean",
-               "--max-length", "32", "--batch-size", "8", "--epochs", "1")
+    run_main("03_train.py", "--data", data, "--model", tiny_model, "--out", run, "--pooling", "mean",
+             "--max-length", "32", "--batch-size", "8", "--epochs", "1")
     evaluation = tmp_path / "eval"
-    proc = run_script("05_evaluate.py", "--data", data, "--model", f"base={tiny_model}", "--model",
-                      f"trained={run / 'model'}", "--out", evaluation)
+    proc = run_main("05_evaluate.py", "--data", data, "--model", f"base={tiny_model}", "--model",
+                    f"trained={run / 'model'}", "--out", evaluation)
 
     ids = (evaluation / "trained.ids.txt").read_text().split()
     assert ids == [d["id"] for d in read_jsonl(data / "docs.jsonl")]

@@ -1,6 +1,8 @@
-"""BERT's pre-training with next-sentence prediction (03 --objective mlm --nsp): the pairs cut as BERT's
-create_pretraining_data.py cuts them, the loss held against transformers' BertForPreTraining, a run that resumes
-bit-identically and saves a model that loads as BertModel with its trained pooler."""
+"""BERT's pre-training, 03 --objective mlm: a masked-LM run that resumes bit-identically and saves a masked LM that
+sentence-transformers loads; with next-sentence prediction (--nsp), the pairs cut as BERT's
+create_pretraining_data.py cuts them, a run that resumes bit-identically and saves a model that loads as BertModel
+with its trained pooler; and the bases' table of reproduce/bases.py. The masking: test_masking.py; the masked LM
+against BertForMaskedLM: test_masked_lm.py; the loss against BertForPreTraining: test_losses.py."""
 
 import json
 import random
@@ -11,10 +13,54 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import corpus_text, read_jsonl, script_error
+from conftest import corpus_text, read_jsonl, script_error, train_in_process, unfinish
 
 from common.train import nsp
 
+
+# -- masked-LM training --------------------------------------------------------------------------------------------
+
+def train_mlm(data, model, out, *extra):
+    argv = ["--objective", "mlm", "--data", str(data), "--model", str(model), "--out", str(out), "--log-every", "1",
+            *map(str, extra)]
+    return train_in_process(argv)
+
+
+def test_mlm_trains_resumes_bit_identically_and_saves_a_masked_lm_that_sentence_transformers_loads(
+        tiny_model, paper_data, tmp_path):
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoModelForMaskedLM
+    extra = ["--max-length", "32", "--epochs", "2", "--batch-size", "16", "--checkpoint-every", "2", "--keep", "10",
+             "--eval-every", "0",
+             "--cache-dir", tmp_path / "cache", "--whole-word-mask"]
+    ref = tmp_path / "ref"
+    counts = train_mlm(paper_data, tiny_model, ref, *extra)
+    assert counts["steps"] >= 4
+    log = read_jsonl(ref / "log.jsonl")
+    assert {"val_loss", "perplexity"} <= set(log[-1]) and log[-1]["perplexity"] == pytest.approx(
+        np.exp(log[-1]["val_loss"]))
+    out = tmp_path / "resumed"
+    import shutil
+    shutil.copytree(ref, out)
+    unfinish(out)
+    for path in sorted((out / "checkpoints").iterdir(), key=lambda p: int(p.name.split("_")[1]))[1:]:
+        shutil.rmtree(path)  # resume from step 2
+    train_mlm(paper_data, tiny_model, out, *extra)
+    a, b = load_file(str(ref / "model" / "model.safetensors")), load_file(str(out / "model" / "model.safetensors"))
+    assert set(a) == set(b) and any(k.startswith("cls.") for k in a)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert AutoModelForMaskedLM.from_pretrained(str(ref / "model")).config.architectures == ["BertForMaskedLM"]
+    from common.models.inference import embed
+    from common.models.loading import load_encoder
+    from common.models.tokens import TokenStore
+    encoder, tok, settings = load_encoder(str(ref / "model"))
+    assert (settings["pooling"], settings["max_length"]) == ("mean", 32)
+    texts = corpus_text(4, 5)
+    st = SentenceTransformer(str(ref / "model"), device="cpu")
+    np.testing.assert_allclose(st.encode(texts), embed(encoder, TokenStore(tok, texts, 32)), rtol=1e-5, atol=1e-5)
+
+
+# -- next-sentence pairs -------------------------------------------------------------------------------------------
 
 def documents(sentence_counts, lengths, seed=0):
     """``tokenize_sentences``'s offsets for texts of the given sentence counts, each sentence's length drawn from
@@ -136,57 +182,7 @@ def test_sentences_are_punkt_sentences_tokenised_one_by_one(tiny_model, tmp_path
     assert word_start[sentences[:-1]].all()
 
 
-@pytest.mark.parametrize("padded", [False, True])
-def test_the_pretraining_loss_is_bert_for_pretraining_loss_with_its_gradients(padded):
-    """The same weights and inputs (token types, masked-LM labels, next-sentence labels): the loss, its two terms
-    in the training log, and every parameter's gradient are transformers' BertForPreTraining's, with the last layer
-    run at the masked positions and [CLS] only."""
-    import copy
-    from types import SimpleNamespace
-    from transformers import BertConfig, BertForPreTraining
-    from common.models.attention import fast_dropout
-    from common.train.masked_lm import MaskedLM
-    from common.train.masking import IGNORE
-    from common.train.objectives.mlm import MLMObjective
-    torch.manual_seed(0)
-    reference = BertForPreTraining(BertConfig(vocab_size=90, hidden_size=32, num_hidden_layers=2,
-                                              num_attention_heads=2, intermediate_size=64, max_position_embeddings=64))
-    model = fast_dropout(MaskedLM(copy.deepcopy(reference), "mean", False, nsp=True))
-    ids = torch.randint(5, 90, (4, 24))
-    attention_mask = torch.ones_like(ids)
-    types = torch.zeros_like(ids)
-    types[:, 11:] = 1
-    if padded:
-        attention_mask[1, 17:] = 0
-        attention_mask[3, 9:] = 0
-        types[3] = 0
-        types[3, 5:9] = 1
-    masked = (torch.rand(4, 24) < 0.25) & attention_mask.bool()
-    masked[:, 0] = False
-    masked[2, 3] = True
-    labels = torch.where(masked, ids, torch.full_like(ids, IGNORE))
-    following = torch.tensor([0, 1, 1, 0])
-    batch = {"input_ids": ids, "attention_mask": attention_mask, "token_type_ids": types, "labels": labels,
-             "next_sentence_label": following}
-    objective = MLMObjective(SimpleNamespace(nsp=True), None)
-    objective._window = []
-    model.eval(), reference.eval()
-    ours = objective.losses(model, batch)
-    theirs = reference(**batch)
-    torch.testing.assert_close(ours, theirs.loss, rtol=0, atol=1e-5)
-    logged = objective.log_metrics(SimpleNamespace(reduce=lambda t, reduction: t))
-    nsp_loss = torch.nn.functional.cross_entropy(theirs.seq_relationship_logits, following).item()
-    assert logged["nsp_loss"] == pytest.approx(nsp_loss, abs=1e-5)
-    assert logged["mlm_loss"] == pytest.approx(theirs.loss.item() - nsp_loss, abs=1e-5)
-    assert logged["nsp_accuracy"] == float((theirs.seq_relationship_logits.argmax(-1) == following).float().mean())
-    ours.backward()
-    theirs.loss.backward()
-    reference_grads = dict(reference.named_parameters())
-    for name, p in model.mlm.named_parameters():
-        assert p.grad is not None, name
-        torch.testing.assert_close(p.grad, reference_grads[name].grad, rtol=0, atol=1e-5, msg=name)
-    assert model.mlm.bert.pooler.dense.weight.grad.abs().sum() > 0
-
+# -- next-sentence training ----------------------------------------------------------------------------------------
 
 def write_documents(path, n_sentences=700, seed=5):
     """A docs.jsonl of documents of 1 to 8 sentences."""
@@ -207,10 +203,9 @@ def nsp_data(tmp_path_factory):
 
 
 def pretrain(data, out, *extra):
-    from common.train import run
     argv = ["--objective", "mlm", "--data", str(data), "--out", str(out), "--nsp", "--log-every", "1",
             *map(str, extra)]
-    return run.train(run.parse(argv, "", ["mlm"]), "03_train.py")
+    return train_in_process(argv)
 
 
 def test_nsp_pretraining_logs_both_objectives_resumes_bit_identically_and_saves_bert_with_its_trained_pooler(
@@ -299,6 +294,8 @@ def test_nsp_settings_that_cannot_work_are_one_line(nsp_data, tmp_path, args, ex
     assert message == f"error: {expected}"
     assert not (tmp_path / "run").exists()
 
+
+# -- the bases table -----------------------------------------------------------------------------------------------
 
 def test_the_bases_table_gives_each_phase_its_last_validation_and_no_nsp_accuracy_without_the_head(tmp_path):
     import importlib.util

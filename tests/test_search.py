@@ -1,8 +1,8 @@
-"""Paper search: arXiv extraction, the by-paper split, the MLM and MNRL objectives (held against Hugging Face's
-collator and sentence-transformers' losses), the retrieval metrics (against pytrec_eval and
-sentence-transformers' evaluator), sharded embedding and the search command."""
+"""Paper search: arXiv extraction, the by-paper split, the MNRL objective (gathered on two processes, GradCache,
+training), the retrieval metrics (against pytrec_eval and sentence-transformers' evaluator), sharded embedding and
+the search command. The MNRL loss against sentence-transformers': test_losses.py; the masked-LM stage:
+test_masking.py, test_masked_lm.py, test_pretraining.py."""
 
-import argparse
 import gzip
 import importlib.util
 import json
@@ -15,11 +15,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import (ROOT, WORDS, corpus_text, forget_hashes, free_port, read_jsonl, script_error, st_losses,
-                      unfinish)
+from conftest import (ROOT, corpus_text, forget_hashes, free_port, paper_articles, read_jsonl, script_error,
+                      train_in_process, unfinish)
 
 from common.io import InputError, sha256
-from common.train import run
 
 
 def script(name):
@@ -88,23 +87,6 @@ def test_arxiv_bad_input_names_file_and_line_and_writes_nothing(tmp_path, case, 
 
 # -- 02 retrieval ---------------------------------------------------------------------------------------------
 
-def paper_articles(n=60, seed=3):
-    texts = corpus_text(seed, n)
-    return [{"id": f"p{i}", "title": f"{WORDS[(7 * i) % len(WORDS)]} {WORDS[(3 * i + 1) % len(WORDS)]} {i}",
-             "text": texts[i], "links": [], "labels": {"top": ("tiede", "taide")[i % 2]}} for i in range(n)]
-
-
-@pytest.fixture(scope="module")
-def paper_data(tmp_path_factory):
-    root = tmp_path_factory.mktemp("papers")
-    articles = paper_articles()
-    articles[5]["text"] = articles[4]["text"]  # a duplicate abstract: a false negative when both share a batch
-    write_lines(root / "articles.jsonl", [json.dumps(a) for a in articles])
-    script("02_build_graph.py").main(["retrieval", "--articles", str(root / "articles.jsonl"), "--out",
-                                      str(root / "data"), "--test", "0.2", "--val", "0.2", "--topic-min", "5"])
-    return root / "data"
-
-
 def test_retrieval_data_splits_by_paper_and_query_ids_never_equal_document_ids(paper_data):
     docs = read_jsonl(paper_data / "docs.jsonl")
     assert len(docs) == 60 and set(docs[0]) == {"id", "title", "text"}
@@ -161,34 +143,7 @@ def test_a_query_that_stands_inside_its_target_document_is_dropped_in_every_spli
     assert read_jsonl(tmp_path / "pairs" / "queries.test.jsonl") == [{"qid": "q:2", "text": "nowhere in it"}]
 
 
-# -- losses ---------------------------------------------------------------------------------------------------
-
-@pytest.mark.parametrize("symmetric", [False, True])
-def test_mnrl_loss_equals_sentence_transformers(symmetric):
-    from common.train.losses import multiple_negatives_ranking
-    torch.manual_seed(0)
-    q, d = torch.randn(8, 16, dtype=torch.float64), torch.randn(8, 16, dtype=torch.float64)
-    kwargs = {"directions": ("query_to_doc", "doc_to_query"), "partition_mode": "per_direction"} if symmetric else {}
-    reference = st_losses().MultipleNegativesRankingLoss(model=None, scale=20.0, **kwargs)
-    expected = reference.compute_loss_from_embeddings([q.float(), d.float()], None)
-    ours = multiple_negatives_ranking(q.float(), d.float(), scale=20.0, symmetric=symmetric)
-    torch.testing.assert_close(ours.mean(), expected, rtol=1e-6, atol=1e-6)
-
-
-def test_a_masked_false_negative_is_as_if_the_duplicate_were_not_in_the_batch():
-    from common.train.losses import multiple_negatives_ranking
-    from common.train.objectives.mnrl import false_negative_mask
-    torch.manual_seed(1)
-    q, d = torch.randn(4, 8), torch.randn(4, 8)
-    keys = torch.tensor([[0, 0, 0], [1, 1, 1], [2, 1, 2], [3, 3, 3]])  # docs 1 and 2 share an abstract
-    mask = false_negative_mask(keys, keys, 0)
-    assert mask.nonzero().tolist() == [[1, 2], [2, 1]]
-    loss = multiple_negatives_ranking(q, d, false_negatives=mask)
-    keep = [0, 1, 3]
-    expected = torch.nn.functional.cross_entropy(
-        20 * torch.nn.functional.normalize(q[[1]]) @ torch.nn.functional.normalize(d[keep]).T, torch.tensor([1]))
-    torch.testing.assert_close(loss[1], expected)
-
+# -- MNRL on two processes -----------------------------------------------------------------------------------
 
 def _two_process_worker(rank, world, port, queries, docs, keys, model, texts, out):
     import torch.distributed as dist
@@ -262,188 +217,12 @@ def test_sharded_embedding_on_two_processes_gives_the_vectors_of_one(tiny_model,
 
 # -- MLM masking ----------------------------------------------------------------------------------------------
 
-def test_mlm_masks_like_the_hugging_face_collator_and_never_masks_special_tokens(tiny_model):
-    from transformers import AutoTokenizer, DataCollatorForLanguageModeling
-
-    from common.train.masking import IGNORE, mask_tokens
-    tok = AutoTokenizer.from_pretrained(str(tiny_model))
-    enc = tok(corpus_text(5, 200), truncation=True, max_length=64)["input_ids"]
-    special_ids = np.array(tok.all_special_ids)
-    ours = {"chosen": 0, "mask": 0, "random_or_kept": 0, "tokens": 0}
-    for i, ids in enumerate(enc):
-        ids = np.array(ids)
-        special = np.isin(ids, special_ids)
-        out, labels = mask_tokens(ids, special, np.ones(len(ids), bool), np.random.default_rng([0, 0, i]),
-                                  mask_id=tok.mask_token_id, vocab_size=len(tok))
-        chosen = labels != IGNORE
-        assert not chosen[special].any() and (out[~chosen] == ids[~chosen]).all()
-        ours["chosen"] += chosen.sum()
-        ours["mask"] += (out[chosen] == tok.mask_token_id).sum()
-        ours["tokens"] += (~special).sum()
-    collator = DataCollatorForLanguageModeling(tok, mlm_probability=0.15, seed=0)
-    batch = collator([{"input_ids": ids} for ids in enc])
-    theirs_chosen = (batch["labels"] != -100).sum().item()
-    theirs_mask = ((batch["input_ids"] == tok.mask_token_id) & (batch["labels"] != -100)).sum().item()
-    n = ours["tokens"]
-    sigma = np.sqrt(n * 0.15 * 0.85)
-    assert abs(ours["chosen"] - 0.15 * n) < 3 * sigma and abs(theirs_chosen - 0.15 * n) < 3 * sigma
-    sigma_mask = np.sqrt(ours["chosen"] * 0.8 * 0.2)
-    assert abs(ours["mask"] - 0.8 * ours["chosen"]) < 3 * sigma_mask
-    assert abs(theirs_mask - 0.8 * theirs_chosen) < 3 * np.sqrt(theirs_chosen * 0.16)
-
-
-def test_blocks_are_cut_from_the_concatenated_texts_and_only_the_final_remainder_is_dropped():
-    from common.train.masking import Part
-    ids, offsets = np.arange(12), np.array([0, 3, 7, 12])
-    part = Part.of_texts(ids, ids % 2 == 0, offsets, np.array([0, 2]))  # texts 0 and 2
-    assert part.ids.tolist() == [0, 1, 2, 7, 8, 9, 10, 11] and part.offsets.tolist() == [0, 3, 8]
-    blocks = part.blocks(3)
-    assert len(blocks) == 2 and [blocks.get(i)[0].tolist() for i in range(2)] == [[0, 1, 2], [7, 8, 9]]
-    assert blocks.get(1)[1].tolist() == [False, True, False]
-
-
-@pytest.mark.parametrize("padded", [False, True])
-def test_the_masked_lm_predicts_as_bert_for_masked_lm_with_its_last_layer_on_masked_positions_only(tiny_model,
-                                                                                                    padded):
-    """MaskedLM runs BERT's last layer on the masked positions alone (keys and values from every position): in
-    evaluation its logits are transformers' BertForMaskedLM's at those positions, for full blocks and for padded
-    rows; in training every parameter of the last layer gets a gradient, and the loss matches the reference's."""
-    import torch
-    from transformers import BertForMaskedLM
-    from common.models.attention import fast_dropout
-    from common.train import losses
-    from common.train.masked_lm import MaskedLM
-    torch.manual_seed(0)
-    import copy
-    reference = BertForMaskedLM.from_pretrained(tiny_model)  # its masked-LM head newly initialised: copied as it is
-    model = MaskedLM(copy.deepcopy(reference), "mean", False)
-    fast_dropout(model)
-    ids = torch.randint(5, reference.config.vocab_size, (3, 24))
-    attention_mask = torch.ones_like(ids)
-    if padded:
-        attention_mask[1, 17:] = 0
-        attention_mask[2, 9:] = 0
-    masked = (torch.rand(3, 24) < 0.3) & attention_mask.bool()
-    masked[0, :2] = True  # rows with different numbers of masked positions
-    model.eval(), reference.eval()
-    with torch.no_grad():
-        ours = model(ids, attention_mask, masked)
-        theirs = reference(input_ids=ids, attention_mask=attention_mask).logits[masked]
-    assert ours.shape == theirs.shape == (int(masked.sum()), reference.config.vocab_size)
-    torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-5)
-    # the gradients of the loss (evaluation mode: no dropout) are the reference's, parameter by parameter
-    labels = ids[masked]
-    losses.masked_lm(model(ids, attention_mask, masked), labels).mean().backward()
-    torch.nn.functional.cross_entropy(
-        reference(input_ids=ids, attention_mask=attention_mask).logits[masked], labels).backward()
-    theirs_grads = dict(reference.named_parameters())
-    for name, p in model.mlm.named_parameters():
-        if theirs_grads[name].grad is None:
-            assert p.grad is None or not p.grad.any(), name
-        else:
-            torch.testing.assert_close(p.grad, theirs_grads[name].grad, rtol=0, atol=1e-5, msg=name)
-    model.zero_grad()
-    model.train()
-    losses.masked_lm(model(ids, attention_mask, masked), labels).mean().backward()
-    last = model.mlm.bert.encoder.layer[-1]
-    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in last.parameters())
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):  # Accelerate's bf16 mixed precision
-        model.eval()
-        lower = model(ids, attention_mask, masked)
-    assert lower.shape == ours.shape and torch.isfinite(lower).all()
-
-
-def test_a_masked_lm_batch_with_nothing_masked_gives_no_logits_and_keeps_every_parameter_in_the_graph(tiny_model):
-    """A batch where no position is masked (short texts with --line-by-line) gives ``[0, vocabulary]`` logits, and
-    every parameter of the last layer still takes part in the graph (DDP waits for a gradient from each); a row with
-    nothing masked beside rows with masked positions changes nothing for the others."""
-    import copy
-    import torch
-    from transformers import BertForMaskedLM
-    from common.models.attention import fast_dropout
-    from common.train.masked_lm import MaskedLM
-    from common.train.objectives.mlm import MLMObjective
-    reference = BertForMaskedLM.from_pretrained(tiny_model)
-    model = fast_dropout(MaskedLM(copy.deepcopy(reference), "mean", False))
-    ids = torch.randint(5, reference.config.vocab_size, (2, 12))
-    attention_mask = torch.ones_like(ids)
-    nothing = torch.zeros(2, 12, dtype=torch.bool)
-    for mode in (model.train, model.eval):
-        mode()
-        logits = model(ids, attention_mask, nothing)
-        assert logits.shape == (0, reference.config.vocab_size)
-    model.train()
-    objective = MLMObjective(argparse.Namespace(nsp=False), None)
-    loss = objective.losses(model, {"input_ids": ids, "attention_mask": attention_mask,
-                                    "labels": torch.full_like(ids, -100)})
-    loss.backward()
-    assert float(loss) == 0.0
-    assert all(p.grad is not None for p in model.mlm.bert.encoder.layer[-1].parameters())
-    one_row = nothing.clone()
-    one_row[1, [2, 7]] = True
-    model.eval(), reference.eval()
-    with torch.no_grad():
-        torch.testing.assert_close(model(ids, attention_mask, one_row),
-                                   reference(input_ids=ids, attention_mask=attention_mask).logits[one_row],
-                                   rtol=0, atol=1e-5)
-
-
-def test_whole_word_masking_masks_every_token_of_a_chosen_word_with_mask():
-    from common.train.masking import IGNORE, mask_tokens
-    ids = np.arange(10, 30)
-    special = np.zeros(20, bool)
-    special[[0, 19]] = True
-    word_start = np.array([1, 1, 0, 0, 1, 0, 1, 1, 0, 1, 1, 0, 0, 0, 1, 1, 0, 1, 0, 1], bool)
-    word = np.cumsum(word_start) - 1
-    for seed in range(30):
-        out, labels = mask_tokens(ids, special, word_start, np.random.default_rng(seed), probability=0.3,
-                                  whole_word=True, mask_id=1)
-        chosen = labels != IGNORE
-        for w in np.unique(word[~special]):
-            assert chosen[word == w].all() or not chosen[word == w].any()
-        assert (out[chosen] == 1).all() and not chosen[special].any()
-
-
-# -- training -------------------------------------------------------------------------------------------------
+# -- training MNRL --------------------------------------------------------------------------------------------
 
 def train(data, model, out, objective, *extra):
     argv = ["--objective", objective, "--data", str(data), "--model", str(model), "--out", str(out),
             "--log-every", "1", *map(str, extra)]
-    return run.train(run.parse(argv, "", ["mlm", "mnrl"]), "03_train.py")
-
-
-def test_mlm_trains_resumes_bit_identically_and_saves_a_masked_lm_that_sentence_transformers_loads(
-        tiny_model, paper_data, tmp_path):
-    from sentence_transformers import SentenceTransformer
-    from transformers import AutoModelForMaskedLM
-    extra = ["--max-length", "32", "--epochs", "2", "--batch-size", "16", "--checkpoint-every", "2", "--keep", "10",
-             "--eval-every", "0",
-             "--cache-dir", tmp_path / "cache", "--whole-word-mask"]
-    ref = tmp_path / "ref"
-    counts = train(paper_data, tiny_model, ref, "mlm", *extra)
-    assert counts["steps"] >= 4
-    log = read_jsonl(ref / "log.jsonl")
-    assert {"val_loss", "perplexity"} <= set(log[-1]) and log[-1]["perplexity"] == pytest.approx(
-        np.exp(log[-1]["val_loss"]))
-    out = tmp_path / "resumed"
-    import shutil
-    shutil.copytree(ref, out)
-    unfinish(out)
-    for path in sorted((out / "checkpoints").iterdir(), key=lambda p: int(p.name.split("_")[1]))[1:]:
-        shutil.rmtree(path)  # resume from step 2
-    train(paper_data, tiny_model, out, "mlm", *extra)
-    a, b = load_file(str(ref / "model" / "model.safetensors")), load_file(str(out / "model" / "model.safetensors"))
-    assert set(a) == set(b) and any(k.startswith("cls.") for k in a)
-    assert all(torch.equal(a[k], b[k]) for k in a)
-    assert AutoModelForMaskedLM.from_pretrained(str(ref / "model")).config.architectures == ["BertForMaskedLM"]
-    from common.models.inference import embed
-    from common.models.loading import load_encoder
-    from common.models.tokens import TokenStore
-    encoder, tok, settings = load_encoder(str(ref / "model"))
-    assert (settings["pooling"], settings["max_length"]) == ("mean", 32)
-    texts = corpus_text(4, 5)
-    st = SentenceTransformer(str(ref / "model"), device="cpu")
-    np.testing.assert_allclose(st.encode(texts), embed(encoder, TokenStore(tok, texts, 32)), rtol=1e-5, atol=1e-5)
+    return train_in_process(argv)
 
 
 def test_mnrl_with_gradcache_has_the_gradients_of_the_plain_loss(tiny_model, paper_data):
@@ -659,22 +438,6 @@ def test_a_faiss_index_beside_the_vectors_finds_what_exact_search_finds(tiny_mod
         evaluate.main(search[:5] + ["--index-type", kind, "a query"])
 
 
-def test_a_second_mlm_run_reads_the_tokenised_texts_from_the_cache_without_tokenising(tiny_model, tmp_path):
-    from unittest import mock
-
-    from transformers import AutoTokenizer
-
-    from common.train.masking import tokenize
-    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model))
-    texts = corpus_text(3, 20)
-    first = tokenize(texts, tokenizer, 32, False, str(tmp_path / "cache"))
-    with mock.patch.object(type(tokenizer), "__call__", side_effect=AssertionError("tokenised again")):
-        second = tokenize(texts, tokenizer, 32, False, str(tmp_path / "cache"))
-    for a, b in zip(first, second):
-        np.testing.assert_array_equal(a, b)
-    assert len(first[2]) == len(texts) + 1 and first[2][-1] == len(first[0]) > 0
-
-
 @pytest.fixture(scope="module")
 def index(tiny_model, paper_data, tmp_path_factory):
     out = tmp_path_factory.mktemp("index") / "eval"
@@ -748,7 +511,7 @@ def test_splits_that_round_down_to_nothing_are_refused_and_an_empty_test_split_i
 def test_paper_texts_stream_from_docs_jsonl_into_the_token_store_as_the_list_would(tiny_model, paper_data, tmp_path):
     from transformers import AutoTokenizer
 
-    from common.data.documents import Documents
+    from common.data.docs_jsonl import Documents
     from common.models.tokens import TokenStore
     kept, streamed = Documents(paper_data), Documents(paper_data, texts=False)
     assert streamed.texts is None and list(streamed.stream_texts()) == kept.texts
@@ -799,3 +562,25 @@ def test_vectors_that_are_not_finite_are_refused_wherever_they_are_read(tiny_mod
     assert script_error("05_evaluate.py", "search", "--model", tiny_model, "--data", paper_data, "--index", out,
                         "--max-length", "32", "gene expression") == \
         f"error: {out / 'base.npy'}: row 7 (document {doc!r}) is not finite (1 of {len(vectors)} rows are not)"
+
+
+def test_a_full_disk_while_saving_a_faiss_index_is_one_line_and_leaves_no_index(tmp_path, monkeypatch):
+    faiss = pytest.importorskip("faiss")
+    from common.eval import ann
+    vectors = np.random.default_rng(0).standard_normal((50, 8)).astype(np.float32)
+    np.save(tmp_path / "base.npy", vectors)
+
+    def full(index, path):  # faiss's own words when fwrite fails on a full disk
+        with open(path, "wb") as f:
+            f.write(b"\0" * 1000)
+        raise RuntimeError(f"Error in void faiss::write_HNSW(const HNSW*, IOWriter*) at index_write.cpp:362: Error: "
+                           f"'ret == (size)' failed: write error in {path}: 56 != 1945 (No space left on device)")
+    monkeypatch.setattr(faiss, "write_index", full)
+    with pytest.raises(InputError) as e:
+        ann.open_index(vectors, str(tmp_path / "base.npy"), "hnsw")
+    assert re.fullmatch(rf"{re.escape(str(tmp_path))}: no space left on the device \(needs more than 1,000 bytes, "
+                        r"[\d,]+ free\); the hnsw index was not saved", str(e.value)), str(e.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["base.npy"]
+    monkeypatch.setattr(faiss, "write_index", lambda index, path: (_ for _ in ()).throw(RuntimeError("a bug")))
+    with pytest.raises(RuntimeError, match="a bug"):  # any other error is not taken for a full disk
+        ann.open_index(vectors, str(tmp_path / "base.npy"), "hnsw")

@@ -109,7 +109,7 @@ def test_a_batch_plans_full_attention_up_to_half_the_window_then_a_band_then_blo
 def distill_loss(module, groups, index, teacher, contextual, mask):
     """04 train's loss (cosine-masked: L_S on the short documents, SoftCCA to the contextual teacher)."""
     from common.train.objectives.distill import combine
-    from common.train.structural import structural_loss
+    from common.distill.structural import structural_loss
     y, softcca = module(groups, index, contextual)
     return combine(structural_loss(y, teacher, mask, "cos", 1.0), softcca, mask, 0.5).mean()
 
@@ -117,7 +117,7 @@ def distill_loss(module, groups, index, teacher, contextual, mask):
 @pytest.mark.parametrize("checkpointing", [False, True])
 def test_04s_training_loss_and_gradients_equal_transformers(checkpointing, monkeypatch):
     from common.train.objectives.distill import DistillModule
-    from common.train.softcca import SoftCCA, projection
+    from common.distill.softcca import SoftCCA, projection
     torch.manual_seed(1)
     head, size = projection("16(relu)x8", 32)
     theirs = DistillModule(Encoder(tiny_longformer(), "mean"), head, projection("8", 5)[0], SoftCCA(size)).train()

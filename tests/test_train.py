@@ -1,4 +1,5 @@
-"""03_train.py as a user runs it: schedule, preemption safety and input errors."""
+"""03_train.py as a user runs it: schedule, preemption safety (a run killed, stopped by SIGTERM, on one process and on
+two) and input errors. The runs that a signal stops are processes of their own; the others run in this one."""
 
 import json
 import math
@@ -12,8 +13,7 @@ import time
 import pytest
 from safetensors.torch import load_file
 
-from conftest import (ENV, ROOT, forget_hashes, free_port, one_error_line, read_jsonl, run_script, script_error,
-                      unfinish)
+from conftest import ENV, ROOT, forget_hashes, free_port, read_jsonl, run_main, script_error, script_module, unfinish
 
 TRAIN = ["--objective", "triplet", "--pooling", "mean", "--max-length", "32", "--batch-size", "4", "--epochs", "2",
          "--log-every", "1", "--eval-every", "20", "--checkpoint-every", "5", "--keep", "2", "--length-groups", "2"]
@@ -50,7 +50,7 @@ def losses(run):
 @pytest.fixture(scope="module")
 def reference_run(tiny_model, tiny_data, tmp_path_factory):
     out = tmp_path_factory.mktemp("ref") / "run"
-    run_script("03_train.py", *train_args(tiny_data, tiny_model, out))
+    run_main("03_train.py", *train_args(tiny_data, tiny_model, out))
     return out
 
 
@@ -70,7 +70,7 @@ def test_run_writes_model_log_checkpoints_and_manifest(reference_run):
 def test_save_epochs_keeps_the_model_of_every_epoch_and_the_last_is_the_final_model(tiny_model, tiny_data,
                                                                                     reference_run, tmp_path):
     out = tmp_path / "run"
-    run_script("03_train.py", *train_args(tiny_data, tiny_model, out, "--save-epochs"))
+    run_main("03_train.py", *train_args(tiny_data, tiny_model, out, "--save-epochs"))
     assert sorted(p.name for p in out.iterdir() if p.name.startswith("epoch_")) == ["epoch_1", "epoch_2"]
     final, second, first = weights(out), load_file(str(out / "epoch_2" / "model.safetensors")), load_file(
         str(out / "epoch_1" / "model.safetensors"))
@@ -97,7 +97,7 @@ def test_killed_run_resumes_to_bit_identical_weights(tiny_model, tiny_data, refe
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not (out / "model").exists()
-    resumed = run_script("03_train.py", *train_args(tiny_data, tiny_model, out))
+    resumed = run_main("03_train.py", *train_args(tiny_data, tiny_model, out))
     assert "resuming from" in resumed.stdout
     ref, ours = weights(reference_run), weights(out)
     assert ref.keys() == ours.keys()
@@ -115,7 +115,7 @@ def test_sigterm_saves_a_checkpoint_and_exits_143(tiny_model, tiny_data, referen
     step = int(stdout.split("stopped by SIGTERM at step ")[1].split(";")[0])
     state = json.loads((out / "checkpoints" / f"step_{step}" / "trainer_state.json").read_text())
     assert state["step"] == step and not (out / "model").exists()
-    run_script("03_train.py", *train_args(tiny_data, tiny_model, out))
+    run_main("03_train.py", *train_args(tiny_data, tiny_model, out))
     ref, ours = weights(reference_run), weights(out)
     assert all((ref[k] == ours[k]).all() for k in ref)
 
@@ -124,9 +124,8 @@ def test_resuming_with_other_settings_is_refused(tiny_model, tiny_data, referenc
     out = tmp_path / "run"
     shutil.copytree(reference_run, out)
     unfinish(out)
-    proc = run_script("03_train.py", *train_args(tiny_data, tiny_model, out, "--lr", "1e-4"), check=False)
-    assert proc.returncode == 2
-    assert "its checkpoints come from a run with other settings (lr)" in one_error_line(proc.stderr)
+    assert "its checkpoints come from a run with other settings (lr)" in script_error(
+        "03_train.py", *train_args(tiny_data, tiny_model, out, "--lr", "1e-4"))
 
 
 def _copy_data(tiny_data, tmp_path):
@@ -234,14 +233,16 @@ def part_gradients(objective, rows, budgets):
     dropout off so that every computation sees the same network; and the parts each budget made."""
     from accelerate import Accelerator
 
-    from common.train.loop import backward
+    from common.train.batches import BatchParts
+    backward = script_module("03_train.py").backward
     model = objective.build()
     objective.load_data()
     model.eval()
     found = []
     for budget in budgets:
         objective.args.chunk_tokens = budget
-        batch = objective.collate_train(objective.train_rows[rows])
+        rows_ = objective.train_rows[rows]
+        batch = BatchParts(objective, budget)(rows_) if budget else objective.collate(rows_)
         model.zero_grad()
         loss = backward(Accelerator(cpu=True), model, objective, batch)
         found.append((loss.item(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None},
@@ -272,20 +273,30 @@ def test_a_triplet_batch_run_in_parts_has_the_loss_and_gradients_of_the_whole_ba
             torch.testing.assert_close(part_grads[name], grads[name], rtol=1e-4, atol=1e-5)
 
 
+@pytest.fixture
+def accelerate_bf16(monkeypatch):
+    """Accelerate's bf16 mixed precision as `accelerate launch --mixed_precision bf16` sets it: the environment
+    variable, which Accelerate reads when it makes its process-wide state; that state made afresh for the test, and
+    again after it (the next run reads the environment as it is then)."""
+    from accelerate.state import AcceleratorState
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")
+    AcceleratorState._reset_state(reset_partial_state=True)
+    yield
+    AcceleratorState._reset_state(reset_partial_state=True)
+
+
 @pytest.mark.parametrize("native", [True, False])
 def test_bf16_mixed_precision_trains_on_a_cpu_and_says_when_the_cpu_has_no_native_bfloat16(tiny_data, tiny_model,
-                                                                                           tmp_path, native):
+                                                                                           tmp_path, native,
+                                                                                           monkeypatch,
+                                                                                           accelerate_bf16):
     """Accelerate's bf16 mixed precision (ACCELERATE_MIXED_PRECISION=bf16, as `accelerate launch --mixed_precision
     bf16` sets it) trains on a CPU; where the CPU lacks native bfloat16 (patched here), 03 says it will be slower."""
-    code = ("import runpy, sys; sys.path.insert(0, sys.argv[1]); from common.models import precision; "
-            f"precision.native_bf16 = lambda: {native}; sys.argv = sys.argv[2:]; "
-            "runpy.run_path(sys.argv[0], run_name='__main__')")
+    from common.models import precision
+    monkeypatch.setattr(precision, "native_bf16", lambda: native)
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-c", code, ROOT, os.path.join(ROOT, "03_train.py"),
-                           *map(str, train_args(tiny_data, tiny_model, out, "--max-steps", "2"))], cwd=ROOT,
-                          env={**ENV, "ACCELERATE_MIXED_PRECISION": "bf16"}, capture_output=True, text=True,
-                          timeout=600)
-    assert proc.returncode == 0, proc.stderr
+    proc = run_main("03_train.py", *train_args(tiny_data, tiny_model, out, "--max-steps", "2"))
+    assert "precision: bf16 mixed precision on cpu" in proc.stdout
     note = "note: bf16 mixed precision on a CPU without native bfloat16 (avx512_bf16 or AMX) runs slower than float32"
     assert (note in proc.stdout) == (not native)
     losses = [json.loads(line)["loss"] for line in (out / "log.jsonl").read_text().splitlines() if '"loss"' in line]

@@ -9,7 +9,7 @@ import pytest
 from scipy import stats
 
 from common.eval import report, uncertainty
-from conftest import forget_hashes, run_script, script_error
+from conftest import forget_hashes, run_main, script_error
 
 
 def mean_difference(x, y, axis=-1):
@@ -140,7 +140,8 @@ def test_topic_intervals_span_the_splits_and_comparisons_flip_signs_over_the_sam
     samples = {"a": {"topics.top": [uncertainty.splits(np.stack([f1_a, acc], 1), ("f1", "accuracy"))]},
                "b": {"topics.top": [uncertainty.splits(np.stack([f1_b, acc], 1), ("f1", "accuracy"))]}}
     metrics = {m: {"topics.top": {"f1": f[0], "accuracy": acc[0], "C": 1.0}} for m, f in (("a", f1_a), ("b", f1_b))}
-    found = uncertainty.summarise(metrics, samples, [("a", "b")], 0, 42)  # no bootstrap needed
+    found, notes = uncertainty.summarise(metrics, samples, [("a", "b")], 0, 42)  # no bootstrap needed
+    assert notes == []
     assert found["a"]["topics.top"] == {**metrics["a"]["topics.top"], "f1_ci": [f1_a.min(), f1_a.max()],
                                         "accuracy_ci": [acc.min(), acc.max()]}
     row = found["a - b"]["topics.top"]
@@ -159,8 +160,8 @@ def test_without_resamples_or_resplits_there_are_differences_and_nothing_else():
                    "topics.top": [uncertainty.splits([[v, v]], ("f1", "accuracy"))]} for m, v in (("a", 1), ("b", 0))}
     metrics = {m: {"crossref": {"map": v, "ndcg": 0.5}, "topics.top": {"f1": v, "accuracy": v}}
                for m, v in (("a", 0.75), ("b", 0.25))}
-    found = uncertainty.summarise(metrics, samples, [("a", "b")], 0, 42)
-    assert found == {**metrics, "a - b": {"crossref": {"map": 0.5, "ndcg": 0.0},
+    found, notes = uncertainty.summarise(metrics, samples, [("a", "b")], 0, 42)
+    assert notes == [] and found == {**metrics, "a - b": {"crossref": {"map": 0.5, "ndcg": 0.0},
                                           "topics.top": {"f1": 0.5, "accuracy": 0.5}}}
 
 
@@ -232,11 +233,11 @@ def test_reproductions_tables_show_intervals_where_the_metrics_have_them(tmp_pat
 @pytest.fixture
 def evaluated(tiny_model, tiny_data, tmp_path_factory):
     """05 on the tiny data directory: the model with [CLS] and with mean pooling, compared with each other and the
-    lexical baseline, 300 resamples and 3 re-splits (kept small for the test)."""
+    lexical baseline, 300 resamples and 5 re-splits (kept small for the test: the fewest that give an interval)."""
     out = tmp_path_factory.mktemp("compare") / "eval"
-    proc = run_script("05_evaluate.py", "--data", tiny_data, "--model", f"cls={tiny_model}", "--model",
-                      f"mean={tiny_model}", "--pooling", "mean=mean", "--out", out, "--compare", "cls=mean",
-                      "--compare", "mean=lexical", "--resamples", "300", "--resplits", "3", "--seed", "5")
+    proc = run_main("05_evaluate.py", "--data", tiny_data, "--model", f"cls={tiny_model}", "--model",
+                    f"mean={tiny_model}", "--pooling", "mean=mean", "--out", out, "--compare", "cls=mean",
+                    "--compare", "mean=lexical", "--resamples", "300", "--resplits", "5", "--seed", "5")
     return out, proc.stdout
 
 
@@ -272,12 +273,12 @@ def test_compare_through_05_writes_each_difference_with_the_interval_and_p_of_th
     for name in ("cls", "mean"):
         emb = np.load(out / f"{name}.npy")
         f1[name] = [wikispecter.topics(emb, index, rows, 5)[0]["f1"],
-                    *wikispecter.resplits(emb, index, rows, 3, 5)[:, 0]]
+                    *wikispecter.resplits(emb, index, rows, 5, 5)[:, 0]]
     assert metrics["cls"]["topics.top"]["f1_ci"] == [min(f1["cls"]), max(f1["cls"])]
     topics = metrics["cls - mean"]["topics.top"]
     assert topics["f1"] == f1["cls"][0] - f1["mean"][0]
     assert topics["f1_p"] == stats.permutation_test((np.array(f1["cls"]), np.array(f1["mean"])), mean_difference,
-                                                    permutation_type="samples", n_resamples=16,
+                                                    permutation_type="samples", n_resamples=64,
                                                     vectorized=True).pvalue
     lines = (out / "report.md").read_text().splitlines()
     assert any(line.startswith("| cls − mean | crossref | map | ") for line in lines)
@@ -313,8 +314,8 @@ def test_a_topic_level_that_cannot_be_re_split_keeps_its_figure_and_gets_no_inte
     """A label with a single document cannot be stratified: 05 says so once, classifies the protocol's split
     alone, and the level's figures get no interval."""
     import shutil
-    from common.data.documents import Documents
-    from common.eval import documents
+    from common.data.docs_jsonl import Documents
+    from common.eval import tasks as evaluation
     data = tmp_path / "data"
     shutil.copytree(tiny_data, data)
     forget_hashes(data)
@@ -324,12 +325,269 @@ def test_a_topic_level_that_cannot_be_re_split_keeps_its_figure_and_gets_no_inte
                             + "\n" for line in test.read_text().splitlines(keepends=True)))
     index = Documents(str(data)).index
     notes = []
-    tasks = documents.Tasks(str(data), {"topics"}, index, resplits=3, say=notes.append)
+    tasks = evaluation.Tasks(str(data), {"topics"}, index, resplits=3, say=notes.append)
     assert notes == ["note: topics.top: a label with one document, or fewer documents on a side than labels: no "
                      "stratified re-splits, and no interval on its F1 and accuracy"]
     emb = np.random.default_rng(0).normal(size=(len(index), 8)).astype(np.float32)
     scores, _ = tasks.topics(emb, 42)
     found, (sample,) = scores["topics.top"]
     assert sample.splits and sample.values.tolist() == [[found["f1"], found["accuracy"]]]
-    assert uncertainty.summarise({"m": {"topics.top": found}}, {"m": {"topics.top": [sample]}}, [], 1000, 42) == {
-        "m": {"topics.top": found}}
+    assert uncertainty.summarise({"m": {"topics.top": found}}, {"m": {"topics.top": [sample]}}, [], 1000, 42) == ({
+        "m": {"topics.top": found}}, [])
+
+
+# -- an interval only where it can mean what it says ---------------------------------------------------------------
+
+def _two_models(n, names=("map", "ndcg"), unit=("query", "queries"), seed=3):
+    """Two models' per-unit figures on the same ``n`` units (b a little below a), and their headline figures."""
+    rng = np.random.default_rng(seed)
+    a = rng.random((n, len(names)))
+    b = a - 0.1 * rng.random((n, len(names)))
+    samples = {m: {"crossref": [uncertainty.means(v, names, unit)]} for m, v in (("a", a), ("b", b))}
+    metrics = {m: {"crossref": dict(zip(names, v.mean(0).tolist()))} for m, v in (("a", a), ("b", b))}
+    return metrics, samples
+
+
+@pytest.mark.parametrize("resamples", [1, 2, 10, 39])
+def test_fewer_than_40_resamples_give_no_interval_and_no_p_but_a_note(resamples):
+    """--resamples 1 gave a "95 % interval" that left out its own figure: below 40 resamples (each 2.5 % tail then
+    holds a resample) every bootstrap interval and random-swap p is None, and one note says why."""
+    metrics, samples = _two_models(30)
+    found, notes = uncertainty.summarise(metrics, samples, [("a", "b")], resamples, 42)
+    assert found["a"]["crossref"] == {**metrics["a"]["crossref"], "map_ci": None, "ndcg_ci": None}
+    assert found["a - b"]["crossref"] == {"map": pytest.approx(metrics["a"]["crossref"]["map"] -
+                                                               metrics["b"]["crossref"]["map"]),
+                                          "ndcg": pytest.approx(metrics["a"]["crossref"]["ndcg"] -
+                                                                metrics["b"]["crossref"]["ndcg"]),
+                                          "map_ci": None, "ndcg_ci": None, "map_p": None, "ndcg_p": None}
+    assert notes == [f"--resamples {resamples}: fewer than 40, too few for the 2.5 % and 97.5 % ends"]
+
+
+@pytest.mark.parametrize("resamples", [40, 41, 1000])
+def test_from_40_resamples_every_interval_holds_its_figure(resamples):
+    metrics, samples = _two_models(30)
+    found, notes = uncertainty.summarise(metrics, samples, [("a", "b")], resamples, 42)
+    assert notes == []
+    for row in ("a", "b", "a - b"):
+        for name in ("map", "ndcg"):
+            low, high = found[row]["crossref"][f"{name}_ci"]
+            assert low <= found[row]["crossref"][name] <= high
+    assert 0 < found["a - b"]["crossref"]["map_p"] <= 1
+
+
+@pytest.mark.parametrize("n, words", [(1, "1 query"), (2, "2 queries"), (5, "5 queries")])
+def test_fewer_than_six_units_give_no_interval_and_no_p(n, words):
+    """One query gave a zero-width interval and p 1: under 6 units no paired test can reach p < 0.05 (5 units:
+    2 / 2^5 = 0.0625), so the figures keep no interval and the differences no p, whatever --resamples."""
+    metrics, samples = _two_models(n)
+    found, notes = uncertainty.summarise(metrics, samples, [("a", "b")], 1000, 42)
+    assert found["a"]["crossref"]["map_ci"] is None and found["b"]["crossref"]["ndcg_ci"] is None
+    assert {k: v for k, v in found["a - b"]["crossref"].items() if k.endswith(("_ci", "_p"))} == {
+        "map_ci": None, "ndcg_ci": None, "map_p": None, "ndcg_p": None}
+    assert notes == [f"crossref: {words}, fewer than 6: no paired test over so few reaches p < 0.05 (the smallest "
+                     f"is 2 / 2^{n})"]
+
+
+def test_six_units_are_enough_and_their_smallest_p_is_below_005():
+    """6 units where a beats b on every one: the exact sign-flip p is 2 / 2^6, the interval lies above zero."""
+    metrics, samples = _two_models(6)
+    found, notes = uncertainty.summarise(metrics, samples, [("a", "b")], 1000, 42)
+    assert notes == []
+    assert found["a - b"]["crossref"]["map_p"] == 2 / 64
+    assert found["a - b"]["crossref"]["map_ci"][0] > 0
+
+
+@pytest.mark.parametrize("splits, shown", [(2, False), (5, False), (6, True), (11, True)])
+def test_a_topic_interval_needs_six_splits(splits, shown):
+    """The topic figures' units are the splits (the protocol's and --resplits): 4 splits agreeing on a sign give
+    p 2 / 2^4, so their range is no interval to judge a claim by; from 6 (--resplits 5) there is one."""
+    rng = np.random.default_rng(5)
+    f1 = {"a": 0.6 + 0.1 * rng.random(splits)}
+    f1["b"] = f1["a"] - 0.01 - 0.02 * rng.random(splits)  # a above b on every split
+    samples = {m: {"topics.top": [uncertainty.splits(np.stack([f1[m], f1[m]], 1), ("f1", "accuracy"))]} for m in f1}
+    metrics = {m: {"topics.top": {"f1": f1[m][0], "accuracy": f1[m][0]}} for m in f1}
+    found, notes = uncertainty.summarise(metrics, samples, [("a", "b")], 1000, 42)
+    if shown:
+        assert notes == [] and found["a"]["topics.top"]["f1_ci"] == [f1["a"].min(), f1["a"].max()]
+        assert found["a - b"]["topics.top"]["f1_p"] == 2 / 2 ** splits
+    else:
+        assert found["a"]["topics.top"]["f1_ci"] is None and found["a - b"]["topics.top"]["f1_p"] is None
+        assert notes == [f"topics.top: {splits} splits, fewer than 6: no paired test over so few reaches p < 0.05 "
+                         f"(the smallest is 2 / 2^{splits})"]
+
+
+@pytest.mark.filterwarnings("ignore::scipy.stats.ConstantInputWarning")
+@pytest.mark.parametrize("case", ["equal ratings", "one model's cosines all equal"])
+def test_a_difference_that_is_not_a_number_has_no_interval_and_no_p(case):
+    """Spearman's correlation with ratings that are all equal (or with cosines that are) is undefined: the
+    difference used to get p 0.002 (every swap "as extreme" counted as none); now neither interval nor p."""
+    from common.eval.similarity import Spearman
+    rng = np.random.default_rng(9)
+    ratings = np.full(40, 0.5) if case == "equal ratings" else rng.random(40)
+    cos_a = rng.random(40)
+    cos_b = np.full(40, 0.3) if case != "equal ratings" else rng.random(40)
+    samples = {m: {"similarity": [uncertainty.Sample(np.stack([c, ratings], 1), Spearman(),
+                                                     unit=("rated pair", "rated pairs"))]}
+               for m, c in (("a", cos_a), ("b", cos_b))}
+    metrics = {m: {"similarity": {"spearman": float(stats.spearmanr(c, ratings).statistic)}}
+               for m, c in (("a", cos_a), ("b", cos_b))}
+    found, notes = uncertainty.summarise(metrics, samples, [("a", "b")], 1000, 42)
+    row = found["a - b"]["similarity"]
+    assert np.isnan(row["spearman"]) and row["spearman_ci"] is None and row["spearman_p"] is None
+    assert "a − b: similarity spearman: the difference is not a number (a figure is undefined), so it has no " \
+           "interval and no p" in notes
+    assert found["b"]["similarity"]["spearman_ci"] is None
+
+
+def test_an_undefined_figure_on_some_swaps_has_no_p():
+    """The permutation test itself: where the difference is a number but not on every swap, p is undefined. Key
+    sentences: a's only key sentence is in the first article, b's in the second; swapping the first article alone
+    leaves a without a key sentence, and so without ARP."""
+    from common.eval.keysent import ArticleSums, article_sums
+    rng = np.random.default_rng(4)
+    keys = [np.zeros(4, dtype=int) for _ in range(8)]
+    first, second = [k.copy() for k in keys], [k.copy() for k in keys]
+    first[0][0] = second[1][0] = 1
+    texts = [rng.random(4) for _ in range(8)]
+    a = article_sums(list(zip(texts, first))).values
+    b = article_sums(list(zip(texts, second))).values
+    p = uncertainty.permutation_p(a, b, ArticleSums(), 0, 42)
+    assert p["arp"] is None and p["mse"] is not None
+    both = article_sums(list(zip(texts, [np.array([1, 0, 0, 0])] * 8))).values
+    assert uncertainty.permutation_p(both, both[::-1], ArticleSums(), 0, 42)["arp"] is not None
+
+
+class _DistinctShare:
+    """A figure no resample reaches: the share of distinct units (1 on the data, below 1 on almost every
+    resample, which repeats units)."""
+    names = ("distinct",)
+
+    def __call__(self, rows):
+        x = rows[..., 0]
+        ordered = np.sort(x, axis=-1)
+        return {"distinct": (1 + (np.diff(ordered, axis=-1) != 0).sum(-1)) / x.shape[-1]}
+
+
+def test_an_interval_that_leaves_its_figure_out_is_not_shown():
+    sample = uncertainty.Sample(np.arange(20.0)[:, None], _DistinctShare())
+    metrics = {"m": {"task": {"distinct": 1.0}}}
+    found, notes = uncertainty.summarise(metrics, {"m": {"task": [sample]}}, [], 1000, 42)
+    assert found["m"]["task"] == {"distinct": 1.0, "distinct_ci": None}
+    assert notes == ["m: task distinct: the 2.5th and 97.5th percentiles of its resamples leave the figure out (a "
+                     "statistic skewed on these units), so no interval"]
+    assert uncertainty.holds([0.2, 0.4], 0.4 + 1e-12) and not uncertainty.holds([0.2, 0.4], 0.41)
+
+
+def test_a_figure_undefined_on_some_resamples_has_no_interval():
+    """Key sentences: a resample of articles none of which has a key sentence has no ARP."""
+    from common.eval.keysent import article_sums
+    rng = np.random.default_rng(2)
+    scored = [(rng.random(4), np.array([1, 0, 0, 0]))] + [(rng.random(4), np.zeros(4, dtype=int)) for _ in range(7)]
+    sample = article_sums(scored)
+    figures = {k: float(v) for k, v in sample.statistic(sample.values).items()}
+    found, notes = uncertainty.summarise({"m": {"keysent": figures}}, {"m": {"keysent": [sample]}}, [], 1000, 42)
+    assert found["m"]["keysent"]["arp_ci"] is None and found["m"]["keysent"]["mse_ci"] is not None
+    assert notes == ["m: keysent arp: undefined on some resamples, so no percentile interval",
+                     "m: keysent pearson: undefined on some resamples, so no percentile interval"]
+
+
+def test_the_report_marks_a_withheld_interval_and_says_why_under_the_table():
+    metrics = {"a": {"crossref": {"map": 0.5, "map_ci": None}, "topics.top": {"f1": 0.25}},
+               "a - b": {"crossref": {"map": float("nan"), "map_ci": None, "map_p": None}}}
+    notes = ["crossref: 1 query, fewer than 6: no paired test over so few reaches p < 0.05 (the smallest is 2 / 2^1)"]
+    assert report.markdown(metrics, resampling=(1000, 10), notes=notes) == (
+        "| model | crossref map | topics.top f1 |\n"
+        "|---|---:|---:|\n"
+        "| a | 50.00 [–] | 25.00 |\n"
+        "\nIn brackets, the 95 % interval (percentile bootstrap over the task's queries, test documents, articles or "
+        "rated pairs, 1,000 resamples).\n"
+        "\nNo interval or p (–) where it could not mean what it says:\n\n"
+        "- crossref: 1 query, fewer than 6: no paired test over so few reaches p < 0.05 (the smallest is 2 / 2^1)\n"
+        "\nPaired differences A − B (the same queries, documents, articles or splits for both; p two-sided, paired "
+        "permutation test):\n\n"
+        "| A − B | task | metric | difference | 95 % interval | p |\n"
+        "|---|---|---|---:|---:|---:|\n"
+        "| a − b | crossref | map | – | – | – |\n")
+
+
+def test_every_task_of_05_withholds_its_intervals_by_the_same_rule(tiny_model, tiny_data, tmp_path):
+    """Through 05, in one run: crossref, topics and the lexical row with --resamples 10 and --resplits 3: every
+    interval and p null in metrics.json, "[–]" in the table, and a note per reason under it."""
+    from conftest import script_main
+    out = tmp_path / "eval"
+    script_main("05_evaluate.py")(["--data", str(tiny_data), "--model", f"base={tiny_model}", "--out", str(out),
+                                   "--task", "crossref", "topics", "lexical", "--resamples", "10", "--resplits", "3",
+                                   "--compare", "base=lexical"])
+    metrics = json.loads((out / "metrics.json").read_text())
+    withheld = [(row, task, key) for row, tasks in metrics.items() for task, values in tasks.items()
+                for key, value in values.items() if key.endswith(("_ci", "_p"))]
+    assert {(row, task) for row, task, _ in withheld} == {("base", "crossref"), ("base", "topics.top"),
+                                                         ("lexical", "crossref"), ("base - lexical", "crossref")}
+    assert all(metrics[row][task][key] is None for row, task, key in withheld)
+    text = (out / "report.md").read_text()
+    assert "| base | " in text and "[–]" in text
+    assert "- --resamples 10: fewer than 40, too few for the 2.5 % and 97.5 % ends\n" in text
+    assert "- topics.top: 4 splits, fewer than 6: no paired test over so few reaches p < 0.05 (the smallest is " \
+           "2 / 2^4)\n" in text
+
+
+# -- the same figures, sooner -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("processes", [1, 2, 3])
+def test_splits_classified_in_parallel_processes_give_what_each_gives_alone(processes):
+    """05 classifies the protocol's split and the re-splits in forked processes, a share each: every split's
+    metrics, C and predictions are those of ``topics`` on it alone, in the splits' order."""
+    from common.eval import wikispecter
+    rng = np.random.default_rng(4)
+    labels = [f"l{i % 3}" for i in range(45)]
+    centres = rng.normal(size=(3, 6))
+    x = np.array([centres[i % 3] + 1.5 * rng.normal(size=6) for i in range(45)], dtype=np.float32)
+    index = {f"d{i}": i for i in range(45)}
+    rows = {"train": [(f"d{i}", labels[i]) for i in range(30)], "test": [(f"d{i}", labels[i]) for i in range(30, 45)]}
+    splits = wikispecter.splits_of(rows, 4, seed=9)
+    assert len(splits) == 5 and splits[0] is rows
+    alone = [wikispecter.topics(x, index, split, 9) for split in splits]
+    assert wikispecter.start_topics(x, index, splits, 9, processes=processes)() == alone
+    assert wikispecter.resplits(x, index, rows, 4, 9).tolist() == [[m["f1"], m["accuracy"]] for m, _ in alone[1:]]
+
+
+@pytest.mark.parametrize("counts", [{"a": 300, "b": 200, "c": 100}, {"a": 590, "b": 7, "c": 3}, {"a": 20, "b": 5}])
+def test_a_tsne_draws_at_most_500_points_each_labels_share_kept(counts):
+    from common.eval.figures import tsne_sample
+    labels = [label for label, n in counts.items() for _ in range(n)]
+    np.random.default_rng(0).shuffle(labels)
+    chosen = tsne_sample(labels, seed=3)
+    if len(labels) <= 500:
+        assert chosen.tolist() == list(range(len(labels)))
+        return
+    assert len(chosen) == 500 and chosen.tolist() == sorted(set(chosen.tolist()))
+    drawn = {label: sum(labels[i] == label for i in chosen) for label in counts}
+    for label, n in counts.items():  # its share's floor, or one more (the rarest labels topped up)
+        assert n * 500 // len(labels) <= drawn[label] <= n * 500 // len(labels) + 1
+    assert tsne_sample(labels, seed=3).tolist() == chosen.tolist() != tsne_sample(labels, seed=4).tolist()
+
+
+def test_the_token_lengths_figure_tokenises_again_only_the_documents_the_embedding_cut(tiny_model):
+    """Fig. 4.1's counts from the embedding's own token counts (cut at the length) where they fall below the cut,
+    and a new tokenisation of the rest: the counts of tokenising every document whole."""
+    from transformers import AutoTokenizer
+    from common.eval.wikispecter import token_lengths
+    from common.models.tokens import TokenStore
+    from conftest import corpus_text
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model))
+    texts = corpus_text(3, 40) + [" ".join(corpus_text(4, 12))]
+    whole = token_lengths(tokenizer, texts)
+    cut = int(np.median(whole))
+    known = TokenStore(tokenizer, texts, cut).lengths()
+    assert known.max() == cut < whole.max()
+    calls = []
+    original = tokenizer.__call__
+
+    class Counting(type(tokenizer)):
+        def __call__(self, batch, **kwargs):
+            calls.append(len(batch))
+            return original(batch, **kwargs)
+
+    tokenizer.__class__ = Counting
+    assert token_lengths(tokenizer, texts, cut=cut, known=known).tolist() == whole.tolist()
+    assert calls == [int((known >= cut).sum())]

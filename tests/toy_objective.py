@@ -8,10 +8,10 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from common.data.documents import Documents
+from common.data.docs_jsonl import Documents
 from common.models.tokens import TokenStore
 from common.train.losses import in_fp32
-from common.train.objectives import Objective
+from common.train.objectives.base import Objective
 
 
 class ToyModule(nn.Module):

@@ -4,7 +4,6 @@ as TREC qrels."""
 
 import numpy as np
 
-from common import cli
 from common.data.neighbours import easy_negatives
 
 
@@ -42,15 +41,3 @@ def qrels_lines(corpus, candidates):
         lines.extend(f"{qid} 0 {corpus.ids[d]} 1\n" for d in p.tolist())
         lines.extend(f"{qid} 0 {corpus.ids[d]} 0\n" for d in ng.tolist())
     return lines
-
-
-def add_arguments(parser):
-    """02 links' cross-reference flags: SciDocs's protocol (its queries, candidates and their numbers)."""
-    parser.add_argument("--crossref-queries", type=cli.number(int, cli.COUNT_0), default=1000,
-                        help="at most this many held-out queries in crossref.qrels (SciDocs)")
-    parser.add_argument("--crossref-min-links", type=cli.number(int, cli.COUNT), default=5,
-                        help="a crossref query needs at least this many links (SciDocs)")
-    parser.add_argument("--crossref-positives", type=cli.number(int, cli.COUNT), default=5,
-                        help="linked candidates per query (SciDocs)")
-    parser.add_argument("--crossref-negatives", type=cli.number(int, cli.COUNT_0), default=25,
-                        help="random unlinked candidates per query (SciDocs)")

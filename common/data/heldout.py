@@ -5,7 +5,6 @@ and validation queries that remain, and the warning where little remains."""
 import numpy as np
 import scipy.sparse as sp
 
-from common import cli
 from common.data.articles import CHUNK_ROWS, Corpus
 
 
@@ -103,20 +102,3 @@ def too_few_left(eval_docs, n, excluded, splits, kept):
     return (f"warning: the {len(excluded)} evaluation documents are {len(excluded) / max(n, 1):.0%} of the {n} "
             f"documents; {after} of {before} training queries remain. Use --eval-docs test or shared, or fewer "
             "--crossref-queries, on a corpus this small")
-
-
-def add_arguments(parser):
-    """02 links' query splits and the evaluation documents kept out of training."""
-    parser.add_argument("--holdout", type=cli.number(float, cli.SHARE), default=0.2,
-                        help="share of queries held out, from which the cross-reference queries are drawn (the "
-                             "thesis states no share; 0.2 is this project's choice)")
-    parser.add_argument("--val", type=cli.number(float, cli.SHARE), default=0.1,
-                        help="share of the remaining queries for validation")
-    parser.add_argument("--train-queries", type=cli.number(int, cli.COUNT_0), default=0,
-                        help="at most this many training queries, a seeded sample of them (0 = all); the evaluation "
-                             "documents and validation triplets stay as without it (for ablations on a budget)")
-    parser.add_argument("--eval-docs", choices=("heldout", "test", "shared"), default="heldout",
-                        help="which evaluation documents no triplet may touch (as query, positive or negative): "
-                             "heldout = every cross-reference query and candidate and every topic document (the "
-                             "thesis: evaluation on documents not seen in fine-tuning); test = cross-reference "
-                             "documents and topic test documents only; shared = none (triplets from every document)")

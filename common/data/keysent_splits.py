@@ -18,7 +18,8 @@ def read_sentences(path):
             raise InputError(f"{path}:{lineno}: field 'id' must be a string")
         if not isinstance(sentences, list) or not all(isinstance(s, str) for s in sentences):
             raise InputError(f"{path}:{lineno}: field 'sentences' must be a list of strings")
-        if not isinstance(labels, list) or len(labels) != len(sentences) or any(x not in (0, 1) for x in labels):
+        if not isinstance(labels, list) or len(labels) != len(sentences) or any(
+                type(x) is not int or x not in (0, 1) for x in labels):  # JSON's true and 1.0 are no label
             raise InputError(f"{path}:{lineno}: field 'labels' must hold one 0 or 1 per sentence")
         if obj["id"] in seen:
             raise InputError(f"{path}:{lineno}: duplicate id {obj['id']!r}")

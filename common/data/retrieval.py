@@ -9,13 +9,10 @@ that repeats its headline) would be found by string matching, not by what a mode
 counted (``queries_inside_document``), in every split.
 """
 
-import json
 import numpy as np
 
-from common import cli
 from common.data.arxiv import normalise, text_key
-from common.data.splits import add_topic_arguments
-from common.io import InputError, open_input, read_jsonl, read_trec_qrels
+from common.io import InputError, loads, open_input, read_jsonl, read_trec_qrels
 from common.jsontext import dumps_line
 
 SPLITS = ("train", "val", "test")
@@ -123,7 +120,7 @@ def read_split_ids(path, split):
     with open_input(path) as f:
         text = f.read()
     try:
-        splits = json.loads(text)
+        splits = loads(text)
     except ValueError as e:
         raise InputError(f"{path}: not JSON ({e})") from None
     ids = splits.get(split, []) if isinstance(splits, dict) else None
@@ -143,24 +140,8 @@ def read_queries(path):
     for lineno, obj in read_jsonl(path, required=("qid", "text")):
         if not isinstance(obj["text"], str) or not obj["text"].strip():
             raise InputError(f"{path}:{lineno}: field 'text' must be a non-empty string")
-        qids.append(str(obj["qid"]))
+        if type(obj["qid"]) is not str:  # qrels name queries by their text: a number is no id
+            raise InputError(f"{path}:{lineno}: field 'qid' must be a string")
+        qids.append(obj["qid"])
         texts.append(obj["text"])
     return qids, texts
-
-
-def add_arguments(p):
-    """02 retrieval's flags."""
-    p.add_argument("--articles", required=True, type=cli.reads,
-                   help="articles.jsonl from 01_extract.py (e.g. 01_extract.py arxiv)")
-    cli.add_max_line(p)
-    p.add_argument("--out", required=True, help="data directory to write")
-    p.add_argument("--test", type=cli.number(float, cli.SHARE), default=0.1,
-                   help="share of papers whose title is a test query")
-    p.add_argument("--val", type=cli.number(float, cli.SHARE), default=0.1,
-                   help="share of papers whose title is a validation query (model selection)")
-    p.add_argument("--pairs", default=None, type=cli.reads,
-                   help='JSONL of {"query": text, "doc": id} to use instead of titles (each pair goes to its '
-                        "document's split)")
-    p.add_argument("--seed", type=cli.number(int, cli.SEED), default=42,
-                   help="seed of the split and the topic sampling")
-    add_topic_arguments(p)

@@ -1,11 +1,9 @@
 """01's corpora besides Wikipedia, arXiv and key-sentence articles, each read into articles.jsonl by its own module:
 a DICT-format dictionary (``dictd``), reStructuredText sources (``rst``), a folder of label folders and a CSV table
-(``plaintext``). ``reader`` names the files one reads, for its manifest, and how it is read; the ``add_*_arguments``
-are each command's flags."""
+(``plaintext``). ``reader`` names the files one reads, for its manifest, and how it is read."""
 
 import os
 
-from common import cli
 from common.io import InputError
 
 
@@ -31,35 +29,3 @@ def reader(kind, path, min_chars, columns=None):
     return [path], lambda out, counts: plaintext.extract_csv(path, out, counts, *columns, min_chars)
 
 
-def add_dictd_arguments(p):
-    p.add_argument("--input", required=True, type=cli.reads,
-                   help="the dictionary's path without suffix (reads INPUT.index and INPUT.dict.dz or INPUT.dict)")
-    p.add_argument("--out", required=True, help="output directory (articles.jsonl, manifest.json)")
-    add_min_chars(p)
-
-
-def add_rst_arguments(p):
-    p.add_argument("--input", required=True, type=cli.reads, help="the folder of sources (read recursively)")
-    p.add_argument("--out", required=True, help="output directory (articles.jsonl, manifest.json)")
-    add_min_chars(p)
-
-
-def add_folder_arguments(p):
-    p.add_argument("--input", required=True, type=cli.reads, help="the folder of label folders")
-    p.add_argument("--out", required=True, help="output directory (articles.jsonl, manifest.json)")
-    add_min_chars(p)
-
-
-def add_csv_arguments(p):
-    p.add_argument("--input", required=True, type=cli.reads, help="the table (.csv, .csv.gz or .zip)")
-    p.add_argument("--out", required=True, help="output directory (articles.jsonl, manifest.json)")
-    p.add_argument("--id-column", default=None, help="column of document ids (default: row numbers from 1)")
-    p.add_argument("--title-column", default="title", help="column of titles")
-    p.add_argument("--text-column", default="text", help="column of texts")
-    p.add_argument("--label-column", default=None, help="column of topic labels (default: none)")
-    add_min_chars(p)
-
-
-def add_min_chars(p):
-    p.add_argument("--min-chars", type=cli.number(int, cli.COUNT_0), default=90,
-                   help="drop documents whose cleaned text is shorter (as 01 wiki drops short leads)")

@@ -5,17 +5,7 @@ import re
 
 import numpy as np
 
-from common import cli, io, jsontext
-
-
-def add_topic_arguments(parser):
-    """02's topic-split flags (the links and retrieval commands share them)."""
-    parser.add_argument("--topic-min", type=cli.number(int, cli.COUNT), default=10,
-                        help="drop topic labels with fewer documents (thesis)")
-    parser.add_argument("--topic-cap", default="top=300,second=200",
-                        help="most documents per label, per level (thesis)")
-    parser.add_argument("--topic-test", type=cli.number(float, cli.OPEN_SHARE), default=0.3,
-                        help="stratified test share of topic documents")
+from common import io, jsontext
 
 
 def parse_caps(text):
@@ -25,7 +15,7 @@ def parse_caps(text):
         level, _, value = part.partition("=")
         level, value = level.strip(), value.strip()
         if not level or not re.fullmatch(r"[0-9]+", value) or int(value) < 1:
-            raise io.InputError(f"--topic-cap {text!r}: expected LEVEL=NUMBER,..., e.g. top=300,second=200")
+            raise io.InputError(f"{text!r}: expected LEVEL=NUMBER,..., e.g. top=300,second=200")
         caps[level] = int(value)
     return caps
 

@@ -13,7 +13,6 @@ import zlib
 
 import numpy as np
 
-from common import cli
 from common.jsontext import dumps_line
 
 
@@ -79,11 +78,3 @@ def newsgroups(out, seed=42, test=0.5):
 def _write_docs(out, ids, texts):
     with out.open("docs.jsonl") as f:
         f.writelines(dumps_line({"id": i, "title": "", "text": t}) for i, t in zip(ids, texts))
-
-
-def add_arguments(p):
-    """02 testsets' flags."""
-    p.add_argument("--out", required=True, help="folder for the data directories lee/ and newsgroups/")
-    p.add_argument("--lee-threshold", type=cli.number(float, cli.SHARE), default=0.5,
-                   help="a Lee pair rated at least this (ratings in [0, 1]) is a similarity target for MAP/MRR")
-    p.add_argument("--seed", type=cli.number(int, cli.SEED), default=42, help="seed of the newsgroups train/test split")

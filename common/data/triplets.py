@@ -4,7 +4,7 @@ triplets.{train,val}.jsonl."""
 
 import numpy as np
 
-from common import cli, jsontext
+from common import jsontext
 from common.data.articles import CHUNK_ROWS
 from common.data.neighbours import easy_negatives, two_hop
 
@@ -74,13 +74,3 @@ def write_triplets(out, corpus, text, queries, per_query, hard, rng, counts):
         total += len(q)
         out.write(text.lines(q, p, n, h.astype(np.int64)))
     return total
-
-
-def add_arguments(parser):
-    """02 links' triplets (SPECTER's numbers) and the training graph's SPECTER format."""
-    parser.add_argument("--per-query", type=cli.number(int, cli.COUNT), default=5, help="triplets per query (SPECTER)")
-    parser.add_argument("--hard", type=cli.number(int, cli.COUNT_0), default=2,
-                        help="of those, how many take a two-hop hard negative (SPECTER); the rest are easy")
-    parser.add_argument("--graph-json", action="store_true",
-                        help="also write graph.json, SPECTER's format of the training graph, for SPECTER's own tools "
-                             "(tens of GB for a full Wikipedia; graph.npz holds the same graph)")

@@ -22,23 +22,40 @@ def write_rows(outputs, name, array, ids):
     write_ids(outputs, name, ids)
 
 
-def read_vectors(directory, name, ids):
+def read_vectors(directory, name, ids, chunk=65_536):
     """Teacher vectors: a float ``[N, d]`` array as float32, every value finite (``read_rows``: one NaN or inf
-    would make every weight of the student NaN within a step)."""
+    would make every weight of the student NaN within a step), as float32 too: a wider float past float32's range
+    would become an infinity there."""
     array = np.asarray(read_rows(directory, name, ids))
     path = os.path.join(directory, name + '.npy')
     if array.ndim != 2 or array.shape[1] < 1 or not np.issubdtype(array.dtype, np.floating):
         raise InputError(f"{path}: expected float vectors [N, d], got {array.dtype} {list(array.shape)}")
+    if np.finfo(array.dtype).max > np.finfo(np.float32).max:
+        limit = np.finfo(np.float32).max
+        for start in range(0, len(array), chunk):
+            bad = np.flatnonzero((np.abs(array[start:start + chunk]) > limit).any(axis=1))
+            if len(bad):
+                row = start + int(bad[0])
+                raise InputError(f"{path}: row {row} (document {ids[row]!r}) holds a value beyond float32's range "
+                                 f"(±{limit:.4g}), which training would read as an infinity")
     return array.astype(np.float32, copy=False)  # read_rows refused any row that is not finite
 
 
 def read_lengths(directory, ids):
     """Structural-teacher token counts: a non-negative integer ``[N]`` array."""
     array = np.asarray(read_rows(directory, LENGTHS, ids))
+    path = os.path.join(directory, LENGTHS + '.npy')
     if array.ndim != 1 or not np.issubdtype(array.dtype, np.integer) or (array < 0).any():
-        raise InputError(f"{os.path.join(directory, LENGTHS + '.npy')}: expected one non-negative token count per "
-                         f"document, got {array.dtype} {list(array.shape)}")
+        raise InputError(f"{path}: expected one non-negative token count per document, got {array.dtype} "
+                         f"{list(array.shape)}")
+    if len(array) and array.max() > MAX_TOKENS:
+        row = int(array.argmax())
+        raise InputError(f"{path}: row {row} (document {ids[row]!r}) counts {array[row]:,} tokens, more than "
+                         f"{MAX_TOKENS:,}")
     return array
+
+
+MAX_TOKENS = (1 << 31) - 1  # a document's token count: more is damage
 
 
 def pv_texts(docs):

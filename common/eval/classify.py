@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from common.eval import uncertainty
-from common.io import InputError, read_jsonl
+from common.io import InputError, read_jsonl, shown
 
 SIZES = (("1k", 1000), ("10k", 10_000), ("all", None))
 
@@ -50,15 +50,22 @@ def read_task(train_path, test_path, index):
 
 
 def read_split(path, index):
-    """(rows of document positions [n, 1 or 2], labels) of a split file."""
+    """(rows of document positions [n, 1 or 2], labels) of a split file: ``id``, or ``ids`` a pair, of docs.jsonl,
+    and ``label`` a string or a whole number (a class's number, read as its digits; not a bool); anything else
+    names the line."""
     rows, labels = [], []
     for lineno, obj in read_jsonl(path, required=("label",)):
         ids = obj["ids"] if "ids" in obj else [obj.get("id")]
-        missing = [i for i in ids if i not in index]
-        if missing or not ids:
-            raise InputError(f"{path}:{lineno}: id {missing[0] if missing else None!r} is not in docs.jsonl")
+        if not isinstance(ids, list) or len(ids) not in (1, 2) or (len(ids) == 1 and "ids" in obj):
+            raise InputError(f"{path}:{lineno}: field 'ids' must be a pair of ids, not {shown(ids)}")
+        missing = [i for i in ids if not isinstance(i, str) or i not in index]
+        if missing:
+            raise InputError(f"{path}:{lineno}: id {missing[0]!r} is not in docs.jsonl")
+        label = obj["label"]
+        if not isinstance(label, (str, int)) or isinstance(label, bool):
+            raise InputError(f"{path}:{lineno}: field 'label' must be a string or a whole number, not {shown(label)}")
         rows.append([index[i] for i in ids])
-        labels.append(str(obj["label"]))
+        labels.append(str(label))
     if not rows:
         raise InputError(f"{path}: no rows (an empty split); rebuild the data with more documents")
     if len({len(r) for r in rows}) > 1:
@@ -136,5 +143,6 @@ def classify(emb, train, test, seed=42, epochs=10):
         model = train_head(features(emb, train_rows[keep]), y_train[keep], len(names), seed, epochs)
         with torch.no_grad():
             correct.append(model(x_test).argmax(1).numpy() == y_test)
-    sample = uncertainty.means(np.stack(correct, 1), [f"acc_{name}" for name, _ in SIZES])
+    sample = uncertainty.means(np.stack(correct, 1), [f"acc_{name}" for name, _ in SIZES],
+                               ("test document", "test documents"))
     return {name: float(x.mean()) for name, x in zip(sample.names, correct)}, sample

@@ -34,12 +34,25 @@ def process_state():
     return PartialState(cpu=cpu)
 
 
+def precision_run(precision, device_type):
+    """The precision a model embeds in, asked for as ``precision`` (--bf16, --int8, else float32) on a device of
+    ``device_type``: as asked, except that on a GPU float32 runs under bfloat16 autocast (``inference.embed``)."""
+    return "bf16" if device_type == "cuda" and precision == "float32" else precision
+
+
 def load_model(path, name, how, say=print):
     """``(encoder, tokenizer, settings)`` of the model at ``path`` under the name ``name``, on this process's device,
-    for ``how.precision`` (int8: its int8 copy, a CPU only); ``settings["precision"]`` says which."""
+    for ``how.precision`` (int8: its int8 copy, a CPU only); ``settings["precision"]`` says which runs there
+    (``precision_run``)."""
     from common.models.precision import encoder_for
     encoder, tokenizer, settings = _load_float32(path, name, how, say)
-    return encoder_for(encoder, how.precision), tokenizer, {**settings, "precision": how.precision}
+    encoder = encoder_for(encoder, how.precision)
+    return encoder, tokenizer, {**settings, "precision": precision_run(how.precision, device_type(encoder))}
+
+
+def device_type(encoder):
+    """"cpu" or "cuda": where the encoder's weights are."""
+    return next(encoder.parameters()).device.type
 
 
 def _load_float32(path, name, how, say):
@@ -68,14 +81,17 @@ def embed_corpus(path, name, data_dir, docs, how, outputs=None, collect=True, sa
     """The model and its vectors of every document, the corpus cut into one shard per process; with ``outputs``,
     the vectors are written row by row into its memory-mapped NAME.npy (and NAME.ids.txt beside it) and checked
     finite; with ``collect=False`` (a helping process) no vectors are kept (None). In a precision other than
-    float32, the mean cosine of the first documents' vectors to float32's is said and kept in the settings."""
+    float32, the mean cosine of the first documents' vectors to float32's is said and kept in the settings;
+    ``settings["token_counts"]`` holds each document's tokens as embedded (special tokens included, at most the
+    length)."""
     from common.models.inference import embed_sharded
     from common.models.precision import AGREEMENT_SAMPLE, agreement, encoder_for
     from common.models.tokens import TokenStore
     float32, tokenizer, settings = _load_float32(path, name, how, say)
     encoder = encoder_for(float32, how.precision)
-    settings = {**settings, "precision": how.precision}
+    settings = {**settings, "precision": precision_run(how.precision, device_type(encoder))}
     store = TokenStore(tokenizer, document_inputs(data_dir, docs, tokenizer.sep_token or ""), settings["max_length"])
+    settings["token_counts"] = store.lengths()
     out = None if outputs is None else open_rows(outputs, name, docs.ids, encoder.dimension)
     with tqdm(total=len(store), desc=f"embed {name}", unit=" docs", mininterval=1.0) as bar:
         vectors = embed_sharded(encoder, store, how.batch_size, how.batch_tokens, bar, out=out, collect=collect)
@@ -97,7 +113,8 @@ def embed_queries(encoder, tokenizer, settings, texts, how):
 
 def embedding_settings(settings):
     """How a model embedded the documents, for the manifest and the report: pooling, normalisation, length (and
-    the precision and its mean cosine to float32 where it was not float32)."""
+    the precision that ran where it was not float32, with its mean cosine to float32 where that was measured: on a
+    GPU, float32 itself runs under bfloat16 autocast, so there is nothing to measure against)."""
     found = {"pooling": settings["pooling"], "normalize": bool(settings["normalize"]),
              "max_length": int(settings["max_length"])}
     if settings.get("precision", "float32") != "float32":
@@ -110,7 +127,7 @@ def follow(models, data_dir, how, docs=None):
     """A process other than the main one under ``accelerate launch``: embed its shard of the corpus (``docs``, the
     main process's ``Documents``; every document where None) for each model, in the main process's order, and
     write nothing (a Paragraph Vector, inferred by the main process alone, is skipped)."""
-    from common.data.documents import Documents
+    from common.data.docs_jsonl import Documents
     from common.distill.paragraph_vector import is_paragraph_vector
     docs = Documents(data_dir, texts=not is_retrieval_data(data_dir)) if docs is None else docs
     for name, path in models.items():

@@ -18,23 +18,50 @@ def _save(fig, path):
     _pyplot().close(fig)
 
 
-def _tsne(x, seed):
+# a t-SNE figure shows whether the labels form clusters, which a few hundred points show as well as every one (and
+# a panel of thousands overplots): it draws at most this many, so that it costs the same at any corpus size
+TSNE_POINTS = 500
+
+
+def tsne_sample(labels, seed=42, limit=TSNE_POINTS):
+    """Positions, ascending, of at most ``limit`` of the items whose labels are ``labels``: every one where there
+    are no more, else a sample drawn from ``seed`` that keeps each label's share (its floor, the rarest labels
+    topped up by one, as ``classify.shorten`` cuts a training split)."""
+    labels = np.asarray(labels)
+    if len(labels) <= limit:
+        return np.arange(len(labels))
+    values, counts = np.unique(labels, return_counts=True)
+    quota = dict(zip(values.tolist(), (counts * limit // len(labels)).tolist()))
+    for value in values[np.argsort(counts, kind="stable")][:limit - sum(quota.values())].tolist():
+        quota[value] += 1
+    keep = []
+    for i in np.random.default_rng(seed).permutation(len(labels)).tolist():
+        if quota[labels[i].item()] > 0:
+            quota[labels[i].item()] -= 1
+            keep.append(i)
+    return np.sort(np.array(keep, dtype=np.int64))
+
+
+def tsne(x, seed=42):
+    """2-d t-SNE coordinates of the rows of ``x`` (scikit-learn's, PCA start, perplexity 30 or less for few rows),
+    computed on one thread: the same coordinates on any machine, and 05 runs it beside the topic classifiers, which
+    hold the other cores (OpenMP threads that wait for a busy core only spin)."""
     from sklearn.manifold import TSNE
-    return TSNE(n_components=2, init="pca", random_state=seed,
-                perplexity=min(30.0, max(2.0, (len(x) - 1) / 3))).fit_transform(x)
+    from threadpoolctl import threadpool_limits
+    with threadpool_limits(1):
+        return TSNE(n_components=2, init="pca", random_state=seed,
+                    perplexity=min(30.0, max(2.0, (len(x) - 1) / 3))).fit_transform(x)
 
 
-def topic_tsne(path, embeddings, rows, level, seed=42):
-    """One panel per model: t-SNE of the topic documents, coloured by label. ``embeddings``: {model: (emb,
-    index)}; ``rows``: {"train"/"test": [(id, label)]}."""
+def topic_tsne(path, points, labels, level):
+    """One panel per model: the t-SNE coordinates of the topic documents drawn (``tsne`` of the rows of
+    ``tsne_sample``), coloured by label. ``points``: {model: xy [n, 2]}; ``labels``: the n documents' labels."""
     plt = _pyplot()
-    docs = rows["train"] + rows["test"]
-    labels = sorted({label for _, label in docs})
-    colour = np.array([labels.index(label) for _, label in docs])
-    fig, axes = plt.subplots(1, len(embeddings), figsize=(5 * len(embeddings), 5), squeeze=False)
-    for ax, (name, (emb, index)) in zip(axes[0], embeddings.items()):
-        xy = _tsne(emb[[index[i] for i, _ in docs]], seed)
-        for k, label in enumerate(labels):
+    names = sorted(set(labels))
+    colour = np.array([names.index(label) for label in labels])
+    fig, axes = plt.subplots(1, len(points), figsize=(5 * len(points), 5), squeeze=False)
+    for ax, (name, xy) in zip(axes[0], points.items()):
+        for k, label in enumerate(names):
             ax.scatter(xy[colour == k, 0], xy[colour == k, 1], s=8, label=label)
         ax.set_title(f"{name}: topics.{level}")
         ax.set_xticks([])
@@ -120,14 +147,17 @@ def cosine_histograms(path, scored):
 
 
 def sentence_tsne(path, points, seed=42):
-    """One panel per model (before and after fine-tuning): t-SNE of the test sentences, key and other, with the
-    query. ``points``: {model: (sentence vectors, labels, query vector)}."""
+    """One panel per model (before and after fine-tuning): t-SNE of the test sentences, key and other (at most
+    ``TSNE_POINTS``, the same for every model: ``tsne_sample``), with the query. ``points``: {model: (sentence
+    vectors, labels, query vector)}."""
     plt = _pyplot()
     fig, axes = plt.subplots(1, len(points), figsize=(4.5 * len(points), 4.5), squeeze=False)
     for ax, (name, (vectors, labels, query)) in zip(axes[0], points.items()):
+        keep = tsne_sample(labels, seed)
+        vectors, labels = vectors[keep], np.asarray(labels)[keep]
         x = np.vstack([vectors, query[None, :]])
         x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)  # the thesis scores by cosine
-        xy = _tsne(x, seed)
+        xy = tsne(x, seed)
         labels = np.asarray(labels).astype(bool)
         ax.scatter(xy[:-1][~labels, 0], xy[:-1][~labels, 1], s=8, color="C0", label="other sentences")
         ax.scatter(xy[:-1][labels, 0], xy[:-1][labels, 1], s=14, color="C3", label="key sentences")

@@ -1,16 +1,16 @@
 """Key-sentence evaluation (Average R-precision, MSE, Pearson) and extraction from new articles."""
 
 import os
+import time
 
 import numpy as np
 
-from common import cli, io
+from common import io
 from common.data.keysent_splits import read_sentences
 from common.data.sentences import clean, split, splitter
 from common.eval import uncertainty
 from common.eval.metrics import average_r_precision, r_precision
 from common.io import InputError
-from common.models.batching import add_batch_arguments
 from common.models.inference import default_device, embed
 from common.models.loading import load_encoder
 from common.models.saving import read_run_info
@@ -103,7 +103,8 @@ def article_sums(scored):
         rp = r_precision(x, labels)
         rows.append([rp or 0.0, rp is not None, ((x - y) ** 2).sum(), len(x), x.sum(), y.sum(), (x * x).sum(),
                      (y * y).sum(), (x * y).sum()])
-    return uncertainty.Sample(np.array(rows, dtype=np.float64).reshape(-1, 9), ArticleSums())
+    return uncertainty.Sample(np.array(rows, dtype=np.float64).reshape(-1, 9), ArticleSums(),
+                              unit=("test article", "test articles"))
 
 
 def mean_2sd(values):
@@ -137,11 +138,19 @@ def outcome_cosines(scored):
 
 
 def _run_log(model_path):
-    """The log.jsonl of the run a model folder was saved by (RUN/model → RUN/log.jsonl), or None."""
+    """The log.jsonl of the run a model folder was saved by (RUN/model → RUN/log.jsonl), or None; in each of its
+    validations (the records the figure draws) the step a whole number and every ``val_ap_*`` an average precision
+    in [0, 1] (or null, not measured: a gap in the curve), or the line is named."""
     path = os.path.join(os.path.dirname(os.path.abspath(model_path)), "log.jsonl")
     if not os.path.isfile(path):
         return None
-    records = [obj for _, obj in io.read_jsonl(path)]
+    records = []
+    for lineno, obj in io.read_jsonl(path):
+        if "val_ap_max" in obj:
+            io.number(obj.get("step"), f"{path}:{lineno}", "step", 0, integer=True)
+            for key in [key for key in obj if key.startswith("val_ap_") and obj[key] is not None]:
+                io.number(obj[key], f"{path}:{lineno}", key, 0, 1)
+        records.append(obj)
     return records if any("val_ap_max" in r for r in records) else None
 
 
@@ -155,7 +164,7 @@ def evaluate_keysent(models, runs, data_dir, how, outputs, seed, say=print):
     evaluation's ``embedding.Embedding``. Returns the metrics, the counts, the figures written, as
     ``(caption, file name)``, and each model's test articles, {model: {"keysent": [uncertainty.Sample]}}."""
     from common.eval import figures
-    from common.eval.embedding import embedding_settings
+    from common.eval.embedding import device_type, embedding_settings, precision_run
     metrics, counts, samples = {}, {}, {}
     train = read_sentences(os.path.join(data_dir, "keysent.train.jsonl"))
     test = read_sentences(os.path.join(data_dir, "keysent.test.jsonl"))
@@ -164,21 +173,27 @@ def evaluate_keysent(models, runs, data_dir, how, outputs, seed, say=print):
                          "rebuild it with 02_build_graph.py sentences from more articles")
     counts.update({"test_articles": len(test), "test_sentences": sum(len(a["sentences"]) for a in test),
                    "test_key_sentences": sum(sum(a["labels"]) for a in test)})
-    curves, points, logs = {}, {}, {}
+    curves, points = {}, {}
+    logs = {name: log for name, log in ((name, _run_log(path)) for name, path in models.items()) if log is not None}
+    for run in runs or []:
+        log = _run_log(_model_path(run))
+        if log is not None:
+            logs.setdefault(os.path.basename(os.path.normpath(run)), log)
     sentences = [s for a in test for s in a["sentences"]]
     for name, path in models.items():
+        started = time.perf_counter()
         model = KeySentenceModel(path, how.pooling.get(name), how.max_length, how.batch_size, train,
                                  batch_tokens=how.batch_tokens)
-        counts.setdefault("embedding", {})[name] = embedding_settings(model.settings)
+        counts.setdefault("embedding", {})[name] = embedding_settings(
+            {**model.settings, "precision": precision_run("float32", device_type(model.encoder))})
         vectors = model.vectors(sentences)
+        counts.setdefault("embedding_seconds", {})[name] = time.perf_counter() - started
         scored = by_article(model.cosines(vectors), test)
         metrics.setdefault(name, {})["keysent"] = keysent_metrics(scored)
         metrics[name]["keysent.cosine"] = outcome_cosines(scored)
         samples[name] = {"keysent": [article_sums(scored)]}
         curves[name] = scored
         points[name] = (vectors, np.concatenate([y for _, y in scored]), model.query)
-        if _run_log(path) is not None:
-            logs[name] = _run_log(path)
         say(f"{name}: query = {model.query_from}")
     if runs:
         per_run = []
@@ -188,8 +203,6 @@ def evaluate_keysent(models, runs, data_dir, how, outputs, seed, say=print):
             scored = score_articles(model, test)
             per_run.append(keysent_metrics(scored))
             curves.setdefault(f"runs[{len(per_run) - 1}]", scored)
-            if _run_log(_model_path(run)) is not None:
-                logs.setdefault(os.path.basename(os.path.normpath(run)), _run_log(_model_path(run)))
         metrics[f"runs (n={len(per_run)})"] = {"keysent": mean_2sd(per_run)}
         counts["runs"] = len(per_run)
     shown = dict(list(curves.items())[:6])
@@ -233,19 +246,3 @@ def key_sentences(model, articles, top, threshold=None):
         best = [i for i in np.argsort(-s, kind="stable")[:top] if threshold is None or s[i] >= threshold]
         yield {"id": article_id, "key_sentences": [
             {"text": sents[i][0], "score": float(s[i]), "start": sents[i][1], "end": sents[i][2]} for i in best]}
-
-
-def add_extract_arguments(p):
-    """05 extract's flags."""
-    p.add_argument("--model", required=True, type=cli.reads,
-                   help="a model trained with --objective contrastive or cosine")
-    p.add_argument("--input", required=True, type=cli.reads, help="JSONL of {id, text} (HTML and LaTeX are cleaned)")
-    cli.add_max_line(p)
-    p.add_argument("--out", required=True, help="JSONL to write: {id, key_sentences: [{text, score, start, end}]}")
-    p.add_argument("--top", type=cli.number(int, cli.COUNT), default=1, help="sentences per article, best first")
-    p.add_argument("--threshold", type=cli.number(float, cli.between(-1, 1)), default=None,
-                   help="keep only sentences scoring at least this")
-    p.add_argument("--query", default=None, help="query text, for a model that was not fine-tuned here")
-    p.add_argument("--splitter", choices=("punkt", "punkt-english"), default="punkt",
-                   help="sentence splitter (untrained Punkt, as in training)")
-    add_batch_arguments(p, 64, "sentences")

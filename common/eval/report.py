@@ -26,11 +26,18 @@ def _number(value, percent, sign=""):
     return f"{100 * value:{sign}.2f}" if percent else f"{value:{sign}.4f}"
 
 
-def _cell(value, percent, ci=None):
-    """A figure, and its interval ``[low, high]`` in brackets where it has one."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+def _missing(value):
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _cell(value, percent, ci=None, withheld=False):
+    """A figure, and its interval ``[low, high]`` in brackets where it has one, ``[–]`` where one was ``withheld``
+    (asked for and not given: the notes under the table say why)."""
+    if _missing(value):
         return "–"
-    return _number(value, percent) + (f" [{_number(ci[0], percent)}, {_number(ci[1], percent)}]" if ci else "")
+    if ci:
+        return f"{_number(value, percent)} [{_number(ci[0], percent)}, {_number(ci[1], percent)}]"
+    return _number(value, percent) + (" [–]" if withheld else "")
 
 
 SEPARATE = {"keysent.cosine": "Mean cosine similarity to the query per outcome (top R = the article's R "
@@ -56,6 +63,20 @@ def folder_name(path):
     return f"{os.path.basename(parent)}/{name}" if os.path.basename(parent) else name
 
 
+def card_names(models):
+    """Each model's card as the printed table names it (``{name: text}``): the folder's name (``folder_name``) or
+    the hub name, without a path; None where there is no card."""
+    from common.markdown import escape
+    from common.models.card import hub_name
+    found = {}
+    for name, model in models.items():
+        if os.path.isfile(os.path.join(model, "README.md")):
+            found[name] = escape(folder_name(model))
+        elif not os.path.exists(model) and hub_name(model):
+            found[name] = escape(model)
+    return found
+
+
 def cards(models, report_dir):
     """Where each model's card is (``{name: path or hub name}``, as 05's ``--model`` gives them), as markdown links
     from report.md in ``report_dir``: a folder's README.md (the card every model saved here holds), shown by the
@@ -76,17 +97,27 @@ def cards(models, report_dir):
 
 def combine(parts):
     """The results of several tasks' evaluations (``(metrics, counts, figures, samples)`` each, ``counts`` with an
-    ``embedding`` entry where models embedded) as one: ``(metrics, counts, figures, samples, embedding)``."""
-    metrics, counts, figures, samples, embedded = {}, {}, [], {}, {}
+    ``embedding`` entry, and ``embedding_seconds``, where models embedded) as one: ``(metrics, counts, figures,
+    samples, embedding, seconds)``, ``seconds`` the wall-clock seconds spent loading the models and embedding."""
+    metrics, counts, figures, samples, embedded, seconds = {}, {}, [], {}, {}, 0.0
     for part_metrics, part_counts, part_figures, part_samples in parts:
         for name, values in part_metrics.items():
             metrics.setdefault(name, {}).update(values)
         for name, values in part_samples.items():
             samples.setdefault(name, {}).update(values)
         embedded.update(part_counts.get("embedding", {}))
-        counts.update({k: v for k, v in part_counts.items() if k != "embedding"})
+        seconds += sum(part_counts.get("embedding_seconds", {}).values())
+        counts.update({k: v for k, v in part_counts.items() if k not in ("embedding", "embedding_seconds")})
         figures += part_figures
-    return metrics, counts, figures, samples, embedded
+    return metrics, counts, figures, samples, embedded, seconds
+
+
+def time_split(embedding, total):
+    """The line that says where 05's time went: ``embedding`` seconds loading the models and embedding, the rest of
+    ``total`` (reading, scoring, intervals, re-splits, figures, writing) after it, and their ratio."""
+    rest = max(total - embedding, 0.0)
+    ratio = f" ({rest / embedding:.2f} × the embedding's)" if embedding > 0 else ""
+    return f"time: {embedding:.1f} s embedding, {rest:.1f} s everything else{ratio}\n"
 
 
 def _scaled(metric, unscaled):
@@ -119,17 +150,19 @@ def differences_table(metrics, unscaled=("mse", "pearson")):
                 if metric.endswith(("_ci", "_p")):
                     continue
                 scaled, ci, p = _scaled(metric, unscaled), values.get(f"{metric}_ci"), values.get(f"{metric}_p")
-                lines.append(f"| {name.replace(' - ', ' − ')} | {task} | {metric} | {_number(value, scaled, '+')} | "
+                difference = "–" if _missing(value) else _number(value, scaled, "+")
+                lines.append(f"| {name.replace(' - ', ' − ')} | {task} | {metric} | {difference} | "
                              + (f"[{_number(ci[0], scaled, '+')}, {_number(ci[1], scaled, '+')}]" if ci else "–")
                              + f" | {'–' if p is None else f'{p:.3g}'} |")
     return "\n".join(lines) + "\n"
 
 
-def markdown(metrics, unscaled=("mse", "pearson"), cards=None, resampling=None):
+def markdown(metrics, unscaled=("mse", "pearson"), cards=None, resampling=None, notes=()):
     """The report tables: the main one (fractions shown ×100, metrics named in ``unscaled`` as they are, each with
-    its interval where ``metrics`` has one; with ``cards``, {model: link}, a last column linking each model's card;
-    ``resampling``, (resamples, re-splits), says under it how the intervals were made), then the paired
-    differences (``differences_table``), then one table per task of ``SEPARATE``, as they are."""
+    its interval where ``metrics`` has one; with ``cards``, {model: link or name}, a last column naming each model's
+    card; ``resampling``, (resamples, re-splits), says under it how the intervals were made, and ``notes`` why
+    some are not given), then the paired differences (``differences_table``), then one table per task of
+    ``SEPARATE``, as they are."""
     separate = "".join(_separate_table(metrics, task, caption) for task, caption in SEPARATE.items())
     differences = differences_table(metrics, unscaled)
     metrics = {model: {t: v for t, v in tasks.items() if t not in SEPARATE} for model, tasks in metrics.items()
@@ -141,10 +174,14 @@ def markdown(metrics, unscaled=("mse", "pearson"), cards=None, resampling=None):
     lines = [head, rule]
     for model, tasks in metrics.items():
         cells = [_cell(tasks.get(task, {}).get(metric), _scaled(metric, unscaled),
-                       tasks.get(task, {}).get(f"{metric}_ci")) for task, metric in cols]
+                       tasks.get(task, {}).get(f"{metric}_ci"), f"{metric}_ci" in tasks.get(task, {}))
+                 for task, metric in cols]
         lines.append(f"| {model} | " + " | ".join(cells) + " |" + (f" {cards.get(model) or '–'} |" if card else ""))
     how = how_measured(metrics, *resampling) if resampling else ""
     note = f"\nIn brackets, the 95 % interval ({how}).\n" if how else ""
+    if notes:
+        note += "\nNo interval or p (–) where it could not mean what it says:\n\n" + "".join(
+            f"- {line}\n" for line in notes)
     return "\n".join(lines) + "\n" + note + differences + separate
 
 
@@ -158,7 +195,9 @@ def embedding_table(embedding):
              "| model | pooling | normalised | tokens |" + (" precision (mean cosine to float32) |" if lower else ""),
              "|---|---|---|---:|" + ("---|" if lower else "")]
     for model, s in embedding.items():
-        precision = f" {s['precision']} ({s['mean_cosine_to_float32']:.4f}) |" if s.get("precision") else " float32 |"
+        cosine = s.get("mean_cosine_to_float32")
+        precision = (f" {s['precision']} ({'not measured' if cosine is None else f'{cosine:.4f}'}) |"
+                     if s.get("precision") else " float32 |")
         lines.append(f"| {model} | {s['pooling']} | {'yes' if s['normalize'] else 'no'} | {s['max_length'] or '–'} |"
                      + (precision if lower else ""))
     return "\n".join(lines) + "\n"

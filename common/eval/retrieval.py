@@ -17,17 +17,16 @@ corpus id, so the two coincide when R ≤ k and no scores tie (both tested).
 """
 
 import os
+import time
 
 import numpy as np
 
-from common import cli, io
+from common import io
 from common.data.retrieval import read_qrels, read_queries
 from common.eval import ann, uncertainty
 from common.eval.embedding import (embed_corpus, embed_queries, embedding_settings, is_retrieval_data,
                                   load_model)
 from common.io import InputError, open_input
-from common.models.batching import add_batch_arguments
-from common.models.precision import add_precision_arguments
 from common.vectors import check_finite_rows, read_rows
 
 K = 100
@@ -101,7 +100,8 @@ def retrieval_scores(run, qrels):
         return {}, None
     names = tuple(per_query[0])
     return ({name: float(np.mean([m[name] for m in per_query])) for name in names},
-            uncertainty.means([[m[name] for name in names] for m in per_query], names))
+            uncertainty.means([[m[name] for name in names] for m in per_query], names,
+                              ("query", "queries")))
 
 
 def retrieval_metrics(run, qrels):
@@ -158,7 +158,7 @@ def evaluate_retrieval(models, data_dir, how, outputs, wanted, say=print):
     """Test queries against the whole corpus for every model (``retrieval``) and BM25 (``bm25``); writes each
     model's corpus vectors into ``outputs``. Returns the metrics, the counts, the figures (none) and the per-query
     values, {model: {"retrieval": [uncertainty.Sample]}}."""
-    from common.data.documents import Documents
+    from common.data.docs_jsonl import Documents
     metrics, counts, samples = {}, {}, {}
     docs = Documents(data_dir, texts="bm25" in wanted)  # the embedding streams them
     qids, texts = read_queries(os.path.join(data_dir, "queries.test.jsonl"))
@@ -174,9 +174,11 @@ def evaluate_retrieval(models, data_dir, how, outputs, wanted, say=print):
     counts.update({"retrieval_documents": len(docs.ids), "retrieval_queries": len(qrels)})
     if "retrieval" in wanted:
         for name, path in models.items():
+            started = time.perf_counter()
             encoder, tokenizer, settings, emb = embed_corpus(path, name, data_dir, docs, how, outputs, say=say)
             counts.setdefault("embedding", {})[name] = embedding_settings(settings)
             queries = embed_queries(encoder, tokenizer, settings, texts, how)
+            counts.setdefault("embedding_seconds", {})[name] = time.perf_counter() - started
             found, sample = retrieval_scores(dense_run(queries, emb, qids, docs.ids), qrels)
             metrics.setdefault(name, {})["retrieval"] = found
             samples[name] = {"retrieval": [sample]}
@@ -251,7 +253,7 @@ def search_documents(model_path, data_dir, queries, how, top, index_dir=None, in
     """The top ``top`` documents of ``data_dir`` for each query, by cosine: ``(docs, indices, scores)``. With
     ``index_dir`` (an evaluation directory of 05) the vectors 05 wrote for this model are reused, searched exactly
     or through a faiss index of ``index_type`` built beside them; without it every document is embedded."""
-    from common.data.documents import Documents
+    from common.data.docs_jsonl import Documents
     if index_type != "exact" and not index_dir:
         raise InputError(f"--index-type {index_type} needs --index EVAL: the faiss index is built beside the "
                          "vectors 05_evaluate.py wrote")
@@ -273,24 +275,3 @@ def search_documents(model_path, data_dir, queries, how, top, index_dir=None, in
         index = ann.open_index(doc_vecs, doc_vecs.filename, index_type)
         indices, scores = ann.search(index, query_vecs, top)
     return docs, indices, scores
-
-
-def add_search_arguments(p):
-    """05 search's flags."""
-    p.add_argument("query", nargs="*", help="query texts")
-    p.add_argument("--model", dest="model_path", required=True, type=cli.reads, help="the model (e.g. RUN/model)")
-    p.add_argument("--data", required=True, type=cli.reads, help="data directory whose docs.jsonl is searched")
-    p.add_argument("--index", default=None, type=cli.reads,
-                   help="evaluation directory from 05_evaluate.py holding this model's vectors of the same documents")
-    p.add_argument("--queries", default=None, type=cli.reads, help="text file, one query per line")
-    p.add_argument("--top", type=cli.number(int, cli.COUNT), default=10, help="documents per query")
-    p.add_argument("--index-type", choices=("exact", *ann.KINDS), default="exact",
-                   help="exact: every document scored (the reference); flat or hnsw: a faiss index (faiss-cpu) "
-                        "built beside --index's vectors on first use; hnsw is approximate and fast past a million "
-                        "documents")
-    p.add_argument("--pooling", choices=("cls", "mean"), default=None,
-                   help="pooling (default: the model's sentence-transformers config, else cls)")
-    p.add_argument("--max-length", type=cli.number(int, cli.LENGTH), default=None,
-                   help="tokens per text (default: the model's setting)")
-    add_batch_arguments(p, 64, "texts")
-    add_precision_arguments(p, "every model")

@@ -14,7 +14,7 @@ from sklearn.metrics import average_precision_score
 
 from common.eval import uncertainty
 from common.eval.wikispecter import read_qrels
-from common.io import InputError, read_jsonl
+from common.io import InputError, number, read_jsonl
 
 QRELS, RATINGS = "similarity.qrels", "similarity.ratings.jsonl"
 
@@ -47,18 +47,21 @@ def ranking(emb, index, qrels):
         rrs.append(1.0 / (1 + int(np.flatnonzero(relevant[order])[0])))
     if not aps:
         return {}, None
-    return {"map": float(np.mean(aps)), "mrr": float(np.mean(rrs))}, uncertainty.means(np.stack([aps, rrs], 1),
-                                                                                      ("map", "mrr"))
+    return {"map": float(np.mean(aps)), "mrr": float(np.mean(rrs))}, uncertainty.means(
+        np.stack([aps, rrs], 1), ("map", "mrr"), ("source document", "source documents"))
 
 
 def read_ratings(path, index):
+    """The rated pairs (positions in ``index``, [n, 2]) and their ratings [n]: ``a`` and ``b`` ids of docs.jsonl,
+    ``score`` a finite JSON number (any scale: Spearman's correlation ranks it); anything else names the line."""
     pairs, scores = [], []
     for lineno, obj in read_jsonl(path, required=("a", "b", "score")):
-        if obj["a"] not in index or obj["b"] not in index:
-            raise InputError(f"{path}:{lineno}: id not in docs.jsonl")
+        for key in ("a", "b"):
+            if not isinstance(obj[key], str) or obj[key] not in index:
+                raise InputError(f"{path}:{lineno}: id {obj[key]!r} (field {key!r}) is not in docs.jsonl")
         pairs.append((index[obj["a"]], index[obj["b"]]))
-        scores.append(float(obj["score"]))
-    return np.array(pairs, dtype=np.int64).reshape(-1, 2), np.array(scores)
+        scores.append(float(number(obj["score"], f"{path}:{lineno}", "score")))
+    return np.array(pairs, dtype=np.int64).reshape(-1, 2), np.array(scores, dtype=np.float64)
 
 
 class Spearman:
@@ -82,7 +85,8 @@ def spearman(emb, pairs, scores):
     unit = _unit(emb.astype(np.float64))
     cosine = (unit[pairs[:, 0]] * unit[pairs[:, 1]]).sum(1)
     return ({"spearman": float(spearmanr(cosine, scores).statistic)},
-            uncertainty.Sample(np.stack([cosine, np.asarray(scores, dtype=np.float64)], 1), Spearman()))
+            uncertainty.Sample(np.stack([cosine, np.asarray(scores, dtype=np.float64)], 1), Spearman(),
+                               unit=("rated pair", "rated pairs")))
 
 
 def evaluate(emb, index, qrels=None, ratings=None):

@@ -20,6 +20,20 @@ at random and the difference recomputed, as ``scipy.stats.permutation_test(permu
 it. Where the units are few (``EXACT_UNITS``) every one of the 2^n swaps is tried, and the smallest p is 2 / 2^n;
 otherwise ``resamples`` random swaps, and the smallest p is 2 / (resamples + 1). For means over queries this is
 Fisher's randomization test as ranx's ``compare`` runs it (Smucker et al. 2007).
+
+An interval is given only where it can mean what a reader takes it to mean, that a difference whose interval
+excludes zero is one chance does not explain (``summarise``; elsewhere ``None`` and a note that says why):
+
+- at least ``MIN_RESAMPLES`` resamples, so that each 2.5 % tail holds a resample and the ends are percentiles, not
+  the extremes (and a random-swap p can fall below 0.05: 2 / 41);
+- at least ``MIN_UNITS`` units (or splits), the fewest over which a paired test can reach p < 0.05 (2 / 2^6 =
+  0.031; with 5 units the smallest p is 0.0625, and one unit gives a zero-width interval and p 1 whatever the
+  models);
+- a figure defined on every resample (a resample without a key sentence has no ARP), and an interval that holds
+  its figure (a percentile interval of a skewed statistic can leave it out).
+
+A difference that is not a number (a figure undefined on the data, such as Spearman's correlation with ratings
+that are all equal) has neither interval nor p, nor has a p whose null differences are not all numbers.
 """
 
 from dataclasses import dataclass
@@ -27,6 +41,10 @@ from dataclasses import dataclass
 import numpy as np
 
 LEVEL = 0.95
+# each 2.5 % tail of at least 1 / 0.025 = 40 resamples holds a resample
+MIN_RESAMPLES = 40
+# the fewest units whose paired sign-flip test reaches p < 0.05: its smallest two-sided p is 2 / 2^n
+MIN_UNITS = 6
 # every one of the 2^n swaps is tried up to this many units (65,536 swaps): exact p-values where they are cheap
 EXACT_UNITS = 16
 # elements of resampled rows held at a time
@@ -62,24 +80,31 @@ class Means(Sums):
 class Sample:
     """What one model's figures on one task are computed from: ``values`` [n, k], a row per unit (``splits``:
     per split, the figures themselves, the protocol's split first), and ``statistic``, rows [..., n, k] →
-    {figure: [...]}, with the figures' ``names``."""
+    {figure: [...]}, with the figures' ``names``; ``unit`` names a unit in the notes, as (one, several)."""
     values: np.ndarray
     statistic: object
     splits: bool = False
+    unit: tuple = ("unit", "units")
 
     @property
     def names(self):
         return self.statistic.names
 
+    def count(self):
+        """How many units, in words: "1 query", "5 test articles"."""
+        n = len(self.values)
+        return f"{n:,} {self.unit[n != 1]}"
 
-def means(values, names):
+
+def means(values, names, unit=("unit", "units")):
     """A Sample of figures that are means of ``values`` (a row per unit, a column per name)."""
-    return Sample(np.asarray(values, dtype=np.float64).reshape(-1, len(names)), Means(names))
+    return Sample(np.asarray(values, dtype=np.float64).reshape(-1, len(names)), Means(names), unit=unit)
 
 
 def splits(values, names):
     """A Sample of figures measured on several splits (a row per split, the protocol's first)."""
-    return Sample(np.asarray(values, dtype=np.float64).reshape(-1, len(names)), Means(names), splits=True)
+    return Sample(np.asarray(values, dtype=np.float64).reshape(-1, len(names)), Means(names), splits=True,
+                  unit=("split", "splits"))
 
 
 def draws(n, resamples, seed, width=1):
@@ -124,6 +149,25 @@ def interval(x, splits=False):
     return [float(v) for v in np.percentile(x, ends)]
 
 
+def holds(ci, value):
+    """Whether the interval ``ci`` holds ``value``, up to the rounding of a figure computed two ways (a mean over
+    the units, and the same mean from their sums)."""
+    slack = 1e-9 * max(1.0, abs(value))
+    return ci[0] - slack <= value <= ci[1] + slack
+
+
+def too_few(sample, resamples, task):
+    """Why no interval or p can be given over ``sample``'s units, the task's ``task`` ("" where they can): a
+    bootstrap's resamples fewer than ``MIN_RESAMPLES`` (every task's), units (or splits) fewer than
+    ``MIN_UNITS``."""
+    if not sample.splits and resamples < MIN_RESAMPLES:
+        return f"--resamples {resamples:,}: fewer than {MIN_RESAMPLES}, too few for the 2.5 % and 97.5 % ends"
+    if len(sample.values) < MIN_UNITS:
+        return (f"{task}: {sample.count()}, fewer than {MIN_UNITS}: no paired test over so few reaches p < 0.05 "
+                f"(the smallest is 2 / 2^{len(sample.values)})")
+    return ""
+
+
 def swaps(n, permutations, seed):
     """Boolean masks ``[rows, n]`` of the units whose two rows are swapped, a chunk at a time: all 2^n of them
     where ``n <= EXACT_UNITS``, else ``permutations`` random ones from a stream spawned from ``seed`` (None where
@@ -146,7 +190,8 @@ def permutation_p(a, b, statistic, permutations, seed):
     """Two-sided p-values, {name: p}, of the paired permutation test of ``statistic(a) - statistic(b)`` (``a``, ``b``
     [n, k], row i of each the same unit), as ``scipy.stats.permutation_test((a, b), …,
     permutation_type="samples")``: twice the smaller tail, each tail counting the null values at least as extreme
-    within scipy's relative tolerance, + 1 over + 1 when the swaps are drawn at random; {} where there are none."""
+    within scipy's relative tolerance, + 1 over + 1 when the swaps are drawn at random; {} where there are no
+    swaps. None where the difference, or the difference on some swap, is not a number: the test is undefined."""
     n = len(a)
     chunks, exact, total = swaps(n, permutations, seed)
     if chunks is None:
@@ -154,6 +199,7 @@ def permutation_p(a, b, statistic, permutations, seed):
     observed = {name: x - y for (name, x), y in zip(statistic(a).items(), statistic(b).values())}
     low = {name: 0 for name in observed}
     high = dict(low)
+    defined = {name: bool(np.isfinite(value)) for name, value in observed.items()}
     sum_a, sum_b, change = a.sum(0), b.sum(0), b - a
     for mask in chunks:
         if isinstance(statistic, Sums):  # the swapped units move their difference from one side's sums to the other
@@ -164,12 +210,13 @@ def permutation_p(a, b, statistic, permutations, seed):
             first, second = statistic(np.where(m, b, a)), statistic(np.where(m, a, b))
         for name, value in observed.items():
             null = first[name] - second[name]
+            defined[name] = defined[name] and bool(np.isfinite(null).all())
             gamma = abs(np.finfo(np.float64).eps * 100 * value)
             low[name] += int(np.count_nonzero(null <= value + gamma))
             high[name] += int(np.count_nonzero(null >= value - gamma))
     extra = 0 if exact else 1
     return {name: float(min(1.0, 2 * min(low[name] + extra, high[name] + extra) / (total + extra)))
-            for name in observed}
+            if defined[name] else None for name in observed}
 
 
 def difference_name(a, b):
@@ -181,17 +228,32 @@ def is_difference(row):
     return " - " in row
 
 
-def _spreads(group, resamples, seed):
+def _spreads(group, resamples, seed, task):
     """What the intervals of one task's figures are taken over, for the models whose samples are ``group``
-    (the same units or splits each): {figure: [model, values]}; None without resamples or with a single split."""
+    (the same units or splits each): ``({figure: [model, values]}, "")``; ``(None, why)`` where an interval was
+    asked for and cannot be given (``too_few``); ``(None, "")`` where none was asked for (``--resamples 0``, a
+    single split)."""
     first = group[0]
+    if len(first.values) < 2 if first.splits else not resamples:
+        return None, ""
+    why = too_few(first, resamples, task)
+    if why:
+        return None, why
     if first.splits:
-        if len(first.values) < 2:
-            return None
-        return {name: np.stack([s.values[:, j] for s in group]) for j, name in enumerate(first.names)}
-    if not resamples:
-        return None
-    return bootstrap(np.stack([s.values for s in group]), first.statistic, resamples, seed)
+        return {name: np.stack([s.values[:, j] for s in group]) for j, name in enumerate(first.names)}, ""
+    return bootstrap(np.stack([s.values for s in group]), first.statistic, resamples, seed), ""
+
+
+def _shown(ci, value, where, notes):
+    """``ci``, the interval of the figure ``value``, where it can be shown; else None, with a note on ``notes``."""
+    if ci is None:
+        notes.append(f"{where}: undefined on some resamples, so no percentile interval")
+    elif not holds(ci, value):
+        notes.append(f"{where}: the 2.5th and 97.5th percentiles of its resamples leave the figure out (a statistic "
+                     "skewed on these units), so no interval")
+    else:
+        return ci
+    return None
 
 
 def summarise(metrics, samples, pairs, resamples, seed):
@@ -199,19 +261,30 @@ def summarise(metrics, samples, pairs, resamples, seed):
     ``"<figure>_ci": [low, high]``, and a row per comparison of ``pairs`` [(a, b)], ``"a - b": {task: {figure: a − b,
     "<figure>_ci": [low, high], "<figure>_p": p}}``, over the tasks both have samples of. ``samples`` = {model:
     {task: [Sample]}}. Without ``resamples`` the units' figures get neither interval nor p-value, and a single
-    split gives the topics' neither."""
-    spreads = {}
+    split gives the topics' neither. Where one was asked for and cannot be given (the module's rules), it is None.
+    Returns ``(metrics, notes)``, ``notes`` a line for each reason an interval or p is None."""
+    notes = []
+    spreads, why = {}, {}
     for task in sorted({task for found in samples.values() for task in found}):
         models = [model for model in samples if task in samples[model]]
         for position in range(len(samples[models[0]][task])):
             group = [samples[model][task][position] for model in models]
-            found = _spreads(group, resamples, seed)
+            found, reason = _spreads(group, resamples, seed, task)
+            if reason:
+                notes.append(reason)
             for i, model in enumerate(models):
                 spreads[model, task, position] = found and {name: x[i] for name, x in found.items()}
+                why[model, task, position] = reason
     out = {model: {task: dict(values) for task, values in tasks.items()} for model, tasks in metrics.items()}
     for (model, task, position), found in spreads.items():
-        splits = samples[model][task][position].splits
-        out[model][task].update({f"{name}_ci": interval(x, splits) for name, x in (found or {}).items()})
+        sample = samples[model][task][position]
+        figures = out[model][task]
+        if why[model, task, position]:
+            figures.update({f"{name}_ci": None for name in sample.names})
+        for name, x in (found or {}).items():
+            value = metrics[model][task][name]
+            figures[f"{name}_ci"] = None if not np.isfinite(value) else _shown(
+                interval(x, sample.splits), value, f"{model}: {task} {name}", notes)
     for a, b in pairs:
         row = {}
         for task in [task for task in metrics[a] if task in samples.get(a, {}) and task in samples.get(b, {})]:
@@ -219,12 +292,26 @@ def summarise(metrics, samples, pairs, resamples, seed):
             for position, (first, second) in enumerate(zip(samples[a][task], samples[b][task])):
                 found.update({name: metrics[a][task][name] - metrics[b][task][name] for name in first.names})
                 spread_a, spread_b = spreads[a, task, position], spreads[b, task, position]
+                if why[a, task, position]:
+                    found.update({f"{key}_{end}": None for end in ("ci", "p") for key in first.names})
                 if spread_a is None:
                     continue
-                found.update({f"{name}_ci": interval(spread_a[name] - spread_b[name], first.splits)
-                              for name in first.names})
                 tested = permutation_p(first.values, second.values, first.statistic, resamples, seed)
-                found.update({f"{name}_p": p for name, p in tested.items()})
+                cis, ps = {}, {}
+                for name in first.names:
+                    where = f"{a} − {b}: {task} {name}"
+                    if not np.isfinite(found[name]):
+                        notes.append(f"{where}: the difference is not a number (a figure is undefined), so it has "
+                                     "no interval and no p")
+                        cis[f"{name}_ci"] = ps[f"{name}_p"] = None
+                        continue
+                    cis[f"{name}_ci"] = _shown(interval(spread_a[name] - spread_b[name], first.splits), found[name],
+                                               where, notes)
+                    if name in tested:
+                        ps[f"{name}_p"] = tested[name]
+                        if tested[name] is None:
+                            notes.append(f"{where}: the difference is not a number on some swaps, so no p")
+                found.update({**cis, **ps})
         if row:
             out[difference_name(a, b)] = row
-    return out
+    return out, list(dict.fromkeys(notes))

@@ -9,6 +9,7 @@ import numpy as np
 from common.io import InputError, read_jsonl, read_trec_qrels, safe_name
 from common.eval import uncertainty
 from common.eval.metrics import ranking_metrics
+from common.pool import Background
 
 SNOWBALL = {"fi": "finnish", "en": "english", "sv": "swedish", "de": "german", "fr": "french", "es": "spanish",
             "it": "italian", "nl": "dutch", "da": "danish", "no": "norwegian", "nb": "norwegian", "pt": "portuguese",
@@ -28,7 +29,8 @@ def read_qrels(path, index):
 def scored(qrels, run):
     """MAP and nDCG of ``run`` as trec_eval computes them, and their per-query values as a ``uncertainty.Sample``."""
     found, per_query = ranking_metrics(qrels, run)
-    return found, uncertainty.means([[q["map"], q["ndcg"]] for q in per_query.values()], ("map", "ndcg"))
+    return found, uncertainty.means([[q["map"], q["ndcg"]] for q in per_query.values()], ("map", "ndcg"),
+                                ("query", "queries"))
 
 
 def crossref(emb, index, qrels):
@@ -80,7 +82,7 @@ def read_topics(data_dir, level, index):
         path = os.path.join(data_dir, f"topics.{level}.{part}.jsonl")
         rows[part] = []
         for lineno, obj in read_jsonl(path, required=("id", "label")):
-            if obj["id"] not in index:
+            if not isinstance(obj["id"], str) or obj["id"] not in index:
                 raise InputError(f"{path}:{lineno}: id {obj['id']!r} is not in docs.jsonl")
             if not isinstance(obj["label"], str):
                 raise InputError(f"{path}:{lineno}: field 'label' must be a string")
@@ -148,26 +150,54 @@ def stratifiable(rows):
     return bool(counts.min() >= 2 and min(len(rows["test"]), len(rows["train"])) >= len(counts))
 
 
-def resplits(emb, index, rows, n, seed=42):
-    """The topic figures (``topics``' macro F1 and accuracy) on ``n`` stratified re-splits of the same labelled
+def splits_of(rows, n, seed=42):
+    """The protocol's split (``rows``, ``read_topics``') and ``n`` stratified re-splits of the same labelled
     documents (training and test together, the protocol's test share kept: scikit-learn's
-    ``StratifiedShuffleSplit`` seeded with ``seed``; the rows must be ``stratifiable``), with the same classifier
-    and choice of C: ``[n, 2]``. Every model's vectors meet the same splits."""
+    ``StratifiedShuffleSplit`` seeded with ``seed``; the rows must be ``stratifiable`` where ``n`` > 0), each as
+    rows: every model meets the same splits."""
     from sklearn.model_selection import StratifiedShuffleSplit
+    if not n:
+        return [rows]
     pairs = rows["train"] + rows["test"]
     labels = [label for _, label in pairs]
-    n_test = len(rows["test"])
-    found = []
-    for train, test in StratifiedShuffleSplit(n, test_size=n_test, random_state=seed).split(labels, labels):
-        split = {"train": [pairs[i] for i in train], "test": [pairs[i] for i in test]}
-        metrics = topics(emb, index, split, seed)[0]
-        found.append((metrics["f1"], metrics["accuracy"]))
-    return np.array(found, dtype=np.float64).reshape(n, 2)
+    return [rows] + [{"train": [pairs[i] for i in train], "test": [pairs[i] for i in test]}
+                     for train, test in StratifiedShuffleSplit(n, test_size=len(rows["test"]),
+                                                               random_state=seed).split(labels, labels)]
 
 
-def token_lengths(tokenizer, texts, batch=4096):
-    """Each text's token count under ``tokenizer``, special tokens included and nothing truncated."""
-    lengths = []
-    for start in range(0, len(texts), batch):
-        lengths.extend(map(len, tokenizer(texts[start:start + batch], add_special_tokens=True)["input_ids"]))
-    return np.array(lengths, dtype=np.int64)
+def resplits(emb, index, rows, n, seed=42):
+    """The topic figures (``topics``' macro F1 and accuracy) on the ``n`` re-splits of ``splits_of``, with the same
+    classifier and choice of C: ``[n, 2]``."""
+    found = [topics(emb, index, split, seed)[0] for split in splits_of(rows, n, seed)[1:]]
+    return np.array([(m["f1"], m["accuracy"]) for m in found], dtype=np.float64).reshape(n, 2)
+
+
+def _classify_each(emb, index, splits, seed):
+    return [topics(emb, index, split, seed) for split in splits]
+
+
+def start_topics(emb, index, splits, seed=42, processes=None):
+    """``topics`` on every split of ``splits``, started in ``processes`` forked processes (as many as this process
+    has cores where None), each a share of the splits, so that they run while the caller goes on (each split is
+    one LinearSVC grid search, single-threaded in liblinear). Returns a function that waits for them and returns
+    ``topics``' result of each split, in order; each split is classified as it would be alone, so the figures do
+    not depend on the processes."""
+    processes = min(processes or len(os.sched_getaffinity(0)), len(splits))
+    shares = [Background(_classify_each, emb, index, splits[k::processes], seed) for k in range(processes)]
+
+    def results():
+        found = [share.result() for share in shares]
+        return [found[i % processes][i // processes] for i in range(len(splits))]
+    return results
+
+
+def token_lengths(tokenizer, texts, batch=4096, cut=None, known=None):
+    """Each text's token count under ``tokenizer``, special tokens included and nothing truncated. ``known``, the
+    counts of the same texts cut at ``cut`` tokens (as the embedding tokenised them), are kept where they fall
+    below the cut: only the texts that reach it are tokenised again."""
+    lengths = np.array(known, dtype=np.int64) if known is not None else np.full(len(texts), cut or 0, np.int64)
+    again = np.flatnonzero(lengths >= (cut or 0)) if known is not None else np.arange(len(texts))
+    for start in range(0, len(again), batch):
+        part = again[start:start + batch]
+        lengths[part] = list(map(len, tokenizer([texts[i] for i in part], add_special_tokens=True)["input_ids"]))
+    return lengths

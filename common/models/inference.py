@@ -9,7 +9,6 @@ import numpy as np
 import torch
 
 from common.models.batching import length_batches, token_budget
-from common.models.threads import Threads
 
 
 def default_device():
@@ -37,6 +36,14 @@ def _attention(transformer, implementation):
         transformer.set_attn_implementation(before)
 
 
+def _threads(device):
+    """On a CPU, the thread count each batch runs with (``cpu.Threads``); elsewhere nothing."""
+    if device.type != "cpu":
+        return contextlib.nullcontext()
+    from common.models.cpu import Threads
+    return Threads()
+
+
 @torch.inference_mode()
 def embed(encoder, store, batch_size=64, batch_tokens=None, progress=None, rows=None, out=None):
     """Embeddings of every text in ``store`` (or of positions ``rows``), float32 ``[N, d]``, in the store's order.
@@ -47,7 +54,7 @@ def embed(encoder, store, batch_size=64, batch_tokens=None, progress=None, rows=
     are never held whole in memory; without it a new array is returned. On a GPU the encoder runs in bfloat16 and,
     where flash attention is installed, on unpadded batches. On a CPU it runs in bfloat16 autocast where the encoder
     is ``precision.encoder_for``'s bf16 view (``encoder.bf16``), each batch with every thread torch has unless
-    ``threads.Threads`` sees the cores shared and finds fewer faster."""
+    ``cpu.Threads`` sees the cores shared and finds fewer faster."""
     device = next(encoder.parameters()).device
     encoder.eval()
     rows = np.arange(len(store)) if rows is None else np.asarray(rows)
@@ -57,14 +64,14 @@ def embed(encoder, store, batch_size=64, batch_tokens=None, progress=None, rows=
     with _attention(encoder.transformer, "flash_attention_2" if packed else
                     encoder.transformer.config._attn_implementation), \
             torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda" or encoder.bf16), \
-            Threads(active=device.type == "cpu") as threads:
+            _threads(device) as threads:
         for idx in length_batches(store.lengths()[rows], batch_size, token_budget(batch_tokens, device.type)):
             if packed:
                 ids, lengths = store.packed(rows[idx])
-                vectors = encoder.embed_packed(ids.to(device), lengths.to(device))
+                vectors = encoder.embed_packed(ids.to(device), lengths)
             else:
                 ids, mask = store.pad(rows[idx])
-                with threads.batch(ids.numel()):
+                with threads.batch(ids.numel()) if threads else contextlib.nullcontext():
                     vectors = encoder.embed(ids.to(device), mask.to(device))
             out[idx] = vectors.float().cpu().numpy()
             if progress is not None:

@@ -13,7 +13,8 @@
 ``encoder_for`` gives the encoder that embeds in a precision: the float32 one itself, a view of it that ``embed`` runs
 under bf16 autocast (``Encoder.bf16``: a shallow copy sharing every weight), or an int8 copy. Any precision but
 float32 prints, and where the command writes a manifest records, the mean cosine of its vectors to float32's over
-the first ``AGREEMENT_SAMPLE`` texts (``agreement``).
+the first ``AGREEMENT_SAMPLE`` texts (``agreement``). A training run's precision is Accelerate's; ``training_line``
+says it at the run's start.
 """
 
 import copy
@@ -94,3 +95,17 @@ def add_precision_arguments(p, what):
                             "only); the mean cosine of the documents' vectors to float32's (about 0.99) is printed "
                             "(and kept in the manifest where the command writes one); docs/benchmarks.md gives the "
                             "metric change")
+
+
+def training_line(accelerator):
+    """The precision a run trains under, as Accelerate resolved it (``accelerate launch --mixed_precision``,
+    ``accelerate config`` or ACCELERATE_MIXED_PRECISION), and the device: one line for the log's start."""
+    import torch
+    device = accelerator.device
+    where = f"{device}" + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "")
+    mode = accelerator.mixed_precision
+    if mode == "no":
+        return f"precision: fp32 on {where}"
+    scaling = ", dynamic loss scaling" if mode == "fp16" else ""
+    return (f"precision: {mode} mixed precision on {where} (autocast{scaling}; weights, optimizer state, pooled "
+            "vectors and losses in float32)")

@@ -5,7 +5,7 @@ import os
 import shutil
 
 from common.io import InputError
-from common.folders import create, private_dir
+from common.folders import create, entries, private_dir, put_written
 
 INFO = "docembed.json"
 CARD = "README.md"  # the model card, as the hub and sentence-transformers name it
@@ -33,16 +33,17 @@ def save_model(encoder, tokenizer, path, max_length, info=None, extra=None, card
     and length it was trained with. ``extra(folder)`` may add files (an objective's heads); ``card``, a
     ``huggingface_hub.ModelCard`` (``common/models/card.py``), is written as ``README.md``. Written to a private
     folder beside it (``folders.private_dir``: in the run folder, for RUN/model and RUN/epoch_K) and moved into
-    place; a folder that is not a model saved here is never replaced. A model folder that is a command's whole
-    ``--out`` is saved with ``save_model_files`` instead."""
+    place: whole where the folder held only the files this save writes, else file by file, so that a file it does
+    not write (a user's notes) stays (``folders.put_written``); a folder that is not a model saved here is never
+    replaced. A model folder that is a command's whole ``--out`` is saved with ``save_model_files`` instead."""
     check_replaceable(path)
     parent, name = os.path.split(os.path.abspath(path))
     private = private_dir(parent)
     try:
-        _save(encoder, tokenizer, os.path.join(private, name), max_length, info, extra, card)
-        if os.path.lexists(path):
-            os.replace(path, os.path.join(private, name + ".old"))  # a link is moved as a link, never followed
-        os.replace(os.path.join(private, name), path)
+        staged = os.path.join(private, name)
+        _save(encoder, tokenizer, staged, max_length, info, extra, card)
+        written = entries(staged)
+        put_written(staged, path, written, written)
     finally:
         shutil.rmtree(private, ignore_errors=True)
 

@@ -19,8 +19,8 @@ the chunked sliding-window product whatever the length; here each padded batch r
 Global tokens add their rows (their keys and values gathered once a layer, appended to every block's) and an SDPA
 call of their own over the whole text through the global projections, whose rows replace theirs, as transformers'
 do. Attention-probability dropout in training keeps transformers' distribution (each probability kept with
-probability 1 − p and scaled by 1 / (1 − p), the global ones too); on a CPU its mask comes from
-``dropout.keep_mask`` (``dropout.DroppedAttention``), elsewhere from SDPA. The rest of each layer is the model's
+probability 1 − p and scaled by 1 / (1 − p), the global ones too), drawn by SDPA, or by the attention module's
+``dropped_attention`` where the CPU layer put one (``cpu.install``). The rest of each layer is the model's
 own modules, so gradient checkpointing (``activation_checkpointing_enable``) checkpoints each layer as transformers
 does, an int8 copy (``quantize.py``) runs its quantised Linear layers, and the weights and saved folders stay a
 standard ``LongformerModel``'s. Padding rows hold finite values, not transformers' (theirs read no attention).
@@ -30,8 +30,6 @@ import functools
 
 import torch
 import torch.nn.functional as F
-
-from common.models.dropout import DroppedAttention, keep_mask
 
 # queries per block of the sliding-window attention; measured in docs/benchmarks.md ("Longformer attention")
 BLOCK = 128
@@ -136,11 +134,11 @@ def _to_blocks(x, plan):
     return F.pad(x, (0, 0, 0, missing)) if missing else x
 
 
-def _attend(q, k, v, mask, p):
+def _attend(module, q, k, v, mask, p):
     """softmax(q kᵀ / √d + mask) v with attention dropout p; q, k, v ``[N, heads, rows, d]``."""
-    if 0 < p < 1 and q.device.type == "cpu" and not torch.is_autocast_enabled("cpu"):
-        keep = keep_mask((*q.shape[:-1], k.shape[-2]), p, q.dtype)
-        return DroppedAttention.apply(q * q.shape[-1] ** -0.5, k, v, mask, keep)
+    dropped = getattr(module, "dropped_attention", None)
+    if dropped is not None:
+        return dropped(q, k, v, mask, p)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
 
 
@@ -152,7 +150,7 @@ def self_attention(module, hidden, batch):
     query, key, value = module.query(hidden), module.key(hidden), module.value(hidden)
     plan = batch.plan(w, query.dtype)
     if plan.kind != "blocks":
-        out = _attend(_heads(query, heads), _heads(key, heads), _heads(value, heads), plan.mask, p)
+        out = _attend(module, _heads(query, heads), _heads(key, heads), _heads(value, heads), plan.mask, p)
         out = out.transpose(1, 2).reshape(n, width, dim)
     else:
         blocks, size = plan.blocks, plan.size
@@ -161,13 +159,13 @@ def self_attention(module, hidden, batch):
         if batch.is_global is not None:  # every block also reads the global keys, through the local projections
             k, v = (torch.cat([t, _heads(_gather(x, batch), heads).repeat_interleave(blocks, 0)], dim=2)
                     for t, x in ((k, key), (v, value)))
-        out = _attend(q, k, v, plan.mask, p).transpose(1, 2).reshape(n, blocks * size, dim)[:, :width]
+        out = _attend(module, q, k, v, plan.mask, p).transpose(1, 2).reshape(n, blocks * size, dim)[:, :width]
     if batch.is_global is None:
         return out
     # the global tokens' own rows: every real token through the global projections
     q = _heads(module.query_global(_gather(hidden, batch)), heads)
     k, v = _heads(module.key_global(hidden), heads), _heads(module.value_global(hidden), heads)
-    rows = _attend(q, k, v, batch.bias(batch.valid[:, None, None, :], q.dtype), p)
+    rows = _attend(module, q, k, v, batch.bias(batch.valid[:, None, None, :], q.dtype), p)
     rows = rows.transpose(1, 2).reshape(n, batch.slots, dim)[batch.filled]
     return out.index_put((batch.global_rows, batch.global_columns), rows)
 

@@ -32,3 +32,11 @@ def all_gather(tensor):
     parts = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
     dist.all_gather(parts, tensor.contiguous())
     return torch.cat(parts)
+
+
+def any_process(accelerator, flag):
+    """Whether ``flag`` holds in any process (SIGTERM reached one): every process then stops together."""
+    if accelerator.num_processes == 1:
+        return flag
+    found = torch.tensor(float(flag), device=accelerator.device)
+    return accelerator.reduce(found, reduction="sum").item() > 0

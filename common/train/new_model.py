@@ -13,7 +13,7 @@ import torch
 from common import cli
 from common.io import InputError, read_json
 from common.models.loading import check_model_json, load_errors, load_pretrained
-from common.train.masked_lm import check_nsp
+from common.models.masked_lm import check_nsp
 
 
 def configuration(model_type, config_name, config_overrides):

@@ -8,8 +8,8 @@ that reads long documents learns from a structural teacher (Sentence-BERT vector
 | teachers | ``TEACH/sbert.npy`` (t), ``TEACH/pv.npy`` (t_C), ``TEACH/lengths.npy``, in that order  |
 | loss     | per document ``λ_i·L_S(y_i, t_i) + (1 − λ_i)·L_C``, ``λ_i = λ·[length_i ≤ max]``        |
 
-``L_S`` is one of ``common/train/structural.py``'s losses over the documents the mask keeps; ``L_C`` is SoftCCA
-(``common/train/softcca.py``) between ``f_S(y)`` and ``f_C(t_C)``. ``--no-weighting`` is the thesis's public code
+``L_S`` is one of ``common/distill/structural.py``'s losses over the documents the mask keeps; ``L_C`` is SoftCCA
+(``common/distill/softcca.py``) between ``f_S(y)`` and ``f_C(t_C)``. ``--no-weighting`` is the thesis's public code
 after its final runs: ``mask_i·L_S + L_C``. The projection heads and SoftCCA's running covariances belong to the
 module trained, so they are optimised, checkpointed and resumed with the student; RUN/model is the student, the
 heads in ``heads.safetensors`` beside it.
@@ -21,15 +21,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from common.data.documents import Documents
+from common.data.docs_jsonl import Documents
 from common.distill import teachers
 from common.io import InputError
-from common.models import card
 from common.models.tokens import TokenStore
-from common.train.objectives import Objective
+from common.train.objectives.base import Objective
 from common import cli
-from common.train.softcca import SoftCCA, projection, projection_blocks
-from common.train.structural import STRUCTURAL_LOSSES, structural_loss
+from common.distill.softcca import SoftCCA, projection, projection_blocks
+from common.distill.structural import STRUCTURAL_LOSSES, structural_loss
 
 # The thesis's three final models (§5.1); their contextual teachers are 04_distill.py teachers' PV presets.
 PRESETS = {
@@ -82,49 +81,43 @@ class DistillObjective(Objective):
     defaults = {"lr": 3e-5, "batch_size": 6, "grad_accum": 10, "epochs": 1, "warmup": 500, "schedule": "cosine",
                 "weight_decay": 0.01, "pooling": "mean", "max_length": 4096, "normalize": False, "drop_last": True,
                 "length_buckets": 10}
+    presets, preset = PRESETS, "mse-contextual"
     result_args = ("teachers", "preset", "structural_loss", "gamma", "lam", "max_structural_length",
                    "student_projection", "teacher_projection", "beta", "delta", "no_weighting")
-    method = card.Method(
-        "teacher–student distillation",
-        "distilled after Burian (2023, master thesis \"Document embedding using Transformers\"): a student that "
-        "reads long documents learns from a structural teacher (Sentence-BERT vectors of each document, the "
-        "structural loss) and a contextual teacher (Paragraph Vector, through SoftCCA on projections of both).",
-        ("distillation", "long-documents"), ("burian",))
 
     @classmethod
     def add_arguments(cls, parser):
         parser.add_argument("--teachers", required=True, type=cli.reads,
                             help="teacher vectors from 04_distill.py teachers")
-        parser.add_argument("--preset", choices=tuple(PRESETS), default="mse-contextual",
-                            help="the thesis's final models (§5.1): fills the loss flags below that are not given")
-        parser.add_argument("--structural-loss", choices=STRUCTURAL_LOSSES, default=None,
-                            help="L_S: cos, mse, or max-margin (mm-) with --gamma [preset]")
-        parser.add_argument("--gamma", type=cli.number(float, cli.NON_NEGATIVE), default=None,
-                            help="max-margin weight of the negatives [preset]")
-        parser.add_argument("--lambda", dest="lam", type=cli.number(float, cli.SHARE), default=None,
-                            help="λ: weight of L_S on documents the mask keeps, 1 − λ of L_C [preset]")
-        parser.add_argument("--max-structural-length", type=cli.number(int, cli.between(0, 1 << 17)), default=None,
+        parser.add_argument("--preset", choices=tuple(PRESETS), default=cls.preset,
+                            help="the thesis's final models (§5.1): their values are the defaults of the loss flags "
+                                 "below (--preset NAME --help shows them)")
+        parser.add_argument("--structural-loss", choices=STRUCTURAL_LOSSES,
+                            help="L_S: cos, mse, or max-margin (mm-) with --gamma")
+        parser.add_argument("--gamma", type=cli.number(float, cli.LOSS_CONSTANT),
+                            help="max-margin weight of the negatives")
+        parser.add_argument("--lambda", dest="lam", type=cli.number(float, cli.SHARE),
+                            help="λ: weight of L_S on documents the mask keeps, 1 − λ of L_C")
+        parser.add_argument("--max-structural-length", type=cli.number(int, cli.between(0, 1 << 17)),
                             help="L_S only for documents of at most this many structural-teacher tokens (the "
-                                 "teacher's context); 0: every document [preset]")
-        parser.add_argument("--student-projection", default=None,
+                                 "teacher's context); 0: every document")
+        parser.add_argument("--student-projection",
                             help="f_S: Linear output sizes, x-separated, '(relu)' after an activated one, e.g. "
-                                 "768(relu)x4096(relu)x2048; '' = identity [preset]")
-        parser.add_argument("--teacher-projection", default=None, help="f_C, the same way [preset]")
+                                 "768(relu)x4096(relu)x2048; '' = identity")
+        parser.add_argument("--teacher-projection", help="f_C, the same way")
         parser.add_argument("--beta", type=cli.number(float, cli.SHARE), default=0.95,
                             help="SoftCCA running-covariance decay (thesis)")
-        parser.add_argument("--delta", type=cli.number(float, cli.NON_NEGATIVE), default=0.03,
+        parser.add_argument("--delta", type=cli.number(float, cli.LOSS_CONSTANT), default=0.03,
                             help="SoftCCA weight of the SDL terms (thesis)")
         parser.add_argument("--no-weighting", action="store_true",
                             help="mask·L_S + L_C (the thesis's public code after its final runs) instead of the "
                                  "thesis's λ-weighted sum")
 
     @classmethod
-    def complete_args(cls, args):
-        for key, value in PRESETS[args.preset].items():
-            if getattr(args, key) is None:
-                setattr(args, key, value)
+    def check_args(cls, args):
         projection_blocks(args.student_projection, "--student-projection")
         projection_blocks(args.teacher_projection, "--teacher-projection")
+        super().check_args(args)
 
     def uses_contextual(self):
         args = self.args
@@ -184,20 +177,6 @@ class DistillObjective(Objective):
         y, contextual = model(batch["groups"], batch["index"], batch.get("contextual"))
         structural = structural_loss(y, batch["structural"], batch["mask"], args.structural_loss, args.gamma)
         return combine(structural, contextual, batch["mask"], args.lam, args.no_weighting)
-
-    def card_details(self):
-        from common import io
-        details = {"citations": ["longformer"] if self.encoder.transformer.config.model_type == "longformer" else []}
-        if self.uses_contextual():
-            details["notes"] = ["`heads.safetensors` beside the model holds the projection heads and SoftCCA's state "
-                                "of training; the embedding does not use them."]
-        teacher = io.read_manifest(self.args.teachers).get("args") or {}
-        if teacher:
-            details["teachers"] = {"structural": teacher.get("teacher"),
-                                   "structural_max_length": teacher.get("teacher_max_length"),
-                                   "contextual": f"Paragraph Vector {teacher.get('pv')}, "
-                                                 f"{teacher.get('pv_vector_size')}d"}
-        return details
 
     def save_extra(self, model, directory):
         from safetensors.torch import save_file

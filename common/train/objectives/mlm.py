@@ -16,11 +16,11 @@ example), so a resumed run and any number of processes see the same masks. Valid
 "val", example), so validation losses of different steps compare the same task; perplexity is exp of the
 token-weighted mean loss.
 
-The model is ``common/train/masked_lm.py``'s ``MaskedLM`` (the vocabulary projection and, in a BERT, most of the last
-layer on the masked positions only); the blocks and the masking are ``common/train/masking.py``'s. RUN/model is
-the masked-LM model (encoder and head, ``save_pretrained``) with sentence-transformers files for mean pooling:
-``AutoModel`` and ``SentenceTransformer`` load the encoder from it and drop the head, so 05 scores the adapted
-encoder and stage 2 starts from it.
+The model is ``common/models/masked_lm.py``'s ``MaskedLM`` (on a CPU, ``cpu.MaskedPositionsLM``: the vocabulary
+projection and, in a BERT, most of the last layer on the masked positions only); the blocks and the masking are
+``common/train/masking.py``'s. RUN/model is the masked-LM model (encoder and head, ``save_pretrained``) with
+sentence-transformers files for mean pooling: ``AutoModel`` and ``SentenceTransformer`` load the encoder from it and
+drop the head, so 05 scores the adapted encoder and stage 2 starts from it.
 
 With ``--nsp``, BERT's pre-training as a whole (Devlin et al. 2019, §3.1): the masked LM on pairs of segments A and
 B cut from one document at sentence boundaries (``common/train/nsp.py``, after BERT's ``create_pretraining_data.py``)
@@ -44,18 +44,18 @@ import numpy as np
 import torch
 
 from common import cli
-from common.data.documents import Documents
+from common.data.docs_jsonl import Documents
 from common.data.retrieval import read_split_ids
 from common.io import InputError
-from common.models import card
 from common.models.loading import load_pretrained, load_weights
 from common.train import losses, nsp
-from common.train.masked_lm import MaskedLM, check_nsp
+from common.models.masked_lm import MaskedLM, check_nsp
 from common.train.masking import IGNORE, Part, mask_tokens, tokenize
 from common.train.new_model import configuration, new_model
-from common.train.objectives import Objective
+from common.train.objectives.base import Objective
 
 VAL = int.from_bytes(b"val", "little")  # the "epoch" of validation masks: fixed for the whole run
+NSP_MIN_LENGTH = 5  # [CLS] A [SEP] B [SEP], a token in each segment
 
 
 class MLMObjective(Objective):
@@ -67,23 +67,6 @@ class MLMObjective(Objective):
                    "mlm_docs", "validation_split", "model_type", "config_name", "config_overrides", "tokenizer_name",
                    "vocab_size", "lowercase", "nsp", "short_seq_prob")
     speed_args = ("cache_dir",)
-    method = card.Method(
-        "masked-language-model training",
-        "trained on the corpus's texts with BERT's masked-language-model objective (Devlin et al. 2019) and the "
-        "defaults of transformers' `run_mlm_no_trainer.py`: from a pretrained model, the domain adaptation of the "
-        "paper-search method's stage 1; from a new one, pretraining. It was not trained for similarity: its pooled "
-        "vectors are the encoder's, a start for fine-tuning (`--objective mnrl`, `--objective triplet`).",
-        ("mlm", "fill-mask"), ("bert",), similarity=False, inputs="texts as they are")
-    nsp_method = card.Method(
-        "masked-language-model and next-sentence-prediction training",
-        "trained on the corpus's texts with both of BERT's pre-training objectives (Devlin et al. 2019, §3.1): the "
-        "masked language model, and next-sentence prediction, a two-way classifier on BERT's pooler over `[CLS]` "
-        "that tells whether segment B of a pair followed segment A in one document or was cut from another "
-        "(pairs cut as BERT's `create_pretraining_data.py` cuts them, with token types 0 and 1). Its `[CLS]` vector "
-        "has thus been trained before any fine-tuning, as BERT's was; it was not trained for similarity: its "
-        "pooled vectors are the encoder's, a start for fine-tuning (`--objective mnrl`, `--objective triplet`).",
-        ("mlm", "nsp", "fill-mask"), ("bert",), similarity=False, inputs="texts as they are")
-
     @classmethod
     def add_arguments(cls, parser):
         parser.add_argument("--mlm-probability", type=cli.number(float, cli.SHARE), default=0.15,
@@ -112,25 +95,37 @@ class MLMObjective(Objective):
         parser.add_argument("--short-seq-prob", type=cli.number(float, cli.SHARE), default=0.1,
                             help="--nsp: share of documents whose pairs aim at a shorter length, drawn from 2 to the "
                                  "model's (BERT's create_pretraining_data.py short_seq_prob)")
-        parser.add_argument("--cache-dir", default=None,
-                            help="where tokenised texts are cached (default: the datasets cache, as "
-                                 "run_mlm_no_trainer)")
-        new = parser.add_argument_group("a new model instead of --model (run_mlm_no_trainer.py's from-scratch path)")
-        new.add_argument("--model-type", "--model_type", dest="model_type", default=None,
-                         help="architecture of a new, randomly initialised model with transformers' default "
-                              "configuration for it (e.g. bert)")
-        new.add_argument("--config-name", "--config_name", dest="config_name", default=None, type=cli.reads,
-                         help="a model or folder whose configuration (not weights) the new model takes")
-        new.add_argument("--config-overrides", "--config_overrides", dest="config_overrides", default=None,
-                         help='configuration values to change, e.g. "num_hidden_layers=4,hidden_size=256,'
-                              'num_attention_heads=4,intermediate_size=1024" (run_mlm.py)')
-        new.add_argument("--tokenizer-name", "--tokenizer_name", dest="tokenizer_name", default=None, type=cli.reads,
-                         help="a model or folder whose tokenizer the new model uses (default: a new WordPiece "
-                              "vocabulary learnt from the training texts)")
-        new.add_argument("--vocab-size", type=cli.number(int, cli.between(100, 1_000_000)), default=30522,
-                         help="size of the learnt WordPiece vocabulary (BERT's 30,522)")
-        new.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=True,
-                         help="the learnt vocabulary lower-cases and strips accents (BERT uncased)")
+        parser.add_argument("--cache-dir", default=None, type=cli.writes,
+                            help="where tokenised texts and a learnt vocabulary are cached (default: RUN/cache, "
+                                 "inside --out; another place is checked as --out is: apart from the inputs)")
+        # a new model instead of --model (run_mlm_no_trainer.py's from-scratch path)
+        parser.add_argument("--model-type", "--model_type", dest="model_type", default=None,
+                            help="architecture of a new, randomly initialised model with transformers' default "
+                                 "configuration for it (e.g. bert)")
+        parser.add_argument("--config-name", "--config_name", dest="config_name", default=None, type=cli.reads,
+                            help="a model or folder whose configuration (not weights) the new model takes")
+        parser.add_argument("--config-overrides", "--config_overrides", dest="config_overrides", default=None,
+                            help='configuration values to change, e.g. "num_hidden_layers=4,hidden_size=256,'
+                                 'num_attention_heads=4,intermediate_size=1024" (run_mlm.py)')
+        parser.add_argument("--tokenizer-name", "--tokenizer_name", dest="tokenizer_name", default=None,
+                            type=cli.reads,
+                            help="a model or folder whose tokenizer the new model uses (default: a new WordPiece "
+                                 "vocabulary learnt from the training texts)")
+        parser.add_argument("--vocab-size", type=cli.number(int, cli.between(100, 1_000_000)), default=30522,
+                            help="size of the learnt WordPiece vocabulary (BERT's 30,522)")
+        parser.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=True,
+                            help="the learnt vocabulary lower-cases and strips accents (BERT uncased)")
+
+    @classmethod
+    def defaults_for(cls, argv):
+        """The parser's defaults; with ``--whole-word-mask`` every token of a chosen word becomes ``[MASK]``, and
+        the shares say so (1 and 0), so that ``--help`` and the card show what runs."""
+        found = super().defaults_for(argv)
+        first = cli.Parser(add_help=False)
+        first.add_argument("--whole-word-mask", action="store_true")
+        if first.parse_known_args(argv)[0].whole_word_mask:
+            found.update(mask_replace_prob=1.0, random_replace_prob=0.0)
+        return found
 
     @classmethod
     def check_model(cls, args):
@@ -138,7 +133,7 @@ class MLMObjective(Objective):
             raise InputError("--model is required (or --model-type / --config-name to train a new model)")
 
     @classmethod
-    def complete_args(cls, args):
+    def check_args(cls, args):
         if args.model and (args.model_type or args.config_name):
             raise InputError("--model starts from a trained model, --model-type / --config-name from a new one: "
                              "give one of them")
@@ -148,6 +143,17 @@ class MLMObjective(Objective):
         if args.nsp and args.line_by_line:
             raise InputError("--nsp cuts pairs of segments at sentence boundaries; --line-by-line trains on single "
                              "texts: give one of them")
+        if args.whole_word_mask and (args.mask_replace_prob, args.random_replace_prob) != (1.0, 0.0):
+            raise InputError("--whole-word-mask replaces every token of a chosen word by [MASK]: --mask-replace-prob "
+                             "is 1 and --random-replace-prob 0 with it")
+        if args.mask_replace_prob + args.random_replace_prob > 1 + 1e-9:
+            raise InputError(f"--mask-replace-prob {args.mask_replace_prob} and --random-replace-prob "
+                             f"{args.random_replace_prob}: shares of the same chosen tokens, they add up to at most 1 "
+                             "(the rest stay as they are)")
+        if args.nsp and args.max_length is not None and args.max_length < NSP_MIN_LENGTH:
+            raise InputError(f"--max-length {args.max_length}: --nsp needs at least {NSP_MIN_LENGTH} tokens "
+                             "([CLS] A [SEP] B [SEP], a token in each segment)")
+        super().check_args(args)
 
     def build(self):
         from transformers import AutoTokenizer
@@ -173,6 +179,9 @@ class MLMObjective(Objective):
             mlm.config.max_position_embeddings
         limit = min(model_limit, 1024)  # run_mlm_no_trainer's cap
         self.max_length = min(args.max_length or limit, model_limit)
+        if args.nsp and self.max_length < NSP_MIN_LENGTH:
+            raise InputError(f"{args.model or 'the new model'}: takes at most {self.max_length} tokens; --nsp needs at "
+                             f"least {NSP_MIN_LENGTH} ([CLS] A [SEP] B [SEP], a token in each segment)")
         self.settings = {"pooling": args.pooling, "normalize": bool(args.normalize), "max_length": self.max_length,
                          "st_config": {}}
         model = MaskedLM(mlm, args.pooling, bool(args.normalize), nsp=args.nsp)
@@ -211,8 +220,10 @@ class MLMObjective(Objective):
         return tokenizer
 
     def _cache_dir(self):
-        import datasets
-        return self.args.cache_dir or os.path.join(datasets.config.HF_DATASETS_CACHE, "docembed")
+        """Where tokenised texts and a learnt vocabulary are kept: ``--cache-dir``, else the run's own folder
+        (``run_folder.CACHE`` in ``--out``), so that a run writes nothing outside the places it is given."""
+        from common.train.run_folder import CACHE
+        return self.args.cache_dir or os.path.join(self.args.out, CACHE)
 
     def _split(self, n):
         """(training, validation) text positions: a seeded permutation, the first ``--validation-split`` held out."""
@@ -311,25 +322,26 @@ class MLMObjective(Objective):
         return batch
 
     def losses(self, model, batch):
-        masked = batch["labels"] != IGNORE
-        if self.args.nsp:
-            return self._pretraining_loss(model, batch, masked)
-        logits = model(batch["input_ids"], batch["attention_mask"], masked)
-        if not masked.any():
-            return logits.sum() * 0.0  # keeps every process's graph (and DDP) in step
-        return losses.masked_lm(logits, batch["labels"][masked])
-
-    def _pretraining_loss(self, model, batch, masked):
-        """``BertForPreTraining``'s loss: the mean masked-LM loss over the batch's masked tokens plus the mean
-        next-sentence cross-entropy over its pairs (a scalar). Its two parts and the next-sentence accuracy are
-        kept, detached, for the training log."""
-        logits, relationship = model(batch["input_ids"], batch["attention_mask"], masked, batch["token_type_ids"])
+        """The mean masked-LM loss over the batch's masked tokens (a scalar); with ``--nsp`` plus the mean
+        next-sentence cross-entropy over its pairs, ``BertForPreTraining``'s loss, whose two parts and the
+        next-sentence accuracy are kept, detached, for the training log."""
+        out = model(batch["input_ids"], batch["attention_mask"], batch["labels"], batch.get("token_type_ids"))
+        # a sum over the predicted positions divided by their count: no host synchronisation, and 0 with a
+        # gradient through every parameter where nothing is masked
+        masked_lm = losses.masked_lm(out.logits, out.labels).sum() / (out.labels != IGNORE).sum().clamp(min=1)
+        if not self.args.nsp:
+            return masked_lm
         labels = batch["next_sentence_label"]
-        masked_lm = losses.masked_lm(logits, batch["labels"][masked]).mean() if masked.any() else logits.sum() * 0.0
-        next_sentence = losses.next_sentence(relationship, labels).mean()
+        next_sentence = losses.next_sentence(out.relationship, labels).mean()
         self._window.append(torch.stack([masked_lm.detach(), next_sentence.detach(),
-                                         (relationship.detach().argmax(-1) == labels).float().mean()]))
+                                         (out.relationship.detach().argmax(-1) == labels).float().mean()]))
         return masked_lm + next_sentence
+
+    def log_state(self):
+        return [row.tolist() for row in self._window]
+
+    def restore_log_state(self, rows):
+        self._window = [torch.tensor(row, device=self.accelerator.device) for row in rows]
 
     def log_metrics(self, accelerator):
         if not self._window:
@@ -345,23 +357,18 @@ class MLMObjective(Objective):
         next-sentence loss and the share of the fixed validation pairs whose label is predicted."""
         totals = []
         for batch in loader:
-            masked = batch["labels"] != IGNORE
+            out = model(batch["input_ids"], batch["attention_mask"], batch["labels"], batch.get("token_type_ids"))
             if self.args.nsp:
-                logits, relationship = model(batch["input_ids"], batch["attention_mask"], masked,
-                                             batch["token_type_ids"])
                 pair = batch["next_sentence_label"]
-                pairs = torch.stack([losses.next_sentence(relationship, pair),
-                                     (relationship.argmax(-1) == pair).float()], 1)
+                pairs = torch.stack([losses.next_sentence(out.relationship, pair),
+                                     (out.relationship.argmax(-1) == pair).float()], 1)
             else:
-                logits = model(batch["input_ids"], batch["attention_mask"], masked)
-                pairs = torch.zeros(len(masked), 0)
-            labels = batch["labels"][masked]
-            per_token = losses.masked_lm(logits, labels)
-            row = masked.nonzero()[:, 0]
-            sums = torch.zeros(len(masked), 2, device=per_token.device).index_add_(
-                0, row, torch.stack([per_token, (logits.argmax(-1) == labels).float()], 1))
-            totals.append(accelerator.gather_for_metrics(torch.cat(
-                [sums, masked.sum(1, keepdim=True).float(), pairs.to(sums.device)], 1)))
+                pairs = torch.zeros(len(batch["labels"]), 0)
+            hit = (out.logits.argmax(-1) == out.labels).float()  # never at an IGNORE label
+            sums = torch.zeros(len(batch["labels"]), 2, device=hit.device).index_add_(
+                0, out.rows, torch.stack([losses.masked_lm(out.logits, out.labels), hit], 1))
+            masked = (batch["labels"] != IGNORE).sum(1, keepdim=True).float()
+            totals.append(accelerator.gather_for_metrics(torch.cat([sums, masked, pairs.to(sums.device)], 1)))
         if not totals:
             return {}
         sums = torch.cat(totals)
@@ -374,30 +381,6 @@ class MLMObjective(Objective):
             nsp_loss, nsp_correct = sums[:, 3:].mean(0).tolist()
             found.update({"val_nsp_loss": nsp_loss, "val_nsp_accuracy": nsp_correct})
         return found
-
-    def card_details(self):
-        from common.markdown import escape
-        if self.args.nsp:
-            notes = [f"The folder holds BERT's pre-training heads too (`{self.masked_lm}`: the masked-LM head, the "
-                     "pooler and the next-sentence classifier): `AutoModelForPreTraining` loads them with the "
-                     "encoder, `AutoModel` loads the encoder with its trained pooler, `SentenceTransformer` the "
-                     "encoder alone."]
-        else:
-            notes = [f"The folder holds the masked-LM head too: `AutoModelForMaskedLM` loads it with the encoder "
-                     f"(`{self.masked_lm}`), `AutoModel` and `SentenceTransformer` load the encoder alone."]
-        if self.args.model is None:
-            notes.append("The model was new: its configuration "
-                         + (f"{escape(self.args.config_name)}'s" if self.args.config_name else
-                            f"transformers' default for {escape(self.args.model_type)}")
-                         + (f" changed by {escape(self.args.config_overrides)}" if self.args.config_overrides else "")
-                         + ", its weights randomly initialised, its tokenizer "
-                         + (f"{escape(self.args.tokenizer_name)}'s." if self.args.tokenizer_name else
-                            f"a WordPiece vocabulary of {len(self.tokenizer):,} entries learnt from the training "
-                            "texts."))
-        return {"notes": notes}
-
-    def card_method(self):
-        return self.nsp_method if self.args.nsp else self.method
 
     def save_extra(self, model, directory):
         # the masked-LM weights (encoder and head) replace the bare encoder's: AutoModel and sentence-transformers

@@ -28,15 +28,14 @@ import numpy as np
 import torch
 
 from common.data.arxiv import text_key
-from common.data.documents import Documents
+from common.data.docs_jsonl import Documents
 from common.data.retrieval import read_qrels, read_queries
 from common import cli
 from common.io import InputError, read_jsonl
-from common.models import card
 from common.models.tokens import TokenStore
 from common.train import losses
 from common.train.distributed import all_gather, all_gather_with_grad, process_rank
-from common.train.objectives import Objective
+from common.train.objectives.base import Objective
 
 
 def group_keys(texts):
@@ -75,20 +74,12 @@ class MNRLObjective(Objective):
                 "max_length": 256, "normalize": None, "drop_last": True}
     selection = "val_ndcg@10"
     in_parts = "--cache-chunk runs it in GradCache chunks"
-    method = card.Method(
-        "Multiple Negatives Ranking",
-        "fine-tuned as a bi-encoder with the Multiple Negatives Ranking loss (Henderson et al. 2017; "
-        "sentence-transformers' `MultipleNegativesRankingLoss`), stage 2 of the paper-search method: a query (a "
-        "paper's title) must pick its document (the paper's abstract) among every document of the batch, by "
-        "cross-entropy over scaled cosine similarities.",
-        ("mnrl", "loss:MultipleNegativesRankingLoss"), ("henderson", "sbert"),
-        inputs="a document's text alone (the abstract) and a query (a title or any free text), both as they are")
     result_args = ("scale", "symmetric", "query_max_length", "gather", "mask_duplicates", "cache_chunk")
     speed_args = ("eval_batch_size",)
 
     @classmethod
     def add_arguments(cls, parser):
-        parser.add_argument("--scale", type=cli.number(float, cli.POSITIVE), default=20.0,
+        parser.add_argument("--scale", type=cli.number(float, cli.LOSS_SCALE), default=20.0,
                             help="logit scale on cosine = 1 / temperature (sentence-transformers: 20, τ 0.05)")
         parser.add_argument("--symmetric", action="store_true",
                             help="add the document → query direction and average the two cross-entropies "
@@ -114,6 +105,8 @@ class MNRLObjective(Objective):
         queries, doc_rows = [], []
         path = os.path.join(data_dir, "pairs.train.jsonl")
         for lineno, obj in read_jsonl(path, required=("query", "doc")):
+            if type(obj["query"]) is not str or type(obj["doc"]) is not str:
+                raise InputError(f"{path}:{lineno}: fields 'query' and 'doc' must be strings")
             if obj["doc"] not in docs.index:
                 raise InputError(f"{path}:{lineno}: document {obj['doc']!r} is not in docs.jsonl")
             queries.append(obj["query"])
@@ -167,15 +160,6 @@ class MNRLObjective(Objective):
         mask = false_negative_mask(keys, col_keys, offset) if self.args.mask_duplicates else None
         return losses.multiple_negatives_ranking(queries, docs, all_queries, offset, self.args.scale, mask,
                                                  self.args.symmetric)
-
-    def card_details(self):
-        if not self.args.cache_chunk:
-            return {}
-        return {"tags": ["loss:CachedMultipleNegativesRankingLoss"], "citations": ["gradcache"],
-                "notes": [f"The loss was computed with GradCache (Gao et al. 2021) in chunks of "
-                          f"{self.args.cache_chunk} pairs: every document of the batch is still a negative of every "
-                          "query, as without it; dropout draws its masks per chunk, so the weights differ from an "
-                          "uncached run's as another random seed's would."]}
 
     def losses(self, model, batch):
         if "chunks" in batch:

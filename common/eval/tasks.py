@@ -1,14 +1,17 @@
-"""05's evaluation of document embeddings (the WikiSpecter and distillation tasks): which tasks a data directory
-supports and which 05 runs, each model's vectors of every document, and their scores on cross-references, topics,
-classification and similarity."""
+"""05's evaluation tasks: which a data directory supports and which 05 runs, the rows 05 adds itself (the
+baselines), and the tasks over embedded documents (cross-references, topics, classification, similarity): their
+files read once, each model's vectors of the documents, and their scores."""
 
 import os
+import time
 
 from tqdm import tqdm
 
 from common import io, vectors
 from common.eval import embedding, retrieval, uncertainty, wikispecter
 
+# the rows 05 adds itself beside the models, with what they are: no --model may take their names
+BASELINES = {"lexical": "the lexical baseline", "bm25": "the BM25 baseline"}
 EMBEDDING_TASKS = {"crossref", "topics", "lexical", "classify", "similarity"}  # documents as title + text
 SCORED_ONLY_TASKS = {"crossref", "topics", "lexical"}  # whose documents are named in their files (--documents scored)
 
@@ -75,7 +78,7 @@ def to_embed(data_dir, wanted, which):
     """The documents 05 embeds (``which``, --documents): every one of docs.jsonl ("all"), or those the
     cross-reference and topic tasks in ``wanted`` read ("scored": queries, their candidates and the topic
     documents), in docs.jsonl's order."""
-    from common.data.documents import Documents
+    from common.data.docs_jsonl import Documents
     docs = Documents(data_dir)
     if which == "scored":
         docs = Tasks(data_dir, wanted, docs.index, say=lambda _: None).scored(docs)
@@ -85,7 +88,8 @@ def to_embed(data_dir, wanted, which):
 def embed_documents(path, name, data_dir, docs, how, outputs, say=print):
     """NAME.npy and NAME.ids.txt: the model's vectors of every document, written row by row into a memory-mapped
     NPY (under ``accelerate launch``, each process embeds one shard: ``embedding.embed_corpus``); returns the
-    vectors (that memory map), the tokenizer (None for a Paragraph Vector) and how the model embedded."""
+    vectors (that memory map), the tokenizer and each document's tokens as embedded (None for a Paragraph Vector)
+    and how the model embedded."""
     from common.distill.paragraph_vector import ParagraphVector, is_paragraph_vector
     from common.distill.teachers import pv_texts
     if is_paragraph_vector(path):
@@ -100,7 +104,7 @@ def embed_documents(path, name, data_dir, docs, how, outputs, say=print):
     say(f"{name}: {emb.shape[0]} documents, {emb.shape[1]} dimensions ({settings['pooling']} pooling"
         f"{', normalised' if settings['normalize'] else ''}, {settings['max_length']} tokens"
         f"{', ' + settings['precision'] if settings.get('precision', 'float32') != 'float32' else ''})")
-    return emb, tokenizer, embedding.embedding_settings(settings)
+    return emb, (tokenizer, settings["token_counts"]), embedding.embedding_settings(settings)
 
 
 class Tasks:
@@ -145,19 +149,29 @@ class Tasks:
         found, sample = wikispecter.crossref(emb, self.index, self.qrels)
         return {"crossref": (found, [sample])}
 
+    def start_topics(self, emb, seed):
+        """The topics task per label level, started: every level's splits (the protocol's, then the re-splits)
+        classified in forked processes while the caller scores the other tasks (``wikispecter.start_topics``).
+        Returns a function that waits for them and returns what ``topics`` does."""
+        splits = {level: wikispecter.splits_of(self.topic_rows[level], self.resplits if level in self.resplit else 0,
+                                               seed) for level in self.levels}
+        running = wikispecter.start_topics(emb, self.index, [split for level in self.levels
+                                                              for split in splits[level]], seed)
+
+        def results():
+            found, scores, predicted = iter(running()), {}, None
+            for level in self.levels:
+                (metrics, labels), *again = [next(found) for _ in splits[level]]
+                scores[f"topics.{level}"] = (metrics, [uncertainty.splits(
+                    [[m["f1"], m["accuracy"]] for m, _ in ((metrics, labels), *again)], ("f1", "accuracy"))])
+                predicted = labels if level == "top" else predicted
+            return scores, predicted
+        return results
+
     def topics(self, emb, seed):
         """The topics task per label level, its figures on the protocol's split then on each re-split as its
         Sample, and the top level's predictions (for the confusion matrix)."""
-        scores, predicted = {}, None
-        for level in self.levels:
-            rows = self.topic_rows[level]
-            found, labels = wikispecter.topics(emb, self.index, rows, seed)
-            again = wikispecter.resplits(emb, self.index, rows, self.resplits, seed) \
-                if self.resplits and level in self.resplit else []
-            scores[f"topics.{level}"] = (found, [uncertainty.splits([[found["f1"], found["accuracy"]], *again],
-                                                                    ("f1", "accuracy"))])
-            predicted = labels if level == "top" else predicted
-        return scores, predicted
+        return self.start_topics(emb, seed)()
 
     def classification(self, emb, seed, head_epochs):
         from common.eval import classify
@@ -189,24 +203,36 @@ def evaluate_documents(models, data_dir, how, outputs, wanted, seed, head_epochs
     WikiSpecter and distillation tasks in ``wanted`` (topics also on ``resplits`` stratified re-splits); the
     thesis's figures go into ``outputs``. Returns the metrics, the counts, the figures written, as ``(caption,
     file name)``, and the samples the intervals come from, {model: {task: [uncertainty.Sample]}}."""
-    from common.data.documents import Documents
+    from common.data.docs_jsonl import Documents
     from common.eval import figures
     docs = Documents(data_dir)
     tasks = Tasks(data_dir, wanted, docs.index, resplits, say)
     if which == "scored":
         docs = tasks.scored(docs)
     counts = {"documents": len(docs.ids), "crossref_queries": len(tasks.qrels)}
-    metrics, samples, embeddings, predictions, written = {}, {}, {}, {}, []
+    metrics, samples, predictions, written = {}, {}, {}, []
+    shown = {}  # per level, the topic documents its t-SNE draws, and each model's coordinates of them
+    for level, rows in tasks.topic_rows.items():
+        pairs = rows["train"] + rows["test"]
+        shown[level] = ([pairs[i] for i in figures.tsne_sample([label for _, label in pairs], seed)], {})
     for name, path in models.items():
-        emb, tokenizer, settings = embed_documents(path, name, data_dir, docs, how, outputs, say)
+        started = time.perf_counter()
+        emb, tokens, settings = embed_documents(path, name, data_dir, docs, how, outputs, say)
+        counts.setdefault("embedding_seconds", {})[name] = time.perf_counter() - started
         counts.setdefault("embedding", {})[name] = settings
-        if tokenizer is not None and not written:  # the thesis's Fig. 4.1, under the first model's tokenizer
-            lengths = wikispecter.token_lengths(tokenizer, docs.inputs(tokenizer.sep_token or ""))
+        running = tasks.start_topics(emb, seed)  # the topic classifiers, in processes of their own, while the rest runs
+        if tokens is not None and not written:  # the thesis's Fig. 4.1, under the first model's tokenizer
+            tokenizer, counts_cut = tokens
+            lengths = wikispecter.token_lengths(tokenizer, docs.inputs(tokenizer.sep_token or ""),
+                                                cut=settings["max_length"], known=counts_cut)
             figures.token_lengths(outputs.tmp_path("token_lengths.png"), lengths, settings["max_length"], name)
             written.append((f"Token counts of the documents under {name}'s tokenizer, the cut at "
                             f"{settings['max_length']} marked", "token_lengths.png"))
-        embeddings[name] = (emb, docs.index)
-        topics, predicted = tasks.topics(emb, seed)
+        crossref, others = tasks.crossref(emb), {**tasks.classification(emb, seed, head_epochs),
+                                                 **tasks.similarity(emb)}
+        for chosen, points in shown.values():
+            points[name] = figures.tsne(emb[[docs.index[doc] for doc, _ in chosen]], seed)
+        topics, predicted = running()
         for task, (found, _) in topics.items():
             fragile = [what for what, off in (("the C chosen sits at the end of the grid", found["C_at_edge"]),
                                               ("liblinear did not converge", not found["converged"]),
@@ -217,9 +243,7 @@ def evaluate_documents(models, data_dir, how, outputs, wanted, seed, head_epochs
                     "on changes of the vectors too small to show in their cosines")
         if predicted is not None:
             predictions[name] = predicted
-        metrics[name], samples[name] = split_scores({**tasks.crossref(emb), **topics,
-                                                     **tasks.classification(emb, seed, head_epochs),
-                                                     **tasks.similarity(emb)})
+        metrics[name], samples[name] = split_scores({**crossref, **topics, **others})
     if "lexical" in wanted and tasks.qrels:
         language = language or wikispecter.SNOWBALL.get(io.read_manifest(data_dir).get("language") or "", "english")
         metrics["lexical"], samples["lexical"] = split_scores(tasks.lexical(docs, language))
@@ -230,9 +254,11 @@ def evaluate_documents(models, data_dir, how, outputs, wanted, seed, head_epochs
     if tasks.topic_rows:
         figures.label_distribution(outputs.tmp_path("labels.png"), tasks.topic_rows)
         written.append(("Topic documents per label, training and test", "labels.png"))
-    for level in tasks.levels:
-        if embeddings:
-            figures.topic_tsne(outputs.tmp_path(f"tsne_{level}.png"), embeddings, tasks.topic_rows[level], level,
-                               seed)
-            written.append((f"t-SNE of the topic documents (topics.{level})", f"tsne_{level}.png"))
+    for level, (chosen, points) in shown.items():
+        if points:
+            figures.topic_tsne(outputs.tmp_path(f"tsne_{level}.png"), points, [label for _, label in chosen], level)
+            total = sum(map(len, tasks.topic_rows[level].values()))
+            written.append((f"t-SNE of the topic documents (topics.{level})" if len(chosen) == total else
+                            f"t-SNE of {len(chosen):,} of the {total:,} topic documents (topics.{level}; a sample "
+                            "drawn from --seed that keeps each label's share)", f"tsne_{level}.png"))
     return metrics, counts, written, samples

@@ -1,5 +1,7 @@
-"""The order the training rows are drawn in: a permutation from (seed, epoch), the same in every process and on
-resume, optionally in batches of similar token length."""
+"""How the training rows become batches: drawn in a permutation from (seed, epoch), the same in every process and on
+resume, optionally in batches of similar token length; and a batch cut into parts (``--chunk-tokens``)."""
+
+import signal
 
 import numpy as np
 from torch.utils.data import Sampler
@@ -42,3 +44,28 @@ class BucketBatchSampler(Sampler):
     def __len__(self):
         n = len(self.lengths)
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+
+class BatchParts:
+    """``--chunk-tokens``'s collate: ``objective.collate(rows)``, or for a batch holding more than ``budget`` tokens
+    ``{"parts": [collate(part), ...], "sizes": [...]}``, the fewest parts of consecutive rows of near-equal count
+    that keep each part near the budget (one row at least), which the loop runs forward and backward one at a
+    time. Only for an objective whose examples' losses are independent (``Objective.independent``)."""
+
+    def __init__(self, objective, budget):
+        self.objective, self.budget = objective, budget
+
+    def __call__(self, rows):
+        rows = np.asarray(rows)
+        tokens = int(self.objective.row_tokens(rows).sum())
+        count = min(len(rows), -(-tokens // self.budget))
+        if count <= 1:
+            return self.objective.collate(rows)
+        parts = np.array_split(rows, count)
+        return {"parts": [self.objective.collate(p) for p in parts], "sizes": [len(p) for p in parts]}
+
+
+def ignore_sigterm(worker):
+    """A data-loader worker lives on through SIGTERM (Slurm sends it to every process of the job), so that the loop,
+    which checkpoints on it, is not stopped first by a worker's death."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)

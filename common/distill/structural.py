@@ -15,6 +15,7 @@ and the loss is unbounded below (norms grow; the thesis's Fig. 4.4). A batch wit
 negatives: its term is ``d(y_i, t_i)`` alone.
 """
 
+import torch
 import torch.nn.functional as F
 
 from common.train.losses import in_fp32
@@ -23,7 +24,7 @@ STRUCTURAL_LOSSES = ("cos", "mse", "mm-cos", "mm-mse")
 
 
 def _pairwise(y, t, distance):
-    """[k, k] distances of every student vector to every teacher vector."""
+    """[b, b] distances of every student vector to every teacher vector."""
     if distance == "cos":
         return 1 - F.normalize(y, dim=1) @ F.normalize(t, dim=1).T
     return (y.unsqueeze(1) - t.unsqueeze(0)).pow(2).mean(-1)
@@ -31,20 +32,18 @@ def _pairwise(y, t, distance):
 
 @in_fp32
 def structural_loss(y, t, mask, kind, gamma=1.0):
+    """The loss of every document, 0 where ``mask`` is off, computed for all of them and kept where the mask is on:
+    the batch's shapes do not depend on its mask, so that nothing asks the device how many documents it keeps."""
     if kind not in STRUCTURAL_LOSSES:
         raise ValueError(f"structural loss must be one of {STRUCTURAL_LOSSES}")
-    out = y.new_zeros(len(y))
-    if not mask.any():
-        return out
-    yk, tk = y[mask], t[mask]
     if kind == "cos":
-        kept = 1 - F.cosine_similarity(yk, tk, dim=1)
+        kept = 1 - F.cosine_similarity(y, t, dim=1)
     elif kind == "mse":
-        kept = (yk - tk).pow(2).mean(1)
+        kept = (y - t).pow(2).mean(1)
     else:
-        pairs = _pairwise(yk, tk, kind.removeprefix("mm-"))
-        kept = pairs.diagonal()
-        k = len(yk)
-        if k > 1:
-            kept = kept - gamma * (pairs.sum(1) - pairs.diagonal()) / (k - 1)
-    return out.masked_scatter(mask, kept)
+        pairs = _pairwise(y, t, kind.removeprefix("mm-"))
+        keep = mask.to(pairs.dtype)
+        others = (pairs * keep[None, :]).sum(1) - pairs.diagonal() * keep  # the kept documents but itself
+        k = keep.sum()
+        kept = torch.where(k > 1, pairs.diagonal() - gamma * others / (k - 1).clamp(min=1), pairs.diagonal())
+    return torch.where(mask, kept, kept.new_zeros(()))

@@ -4,7 +4,6 @@ import os
 
 import numpy as np
 
-from common import cli
 from common.io import InputError, read_jsonl
 from common.models.encoder import document_text
 
@@ -16,6 +15,9 @@ class Documents:
         path = self.path = os.path.join(data_dir, "docs.jsonl")
         self.ids, self.titles, self.texts, self.index = [], [], [] if texts else None, {}
         for lineno, obj in read_jsonl(path, required=("id", "title", "text")):
+            if not (type(obj["id"]) is str and type(obj["title"]) is str and type(obj["text"]) is str):
+                field = next(k for k in ("id", "title", "text") if type(obj[k]) is not str)
+                raise InputError(f"{path}:{lineno}: field {field!r} must be a string")
             if obj["id"] in self.index:
                 raise InputError(f"{path}:{lineno}: duplicate id {obj['id']!r}")
             self.index[obj["id"]] = len(self.ids)
@@ -57,44 +59,10 @@ class Documents:
 def read_triplets(path, index):
     rows = []
     for lineno, obj in read_jsonl(path, required=("query", "pos", "neg")):
+        if not all(type(obj[k]) is str for k in ("query", "pos", "neg")):
+            raise InputError(f"{path}:{lineno}: fields 'query', 'pos' and 'neg' must be ids (strings)")
         try:
             rows.append((index[obj["query"]], index[obj["pos"]], index[obj["neg"]]))
         except KeyError as e:
             raise InputError(f"{path}:{lineno}: id {e.args[0]!r} is not in docs.jsonl") from None
     return np.array(rows, dtype=np.int64).reshape(-1, 3)
-
-
-
-def write_corpus(sources, out, counts):
-    """One docs.jsonl from several articles files (``sources``: ``[(name, path)]``) for masked-LM training: each
-    document ``{"id": "name:id", "title", "text"}`` written to ``out`` (binary), in the sources' order; a text
-    already written (the same words after whitespace collapse and lower-casing) is dropped and counted."""
-    from common.data.arxiv import text_key
-    from common.jsontext import dumps_line
-    seen, ids = set(), set()
-    for name, path in sources:
-        for lineno, obj in read_jsonl(path, required=("id", "title", "text")):
-            for field in ("id", "title", "text"):
-                if not isinstance(obj[field], str):
-                    raise InputError(f"{path}:{lineno}: field {field!r} must be a string")
-            doc_id = f"{name}:{obj['id']}"
-            if doc_id in ids:
-                raise InputError(f"{path}:{lineno}: duplicate id {obj['id']!r}")
-            ids.add(doc_id)
-            key = text_key(obj["text"])
-            if key in seen:
-                counts["duplicate_text"] += 1
-                continue
-            seen.add(key)
-            out.write(dumps_line({"id": doc_id, "title": obj["title"], "text": obj["text"]}).encode("utf-8"))
-            counts[f"documents_{name}"] += 1
-            counts["documents"] += 1
-            counts["words"] += len(obj["text"].split())
-
-
-def add_corpus_arguments(p):
-    """02 corpus's flags."""
-    p.add_argument("--articles", action="extend", nargs="+", required=True, metavar="NAME=PATH", type=cli.reads_named,
-                   help="an articles.jsonl and the name that prefixes its ids (NAME:id); repeatable")
-    cli.add_max_line(p)
-    p.add_argument("--out", required=True, help="data directory to write (docs.jsonl)")

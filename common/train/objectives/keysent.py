@@ -17,10 +17,9 @@ import torch
 from common.data.keysent_splits import read_sentences
 from common import cli
 from common.io import InputError
-from common.models import card
 from common.models.tokens import TokenStore
 from common.train import losses
-from common.train.objectives import Objective
+from common.train.objectives.base import Objective
 
 KEYSENT_QUERY = "knock mutat silence disrupt crispr lack cell gene remove edit"
 
@@ -71,12 +70,6 @@ class PairObjective(Objective):
                           "query_init": args.query_init if args.query_token else None})
         return encoder
 
-    def card_details(self):
-        from common.markdown import escape
-        query = f"the new vocabulary token {escape(self.query)}" if self.args.query_token else escape(self.query)
-        return {"notes": [f"The query it was trained with: {query}. An article's sentences are ranked by their "
-                          "cosine similarity to the query's embedding."]}
-
     def load_data(self):
         data_dir = self.args.data
         parts = {}
@@ -115,7 +108,6 @@ class PairObjective(Objective):
         # the query is embedded once per batch and paired with every sentence
         return emb[:1].expand_as(sentences), sentences
 
-
     @torch.no_grad()
     def validate(self, model, loader, accelerator):
         """Average precision of the validation pairs under cosine, Manhattan, Euclidean and dot-product scores (as
@@ -142,19 +134,11 @@ class PairObjective(Objective):
 class ContrastiveObjective(PairObjective):
     name = "contrastive"
     result_args = PairObjective.result_args + ("margin",)
-    method = card.Method(
-        "key-sentence contrastive objective",
-        "fine-tuned after the key-sentence extraction thesis (CRISPR-Cas9 knockout articles): a fixed query, "
-        "embedded by the model itself, is paired with every sentence of every training article, and a contrastive "
-        "loss on cosine distance with a margin (sentence-transformers' `ContrastiveLoss`, after Hadsell et al. "
-        "2006) draws key sentences close to the query and pushes the others beyond the margin.",
-        ("contrastive", "key-sentence", "loss:ContrastiveLoss"), ("sbert", "hadsell"),
-        inputs="single sentences, and the query as one more text")
 
     @classmethod
     def add_arguments(cls, parser):
         super().add_arguments(parser)
-        parser.add_argument("--margin", type=cli.number(float, cli.NON_NEGATIVE), default=0.5,
+        parser.add_argument("--margin", type=cli.number(float, cli.LOSS_CONSTANT), default=0.5,
                             help="margin on cosine distance (the thesis; sentence-transformers' ContrastiveLoss)")
 
     def losses(self, model, batch):
@@ -164,14 +148,6 @@ class ContrastiveObjective(PairObjective):
 
 class CosineObjective(PairObjective):
     name = "cosine"
-    method = card.Method(
-        "key-sentence cosine objective",
-        "fine-tuned after the key-sentence extraction thesis (CRISPR-Cas9 knockout articles): a fixed query, "
-        "embedded by the model itself, is paired with every sentence of every training article, and the mean "
-        "squared error between their cosine similarity and the 0/1 key-sentence label is minimised "
-        "(sentence-transformers' `CosineSimilarityLoss`).",
-        ("cosine", "key-sentence", "loss:CosineSimilarityLoss"), ("sbert",),
-        inputs="single sentences, and the query as one more text")
 
     def losses(self, model, batch):
         query, sentences = self._pairs(model, batch)

@@ -1,0 +1,542 @@
+"""The CPU's speed work (common/models/cpu.py), each piece against PyTorch's or transformers' own: dropout masks
+(distribution, seeding, threads, a forked child), the dropped attention (value and gradient), ``install`` (every
+dropout swapped, evaluation unchanged, plain SDPA saved), the packed rows with one word lookup (the per-group
+embeddings and gradients), and the thread count a CPU embedding runs each batch with. The masked-LM's last layer
+at the masked positions is held to BertForMaskedLM in tests/test_masked_lm.py."""
+
+import os
+import time
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from common.models import cpu
+from common.models.cpu import Threads, thread_candidates
+from common.models.encoder import Encoder, pool_packed
+
+def test_keep_mask_is_bernoulli_p_scaled_follows_torchs_seed_and_not_the_thread_count():
+    torch.manual_seed(7)
+    a = cpu.keep_mask((1000, 1000), 0.1)
+    torch.manual_seed(7)
+    b = cpu.keep_mask((1000, 1000), 0.1)
+    assert a.dtype == torch.float32 and a.shape == (1000, 1000)
+    assert set(a.unique().tolist()) == {0.0, torch.tensor(1 / 0.9, dtype=torch.float32).item()}
+    assert torch.equal(a, b)
+    assert not torch.equal(a, cpu.keep_mask((1000, 1000), 0.1))  # the generator moved on
+    threads = torch.get_num_threads()
+    try:
+        masks = []
+        for n in (1, 3):  # serial, and a pool of 3 threads over the 4 blocks
+            torch.set_num_threads(n)
+            torch.manual_seed(7)
+            masks.append(cpu.keep_mask((1000, 1000), 0.1))
+        assert torch.equal(masks[0], a) and torch.equal(masks[1], a)
+    finally:
+        torch.set_num_threads(threads)
+    for p in (0.1, 0.5, 0.9):
+        frac = (cpu.keep_mask((1000, 1000), p) == 0).float().mean().item()
+        assert abs(frac - p) < 5 * (p * (1 - p) / 1e6) ** 0.5, (p, frac)
+    # neighbouring elements are independent, within and across the random streams' blocks: P(both dropped) = p²
+    m = cpu.keep_mask((1_000_000,), 0.5) == 0
+    assert 1_000_000 > 3 * cpu.BLOCK
+    assert abs((m[1:] & m[:-1]).float().mean().item() - 0.25) < 5 * (0.25 * 0.75 / 1e6) ** 0.5
+    blocks = m[:3 * cpu.BLOCK].view(3, cpu.BLOCK).float()
+    assert abs((blocks[0] * blocks[1]).mean().item() - 0.25) < 5 * (0.25 * 0.75 / cpu.BLOCK) ** 0.5
+
+
+def test_dropout_multiplies_by_the_mask_and_passes_the_gradient_the_same_way():
+    x = torch.randn(4, 6, 8, requires_grad=True)
+    g = torch.randn(4, 6, 8)
+    torch.manual_seed(3)
+    y = cpu.dropout(x, 0.25)
+    y.backward(g)
+    torch.manual_seed(3)
+    keep = cpu.keep_mask(x.shape, 0.25)
+    drop = keep == 0
+    assert 0 < drop.sum() < drop.numel()
+    assert torch.allclose(y, torch.where(drop, 0.0, x.detach()) / 0.75, rtol=1e-6, atol=0)
+    assert torch.equal(y == 0, drop | (x == 0))
+    assert torch.allclose(x.grad, torch.where(drop, 0.0, g) / 0.75, rtol=1e-6, atol=0)
+    # evaluation, p = 0 and p = 1 are PyTorch's own
+    assert torch.equal(cpu.dropout(x, 0.25, training=False), x)
+    assert torch.equal(cpu.dropout(x, 0.0), x)
+    assert torch.equal(cpu.dropout(x, 1.0), torch.zeros_like(x))
+
+
+def reference_attention(q, k, v, allowed, keep, p):
+    """softmax(q kᵀ / √d, masked) with the dropped probabilities zeroed and the rest scaled, times v: the
+    definition, in plain autograd operations."""
+    scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    return (probs.masked_fill(keep == 0, 0) / (1 - p)) @ v
+
+
+class _Module(nn.Module):
+    is_causal = False
+
+
+def test_attention_with_dropout_equals_the_definition_in_value_and_gradient():
+    torch.manual_seed(0)
+    b, h, n, d, p = 3, 2, 7, 4, 0.3
+    q, k, v = (torch.randn(b, h, n, d, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    lengths = torch.tensor([7, 4, 2])
+    allowed = (torch.arange(n)[None, :] < lengths[:, None])[:, None, None, :].expand(b, 1, n, n)  # padding keys
+    torch.manual_seed(5)
+    out, weights = cpu.sdpa_cpu_dropout(_Module(), q, k, v, allowed, dropout=p, scaling=d ** -0.5)
+    torch.manual_seed(5)
+    keep = cpu.keep_mask((b, h, n, n), p, torch.float64)
+    assert weights is None and out.shape == (b, n, h, d)
+    expected = reference_attention(q, k, v, allowed, keep, p).transpose(1, 2)
+    assert torch.allclose(out, expected, rtol=0, atol=1e-12)
+    g = torch.randn_like(out)
+    ours = torch.autograd.grad(out, (q, k, v), g)
+    theirs = torch.autograd.grad(expected, (q, k, v), g)
+    for a, e in zip(ours, theirs):
+        assert torch.allclose(a, e, rtol=0, atol=1e-12)
+    # the written-out backward against finite differences, with no mask and with an additive one
+    bias = torch.zeros(b, 1, 1, n, dtype=torch.float64).masked_fill(~allowed[:, :, :1], torch.finfo(torch.float64).min)
+    for mask in (None, bias):
+        assert torch.autograd.gradcheck(lambda q, k, v: cpu.DroppedAttention.apply(q, k, v, mask, keep), (q, k, v))
+
+
+def test_attention_without_dropout_is_sdpa_itself():
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    q, k, v = (torch.randn(2, 2, 5, 4) for _ in range(3))
+    allowed = torch.ones(2, 1, 5, 5, dtype=torch.bool)
+    allowed[1, ..., 3:] = False
+    ours, _ = cpu.sdpa_cpu_dropout(_Module(), q, k, v, allowed, dropout=0.0, scaling=0.5)
+    theirs, _ = sdpa_attention_forward(_Module(), q, k, v, allowed, dropout=0.0, scaling=0.5)
+    assert torch.equal(ours, theirs)
+
+
+def test_install_swaps_every_dropout_leaves_evaluation_bit_identical_and_saves_plain_sdpa(tiny_model, tmp_path):
+    from transformers import AutoModel
+    from common.models.loading import load_encoder
+    encoder, tokenizer, _ = load_encoder(tiny_model)
+    batch = tokenizer(["Kaupunki maa joki.", "Science physics chemistry biology history war."], padding=True,
+                      return_tensors="pt")
+    encoder.eval()
+    with torch.no_grad():
+        before = encoder.embed(batch["input_ids"], batch["attention_mask"])
+    assert cpu.install(encoder) is encoder and type(encoder) is cpu.PackedEncoder
+    assert not [m for m in encoder.modules() if type(m) is nn.Dropout]
+    assert sum(isinstance(m, cpu.Dropout) for m in encoder.modules()) == 1 + 2 * 3  # embeddings + 3 a layer
+    assert encoder.transformer.config._attn_implementation == cpu.ATTENTION
+    with torch.no_grad():
+        assert torch.equal(encoder.embed(batch["input_ids"], batch["attention_mask"]), before)
+    encoder.train()
+    torch.manual_seed(0)
+    a = encoder.embed(batch["input_ids"], batch["attention_mask"])
+    torch.manual_seed(0)
+    assert torch.equal(encoder.embed(batch["input_ids"], batch["attention_mask"]), a)  # seeded like torch's
+    assert not torch.allclose(a, before)
+    encoder.transformer.save_pretrained(tmp_path / "saved")
+    assert cpu.ATTENTION not in (tmp_path / "saved" / "config.json").read_text()
+    assert AutoModel.from_pretrained(tmp_path / "saved").config._attn_implementation == "sdpa"
+
+
+def tiny_encoder(kind):
+    from transformers import BertConfig, BertModel, RobertaConfig, RobertaModel
+    torch.manual_seed(0)
+    common = dict(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
+                  hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    if kind == "bert":
+        return Encoder(BertModel(BertConfig(max_position_embeddings=32, **common)), "mean"), 0
+    return Encoder(RobertaModel(RobertaConfig(max_position_embeddings=34, pad_token_id=1, **common)), "cls"), 1
+
+
+def groups_of(pad):
+    torch.manual_seed(1)
+    out = []
+    for rows, width, lengths in ((3, 9, (9, 6, 2)), (2, 5, (5, 3))):
+        ids = torch.randint(2, 50, (rows, width))
+        mask = (torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]).long()
+        ids[mask == 0] = pad
+        ids[0, 1] = pad  # the padding id inside a text gets no gradient either
+        out.append((ids, mask))
+    return out
+
+
+def test_training_forward_looks_words_up_once_with_the_per_group_embeddings_and_gradients():
+    encoder, pad = tiny_encoder("bert")
+    cpu.install(encoder)
+    groups = groups_of(pad)
+    weights = torch.randn(5, 16)
+    # the definition: each group through the model from its token ids
+    expected = torch.cat([encoder.embed(ids, mask) for ids, mask in groups])
+    (expected * weights).sum().backward()
+    reference = {name: p.grad.clone() for name, p in encoder.named_parameters() if p.grad is not None}
+    encoder.zero_grad(set_to_none=True)
+    out = encoder(groups)
+    assert torch.allclose(out, expected, rtol=0, atol=1e-6)
+    (out * weights).sum().backward()
+    for name, p in encoder.named_parameters():
+        if name in reference:
+            assert torch.allclose(p.grad, reference[name], rtol=1e-5, atol=1e-5), name
+    words = encoder.transformer.get_input_embeddings().weight
+    assert words.grad[pad].abs().sum() == 0
+    # the kept buffer became the gradient; the next step reuses it, and accumulation adds to it
+    assert words.grad.data_ptr() == encoder._word_grad.data_ptr()
+    first = words.grad.clone()
+    encoder.zero_grad(set_to_none=True)
+    (encoder(groups) * weights).sum().backward()
+    assert torch.equal(words.grad, first) and words.grad.data_ptr() == encoder._word_grad.data_ptr()
+    (encoder(groups) * weights).sum().backward()
+    assert torch.allclose(words.grad, 2 * first, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("kind,grad", [("bert", True), ("bert", False), ("roberta", True)])
+def test_the_single_lookup_runs_only_with_gradient_and_where_positions_ignore_the_ids(kind, grad, monkeypatch):
+    """RoBERTa numbers positions by skipping padding ids (one sits inside the first text here): ``install`` leaves
+    its encoder the model's own, bit for bit; a packed forward without gradient looks its words up as the model
+    does."""
+    calls = []
+    apply = cpu.WordLookup.apply
+    monkeypatch.setattr(cpu.WordLookup, "apply", lambda *a: calls.append(1) or apply(*a))
+    encoder, pad = tiny_encoder(kind)
+    plain = Encoder.forward
+    cpu.install(encoder)
+    assert type(encoder) is (cpu.PackedEncoder if kind == "bert" else Encoder)
+    groups = groups_of(pad)
+    with torch.set_grad_enabled(grad):
+        out = encoder(groups)
+        expected = plain(encoder, groups)
+    assert len(calls) == int(kind == "bert" and grad)
+    if kind == "roberta":
+        assert torch.equal(out, expected)
+    else:
+        torch.testing.assert_close(out, expected, rtol=0, atol=1e-6)
+    if grad:
+        out.sum().backward()
+        assert (getattr(encoder, "_word_grad", None) is None) == (not calls)
+
+
+def test_a_forked_child_draws_masks_with_its_own_threads():
+    """A child forked after the parent's pool started inherits the pool object without its threads; it draws its
+    mask and exits 0 (a child that raised would exit 1)."""
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        cpu.keep_mask((3 * cpu.BLOCK,), 0.1)  # the parent's pool exists
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os._exit(0 if cpu.keep_mask((3 * cpu.BLOCK,), 0.1).shape == (3 * cpu.BLOCK,) else 3)
+            except BaseException:  # noqa: BLE001 (any failure is the child's exit status, not a hang)
+                os._exit(1)
+        deadline = time.time() + 30
+        while not (done := os.waitpid(pid, os.WNOHANG))[0]:
+            if time.time() > deadline:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                pytest.fail("the forked child hung drawing a mask")
+            time.sleep(0.05)
+        assert os.waitstatus_to_exitcode(done[1]) == 0
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_buckets_minimise_padded_attention_plus_a_cost_a_bucket():
+    lengths = [2, 3, 3, 8, 9]
+    # cost 10: {2,3,3} 3·9+10 = 37 beats {2},{3,3} 42; {8},{9} 165 beats {8,9} 172
+    assert cpu.plan_buckets(lengths, 10) == [0, 3, 4, 5]
+    # cost 1000: one bucket, 5·81+1000 = 1405, beats the best split, {2,3,3},{8,9} (1027+1162 = 2189)
+    assert cpu.plan_buckets(lengths, 1000) == [0, 5]
+    assert cpu.plan_buckets([4], 0) == [0, 1]
+
+
+def test_packing_positions_segments_and_the_gather_of_padded_buckets():
+    packing = cpu.Packing([2, 3, 3, 8, 9], bucket_cost=10)
+    assert packing.positions.tolist() == [0, 1, 0, 1, 2, 0, 1, 2] + list(range(8)) + list(range(9))
+    # each text's mean pools its own tokens: here the mean of its token numbers
+    means = pool_packed(torch.arange(25.0)[:, None], packing.lengths, packing.cu, "mean")
+    assert means[:, 0].tolist() == [0.5, 3.0, 6.0, 11.5, 20.0]
+    assert pool_packed(torch.arange(25.0)[:, None], packing.lengths, packing.cu, "cls")[:, 0].tolist() == [0, 2, 5, 8, 16]
+    assert packing.shapes == [(3, 3), (1, 8), (1, 9)]
+    # the first bucket pads text 0 to 3 tokens (its padding slot reads token 0); the others are views
+    assert packing.index.tolist() == [0, 1, 0, 2, 3, 4, 5, 6, 7] + list(range(8, 25))
+    assert packing.keep.tolist() == [0, 1] + list(range(3, 26))
+    first, second, third = packing.masks(torch.float32)
+    assert second is None and third is None
+    assert first[:, 0, 0].tolist() == [[0, 0, torch.finfo(torch.float32).min], [0, 0, 0], [0, 0, 0]]
+    tokens = torch.arange(25.0)[:, None, None].expand(25, 2, 1)
+    parts = packing.take(tokens)
+    assert [tuple(p.shape) for p in parts] == [(3, 2, 3, 1), (1, 2, 8, 1), (1, 2, 9, 1)]
+    assert parts[0][:, 0, :, 0].tolist() == [[0, 1, 0], [2, 3, 4], [5, 6, 7]]
+    assert torch.equal(packing.put(parts), tokens)
+    # texts of one length need no gather at all
+    same = cpu.Packing([4, 4, 4], bucket_cost=10)
+    assert same.index is None and same.keep is None and same.masks(torch.float32) == [None]
+    with pytest.raises(ValueError):
+        cpu.Packing([3, 0])
+
+
+def reference(q, k, v, lengths, scale, keeps=None):
+    """Each text's attention over its own tokens, one text at a time: softmax(q kᵀ · scale) ⊙ keep, times v."""
+    outs, start = [], 0
+    for i, n in enumerate(lengths):
+        qi, ki, vi = (t[0, :, start:start + n] for t in (q, k, v))
+        probs = torch.softmax(qi @ ki.transpose(-1, -2) * scale, dim=-1)
+        if keeps is not None:
+            probs = probs * keeps[i]
+        outs.append((probs @ vi).transpose(0, 1))
+        start += n
+    return torch.cat(outs)[None]
+
+
+@pytest.mark.parametrize("p", [0.0, 0.3])
+def test_packed_attention_is_each_texts_own_attention_in_value_and_gradient(p, monkeypatch):
+    lengths, h, d = [2, 3, 3, 8, 9], 2, 4
+    packing = cpu.Packing(lengths, bucket_cost=10)
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, h, sum(lengths), d, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    masks = []
+    keep_mask = cpu.keep_mask
+    monkeypatch.setattr(cpu, "keep_mask", lambda *a: masks.append(keep_mask(*a)) or masks[-1])
+    out, weights = cpu.packed_attention(q, k, v, packing, p, d ** -0.5)
+    assert weights is None and out.shape == (1, sum(lengths), h, d)
+    keeps = None
+    if p:
+        # the mask of text i is its row of its bucket's mask, over its own tokens
+        assert [tuple(m.shape) for m in masks] == [(3, h, 3, 3), (1, h, 8, 8), (1, h, 9, 9)]
+        rows = [(0, 0), (0, 1), (0, 2), (1, 0), (2, 0)]
+        keeps = [masks[b][r, :, :n, :n] for (b, r), n in zip(rows, lengths)]
+        assert all((m == 0).any() for m in masks)
+    else:
+        assert not masks
+    expected = reference(q, k, v, lengths, d ** -0.5, keeps)
+    assert torch.allclose(out, expected, rtol=0, atol=1e-12)
+    g = torch.randn_like(out)
+    for ours, theirs in zip(torch.autograd.grad(out, (q, k, v), g), torch.autograd.grad(expected, (q, k, v), g)):
+        assert torch.allclose(ours, theirs, rtol=0, atol=1e-12)
+
+
+def tiny(kind, pooling):
+    from transformers import BertConfig, BertModel, DistilBertConfig, DistilBertModel, ElectraConfig, ElectraModel
+    torch.manual_seed(0)
+    if kind == "distilbert":
+        config = DistilBertConfig(vocab_size=50, dim=16, n_layers=2, n_heads=2, hidden_dim=32, dropout=0.1,
+                                  attention_dropout=0.1, max_position_embeddings=32)
+        return Encoder(DistilBertModel(config), pooling)
+    common = dict(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
+                  max_position_embeddings=32)
+    if kind == "electra":
+        return Encoder(ElectraModel(ElectraConfig(embedding_size=8, **common)), pooling)
+    return Encoder(BertModel(BertConfig(**common)), pooling)
+
+
+def groups():
+    torch.manual_seed(1)
+    out = []
+    for rows, width, lengths in ((3, 9, (4, 6, 9)), (2, 5, (5, 5)), (1, 3, (3,))):
+        ids = torch.randint(2, 50, (rows, width))
+        mask = (torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]).long()
+        out.append((ids.masked_fill(mask == 0, 0), mask))
+    return out
+
+
+@pytest.mark.parametrize("kind", ["bert", "distilbert", "electra"])
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_the_packed_training_forward_gives_the_per_group_embeddings_and_gradients(kind, pooling, monkeypatch):
+    encoder = cpu.install(tiny(kind, pooling)).train()
+    assert encoder.transformer.config._attn_implementation == cpu.ATTENTION
+    for m in encoder.modules():  # dropout off: both paths are then deterministic
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+    batch, weights = groups(), torch.randn(6, 16)
+    expected = torch.cat([encoder.embed(ids, mask) for ids, mask in batch])
+    (expected * weights).sum().backward()
+    reference = {name: p.grad.clone() for name, p in encoder.named_parameters() if p.grad is not None}
+    encoder.zero_grad(set_to_none=True)
+    plans = []
+    init = cpu.Packing.__init__
+    monkeypatch.setattr(cpu.Packing, "__init__", lambda self, *a, **k: plans.append(self) or init(self, *a, **k))
+    out = encoder(batch)
+    assert len(plans) == 1 and plans[0].lengths.tolist() == [4, 6, 9, 5, 5, 3]
+    assert torch.allclose(out, expected, rtol=0, atol=1e-5)
+    (out * weights).sum().backward()
+    assert set(reference) == {n for n, p in encoder.named_parameters() if p.grad is not None}
+    for name, p in encoder.named_parameters():
+        if name in reference:
+            assert torch.allclose(p.grad, reference[name], rtol=1e-4, atol=1e-5), name
+
+
+def test_packed_training_with_dropout_repeats_under_a_seed_with_or_without_gradient():
+    """GradCache embeds a chunk without gradient, then again with gradient under the same random state: both
+    forwards must take the packed path and draw the same masks."""
+    encoder = cpu.install(tiny("bert", "mean")).train()
+    batch = groups()
+    torch.manual_seed(3)
+    a = encoder(batch)
+    torch.manual_seed(3)
+    assert torch.equal(encoder(batch), a)
+    torch.manual_seed(3)
+    with torch.no_grad():
+        assert torch.allclose(encoder(batch), a, rtol=0, atol=1e-6)
+        assert not torch.allclose(encoder(batch), a)  # the next masks differ
+        assert not torch.allclose(encoder.eval()(batch), a)
+
+
+def test_candidates_are_the_most_and_its_halvings_down_to_one():
+    assert thread_candidates(16) == [16, 8, 4, 2, 1]
+    assert thread_candidates(6) == [6, 3, 1]
+    assert thread_candidates(2) == [2, 1]
+    assert thread_candidates(1) == [1]
+
+
+class Clocks:
+    """A wall clock, a CPU-time clock and the machine's idle ticks that a batch advances: by its cost per token at
+    the thread count it ran with, by that time × the count × the share of their cores the threads got, and by that
+    time × the cores nobody used (2 cores: the ones our threads and other work leave free)."""
+
+    def __init__(self):
+        self.wall = self.cpu = 0.0
+        self.idle = self.total = 0.0
+
+    def run(self, threads, cost, share, batches, others=0, tokens=100):
+        used = []
+        for _ in range(batches):
+            with threads.batch(tokens):
+                count = torch.get_num_threads()
+                used.append(count)
+                seconds = cost[count] * tokens
+                self.wall += seconds
+                self.cpu += seconds * count * share[count]
+                self.idle += seconds * max(0, 2 - count - others)
+                self.total += seconds * 2
+        return used
+
+
+def chooser(most=2, probe_every=4, look_every=2):
+    clocks = Clocks()
+    return Threads(most=most, probe_every=probe_every, clock=lambda: clocks.wall, cpu_clock=lambda: clocks.cpu,
+                   idle_clock=lambda: (clocks.idle, clocks.total), cores=2, look_every=look_every), clocks
+
+
+IDLE = {"cost": {2: 1.0, 1: 2.0}, "share": {2: 1.0, 1: 1.0}}  # 2 threads twice as fast, each with its core
+BUSY = {"cost": {2: 3.0, 1: 2.0}, "share": {2: 0.6, 1: 1.0}, "others": 1}  # another process takes a core
+
+
+def test_an_idle_machine_runs_every_batch_with_the_most_threads_and_probes_nothing():
+    before = torch.get_num_threads()
+    threads, clocks = chooser()
+    try:
+        assert clocks.run(threads, batches=40, **IDLE) == [2] * 40
+        assert threads.cost == {}
+    finally:
+        threads.close()
+    assert torch.get_num_threads() == before
+
+
+def test_shared_cores_start_a_round_whose_cheapest_count_runs_until_the_next_and_a_free_machine_brings_back_the_most():
+    threads, clocks = chooser()
+    try:
+        assert clocks.run(threads, batches=3, **IDLE) == [2, 2, 2]
+        # the first batch beside a busy process gets 0.6 of its cores: a round probes 2 and 1 threads at once, and 1
+        # (2.0 s a token against 3.0) runs the next 4 batches; the next round, probing the other way round,
+        # confirms 1 and doubles the wait to 8
+        assert clocks.run(threads, batches=9, **BUSY) == [2, 2, 1, 1, 1, 1, 1, 1, 2]
+        assert threads.cost == {2: 3.0, 1: 2.0} and threads.wait == 8
+        # the busy process ends: at 1 thread its share cannot show it, but the machine's idle core does at the next
+        # look (2 batches on), which starts a round at once instead of after the wait of 8: 2 threads are cheaper
+        # again, and from then on nothing is probed
+        assert clocks.run(threads, batches=15, **IDLE) == [1] * 2 + [2, 1] + [2] * 11
+        assert threads.count == 2 and threads.wait == 4
+    finally:
+        threads.close()
+
+
+def test_without_an_idle_core_in_sight_fewer_threads_keep_their_wait():
+    threads, clocks = chooser()
+    try:
+        clocks.run(threads, batches=1, **IDLE)
+        assert clocks.run(threads, batches=9, **BUSY) == [2, 2, 1, 1, 1, 1, 1, 1, 2]
+        # still busy: the looks every 2 batches find no idle core, so the next round waits the full 8 batches
+        assert clocks.run(threads, batches=10, **BUSY) == [1] * 8 + [2, 1]
+        # where the machine's idle time cannot be read, only the rounds find freed cores
+        threads.idle_clock = lambda: None
+        assert clocks.run(threads, batches=18, **IDLE) == [1] * 16 + [1, 2]
+    finally:
+        threads.close()
+
+
+def test_rounds_that_keep_the_most_threads_beside_other_work_come_ever_more_rarely():
+    threads, clocks = chooser()
+    shared = {"cost": {2: 1.5, 1: 2.0}, "share": {2: 0.7, 1: 1.0}}  # shared, yet 2 threads stay faster
+    try:
+        used = clocks.run(threads, batches=66, **shared)
+        # the first shared batch (1, after the warm-up) starts a round at once; each round keeps 2 threads and
+        # doubles the wait from 4: the next rounds follow 8, 16 and 32 batches at 2 threads, every other one probing
+        # 1 thread first
+        assert [i for i, count in enumerate(used) if count == 1] == [3, 12, 31, 64]
+        assert threads.wait == 64
+    finally:
+        threads.close()
+
+
+def test_one_thread_is_never_probed_against_itself():
+    threads, clocks = chooser(most=1)
+    try:
+        assert clocks.run(threads, batches=40, cost={1: 1.0}, share={1: 0.3}) == [1] * 40
+    finally:
+        threads.close()
+
+
+def test_a_failed_batch_is_not_timed():
+    threads, clocks = chooser()
+    threads.since = 0
+    for _ in range(2):
+        with pytest.raises(RuntimeError):
+            with threads.batch(10):
+                raise RuntimeError("out of memory")
+    threads.close()
+    assert threads.cost == {} and threads.since == 0 and threads.batches == 2
+
+
+def test_embed_gives_the_vectors_of_one_thread_and_restores_the_thread_count(tiny_model, monkeypatch):
+    """``embed`` on a CPU changes the thread count between batches (here every batch counts as shared, so rounds of
+    probes run); every count computes the same vectors up to the rounding of a parallel reduction, and torch's
+    setting is what it was afterwards, also after an error in the middle of a round."""
+    from common.models.inference import embed
+    from common.models.loading import load_encoder
+    from common.models.tokens import TokenStore
+    encoder, tokenizer, _ = load_encoder(tiny_model, pooling="mean", max_length=48)
+    texts = [f"text {i} " + "word " * (i % 40) for i in range(200)]
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        one = embed(encoder, TokenStore(tokenizer, texts, 48), batch_size=4)
+    finally:
+        torch.set_num_threads(before)
+    monkeypatch.setattr(cpu, "SHARED", 2.0)  # no share reaches it: the cores always look shared
+    used, set_threads = [], torch.set_num_threads
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: (used.append(n), set_threads(n)))
+
+    class FailsAtBatch:
+        """An output array whose ``n``-th batch cannot be written. The 4th is the first round's 1-thread probe: the
+        warm-up, the batch that finds the cores shared and the 2-thread probe come before it."""
+        def __init__(self, n):
+            self.rows, self.writes = np.zeros((len(texts), encoder.dimension), dtype=np.float32), 0
+            self.n = n
+
+        def __setitem__(self, key, value):
+            self.writes += 1
+            if self.writes == self.n:
+                raise OSError("disk full")
+            self.rows[key] = value
+
+    torch.set_num_threads(2)
+    try:
+        chosen = FailsAtBatch(0)
+        embed(encoder, TokenStore(tokenizer, texts, 48), batch_size=4, out=chosen)
+        assert 1 in used and torch.get_num_threads() == 2  # a round ran a batch at 1 thread; 2 are back
+        used.clear()
+        with pytest.raises(OSError):
+            embed(encoder, TokenStore(tokenizer, texts, 48), batch_size=4, out=FailsAtBatch(4))
+        assert used[-2:] == [1, 2] and torch.get_num_threads() == 2  # failed at 1 thread, then restored
+    finally:
+        set_threads(before)
+    np.testing.assert_allclose(chosen.rows, one, rtol=0, atol=1e-5)

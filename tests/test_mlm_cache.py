@@ -1,0 +1,111 @@
+"""The masked LM's cache (``common/train/objectives/mlm.py``): tokenised texts, next-sentence pairs and a learnt
+vocabulary are kept inside the run's --out unless --cache-dir names another place, which is checked as --out is."""
+
+import os
+import sys
+
+import pytest
+
+from conftest import script_error, script_module, train_in_process
+
+MLM = ["--objective", "mlm", "--max-length", "16", "--batch-size", "8", "--max-steps", "1", "--eval-every", "0",
+       "--checkpoint-every", "0", "--log-every", "1"]
+NEW_MODEL = ["--model-type", "bert", "--config-overrides", "hidden_size=16,num_hidden_layers=1,num_attention_heads=2,"
+             "intermediate_size=32", "--vocab-size", "120"]
+
+_seen = {"root": None, "written": []}
+
+
+def _audit(event, args):
+    """Every file opened for writing, folder made or name moved to while a test watches (``_seen``)."""
+    if _seen["root"] is None:
+        return
+    if event == "open" and isinstance(args[0], (str, bytes, os.PathLike)):
+        mode, flags = args[1], args[2]
+        if (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+                isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT)):
+            _seen["written"].append(os.fsdecode(args[0]))
+    elif event == "os.mkdir" and isinstance(args[0], (str, bytes, os.PathLike)) and not os.path.isdir(args[0]):
+        _seen["written"].append(os.fsdecode(args[0]))  # a folder made (makedirs of one that is there makes none)
+    elif event in ("os.rename", "os.replace") and isinstance(args[1], (str, bytes, os.PathLike)):
+        _seen["written"].append(os.fsdecode(args[1]))
+
+
+def _written_outside(root, argv):
+    """Train ``argv`` in this process; the paths written outside ``root`` meanwhile."""
+    if not getattr(_audit, "installed", False):
+        sys.addaudithook(_audit)
+        _audit.installed = True
+    _seen.update(root=os.path.realpath(root), written=[])
+    try:
+        train_in_process(argv)
+    finally:
+        _seen["root"] = None
+    root = os.path.realpath(root)
+    return sorted({p for p in _seen["written"] if p != os.devnull and os.path.realpath(os.path.abspath(p)) != root
+                   and not os.path.realpath(os.path.abspath(p)).startswith(root + os.sep)})
+
+
+@pytest.mark.parametrize("extra", [[], ["--nsp"], NEW_MODEL], ids=["blocks", "nsp", "new-vocabulary"])
+def test_a_masked_lm_run_writes_its_caches_inside_its_out_and_nothing_outside(extra, tmp_path, tiny_data, tiny_model,
+                                                                             capsys):
+    run = tmp_path / "run"
+    model = [] if extra is NEW_MODEL else ["--model", tiny_model]
+    argv = ["--data", tiny_data, *model, "--out", run, *MLM, *extra]
+    assert _written_outside(run, argv) == []
+    cached = sorted(os.listdir(run / "cache"))
+    prefix = {0: "mlm-tokens-", 1: "nsp-sentences-"}.get(len(extra), "wordpiece-")
+    assert any(name.startswith(prefix) for name in cached), cached
+    assert not [n for n in __import__("json").loads((run / "manifest.json").read_text())["files"]
+                if n.startswith("cache")]
+
+
+def test_the_cache_stays_for_the_next_run_and_is_no_result_of_a_run(tmp_path, tiny_data, tiny_model, capsys):
+    run = tmp_path / "run"
+    argv = ["--data", tiny_data, "--model", tiny_model, "--out", run, *MLM]
+    train_in_process(argv)
+    cached = sorted(os.listdir(run / "cache"))
+    train_in_process(argv + ["--lr", "1e-3", "--overwrite"])
+    assert sorted(os.listdir(run / "cache")) == cached  # read again, not made again
+
+
+def test_a_cache_dir_named_elsewhere_is_where_the_cache_goes(tmp_path, tiny_data, tiny_model, capsys):
+    run, cache = tmp_path / "run", tmp_path / "elsewhere"
+    train_in_process(["--data", tiny_data, "--model", tiny_model, "--out", run, *MLM, "--cache-dir", cache])
+    assert os.listdir(cache) and not (run / "cache").exists()
+
+
+@pytest.mark.parametrize("where, how, flag", [("data", "is", "--data"), ("data/cache", "lies inside", "--data"),
+                                              ("model", "is", "--model"), ("model/sub", "lies inside", "--model"),
+                                              ("", "holds", "--data")])
+def test_a_cache_dir_among_the_inputs_is_refused_before_any_work(where, how, flag, tmp_path, tiny_data, tiny_model):
+    import shutil
+    shutil.copytree(tiny_data, tmp_path / "data")
+    shutil.copytree(tiny_model, tmp_path / "model")
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    cache = tmp_path / where if where else tmp_path
+    read = {"--data": tmp_path / "data", "--model": tmp_path / "model"}[flag]
+    assert script_error("03_train.py", "--data", tmp_path / "data", "--model", tmp_path / "model", "--out",
+                        tmp_path / "run", *MLM, "--cache-dir", cache) == (
+        f"error: --cache-dir {cache}: {how} {flag} {read}, which this command reads; give an --cache-dir apart from "
+        "its inputs")
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before
+
+
+def test_an_out_that_is_no_run_folder_is_refused_before_the_cache_is_written(tmp_path, tiny_data, tiny_model):
+    out = tmp_path / "documents"
+    out.mkdir()
+    (out / "mine.txt").write_text("mine")
+    assert script_error("03_train.py", "--data", tiny_data, "--model", tiny_model, "--out", out, *MLM) == (
+        f"error: {out}: not empty and not a run folder of this project (no run.json); use another --out")
+    assert sorted(os.listdir(out)) == ["mine.txt"]
+
+
+def test_the_cache_dir_flag_says_where_the_cache_goes_by_default():
+    module = script_module("03_train.py")
+    from common import cli
+    from common.train import objectives
+    parser = cli.parser("")
+    module.add_training_arguments(parser, objectives.get("mlm"), [])
+    action = next(a for a in parser._actions if a.dest == "cache_dir")
+    assert action.type is cli.writes and "RUN/cache, inside --out" in action.help
