@@ -32,7 +32,7 @@ import os
 import sys
 import time
 
-from common import cli, folders, io
+from common import cli, folders
 from common.eval import embedding, keysent, report, retrieval, tasks, uncertainty
 from common.eval.ann import KINDS as INDEX_KINDS
 from common.eval.embedding import Embedding
@@ -121,8 +121,7 @@ def add_extract_arguments(p):
     p.add_argument("--model", required=True, type=cli.reads,
                    help="a model trained with --objective contrastive or cosine")
     p.add_argument("--input", required=True, type=cli.reads, help="JSONL of {id, text} (HTML and LaTeX are cleaned)")
-    p.add_argument("--max-line-mb", type=cli.number(int, cli.AT_LEAST_1), default=io.MAX_LINE_BYTES >> 20,
-                   help="refuse a JSONL line longer than this (a line is held whole in memory while read)")
+    cli.add_max_line(p)
     p.add_argument("--out", required=True, help="JSONL to write: {id, key_sentences: [{text, score, start, end}]}")
     p.add_argument("--top", type=cli.number(int, cli.COUNT), default=1, help="sentences per article, best first")
     p.add_argument("--threshold", type=cli.number(float, cli.between(-1, 1)), default=None,

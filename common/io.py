@@ -186,7 +186,7 @@ def shown(value, limit=40):
     return text if len(text) <= limit else text[:limit] + "…"
 
 
-def number(value, where, name, low=-math.inf, high=math.inf, integer=False):
+def number_field(value, where, name, low=-math.inf, high=math.inf, integer=False):
     """``value``, the field ``name`` of what was read at ``where`` (``path:line``), as a number: a JSON number (a bool
     is none: JSON's ``true`` is not 1), a whole one where ``integer``, finite and within [``low``, ``high``]; else one
     line naming the place, the field and what it holds."""
@@ -218,13 +218,60 @@ def sha256(path):
     return _HASHED[key]
 
 
+# the most digits a JSON integer of a file the project reads may have: enough for transformers' "no limit"
+# (10^30, 31 digits), never the hundreds a damaged or hostile file may hold
+MAX_DIGITS = 64
+
+
+def _refuse_constant(name):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text):
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:40]} is not finite")
+    return value
+
+
+def _short_int(text):
+    if len(text.lstrip("-")) > MAX_DIGITS:
+        raise ValueError(f"a number of {len(text.lstrip('-')):,} digits")
+    return int(text)
+
+
+def loads(text):
+    """JSON text as the project reads every JSON file: a number must be finite and at most ``MAX_DIGITS`` digits
+    long (Python's json module would take ``NaN``, ``Infinity``, ``1e400`` as infinity, and integers of thousands
+    of digits, as orjson, which reads the JSONL files, does not); a ValueError otherwise."""
+    return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float, parse_int=_short_int)
+
+
+def number(value, where, kind=int, low=None, high=None):
+    """``value``, a number read from a file, checked before use: a JSON integer (``kind=int``: ``true`` is none, nor
+    ``1.0``) or any JSON number (``kind=float``), finite, between ``low`` and ``high`` where given; anything else
+    (a string, a list, ``null``) is one line naming ``where`` (the file, its line and the field)."""
+    shown = repr(value)
+    shown = shown if len(shown) <= 40 else shown[:37] + "..."
+    if not (type(value) is int or (kind is float and type(value) is float)):
+        raise InputError(f"{where}: {shown} is not a JSON {'integer' if kind is int else 'number'}")
+    if not math.isfinite(value):
+        raise InputError(f"{where}: {shown} is not finite")
+    if (low is not None and value < low) or (high is not None and value > high):
+        bounds = f"between {low:,} and {high:,}" if low is not None and high is not None else \
+            f"at least {low:,}" if low is not None else f"at most {high:,}"
+        raise InputError(f"{where}: {shown} is not {bounds}")
+    return value
+
+
 def read_json_or_empty(path):
-    """A JSON file's value, or {} where there is no file; a file that is not JSON text is an InputError."""
+    """A JSON file's value, or {} where there is no file; a file that is not JSON text (``loads``: numbers finite
+    and of a sane length) is an InputError."""
     if not os.path.exists(path):
         return {}
     try:
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
+            return loads(f.read())
     except ValueError as e:  # UnicodeDecodeError is one
         raise InputError(f"{path}: not JSON text ({e})") from None
     except OSError as e:

@@ -2,7 +2,6 @@
 
 import numpy as np
 
-from common import cli
 from common.io import InputError, read_jsonl
 from common.jsontext import dumps_line
 
@@ -52,15 +51,3 @@ def write_splits(splits, outputs, counts):
         counts[f"key_sentences_{part}"] = sum(sum(a["labels"]) for a in splits[part])
     with outputs.open("splits.json") as f:
         f.write(dumps_line({part: [a["id"] for a in splits[part]] for part in PARTS}))
-
-
-def add_arguments(p):
-    """02 sentences' flags."""
-    p.add_argument("--sentences", required=True, type=cli.reads, help="sentences.jsonl from 01_extract.py sentences")
-    cli.add_max_line(p)
-    p.add_argument("--out", required=True, help="data directory to write")
-    p.add_argument("--test", type=cli.number(float, cli.SHARE), default=0.2,
-                   help="share of articles held out for testing (thesis)")
-    p.add_argument("--val", type=cli.number(float, cli.SHARE), default=0.25,
-                   help="share of the remaining articles for validation (thesis: 75/25, but by article)")
-    p.add_argument("--seed", type=cli.number(int, cli.SEED), default=42, help="seed of the split")

@@ -147,9 +147,9 @@ def _run_log(model_path):
     records = []
     for lineno, obj in io.read_jsonl(path):
         if "val_ap_max" in obj:
-            io.number(obj.get("step"), f"{path}:{lineno}", "step", 0, integer=True)
+            io.number_field(obj.get("step"), f"{path}:{lineno}", "step", 0, integer=True)
             for key in [key for key in obj if key.startswith("val_ap_") and obj[key] is not None]:
-                io.number(obj[key], f"{path}:{lineno}", key, 0, 1)
+                io.number_field(obj[key], f"{path}:{lineno}", key, 0, 1)
         records.append(obj)
     return records if any("val_ap_max" in r for r in records) else None
 

@@ -14,7 +14,7 @@ from sklearn.metrics import average_precision_score
 
 from common.eval import uncertainty
 from common.eval.wikispecter import read_qrels
-from common.io import InputError, number, read_jsonl
+from common.io import InputError, number_field, read_jsonl
 
 QRELS, RATINGS = "similarity.qrels", "similarity.ratings.jsonl"
 
@@ -60,7 +60,7 @@ def read_ratings(path, index):
             if not isinstance(obj[key], str) or obj[key] not in index:
                 raise InputError(f"{path}:{lineno}: id {obj[key]!r} (field {key!r}) is not in docs.jsonl")
         pairs.append((index[obj["a"]], index[obj["b"]]))
-        scores.append(float(number(obj["score"], f"{path}:{lineno}", "score")))
+        scores.append(float(number_field(obj["score"], f"{path}:{lineno}", "score")))
     return np.array(pairs, dtype=np.int64).reshape(-1, 2), np.array(scores, dtype=np.float64)
 
 
