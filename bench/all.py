@@ -26,6 +26,13 @@ side, the median of the per-round ratios and every round's ratio, with the load 
 |         | tokens, within half its window)                        | ``embed``                                        |
 | long-train | 04 train (mse-contextual, --gradient-checkpointing as | the same command with ``Encoder.embed`` calling |
 |         | the thesis) on documents of 4,096 tokens               | ``LongformerModel.forward`` (transformers')      |
+| tiny-triplet, tiny-mnrl, tiny-mlm, tiny-embed | triplet, mnrl, mlm and embed on a tiny BERT | the same as the row |
+|         | (bench/shared.py's TINY_SHAPE: 2 layers, hidden 64,    | named                                            |
+|         | random weights, all-MiniLM-L6-v2's vocabulary) at      |                                                  |
+|         | --tiny-batch × --tiny-length: the overhead rows, where |                                                  |
+|         | what a side does around the model's arithmetic is most |                                                  |
+|         | of its time; ours --log-every 10, its log's per-record |                                                  |
+|         | rates (03's default; the real rows log every step)     |                                                  |
 
 Same model (all-MiniLM-L6-v2; for mlm BertForMaskedLM from it; for the long rows the Longformer made from it),
 loss, batch, token length and fp32 on both sides (int8 on both sides in embed-int8); the embeddings of the two
@@ -48,7 +55,13 @@ counted. Beside it, the ceiling measured in every round in a fresh process: the 
 size (PyTorch's fbgemm kernel, as quantize_int8 runs it).
 
 sentence-transformers' ONNX backend needs optimum-onnx, whose only release requires transformers < 4.58; it runs
-from its own folder put first on PYTHONPATH (bench/requirements-onnx.txt; --st-onnx).
+from its own folder put first on PYTHONPATH (bench/requirements-onnx.txt; --st-onnx). Its export for this CPU
+(--onnx-config: arm64 on ARM, else avx512_vnni, avx512 or avx2 as the CPU's flags allow) is read from the file
+sentence-transformers writes it to (``onnx_int8_file``: model_quint8_avx2.onnx for avx2, model_qint8_*.onnx for the
+others).
+
+The results name the CPU they were measured on (bench/shared.py's ``machine``: its model name, family and model
+numbers, and which of the instruction sets the rows depend on it has, from /proc/cpuinfo), as the run prints it.
 
 On a CUDA machine a GPU section follows: training tokens/s in bfloat16 and model FLOPs utilisation
 (6 · parameters · tokens per second / the GPU's dense bf16 peak, 989 TFLOP/s for an H100) for MiniLM and a
@@ -67,9 +80,9 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from bench.shared import (RUN_SCRIPT, TRANSFORMERS_LONGFORMER, best_rate, cpu_flags, embed_texts,  # noqa: E402
-                          embedder, ensure_distill, long_texts, machine, nonembedding, run_side, step_tokens,
-                          token_counts, train_shape)
+from bench.shared import (RUN_SCRIPT, TINY_SHAPE, TRANSFORMERS_LONGFORMER, best_rate, build_model,  # noqa: E402
+                          cpu_flags, embed_texts, embedder, ensure_distill, long_texts, machine, nonembedding,
+                          run_side, step_tokens, token_counts, train_shape)
 
 H100_BF16_PEAK = 989e12  # dense bf16 FLOP/s of an H100 SXM
 
@@ -90,26 +103,41 @@ def timed(run, texts, warm, path, sync=None):
     return {"rate": len(texts) / seconds}
 
 
-def one_embed(side, args, batch=None):
-    """Documents/s of one side, tokenisation included; the vectors are saved for the comparison."""
+def one_embed(side, args, case="embed"):
+    """Documents/s of one side of ``case`` (embed, embed-small, tiny-embed), tokenisation included; the vectors are
+    saved for the comparison."""
     import torch
     from bench.train import minilm
     texts = embed_texts(args.work, args.docs)
-    batch = batch or args.batch
+    batch = {"embed": args.batch, "embed-small": args.small_batch, "tiny-embed": args.tiny_batch}[case]
+    length = args.tiny_length if case == "tiny-embed" else args.length
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    run = embedder(side, minilm(), args.length, batch, args.batch_tokens, device)
-    return timed(run, texts, batch, os.path.join(args.work, f"embed-{batch}-{side}.npy"),
+    run = embedder(side, minilm(), length, batch, args.batch_tokens, device)
+    return timed(run, texts, batch, os.path.join(args.work, f"{case}-{side}.npy"),
                  torch.cuda.synchronize if device == "cuda" else None)
 
 
-def onnx_config():
-    """sentence-transformers' dynamic int8 ONNX export that fits this CPU (``export_dynamic_quantized_onnx_model``'s
-    names): avx512_vnni, avx512, avx2 or arm64."""
-    flags = cpu_flags()
-    if platform.machine().lower() in ("aarch64", "arm64"):
+# sentence-transformers' export_dynamic_quantized_onnx_model saves onnx/model_{weights}_{config}.onnx, where
+# {weights} is the weight type of optimum's AutoQuantizationConfig.{config}(is_static=False), lower-cased: unsigned
+# 8-bit for avx2, signed for the others (tests/test_bench_onnx.py holds the names to theirs)
+ONNX_INT8_WEIGHTS = {"arm64": "qint8", "avx2": "quint8", "avx512": "qint8", "avx512_vnni": "qint8"}
+
+
+def onnx_config(flags=None, arch=None):
+    """The dynamic int8 ONNX export of sentence-transformers that fits a CPU (``flags``: its /proc/cpuinfo flags,
+    ``arch``: ``platform.machine()``; this machine's by default): arm64 on ARM; on x86 avx512_vnni, avx512 or avx2,
+    the widest the flags allow."""
+    flags = cpu_flags() if flags is None else flags
+    arch = platform.machine() if arch is None else arch
+    if arch.lower() in ("aarch64", "arm64"):
         return "arm64"
-    return next((name for name, flag in (("avx512_vnni", "avx512_vnni"), ("avx512", "avx512f"))
-                 if flag in flags), "avx2")
+    return next((name for name, flag in (("avx512_vnni", "avx512_vnni"), ("avx512", "avx512f")) if flag in flags),
+                "avx2")
+
+
+def onnx_int8_file(config):
+    """The file, in the exported folder, of sentence-transformers' dynamic int8 export for ``config``."""
+    return f"onnx/model_{ONNX_INT8_WEIGHTS[config]}_{config}.onnx"
 
 
 def one_embed_int8(side, args):
@@ -132,12 +160,16 @@ def one_embed_int8(side, args):
     else:
         from sentence_transformers import SentenceTransformer
         from sentence_transformers.backend import export_dynamic_quantized_onnx_model
-        folder, config = os.path.join(args.work, "st-onnx-minilm"), onnx_config()
-        name = f"onnx/model_qint8_{config}.onnx"
+        folder, config = os.path.join(args.work, "st-onnx-minilm"), args.onnx_config
+        name = onnx_int8_file(config)
         if not os.path.exists(os.path.join(folder, name)):  # exported once, outside the timed region
             exported = SentenceTransformer(minilm(), backend="onnx", device="cpu")
             exported.save(folder)
             export_dynamic_quantized_onnx_model(exported, config, folder)
+            if not os.path.exists(os.path.join(folder, name)):
+                found = sorted(f for f in os.listdir(os.path.join(folder, "onnx")) if f.endswith(".onnx"))
+                sys.exit(f"error: embed-int8: sentence-transformers' {config} export wrote {', '.join(found)} in "
+                         f"{folder}/onnx, not {name}")
         st = SentenceTransformer(folder, backend="onnx", device="cpu", model_kwargs={"file_name": name})
         st.max_seq_length = args.length
         batch = args.onnx_batch
@@ -227,30 +259,43 @@ def one_ceiling(args, n=2048, repeats=5):
     return out
 
 
-def one_train(side, args, objective):
+TINY_LOG_EVERY = 10  # the tiny rows' --log-every: 03's default; its records' rates give the step times
+
+
+def one_train(side, args, row):
+    """Steps/s of one side of a training row (triplet, mnrl, mlm or their tiny-* rows), after the first --warm
+    steps (--tiny-warm)."""
     from bench.train import ensure_data, run_ours, run_theirs
+    objective = row.removeprefix("tiny-")
     data = ensure_data(args.work, objective)
-    batch, length = train_shape(args, objective)
-    fn = run_ours if side == "ours" else run_theirs
-    times = fn(data, args.steps, batch, objective, length)[args.warm:]
-    return {"rate": 1 / statistics.mean(times)}
+    batch, length = train_shape(args, row)
+    steps, warm = (args.tiny_steps, args.tiny_warm) if row.startswith("tiny-") else (args.steps, args.warm)
+    if side == "ours":
+        times = run_ours(data, steps, batch, objective, length, TINY_LOG_EVERY if row.startswith("tiny-") else 1)
+    else:
+        times = run_theirs(data, steps, batch, objective, length)
+    return {"rate": 1 / statistics.mean(times[warm:])}
 
 
 def tokens_per_unit(case, args):
     """Non-padding tokens per embedded text (embed cases) or per training step (training cases), the same count
     for both sides: embedding, the texts truncated at --length; triplet, query, positive and negative documents
     (title [SEP] text) truncated at --triplet-length, mean over the training triplets × batch; mnrl, title and
-    abstract each truncated at --mnrl-length, mean over the training pairs × batch; mlm, full blocks."""
+    abstract each truncated at --mnrl-length, mean over the training pairs × batch; mlm, full blocks. The tiny rows
+    the same at --tiny-length and --tiny-batch (their model has MiniLM's vocabulary)."""
     from transformers import AutoTokenizer
     from bench.train import ensure_data, minilm
     tokenizer = AutoTokenizer.from_pretrained(minilm())
+    if case == "tiny-embed":
+        return statistics.mean(token_counts(tokenizer, embed_texts(args.work, args.docs), args.tiny_length))
     if case.startswith("embed") or case == "long-short":
         return statistics.mean(token_counts(tokenizer, embed_texts(args.work, args.docs), args.length))
     if case == "long-embed":
         return statistics.mean(token_counts(tokenizer, long_texts(args.work, args.long_docs), LONG_LENGTH))
     if case == "long-train":
         return args.long_train_batch * LONG_LENGTH
-    return step_tokens(tokenizer, case, *train_shape(args, case), lambda: ensure_data(args.work, case))
+    objective = case.removeprefix("tiny-")
+    return step_tokens(tokenizer, objective, *train_shape(args, case), lambda: ensure_data(args.work, objective))
 
 
 def budget(a):
@@ -261,10 +306,10 @@ def budget(a):
 
 
 CASES = {
-    "embed": ("docs/s", lambda side, args: one_embed(side, args),
+    "embed": ("docs/s", lambda side, args: one_embed(side, args, "embed"),
               lambda a: f"{a.docs} arXiv abstracts, {a.length} tokens, batch {a.batch}, ours --batch-tokens "
                         f"{budget(a)}"),
-    "embed-small": ("docs/s", lambda side, args: one_embed(side, args, args.small_batch),
+    "embed-small": ("docs/s", lambda side, args: one_embed(side, args, "embed-small"),
                     lambda a: f"the same at batch {a.small_batch} on both sides"),
     "triplet": ("steps/s", lambda side, args: one_train(side, args, "triplet"),
                 lambda a: f"batch {a.triplet_batch}, {a.triplet_length} tokens, {a.steps} steps, first {a.warm} "
@@ -276,8 +321,8 @@ CASES = {
                       f"words), {a.steps} steps, first {a.warm} left out; theirs: transformers' Trainer"),
     "embed-int8": ("docs/s", one_embed_int8,
                    lambda a: f"as embed, int8: ours quantize_int8 at batch {a.batch}, --batch-tokens {budget(a)}; "
-                             f"theirs ONNX Runtime, sentence-transformers' {onnx_config()} dynamic int8 export, "
-                             f"batch {a.onnx_batch}"),
+                             f"theirs ONNX Runtime, sentence-transformers' {a.onnx_config} dynamic int8 export "
+                             f"({onnx_int8_file(a.onnx_config)}), batch {a.onnx_batch}"),
     "long-embed": ("docs/s", one_long_embed,
                    lambda a: f"{a.long_docs} documents of mixed length ({long_quartiles(a)}), read up to "
                              f"{LONG_LENGTH:,} tokens, window {LONG_WINDOW}, batch {a.long_batch}, ours --batch-tokens "
@@ -290,11 +335,39 @@ CASES = {
                              f"{LONG_WINDOW}, --gradient-checkpointing, {a.long_steps} steps, first {a.long_warm} "
                              "left out; theirs the same with transformers' LongformerModel.forward"),
 }
+
+def tiny_settings(a):
+    m = TINY_SHAPE
+    return (f"the tiny BERT ({m['num_hidden_layers']} layers, hidden {m['hidden_size']}, {m['num_attention_heads']} "
+            f"heads, feed-forward {m['intermediate_size']}; random weights, all-MiniLM-L6-v2's vocabulary), batch "
+            f"{a.tiny_batch}, {a.tiny_length} tokens")
+
+
+def tiny_steps(a):
+    return f"{a.tiny_steps} steps, first {a.tiny_warm} left out; ours --log-every {TINY_LOG_EVERY}"
+
+
+# the overhead rows: the same sides as the rows they are named after, on the tiny model at tiny shapes, where what
+# each side does around the model's arithmetic is most of a step
+CASES.update({
+    "tiny-triplet": ("steps/s", lambda side, args: one_train(side, args, "tiny-triplet"),
+                     lambda a: f"{tiny_settings(a)}, {tiny_steps(a)}"),
+    "tiny-mnrl": ("steps/s", lambda side, args: one_train(side, args, "tiny-mnrl"),
+                  lambda a: f"{tiny_settings(a)}, {tiny_steps(a)}"),
+    "tiny-mlm": ("steps/s", lambda side, args: one_train(side, args, "tiny-mlm"),
+                 lambda a: f"{tiny_settings(a)}, 15 % masked (80/10/10, not whole words), {tiny_steps(a)}; theirs: "
+                           "transformers' Trainer"),
+    "tiny-embed": ("docs/s", lambda side, args: one_embed(side, args, "tiny-embed"),
+                   lambda a: f"{tiny_settings(a)}, the embed row's {a.docs} abstracts, ours --batch-tokens "
+                             f"{budget(a)}"),
+})
 GOALS = {"embed": 1.5, "embed-small": None, "triplet": 2.0, "mnrl": 1.3, "mlm": 2.0, "embed-int8": 1.0,
-         "long-embed": 3.0, "long-short": 0.8, "long-train": 1.5}
+         "long-embed": 3.0, "long-short": 0.8, "long-train": 1.5, "tiny-triplet": 1.5, "tiny-mnrl": 1.5,
+         "tiny-mlm": 1.5, "tiny-embed": 1.5}
 # with gradient checkpointing the forward runs twice: 8 · N · tokens a step
 FLOPS_PER_TOKEN = {"embed": 2, "embed-small": 2, "embed-int8": 2, "triplet": 6, "mnrl": 6, "mlm": 6, "long-embed": 2,
-                   "long-short": 2, "long-train": 8}
+                   "long-short": 2, "long-train": 8, "tiny-triplet": 6, "tiny-mnrl": 6, "tiny-mlm": 6,
+                   "tiny-embed": 2}
 
 
 def long_quartiles(args):
@@ -312,6 +385,8 @@ def long_quartiles(args):
 def measure(case, side, args):
     """One side of one case (or ``case`` "ceiling") in a fresh process; returns its JSON result."""
     env = {}
+    if case.startswith("tiny-"):
+        env["BENCH_MODEL"] = build_model(args.work, "tiny")
     if case == "embed-int8" and side == "theirs":
         env["PYTHONPATH"] = os.pathsep.join([args.st_onnx, *filter(None, [os.environ.get("PYTHONPATH")])])
     return run_side([sys.executable, os.path.abspath(__file__), "--one", case, side, *args.passed], f"{case} {side}",
@@ -418,8 +493,10 @@ def write_results(args, cases, results, started, done, gpu=(), ceilings=(), flop
                      f"activations; rounds {rounds('int8')})")
         lines += [f"This machine's ceiling, the median of each round's best 2048 × 2048 product in a fresh process: "
                   f"{'; '.join(parts)}. Model FLOP/s: 6 · N · tokens a training step, 2 · N · tokens an embedded "
-                  f"text, N = {flops.get('N', 0) / 1e6:.2f} M parameters outside the embeddings, tokens = "
-                  "non-padding tokens (per step or text, in the settings); the share is of the float32 ceiling.", ""]
+                  f"text, N = {flops.get('N', 0) / 1e6:.2f} M parameters outside the embeddings"
+                  + (f" ({flops['N_tiny'] / 1e6:.3f} M for the tiny rows' model)" if "N_tiny" in flops else "")
+                  + ", tokens = non-padding tokens (per step or text, in the settings); the share is of the float32 "
+                  "ceiling.", ""]
     lines += ["| case | settings | ours | theirs | ratio (median of rounds) | goal | rounds | model GFLOP/s ours / "
               "theirs (share of the fp32 ceiling) | load average (start → end of each round) |",
               "|---|---|---|---|---|---|---|---|---|"]
@@ -427,11 +504,7 @@ def write_results(args, cases, results, started, done, gpu=(), ceilings=(), flop
         res, unit = results[case], CASES[case][0]
         ratios = [a / b for a, b in zip(res["ours"], res["theirs"])]
         notes = []
-        if case in ("embed", "embed-small"):
-            batch = args.small_batch if case == "embed-small" else args.batch
-            a, b = (np.load(os.path.join(args.work, f"embed-{batch}-{s}.npy")) for s in ("ours", "theirs"))
-            notes.append(f"vectors agree to {float(np.abs(a - b).max()):.1e}")
-        if case in ("long-embed", "long-short"):
+        if case in ("embed", "embed-small", "tiny-embed", "long-embed", "long-short"):
             a, b = (np.load(os.path.join(args.work, f"{case}-{s}.npy")) for s in ("ours", "theirs"))
             notes.append(f"vectors agree to {float(np.abs(a - b).max()):.1e}")
         if case == "embed-int8":
@@ -485,9 +558,20 @@ def main():
     parser.add_argument("--mnrl-length", type=int, default=256)
     parser.add_argument("--mlm-batch", type=int, default=8, help="mlm: blocks per step (03's mlm default)")
     parser.add_argument("--mlm-length", type=int, default=256, help="mlm: tokens per block (paper search's)")
+    parser.add_argument("--tiny-batch", type=int, default=4, help="tiny-*: texts (triplets, pairs, blocks) a batch")
+    parser.add_argument("--tiny-length", type=int, default=16, help="tiny-*: tokens per text")
+    parser.add_argument("--tiny-steps", type=int, default=120,
+                        help="tiny-*: training steps per measurement (fewer than an epoch of each row's data at the "
+                             "defaults: no epoch end falls among them)")
+    parser.add_argument("--tiny-warm", type=int, default=20,
+                        help=f"tiny-*: training steps left out of the mean (a multiple of {TINY_LOG_EVERY})")
     parser.add_argument("--onnx-batch", type=int, default=8,
                         help="embed-int8: sentence-transformers' batch size (its ONNX int8 backend's fastest on 2 "
                              "idle AMD EPYC cores among 4-64: 134 docs/s at 8, 118 at 16, 95 at 64)")
+    parser.add_argument("--onnx-config", choices=tuple(ONNX_INT8_WEIGHTS), default=onnx_config(),
+                        help="embed-int8: sentence-transformers' dynamic int8 export to compare with [%(default)s: "
+                             "the one that fits this CPU: arm64 on ARM, else avx512_vnni, avx512 or avx2, the widest "
+                             "its flags allow]")
     parser.add_argument("--st-onnx", default=os.path.join(ROOT, "bench", "out", "st-onnx"),
                         help="embed-int8: the folder holding sentence-transformers' ONNX backend "
                              "(bench/requirements-onnx.txt)")
@@ -516,14 +600,17 @@ def main():
     if "embed-int8" in cases:
         check_st_onnx(args)
     from bench.train import minilm
-    n = nonembedding(minilm())
-    flops = {"N": n}
+    flops = {"N": nonembedding(minilm())}
+    if any(c.startswith("tiny-") for c in cases):
+        flops["N_tiny"] = nonembedding(build_model(args.work, "tiny"))
     for case in cases:
         tokens = tokens_per_unit(case, args)
+        n = flops["N_tiny" if case.startswith("tiny-") else "N"]
         flops[case] = {"tokens": tokens, "flops": FLOPS_PER_TOKEN[case] * n * tokens}
     results = {c: {"ours": [], "theirs": [], "load": []} for c in cases}
     ceilings = []
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    print(f"{started}, machine: {machine(args.st_onnx)}", flush=True)
     for r in range(args.rounds):
         ceilings.append(measure("ceiling", "-", args))
         print(f"round {r + 1} ceiling  fp32 {ceilings[-1]['fp32'] / 1e9:.0f} GFLOP/s"

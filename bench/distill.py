@@ -59,7 +59,7 @@ def batches(student, data, max_length, batch, buckets, steps, seed=42):
 
     from common.data.docs_jsonl import Documents
     from common.models.tokens import TokenStore
-    from common.train.samplers import BucketBatchSampler, EpochSampler
+    from common.train.batches import BucketBatchSampler, EpochSampler
     tokenizer = AutoTokenizer.from_pretrained(student)
     lengths = TokenStore(tokenizer, Documents(data).inputs(tokenizer.sep_token), max_length).lengths()
     if buckets:

@@ -29,9 +29,14 @@ sample's abstracts (data/arxiv-sample-1000.json.gz, repeated where a row needs m
 | long-train  | the distill row's command                           | the same with transformers' LongformerModel      |
 |             |                                                     | forward (bench/shared.py's                       |
 |             |                                                     | TRANSFORMERS_LONGFORMER)                         |
+| tiny-*      | triplet, mnrl, mlm and embed-300 on the tiny BERT   | the same as the row named                        |
+|             | (bench/shared.py's TINY_SHAPE) at --tiny-batch ×    |                                                  |
+|             | --tiny-length: what each side does around the       |                                                  |
+|             | model's arithmetic; ours --log-every 10             |                                                  |
 
 Each row runs in the MiniLM shape and, where --base-rows names it, in the BERT-base shape too; the Longformer rows
-(distill, long-embed, long-train) in the BERT-base shape, the thesis's student's. Precision: ours
+(distill, long-embed, long-train) in the BERT-base shape, the thesis's student's; the tiny rows in the tiny shape
+(2 layers, hidden 64, MiniLM's vocabulary). Precision: ours
 trains under Accelerate's bf16 mixed precision (ACCELERATE_MIXED_PRECISION=bf16: autocast, float32 weights) and
 embeds under bf16 autocast (``embed``'s GPU default); theirs trains with ``bf16=True`` (the Trainer's autocast,
 float32 weights) and embeds with the weights loaded in bfloat16 (``model_kwargs={"dtype": torch.bfloat16}``, as
@@ -51,7 +56,6 @@ triplet row's triplets/s; the distillation thesis's student (1M documents) from 
 import argparse
 import json
 import os
-import shutil
 import signal
 import statistics
 import subprocess
@@ -61,16 +65,15 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from bench.shared import (RUN_SCRIPT, TRANSFORMERS_LONGFORMER, best_rate, embed_texts, embedder,  # noqa: E402
-                          ensure_distill, long_texts, machine, nonembedding, run_side, script, step_tokens,
-                          token_counts, train_shape)
+from bench.shared import (RUN_SCRIPT, TRANSFORMERS_LONGFORMER, best_rate, build_model, embed_texts,  # noqa: E402
+                          embedder, ensure_distill, long_texts, machine, nonembedding, run_side, script,
+                          step_tokens, token_counts, train_shape)
 
-CONFIGS = os.path.join(ROOT, "bench", "configs")
-TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
-DRY_SHAPE = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
 WIKISPECTER = (2_100_000 * 2, "2.1M triplets × 2 epochs", "4 GPUs × ~12 hours")
 THESIS_DISTILL = (1_000_000, "1M documents, batch 60", 30)
-GOALS = {"embed-300": 1.5, "embed-20000": 1.5, "triplet": 2.0, "mnrl": 1.3, "mlm": 2.0}
+GOALS = {"embed-300": 1.5, "embed-20000": 1.5, "triplet": 2.0, "mnrl": 1.3, "mlm": 2.0, "tiny-triplet": 1.5,
+         "tiny-mnrl": 1.5, "tiny-mlm": 1.5, "tiny-embed": 1.5}
+TINY_LOG_EVERY = 10  # the tiny rows' --log-every (03's default): a host sync every step would be ours' alone
 # a script run under it writes its process's peak GPU memory to BENCH_PEAK as it exits
 PEAK = ("import atexit, json, os, torch\n"
         "def peak():\n"
@@ -92,34 +95,6 @@ def sizes(args):
 def device():
     import torch
     return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def build_model(work, shape, dry):
-    """A model folder of ``shape`` (bench/configs/SHAPE) with random weights and MiniLM's tokenizer; --dry shrinks it
-    to DRY_SHAPE."""
-    path = os.path.join(work, "models", shape)
-    if os.path.exists(os.path.join(path, "model.safetensors")):
-        return path
-    import torch
-    from transformers import BertConfig, BertModel, BertTokenizerFast
-    tmp = path + ".tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(os.path.join(CONFIGS, shape), tmp)
-    for name in TOKENIZER_FILES:
-        shutil.copy(os.path.join(CONFIGS, "minilm", name), tmp)
-    config = BertConfig.from_pretrained(tmp)
-    if dry:
-        for key, value in DRY_SHAPE.items():
-            setattr(config, key, value)
-        with open(os.path.join(tmp, "1_Pooling", "config.json")) as f:
-            pooling = json.load(f)
-        with open(os.path.join(tmp, "1_Pooling", "config.json"), "w") as f:
-            json.dump({**pooling, "word_embedding_dimension": DRY_SHAPE["hidden_size"]}, f)
-    torch.manual_seed(0)
-    BertModel(config).save_pretrained(tmp)
-    BertTokenizerFast.from_pretrained(tmp).save_pretrained(tmp)
-    os.replace(tmp, path)
-    return path
 
 
 def ensure_triplets(work):
@@ -158,13 +133,14 @@ def ceiling(dry):
     return {"flops": flops, "what": f"{n} × {n} {str(dtype).removeprefix('torch.')} torch.mm, best of 10"}
 
 
-def one_embed(side, args, n, batch):
-    """Texts/s of one side over repeated calls on the same ``n`` abstracts until --seconds have passed."""
+def one_embed(side, args, n, batch, length):
+    """Texts/s of one side over repeated calls on the same ``n`` abstracts read up to ``length`` tokens until
+    --seconds have passed."""
     import torch
     texts = embed_texts(args.work, n)
     dev = device()
     kwargs = {"dtype": torch.bfloat16} if dev == "cuda" else {}
-    run = embedder(side, os.environ["BENCH_MODEL"], args.length, batch, None, dev, kwargs, say=lambda *a: None)
+    run = embedder(side, os.environ["BENCH_MODEL"], length, batch, None, dev, kwargs, say=lambda *a: None)
     return repeated(run, texts, n, args.seconds, dev)
 
 
@@ -197,26 +173,27 @@ def one_long_embed(side, args):
 
 
 def step_times(log):
-    """Step intervals from a run's log.jsonl, without the one after each validation record (the validation at an
-    epoch's end falls into it, and theirs validates nothing)."""
-    times, skip = [], False
+    """Step intervals from a run's log.jsonl, each record's mean interval once for each step since the record before
+    (--log-every), without the steps of the record after each validation record (the validation at an epoch's end
+    falls into them, and theirs validates nothing)."""
+    times, skip, last = [], False, 0
     try:
         with open(log, encoding="utf-8") as f:
             for line in f:
                 record = json.loads(line)
                 if "steps_per_s" not in record:
                     skip = True
-                elif skip:
-                    skip = False
-                else:
-                    times.append(1 / record["steps_per_s"])
+                    continue
+                if not skip:
+                    times += [1 / record["steps_per_s"]] * (record["step"] - last)
+                skip, last = False, record["step"]
     except (FileNotFoundError, ValueError):  # not written yet, or a line half-written
         pass
     return times
 
 
-def run_ours(argv, args, env=None, prelude=""):
-    """One of our scripts with --log-every 1 under the peak-memory wrapper, stopped by SIGTERM once the steps after
+def run_ours(argv, args, env=None, prelude="", log_every=1):
+    """One of our scripts with ``log_every`` under the peak-memory wrapper, stopped by SIGTERM once the steps after
     --warm add up to --seconds; returns (step times after --warm, peak bytes). ``prelude``: code run first
     (bench/shared.py's TRANSFORMERS_LONGFORMER)."""
     with tempfile.TemporaryDirectory(dir=args.work) as tmp:
@@ -225,7 +202,8 @@ def run_ours(argv, args, env=None, prelude=""):
         if not args.dry:
             env["ACCELERATE_MIXED_PRECISION"] = "bf16"
         proc = subprocess.Popen([sys.executable, "-c", prelude + PEAK, *map(str, argv), "--out", out,
-                                 "--log-every", "1", "--checkpoint-every", "0", "--eval-every", "0"], cwd=ROOT, env=env,
+                                 "--log-every", str(log_every), "--checkpoint-every", "0", "--eval-every", "0"],
+                                cwd=ROOT, env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         log, stopped = os.path.join(out, "log.jsonl"), False
         while proc.poll() is None:
@@ -241,17 +219,20 @@ def run_ours(argv, args, env=None, prelude=""):
             return times, json.load(f)
 
 
-def one_train(side, args, objective):
+def one_train(side, args, row):
+    """Steps/s of one side of a training row (triplet, mnrl, mlm or their tiny-* rows)."""
     import torch
     from bench.train import ensure_arxiv, run_theirs
+    objective = row.removeprefix("tiny-")
     data = ensure_triplets(args.work) if objective == "triplet" else ensure_arxiv(args.work)
-    batch, length = train_shape(args, objective)
+    batch, length = train_shape(args, row)
     if side == "ours":
         extra = {"mnrl": ["--query-max-length", length, "--no-normalize"],
                  "mlm": ["--cache-dir", os.path.join(args.work, "mlm-cache")]}.get(objective, [])
         times, peak = run_ours(["03_train.py", "--objective", objective, "--data", data, "--model",
                                 os.environ["BENCH_MODEL"], "--pooling", "mean", "--max-length", length,
-                                "--batch-size", batch, "--epochs", 1000, "--max-steps", 10 ** 6, *extra], args)
+                                "--batch-size", batch, "--epochs", 1000, "--max-steps", 10 ** 6, *extra], args,
+                               log_every=TINY_LOG_EVERY if row.startswith("tiny-") else 1)
     else:
         times = run_theirs(data, 10 ** 6, batch, objective, length, bf16=not args.dry, seconds=args.seconds,
                            warm=args.warm)[args.warm:]
@@ -279,19 +260,24 @@ def tokens_per_unit(row, args):
     size = sizes(args)
     if row.startswith("embed"):
         return statistics.mean(token_counts(tokenizer, embed_texts(args.work, size[row]), args.length))
+    if row == "tiny-embed":
+        return statistics.mean(token_counts(tokenizer, embed_texts(args.work, size["embed-300"]), args.tiny_length))
     if row in ("distill", "long-train"):
         return size["distill_batch"] * size["distill_length"]
     if row == "long-embed":
         return statistics.mean(token_counts(tokenizer, long_texts(args.work, size["long-embed"]),
                                             size["distill_length"]))
-    return step_tokens(tokenizer, row, *train_shape(args, row),
-                       lambda: ensure_arxiv(args.work) if row == "mnrl" else ensure_triplets(args.work))
+    objective = row.removeprefix("tiny-")
+    return step_tokens(tokenizer, objective, *train_shape(args, row),
+                       lambda: ensure_arxiv(args.work) if objective == "mnrl" else ensure_triplets(args.work))
 
 
 def one(row, side, args):
     if row.startswith("embed"):
         batch = args.batch if row == "embed-300" else args.large_batch
-        return one_embed(side, args, sizes(args)[row], batch)
+        return one_embed(side, args, sizes(args)[row], batch, args.length)
+    if row == "tiny-embed":
+        return one_embed(side, args, sizes(args)["embed-300"], args.tiny_batch, args.tiny_length)
     if row == "distill":
         return one_distill(args)
     if row == "long-embed":
@@ -310,11 +296,12 @@ LONGFORMER_ROWS = ("distill", "long-embed", "long-train")
 
 
 def rows_to_run(args):
-    """(row, shape) pairs in order: every --rows row in the MiniLM shape, then the --base-rows in the BERT-base
-    shape, then the Longformer rows (BERT-base converted)."""
+    """(row, shape) pairs in order: every --rows row in the MiniLM shape (the tiny rows in the tiny shape), then the
+    --base-rows in the BERT-base shape, then the Longformer rows (BERT-base converted)."""
     wanted = [r for r in args.rows.split(",") if r]
-    out = [(r, "minilm") for r in wanted if r not in LONGFORMER_ROWS]
-    out += [(r, "bert-base") for r in args.base_rows.split(",") if r and r in wanted and r not in LONGFORMER_ROWS]
+    out = [(r, "tiny" if r.startswith("tiny-") else "minilm") for r in wanted if r not in LONGFORMER_ROWS]
+    out += [(r, "bert-base") for r in args.base_rows.split(",")
+            if r in wanted and r not in LONGFORMER_ROWS and not r.startswith("tiny-")]
     return out + [(r, "bert-base") for r in LONGFORMER_ROWS if r in wanted]
 
 
@@ -384,7 +371,8 @@ def main():
     from common import cli  # every number finite and in range, as in the numbered scripts
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dry", action="store_true", help="tiny models and sizes, float32 on a CPU: checks every row runs")
-    p.add_argument("--rows", default="embed-300,embed-20000,triplet,mnrl,mlm,distill,long-embed,long-train")
+    p.add_argument("--rows", default="embed-300,embed-20000,triplet,mnrl,mlm,distill,long-embed,long-train,"
+                                     "tiny-triplet,tiny-mnrl,tiny-mlm,tiny-embed")
     p.add_argument("--base-rows", default="triplet,mlm", help="rows also run in the BERT-base shape")
     p.add_argument("--seconds", type=cli.number(float, cli.POSITIVE), default=10.0,
                    help="timed work of each side at least")
@@ -398,6 +386,8 @@ def main():
     p.add_argument("--mnrl-length", type=int, default=256)
     p.add_argument("--mlm-batch", type=int, default=8)
     p.add_argument("--mlm-length", type=int, default=256)
+    p.add_argument("--tiny-batch", type=int, default=4, help="tiny-*: texts (triplets, pairs, blocks) a batch")
+    p.add_argument("--tiny-length", type=int, default=16, help="tiny-*: tokens per text")
     p.add_argument("--work", default=None, help="[bench/out/gpu, or bench/out/gpu-dry with --dry]")
     p.add_argument("--out", default=None, help="the table's file [WORK/results.md]")
     p.add_argument("--results", default=None,
@@ -420,7 +410,7 @@ def main():
     for row, shape in rows_to_run(args):
         env_model = build_model(args.work, shape, args.dry)
         os.environ["BENCH_MODEL"] = env_model
-        embeds = row.startswith("embed") or row == "long-embed"
+        embeds = row.startswith("embed") or row in ("long-embed", "tiny-embed")
         flops = (8 if row in ("distill", "long-train") else 2 if embeds else 6) * nonembedding(env_model) \
             * tokens_per_unit(row, args)
         res = {"unit": "texts/s" if embeds else "steps/s", "flops": flops, "theirs": None}

@@ -6,8 +6,8 @@ process, interleaved: whether a change to ``common/train/objectives/mlm.py`` slo
     OMP_NUM_THREADS=1 python bench/mlm_ab.py --before /tmp/before --new-first
 
 A step is what 03's loop runs: ``collate_train`` of 8 blocks of 256 tokens of the arXiv sample's abstracts (as
-``bench/train.py`` builds them), forward, masked-LM loss and backward (``loop.backward``) and a fused AdamW step,
-all-MiniLM-L6-v2 with a fresh masked-LM head, the CPU dropout 03 uses. Both objectives are built in this process
+``bench/train.py`` builds them), forward, masked-LM loss and backward (03's ``backward``) and a fused AdamW step,
+all-MiniLM-L6-v2 with a fresh masked-LM head, the CPU layer 03 installs (``cpu.install``). Both objectives are built in this process
 (the other checkout's ``mlm.py`` on this checkout's ``common/``), and each round times two steps of each, on the same
 blocks, the order alternating. The time is the process's CPU time on one thread (``time.process_time``), which other
 work on a shared machine disturbs far less than the wall clock; the order in which the two models are built may
@@ -33,7 +33,7 @@ def objective_module(path, name):
 
 
 class OneProcess:
-    """What ``loop.backward`` asks of the accelerator, on one process."""
+    """What 03's ``backward`` asks of the accelerator, on one process."""
 
     @staticmethod
     def backward(loss):
@@ -49,27 +49,29 @@ def main():
     args = parser.parse_args()
     import torch
     from bench.train import ensure_arxiv, minilm
-    from common.models.attention import fast_dropout
-    from common.train import run
-    from common.train.loop import backward
+    from common.models import cpu
+    spec = importlib.util.spec_from_file_location("train_script", os.path.join(ROOT, "03_train.py"))
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
     data = ensure_arxiv(args.work)
     argv = ["--objective", "mlm", "--data", data, "--model", minilm(), "--out", os.path.join(args.work, "ab"),
             "--max-length", "256", "--batch-size", "8", "--cache-dir", os.path.join(args.work, "mlm-cache")]
-    settings = run.parse(argv, "", ["mlm"])
+    settings = script.parse_args(argv)
     modules = {"before": objective_module(args.before, "mlm_before"), "this": objective_module(ROOT, "mlm_this")}
     sides = {}
     for name in ("this", "before") if args.new_first else ("before", "this"):
         torch.manual_seed(0)
         objective = modules[name].MLMObjective(settings, None)
-        model = fast_dropout(objective.build()).train()
+        model = cpu.install(objective.build()).train()
         objective.load_data()
+        objective.set_epoch(0)
         optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=5e-5, fused=True)
         sides[name] = (objective, model, optimizer)
     rows = sides["this"][0].train_rows
 
     def step(name, i):
         objective, model, optimizer = sides[name]
-        backward(OneProcess, model, objective, objective.collate_train(rows[8 * i:8 * i + 8]))
+        script.backward(OneProcess, model, objective, objective.collate(rows[8 * i:8 * i + 8]))
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 

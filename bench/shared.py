@@ -26,6 +26,49 @@ TRANSFORMERS_LONGFORMER = ("from common.models import sliding_window\n"
                            "sliding_window.is_longformer = lambda transformer: False\n")
 
 
+CONFIGS = os.path.join(ROOT, "bench", "configs")
+TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
+# the overhead rows' model (bench/all.py's and bench/gpu.py's tiny-* rows): BERT's layout at a size where a step's
+# arithmetic is small beside the work a training loop or an embedding call does around it, with all-MiniLM-L6-v2's
+# vocabulary and tokenizer, so that the texts are tokenised as in the real rows
+TINY_SHAPE = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 256}
+# bench/gpu.py --dry: every model smaller still
+DRY_SHAPE = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
+# a model shape: (its folder in bench/configs, the configuration values changed)
+SHAPES = {"minilm": ("minilm", {}), "bert-base": ("bert-base", {}), "tiny": ("minilm", TINY_SHAPE)}
+
+
+def build_model(work, shape, dry=False):
+    """WORK/models/SHAPE: a model of ``SHAPES[shape]`` (bench/configs' config.json and sentence-transformers files
+    with its values changed) with random weights (seed 0; speed does not depend on their values) and MiniLM's
+    tokenizer; ``dry`` shrinks it to DRY_SHAPE."""
+    path = os.path.join(work, "models", shape)
+    if os.path.exists(os.path.join(path, "model.safetensors")):
+        return path
+    import torch
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+    folder, values = SHAPES[shape]
+    values = {**values, **(DRY_SHAPE if dry else {})}
+    tmp = path + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(os.path.join(CONFIGS, folder), tmp)
+    for name in TOKENIZER_FILES:
+        shutil.copy(os.path.join(CONFIGS, "minilm", name), tmp)
+    config = BertConfig.from_pretrained(tmp)
+    for key, value in values.items():
+        setattr(config, key, value)
+    if "hidden_size" in values:
+        with open(os.path.join(tmp, "1_Pooling", "config.json")) as f:
+            pooling = json.load(f)
+        with open(os.path.join(tmp, "1_Pooling", "config.json"), "w") as f:
+            json.dump({**pooling, "word_embedding_dimension": values["hidden_size"]}, f)
+    torch.manual_seed(0)
+    BertModel(config).save_pretrained(tmp)
+    BertTokenizerFast.from_pretrained(tmp).save_pretrained(tmp)
+    os.replace(tmp, path)
+    return path
+
+
 def run_side(argv, what, env=None):
     """The JSON result that one side's fresh process (``argv``, with the OFFLINE variables and ``env`` beside the
     environment) prints last; a side that fails ends the benchmark with ``what`` and the tail of its stderr."""
@@ -115,10 +158,12 @@ def embedder(side, model, max_length=None, batch=64, batch_tokens=None, device="
     return lambda texts: st.encode(texts, batch_size=batch, convert_to_numpy=True)
 
 
-def train_shape(args, objective):
-    """(batch, tokens per text) of a training row."""
+def train_shape(args, row):
+    """(batch, tokens per text) of a training row; the overhead rows' (tiny-*) are --tiny-batch and --tiny-length."""
+    if row.startswith("tiny-"):
+        return args.tiny_batch, args.tiny_length
     return {"triplet": (args.triplet_batch, args.triplet_length), "mnrl": (args.mnrl_batch, args.mnrl_length),
-            "mlm": (args.mlm_batch, args.mlm_length)}[objective]
+            "mlm": (args.mlm_batch, args.mlm_length)}[row]
 
 
 def nonembedding(path):
@@ -162,34 +207,73 @@ def best_rate(fn, work, repeats, sync=None):
     return work / best
 
 
-def cpu_flags():
+# the instruction sets the rows depend on: x86's vector widths, int8 dot products (VNNI: ONNX Runtime's and
+# quantize_int8's full 8-bit activations) and bfloat16 products; ARM's counterparts
+SHOWN_FLAGS = {"x86": ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8"),
+               "arm": ("asimd", "asimddp", "i8mm", "bf16", "sve", "sve2")}
+# ARM's "CPU part" codes of the server cores most often met (Arm Ltd., implementer 0x41)
+ARM_PARTS = {"0xd0c": "Neoverse N1", "0xd40": "Neoverse V1", "0xd49": "Neoverse N2", "0xd4f": "Neoverse V2"}
+
+
+def read_cpuinfo(path="/proc/cpuinfo"):
+    """The text of /proc/cpuinfo ('' where there is none: not Linux)."""
     try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            return set(next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), []))
+        with open(path, encoding="utf-8") as f:
+            return f.read()
     except OSError:
-        return set()
+        return ""
+
+
+def cpuinfo_fields(text):
+    """The first processor's fields of a /proc/cpuinfo text, as {name: value}."""
+    fields = {}
+    for line in text.split("\n\n", 1)[0].splitlines():
+        name, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(name.strip(), value.strip())
+    return fields
+
+
+def cpu_flags(text=None):
+    """The CPU's instruction-set flags: x86's "flags", ARM's "Features"."""
+    fields = cpuinfo_fields(read_cpuinfo() if text is None else text)
+    return set((fields.get("flags") or fields.get("Features") or "").split())
+
+
+def describe_cpu(text, arch):
+    """This CPU in one line, from its /proc/cpuinfo ``text`` and ``platform.machine()`` ``arch``: its model name
+    (x86: with vendor, family and model numbers, which tell a generation where a virtual machine names only "AMD
+    EPYC"; ARM: the implementer and part codes, named where known), the architecture, and which of the flags the
+    rows depend on it has (``SHOWN_FLAGS``) and which it lacks."""
+    fields = cpuinfo_fields(text)
+    arm = arch.lower() in ("aarch64", "arm64")
+    if arm:
+        part = fields.get("CPU part", "?")
+        name = fields.get("model name") or ARM_PARTS.get(part, "ARM")
+        name += f" (implementer {fields.get('CPU implementer', '?')}, part {part})"
+    else:
+        name = fields.get("model name") or "unknown CPU"
+        if "cpu family" in fields:
+            name += (f" ({fields.get('vendor_id', '?')} family {fields['cpu family']} model {fields.get('model', '?')}"
+                     f" stepping {fields.get('stepping', '?')})")
+    flags = cpu_flags(text)
+    shown = SHOWN_FLAGS["arm" if arm else "x86"]
+    has, lacks = [f for f in shown if f in flags], [f for f in shown if f not in flags]
+    return f"{name}, {arch}, with {', '.join(has) or 'none of ' + ', '.join(shown)}" + (
+        f", without {', '.join(lacks)}" if has and lacks else "")
 
 
 def machine(st_onnx=None):
-    """The CPU (its name, cores and the instruction sets the rows depend on), the GPU and the libraries' versions;
-    with ``st_onnx`` (bench/all.py's --st-onnx folder), the versions of the ONNX side installed there."""
+    """The CPU (``describe_cpu``: its name and the instruction sets the rows depend on, from /proc/cpuinfo), its
+    cores, the GPU and the libraries' versions; with ``st_onnx`` (bench/all.py's --st-onnx folder), the versions
+    of the ONNX side installed there."""
     import torch
     from importlib import metadata
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    except OSError:
-        pass
-    flags = cpu_flags()
-    shown = [f for f in ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
-             if f in flags]
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
     versions = ", ".join(f"{p} {version(p)}" for p in ("torch", "transformers", "sentence-transformers", "accelerate",
                                                         "onnxruntime"))
-    text = (f"{cpu}, {os.cpu_count()} cores (torch threads {torch.get_num_threads()}; "
-            f"{', '.join(shown) or 'none of avx2, avx512, VNNI, bf16, AMX'}), GPU: {gpu}; "
-            f"Python {platform.python_version()}; {versions}")
+    text = (f"CPU {describe_cpu(read_cpuinfo(), platform.machine())}; {os.cpu_count()} cores (torch threads "
+            f"{torch.get_num_threads()}); GPU: {gpu}; Python {platform.python_version()}; {versions}")
     if st_onnx is not None and os.path.isdir(st_onnx):
         found = {d.metadata["Name"].lower().replace("_", "-"): d.version
                  for d in metadata.distributions(path=[st_onnx])}

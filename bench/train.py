@@ -71,18 +71,30 @@ def ensure_data(work, objective):
     return ensure_arxiv(work) if objective in ("mnrl", "mlm") else ensure_wiki(work)
 
 
-def run_ours(data, steps, batch, objective, length):
-    """Our loop, timed through log.jsonl's per-step rate (--log-every 1)."""
+def run_ours(data, steps, batch, objective, length, log_every=1):
+    """Our loop's step times, from log.jsonl's rates: each record's steps_per_s is the mean over the steps since the
+    record before (--log-every; 1: each step's own), and each of those steps is given its mean. The steps of a record
+    that follows a validation record are left out (an epoch's end validates within them; theirs validates
+    nothing)."""
     extra = {"mnrl": ["--query-max-length", str(length), "--no-normalize"],
              "mlm": ["--cache-dir", os.path.join(os.path.dirname(data), "mlm-cache")]}.get(objective, [])
     with tempfile.TemporaryDirectory() as out:
         subprocess.run([sys.executable, "03_train.py", "--objective", objective, "--data", data, "--model", minilm(),
                         "--out", out, "--pooling", "mean", "--max-length", str(length), "--batch-size", str(batch),
-                        "--epochs", "100", "--log-every", "1", "--eval-every", "0", "--checkpoint-every", "0",
-                        "--max-steps", str(steps), *extra],
+                        "--epochs", "100", "--log-every", str(log_every), "--eval-every", "0", "--checkpoint-every",
+                        "0", "--max-steps", str(steps), *extra],
                        cwd=ROOT, check=True, capture_output=True)
         with open(os.path.join(out, "log.jsonl")) as f:
-            return [1 / json.loads(line)["steps_per_s"] for line in f if "steps_per_s" in line]
+            records = [json.loads(line) for line in f]
+    times, last, validated = [], 0, False
+    for record in records:
+        if "steps_per_s" not in record:
+            validated = True
+            continue
+        if not validated:
+            times += [1 / record["steps_per_s"]] * (record["step"] - last)
+        last, validated = record["step"], False
+    return times
 
 
 def triplet_columns(data, sep):

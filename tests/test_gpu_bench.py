@@ -22,6 +22,19 @@ def test_rows_run_in_the_minilm_shape_then_the_base_rows_then_the_longformer_row
         ("embed-300", "minilm"), ("distill", "bert-base"), ("long-embed", "bert-base"), ("long-train", "bert-base")]
 
 
+def test_the_tiny_rows_run_in_the_tiny_shape_alone():
+    assert gpu.rows_to_run(args(rows="tiny-mlm,mlm,tiny-embed,distill", base_rows="mlm,tiny-mlm")) == [
+        ("tiny-mlm", "tiny"), ("mlm", "minilm"), ("tiny-embed", "tiny"), ("mlm", "bert-base"), ("distill", "bert-base")]
+
+
+def test_step_times_give_each_step_of_a_record_its_mean_interval(tmp_path):
+    log = tmp_path / "log.jsonl"
+    records = [{"step": 10, "steps_per_s": 2.0}, {"step": 20, "steps_per_s": 4.0}, {"step": 20, "val_loss": 0.5},
+               {"step": 30, "steps_per_s": 0.5}, {"step": 35, "steps_per_s": 5.0}]
+    log.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert gpu.step_times(log) == [0.5] * 10 + [0.25] * 10 + [0.2] * 5
+
+
 def test_step_times_leave_out_the_interval_after_each_validation(tmp_path):
     log = tmp_path / "log.jsonl"
     records = [{"step": 1, "steps_per_s": 2.0}, {"step": 2, "steps_per_s": 4.0}, {"step": 2, "val_loss": 0.5},

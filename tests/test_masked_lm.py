@@ -101,3 +101,44 @@ def test_a_masked_lm_batch_with_nothing_masked_gives_no_logits_and_keeps_every_p
         torch.testing.assert_close(model(ids, attention_mask, one_row).logits,
                                    reference(input_ids=ids, attention_mask=attention_mask).logits[one_row != IGNORE],
                                    rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("whole_word", [False, True])
+def test_a_batch_is_collated_with_each_example_masked_as_alone_from_its_own_seed(whole_word, tiny_model):
+    """``collate`` masks a whole batch at once (``mask_batch``); each row is what ``mask_tokens`` makes of that
+    example alone from (seed, epoch or VAL, example), padded with the pad id, labels IGNORE and mask 0 past its end."""
+    import numpy as np
+    from transformers import AutoTokenizer
+    from common.train.masking import IGNORE, Part, mask_tokens
+    from common.train.objectives.mlm import VAL, MLMObjective
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model))
+    texts = ["the cat sat on the mat", "tokenisation of unbelievably long words", "a", "x y z w v u t s r q p"]
+    encoded = tokenizer(texts)["input_ids"]
+    ids = np.concatenate(encoded).astype(np.int32)
+    starts = np.concatenate([[not tokenizer.convert_ids_to_tokens(int(i)).startswith("##") for i in e]
+                             for e in encoded]).astype(np.int8)
+    offsets = np.concatenate([[0], np.cumsum([len(e) for e in encoded])]).astype(np.int64)
+    args = argparse.Namespace(nsp=False, seed=11, mlm_probability=0.5, mask_replace_prob=0.6,
+                              random_replace_prob=0.3, whole_word_mask=whole_word)
+    if whole_word:
+        args.mask_replace_prob, args.random_replace_prob = 1.0, 0.0
+    objective = MLMObjective(args, None)
+    objective.tokenizer, objective.special_ids = tokenizer, np.array(tokenizer.all_special_ids)
+    objective.parts = [Part(ids, starts, offsets), Part(ids, starts, offsets)]
+    objective.set_epoch(3)
+    rows = [[2, 0], [0, 1], [3, 0], [1, 0]]
+    batch = objective.collate(rows)
+    width = max(len(encoded[e]) for e, _ in rows)
+    assert batch["input_ids"].shape == batch["labels"].shape == batch["attention_mask"].shape == (4, width)
+    for r, (e, part) in enumerate(rows):
+        n = len(encoded[e])
+        example, word_start = objective.parts[part].get(e)
+        out, labels = mask_tokens(example, np.isin(example, objective.special_ids), word_start,
+                                  np.random.default_rng([11, VAL if part else 3, e]), 0.5, args.mask_replace_prob,
+                                  args.random_replace_prob, whole_word, tokenizer.mask_token_id, len(tokenizer))
+        assert batch["input_ids"][r, :n].tolist() == out.tolist()
+        assert batch["labels"][r, :n].tolist() == labels.tolist()
+        assert batch["attention_mask"][r].tolist() == [1] * n + [0] * (width - n)
+        assert batch["input_ids"][r, n:].tolist() == [tokenizer.pad_token_id] * (width - n)
+        assert batch["labels"][r, n:].tolist() == [IGNORE] * (width - n)
+    assert (batch["labels"] != IGNORE).any()

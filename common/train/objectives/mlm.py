@@ -50,7 +50,7 @@ from common.io import InputError
 from common.models.loading import load_pretrained, load_weights
 from common.train import losses, nsp
 from common.models.masked_lm import MaskedLM, check_nsp
-from common.train.masking import IGNORE, Part, mask_tokens, tokenize
+from common.train.masking import IGNORE, Part, mask_batch, tokenize
 from common.train.new_model import configuration, new_model
 from common.train.objectives.base import Objective
 
@@ -288,35 +288,31 @@ class MLMObjective(Objective):
         part = self.parts[0]
         return part.lengths() if self.args.nsp else np.diff(part.offsets)
 
-    def example(self, example, part):
-        """Masked input ids and labels of one example, from (seed, epoch or VAL, example); with ``--nsp`` also its
-        token type ids and next-sentence label."""
-        args = self.args
-        if args.nsp:
-            ids, word_start, types, label = self.parts[part].get(example)
-        else:
-            ids, word_start = self.parts[part].get(example)
-        rng = np.random.default_rng([args.seed, VAL if part else self.epoch, int(example)])
-        masked = mask_tokens(ids, np.isin(ids, self.special_ids), word_start, rng, args.mlm_probability,
-                             args.mask_replace_prob, args.random_replace_prob, args.whole_word_mask,
-                             self.tokenizer.mask_token_id, len(self.tokenizer))
-        return (*masked, types, label) if args.nsp else masked
-
     def collate(self, rows):
-        rows = np.asarray(rows).reshape(-1, 2)
-        examples = [self.example(e, p) for e, p in rows.tolist()]
-        width = max(len(example[0]) for example in examples)
+        """The batch of ``rows`` ((example, part) pairs), masked input ids and labels; with ``--nsp`` also token type
+        ids and next-sentence labels. Each example is masked from its own generator, seeded by (seed, epoch or VAL,
+        example), so that a resumed run sees the masks the uninterrupted one saw; the draws of the whole batch
+        are compared and replaced at once (``mask_batch``)."""
+        args = self.args
+        rows = np.asarray(rows).reshape(-1, 2).tolist()
+        examples = [self.parts[p].get(e) for e, p in rows]
+        lengths = [len(example[0]) for example in examples]
+        ids = np.concatenate([example[0] for example in examples])
+        word_start = np.concatenate([example[1] for example in examples])
+        rngs = [np.random.default_rng([args.seed, VAL if p else self.epoch, int(e)]) for e, p in rows]
+        masked, flat_labels = mask_batch(ids, np.isin(ids, self.special_ids), word_start, lengths, rngs,
+                                         args.mlm_probability, args.mask_replace_prob, args.random_replace_prob,
+                                         args.whole_word_mask, self.tokenizer.mask_token_id, len(self.tokenizer))
+        width = max(lengths)
+        place = np.arange(width) < np.asarray(lengths)[:, None]  # each row's tokens, in order
         input_ids = np.full((len(rows), width), self.tokenizer.pad_token_id or 0, dtype=np.int64)
         labels = np.full((len(rows), width), IGNORE, dtype=np.int64)
-        mask = np.zeros((len(rows), width), dtype=np.int64)
-        for r, (ids, lab, *_) in enumerate(examples):
-            input_ids[r, :len(ids)], labels[r, :len(ids)], mask[r, :len(ids)] = ids, lab, 1
-        batch = {"input_ids": torch.from_numpy(input_ids), "attention_mask": torch.from_numpy(mask),
+        input_ids[place], labels[place] = masked, flat_labels
+        batch = {"input_ids": torch.from_numpy(input_ids), "attention_mask": torch.from_numpy(place.astype(np.int64)),
                  "labels": torch.from_numpy(labels)}
-        if self.args.nsp:
+        if args.nsp:
             types = np.zeros((len(rows), width), dtype=np.int64)
-            for r, (ids, _, token_types, _) in enumerate(examples):
-                types[r, :len(ids)] = token_types
+            types[place] = np.concatenate([example[2] for example in examples])
             batch["token_type_ids"] = torch.from_numpy(types)
             batch["next_sentence_label"] = torch.tensor([example[3] for example in examples], dtype=torch.int64)
         return batch
