@@ -99,6 +99,31 @@ def test_embed_writes_its_rows_into_a_memory_mapped_npy_with_the_bytes_of_np_sav
     assert (tmp_path / "out" / "v.npy").read_bytes() == (tmp_path / "reference.npy").read_bytes()
 
 
+@pytest.mark.parametrize("first", [[4, 0, 17, 4], [], list(range(30))])
+def test_rows_embedded_first_are_in_when_ready_is_called_and_the_whole_equals_one_pass(tiny_model, first):
+    """05 starts its topic classifiers on the topic documents' vectors while the rest is embedded: ``ready`` is called
+    once, when the rows ``first`` hold their vectors and no other row has been written, and the vectors at the end
+    are one pass's (up to the rounding of a product of another shape)."""
+    from conftest import corpus_text
+    from common.models.inference import embed_sharded
+    encoder, tokenizer, _ = load_encoder(str(tiny_model), pooling="mean")
+    store = TokenStore(tokenizer, corpus_text(30, 30), 24)
+    expected = embed(encoder, store, 8, 0)
+    seen = []
+
+    def ready(out):
+        seen.append(out.copy())
+    found = embed_sharded(encoder, store, 8, 0, first=np.array(first, dtype=np.int64), ready=ready)
+    np.testing.assert_allclose(found, expected, rtol=0, atol=1e-6)
+    if not first:
+        assert seen == []
+        return
+    assert len(seen) == 1
+    rows = sorted(set(first))
+    np.testing.assert_allclose(seen[0][rows], expected[rows], rtol=0, atol=1e-6)
+    assert not seen[0][np.setdiff1d(np.arange(30), rows)].any()
+
+
 def test_triplet_batch_embeds_each_document_once_in_query_positive_negative_order(tiny_model, tiny_data):
     from common.train.objectives.triplet import TripletObjective
     args = script_module("03_train.py").parse_args(["--data", str(tiny_data), "--model", str(tiny_model), "--out",

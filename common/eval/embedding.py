@@ -77,13 +77,14 @@ def document_inputs(data_dir, docs, sep_token):
     return docs.stream_texts() if is_retrieval_data(data_dir) else docs.inputs(sep_token)
 
 
-def embed_corpus(path, name, data_dir, docs, how, outputs=None, collect=True, say=print):
+def embed_corpus(path, name, data_dir, docs, how, outputs=None, collect=True, say=print, first=None, ready=None):
     """The model and its vectors of every document, the corpus cut into one shard per process; with ``outputs``,
     the vectors are written row by row into its memory-mapped NAME.npy (and NAME.ids.txt beside it) and checked
     finite; with ``collect=False`` (a helping process) no vectors are kept (None). In a precision other than
     float32, the mean cosine of the first documents' vectors to float32's is said and kept in the settings;
     ``settings["token_counts"]`` holds each document's tokens as embedded (special tokens included, at most the
-    length)."""
+    length). ``first`` and ``ready``: the documents at those positions embedded first, and ``ready(vectors)`` called
+    once they are in (``embed_sharded``: on one process only)."""
     from common.models.inference import embed_sharded
     from common.models.precision import AGREEMENT_SAMPLE, agreement, encoder_for
     from common.models.tokens import TokenStore
@@ -94,7 +95,8 @@ def embed_corpus(path, name, data_dir, docs, how, outputs=None, collect=True, sa
     settings["token_counts"] = store.lengths()
     out = None if outputs is None else open_rows(outputs, name, docs.ids, encoder.dimension)
     with tqdm(total=len(store), desc=f"embed {name}", unit=" docs", mininterval=1.0) as bar:
-        vectors = embed_sharded(encoder, store, how.batch_size, how.batch_tokens, bar, out=out, collect=collect)
+        vectors = embed_sharded(encoder, store, how.batch_size, how.batch_tokens, bar, out=out, collect=collect,
+                                first=first, ready=ready)
     if vectors is not None:
         check_finite_rows(vectors, f"{path}: its vectors", docs.ids)
         if how.precision != "float32":

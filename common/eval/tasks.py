@@ -5,10 +5,12 @@ files read once, each model's vectors of the documents, and their scores."""
 import os
 import time
 
+import numpy as np
 from tqdm import tqdm
 
 from common import io, vectors
 from common.eval import embedding, retrieval, uncertainty, wikispecter
+from common.pool import Background
 
 # the rows 05 adds itself beside the models, with what they are: no --model may take their names
 BASELINES = {"lexical": "the lexical baseline", "bm25": "the BM25 baseline"}
@@ -85,11 +87,12 @@ def to_embed(data_dir, wanted, which):
     return docs
 
 
-def embed_documents(path, name, data_dir, docs, how, outputs, say=print):
+def embed_documents(path, name, data_dir, docs, how, outputs, say=print, first=None, ready=None):
     """NAME.npy and NAME.ids.txt: the model's vectors of every document, written row by row into a memory-mapped
     NPY (under ``accelerate launch``, each process embeds one shard: ``embedding.embed_corpus``); returns the
     vectors (that memory map), the tokenizer and each document's tokens as embedded (None for a Paragraph Vector)
-    and how the model embedded."""
+    and how the model embedded. With ``first`` (rows) and ``ready``, a transformer on one process embeds those
+    documents first and calls ``ready(vectors)`` once they are in, while the rest is embedded."""
     from common.distill.paragraph_vector import ParagraphVector, is_paragraph_vector
     from common.distill.teachers import pv_texts
     if is_paragraph_vector(path):
@@ -100,7 +103,8 @@ def embed_documents(path, name, data_dir, docs, how, outputs, say=print):
         vectors.check_finite_rows(emb, f"{path}: its vectors", docs.ids)
         say(f"{name}: {emb.shape[0]} documents, {emb.shape[1]} dimensions (Paragraph Vector, inferred)")
         return emb, None, {"pooling": "paragraph vector", "normalize": False, "max_length": None}
-    _, tokenizer, settings, emb = embedding.embed_corpus(path, name, data_dir, docs, how, outputs, say=say)
+    _, tokenizer, settings, emb = embedding.embed_corpus(path, name, data_dir, docs, how, outputs, say=say,
+                                                         first=first, ready=ready)
     say(f"{name}: {emb.shape[0]} documents, {emb.shape[1]} dimensions ({settings['pooling']} pooling"
         f"{', normalised' if settings['normalize'] else ''}, {settings['max_length']} tokens"
         f"{', ' + settings['precision'] if settings.get('precision', 'float32') != 'float32' else ''})")
@@ -168,6 +172,11 @@ class Tasks:
             return scores, predicted
         return results
 
+    def topic_documents(self):
+        """The rows of every topic document, of every level (None without the topics task)."""
+        rows = {self.index[doc] for rows in self.topic_rows.values() for part in rows.values() for doc, _ in part}
+        return np.array(sorted(rows), dtype=np.int64) if rows else None
+
     def topics(self, emb, seed):
         """The topics task per label level, its figures on the protocol's split then on each re-split as its
         Sample, and the top level's predictions (for the confusion matrix)."""
@@ -215,12 +224,25 @@ def evaluate_documents(models, data_dir, how, outputs, wanted, seed, head_epochs
     for level, rows in tasks.topic_rows.items():
         pairs = rows["train"] + rows["test"]
         shown[level] = ([pairs[i] for i in figures.tsne_sample([label for _, label in pairs], seed)], {})
+    scoring = []  # per model, in order: what it scored at once, and its topic classifiers and t-SNE still running
     for name, path in models.items():
         started = time.perf_counter()
-        emb, tokens, settings = embed_documents(path, name, data_dir, docs, how, outputs, say)
+        running = {}
+
+        def topic_vectors_in(emb):
+            """The topic classifiers and each level's t-SNE, in processes of their own, as soon as the topic
+            documents' vectors are in: they run while the rest of the corpus (and the next model) is embedded
+            and the other tasks are scored."""
+            import sklearn.manifold  # noqa: F401  once here, not in each t-SNE's process
+            running["topics"] = tasks.start_topics(emb, seed)
+            running["tsne"] = {level: Background(figures.tsne, emb[[docs.index[doc] for doc, _ in chosen]], seed)
+                               for level, (chosen, _) in shown.items()}
+        emb, tokens, settings = embed_documents(path, name, data_dir, docs, how, outputs, say,
+                                                first=tasks.topic_documents(), ready=topic_vectors_in)
         counts.setdefault("embedding_seconds", {})[name] = time.perf_counter() - started
         counts.setdefault("embedding", {})[name] = settings
-        running = tasks.start_topics(emb, seed)  # the topic classifiers, in processes of their own, while the rest runs
+        if not running:  # a Paragraph Vector, or embedded in shards: the topic documents were not first
+            topic_vectors_in(emb)
         if tokens is not None and not written:  # the thesis's Fig. 4.1, under the first model's tokenizer
             tokenizer, counts_cut = tokens
             lengths = wikispecter.token_lengths(tokenizer, docs.inputs(tokenizer.sep_token or ""),
@@ -230,9 +252,11 @@ def evaluate_documents(models, data_dir, how, outputs, wanted, seed, head_epochs
                             f"{settings['max_length']} marked", "token_lengths.png"))
         crossref, others = tasks.crossref(emb), {**tasks.classification(emb, seed, head_epochs),
                                                  **tasks.similarity(emb)}
-        for chosen, points in shown.values():
-            points[name] = figures.tsne(emb[[docs.index[doc] for doc, _ in chosen]], seed)
-        topics, predicted = running()
+        scoring.append((name, crossref, others, running))
+    for name, crossref, others, running in scoring:
+        for level, coordinates in running["tsne"].items():
+            shown[level][1][name] = coordinates.result()
+        topics, predicted = running["topics"]()
         for task, (found, _) in topics.items():
             fragile = [what for what, off in (("the C chosen sits at the end of the grid", found["C_at_edge"]),
                                               ("liblinear did not converge", not found["converged"]),

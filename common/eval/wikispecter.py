@@ -182,6 +182,8 @@ def start_topics(emb, index, splits, seed=42, processes=None):
     one LinearSVC grid search, single-threaded in liblinear). Returns a function that waits for them and returns
     ``topics``' result of each split, in order; each split is classified as it would be alone, so the figures do
     not depend on the processes."""
+    import sklearn.model_selection  # noqa: F401  imported once here, not again in each forked process
+    import sklearn.svm  # noqa: F401
     processes = min(processes or len(os.sched_getaffinity(0)), len(splits))
     shares = [Background(_classify_each, emb, index, splits[k::processes], seed) for k in range(processes)]
 

@@ -79,17 +79,40 @@ def embed(encoder, store, batch_size=64, batch_tokens=None, progress=None, rows=
     return out
 
 
+class Rows:
+    """The rows ``rows`` of ``out`` as what ``embed`` writes into: its item i is ``out[rows[i]]``."""
+
+    def __init__(self, out, rows):
+        self.out, self.rows = out, rows
+
+    def __setitem__(self, idx, value):
+        self.out[self.rows[idx]] = value
+
+
 def embed_sharded(encoder, store, batch_size=64, batch_tokens=None, progress=None, out=None, block=4096,
-                  collect=True):
+                  collect=True, first=None, ready=None):
     """``embed`` with the texts cut into one contiguous shard per process (under ``accelerate launch`` or any
     initialised process group) and the shards gathered in order, ``block`` rows of each at a time, into ``out`` (or
     a new array) on every process; with ``collect=False`` this process takes part in the gathering but keeps
     nothing and returns None (a process that only helps need not hold every vector). Each text is embedded exactly
     as one process would embed it (same tokens, no gradient); only the length-sorted batch it shares padding with
-    differs, which the attention mask makes irrelevant."""
+    differs, which the attention mask makes irrelevant (up to the rounding of a product of another shape).
+
+    On one process, with ``first`` (positions) and ``ready``, the texts ``first`` are embedded before the others
+    and ``ready(out)`` is called as soon as their rows are in ``out``, so that work on them runs while the rest is
+    embedded (05 classifies the topic documents then); under several processes ``ready`` is not called."""
     import torch.distributed as dist
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return embed(encoder, store, batch_size, batch_tokens, progress, out=out)
+        if first is None or ready is None or not len(first):
+            return embed(encoder, store, batch_size, batch_tokens, progress, out=out)
+        if out is None:
+            out = np.zeros((len(store), encoder.dimension), dtype=np.float32)
+        first = np.unique(first)
+        rest = np.setdiff1d(np.arange(len(store)), first)
+        embed(encoder, store, batch_size, batch_tokens, progress, first, Rows(out, first))
+        ready(out)
+        embed(encoder, store, batch_size, batch_tokens, progress, rest, Rows(out, rest))
+        return out
     world, rank = dist.get_world_size(), dist.get_rank()
     bounds = np.linspace(0, len(store), world + 1).astype(np.int64)
     sizes = np.diff(bounds)
