@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import free_port
 from test_losses import HALF, check, cos, halves
 
 from common.io import InputError
@@ -155,22 +154,24 @@ def test_softcca_of_half_projections_is_the_float32_loss(dtype):
     check(sdl, (z_s.float() - z_c.float()).pow(2).mean(1))
 
 
-def _softcca_worker(rank, world, port, shards, out):
+def _softcca_worker(rank, world, store, shards, out):
     import os
 
     import torch.distributed as dist
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     head = SoftCCA(3)
     losses = [head(zs[rank], zc[rank]) for zs, zc in shards]
     torch.save({"losses": torch.stack(losses), "state": head.state_dict()}, os.path.join(out, f"softcca_{rank}.pt"))
+    dist.barrier()  # neither process tears gloo down while the other is still in a collective
     dist.destroy_process_group()
+    os._exit(0)  # past the results: skip interpreter teardown, where gloo's threads can abort the process
 
 
 def test_softcca_on_two_processes_keeps_the_running_statistics_of_the_global_batch(tmp_path):
     torch.manual_seed(0)
     steps = [(torch.randn(8, 3), torch.randn(8, 3)) for _ in range(2)]
     shards = [(zs.chunk(2), zc.chunk(2)) for zs, zc in steps]
-    torch.multiprocessing.spawn(_softcca_worker, args=(2, free_port(), shards, str(tmp_path)), nprocs=2)
+    torch.multiprocessing.spawn(_softcca_worker, args=(2, str(tmp_path / "store"), shards, str(tmp_path)), nprocs=2)
     single = SoftCCA(3)
     expected = torch.stack([single(zs, zc) for zs, zc in steps])
     results = [torch.load(tmp_path / f"softcca_{r}.pt") for r in range(2)]
