@@ -148,7 +148,7 @@ def train(args, script=__file__):
 
     from common.models import cpu
     from common.models import precision
-    from common.train import run_folder
+    from common.train import run_folder, run_identity, run_log
     from common.train.distributed import any_process
     from common.train.optimization import parameter_groups, warmup_steps
     from common.train.batches import BatchParts, BucketBatchSampler, EpochSampler, ignore_sigterm
@@ -161,7 +161,7 @@ def train(args, script=__file__):
     started = provenance.now()
 
     # the Accelerator: processes and mixed precision from `accelerate launch` / `accelerate config`
-    log_with = run_folder.trackers(args.report_to)
+    log_with = run_log.trackers(args.report_to)
     work = run_folder.work_folder(args)  # --out, or inside it while replacing a finished run there (--overwrite)
     acc = Accelerator(gradient_accumulation_steps=args.grad_accum, log_with=log_with or None,
                       project_config=ProjectConfiguration(work, os.path.join(work, "trackers")))
@@ -360,7 +360,7 @@ def train(args, script=__file__):
             inputs = [os.path.join(args.data, name) for name in sorted(os.listdir(args.data))
                       if name.endswith(".jsonl")]
             folder.commit(provenance.manifest(script, args, started, inputs=inputs, counts=counts, seed=args.seed,
-                                              identity=run_folder.command_identity(args),
+                                              identity=run_identity.command_identity(args),
                                               precision=acc.mixed_precision, device=acc.device.type))
             print(f"model → {os.path.join(args.out, 'model')}")
     finally:

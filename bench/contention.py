@@ -1,7 +1,7 @@
 """float32 embedding on a CPU that other work shares: our ``embed`` at several token budgets against
 ``SentenceTransformer.encode`` at batch 64 and 8, with 2 and 1 torch threads, alone and beside busy-loop processes
 this script starts (and stops) itself. ``embed`` picks each batch's thread count up to the threads torch has
-(``Threads`` in common/models/cpu.py); "ours 2048 fixed" is the same with that choice turned off (every batch at the threads
+(common/models/threads.py); "ours 2048 fixed" is the same with that choice turned off (every batch at the threads
 torch has), as ``embed`` ran before it, and gives the median share of CPU time a thread got in its batches (the
 signal the choice reads: 1.00 when every thread has its core).
 
@@ -32,8 +32,8 @@ def chooser(**settings):
     """``embed`` with its thread chooser made with ``settings`` (``Threads``' own; ``fixed=True``: one candidate, the
     threads torch has, so the choice is off) and recording every timed batch's (seconds from the start of the
     ``with``, thread count, CPU-time share) into the list it yields."""
-    from common.models import cpu
-    original = cpu.Threads
+    from common.models import threads
+    original = threads.Threads
     record, start = [], time.perf_counter()
     fixed = settings.pop("fixed", False)
 
@@ -47,11 +47,11 @@ def chooser(**settings):
             record.append((time.perf_counter() - start, count, cpu / seconds / count))
             super().timed(count, seconds, cpu, tokens)
 
-    cpu.Threads = Recorded  # embed reads it from common/models/cpu.py at each call
+    threads.Threads = Recorded  # embed reads it from common/models/threads.py at each call
     try:
         yield record
     finally:
-        cpu.Threads = original
+        threads.Threads = original
 
 
 def recovery(args, encoder, tokenizer, texts):

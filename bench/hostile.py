@@ -43,7 +43,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
-from common import folders  # noqa: E402
+from common import written  # noqa: E402
 from conftest import make_dump  # noqa: E402
 
 NORMAL = "'''Normaali''' on tavallinen artikkeli, jossa on tarpeeksi tekstiä johdannoksi ja [[linkki]] toiseen."
@@ -391,14 +391,14 @@ def number_cases(root, model, data, train):
     quick = [*train, "--data", data, "--out", run]
     script(*quick)
     for name in ("model", "manifest.json"):
-        folders.remove_entry(run / name)
+        written.remove_entry(run / name)
     state = run / "checkpoints" / "step_3" / "trainer_state.json"
     state.write_text(json.dumps({**json.loads(state.read_text()), "best": "abc", "step": True}))
     rc, line = script(*quick)
     results.append(report("a checkpoint whose state says step true, best 'abc' (the one before resumed)", rc, line,
                           rc == 0 and (run / "model").is_dir()))
     for name in ("model", "manifest.json"):
-        folders.remove_entry(run / name)
+        written.remove_entry(run / name)
     log = run / "log.jsonl"
     log.write_text('{"step": 1, "epoch": "abc", "loss": 1.0}\n' + log.read_text())
     rc, line = script(*quick)
@@ -512,7 +512,7 @@ def safety(work):
         results.append(report(name, rc, line, rc == 2 and str(path) in line))
     log = run / "log.jsonl"
     for name in ("model", "manifest.json"):  # what a killed run lacks
-        folders.remove_entry(run / name)
+        written.remove_entry(run / name)
     log.write_text("{garbage\n" + log.read_text())
     rc, line = script(*train, "--data", data, "--out", run)
     results.append(report("a damaged log.jsonl on resume", rc, line, rc == 2 and "log.jsonl:1" in line))
@@ -528,7 +528,7 @@ def safety(work):
     partial = root / "partial"
     script(*train, "--data", data, "--out", partial)
     for name in ("model", "manifest.json", "checkpoints/step_3"):
-        folders.remove_entry(partial / name)
+        written.remove_entry(partial / name)
     rc, line = script(*train, "--data", data, "--out", partial, "--chunk-tokens", "40")
     results.append(report("resume with another --chunk-tokens", rc, line, rc == 2 and "chunk_tokens" in line))
     try:

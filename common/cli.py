@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 
-from common import folders, io
+from common import io, write_errors
 from common.io import InputError, Preempted
 
 
@@ -303,7 +303,7 @@ def run(main):
               file=sys.stderr)
         sys.exit(1)
     except OSError as e:  # writes the output helpers did not see (a library's own file): still one line
-        if e.errno not in folders.WRITE_ERRNOS:
+        if e.errno not in write_errors.WRITE_ERRNOS:
             raise
         print(f"error: {e.filename + ': ' if e.filename else ''}{e.strerror}", file=sys.stderr)
         sys.exit(1)

@@ -4,8 +4,6 @@ errors of a folder that cannot be written (a full disk, no permission). Reading 
 ``common.io``'s; what a manifest records, ``common.provenance``'s."""
 
 import contextlib
-import errno
-import fcntl
 import json
 import os
 import re
@@ -14,72 +12,10 @@ import tempfile
 
 from common import provenance
 from common.io import InputError, read_json_or_empty, sha256
+from common.folder_lock import LOCK, FolderLock
 from common.jsontext import dumps_line
-
-
-LOCK = ".lock"  # held (fcntl.flock) by the run writing a folder; removed when it ends
-
-
-class FolderLock:
-    """An advisory lock on an output folder for as long as one run writes it, so that a second run on the same
-    folder is refused instead of interleaving its files with the first's. The lock file holds the owner's process
-    id, for the error message, and is removed on release (a file left by a killed run is simply taken over)."""
-
-    def __init__(self, directory, name=LOCK):
-        self.directory, self.path, self.fd = directory, os.path.join(directory, name), None
-
-    def acquire(self):
-        while True:
-            try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-            except OSError as e:
-                raise InputError(f"{self.path}: cannot be opened as a lock file: {e.strerror}") from None
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                owner = os.read(fd, 32).decode("ascii", "replace").strip()
-                os.close(fd)
-                raise InputError(f"{self.directory}: in use by another run (process {owner or 'unknown'}); wait "
-                                 "for it to end or give another folder") from None
-            try:
-                same = os.path.samestat(os.fstat(fd), os.lstat(self.path))
-            except FileNotFoundError:
-                same = False
-            if same:
-                break
-            os.close(fd)  # the previous owner removed the file between our open and our lock: lock the new one
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self.fd = fd
-        return self
-
-    def release(self):
-        if self.fd is None:
-            return
-        try:
-            os.remove(self.path)
-        except OSError:
-            pass
-        os.close(self.fd)
-        self.fd = None
-
-    def __enter__(self):
-        return self.acquire()
-
-    def __exit__(self, *exc):
-        self.release()
-        return False
-
-
-def remove_entry(path):
-    """Remove a file, a symbolic link (never what it points to) or a real directory tree; absent is fine."""
-    try:
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path)
-        else:
-            os.remove(path)
-    except FileNotFoundError:
-        pass
+from common.write_errors import WRITE_ERRNOS, write_error
+from common.written import entries, previous_files, remove_entry, remove_written
 
 
 STAGING = ".staging-"  # the prefix of a private folder a run writes its files in before they are moved into place
@@ -131,71 +67,6 @@ def file_names(file):
 
 
 MANIFEST_SUFFIX = ".manifest.json"
-
-
-def written_name(name):
-    """Whether ``name`` (a path relative to an output folder, parts separated by '/') is one the project writes, and
-    so one that may be removed as a previous run's file: every part a plain name (not empty, not '.' or '..', not
-    hidden like the project's private folders and locks, no separator or NUL). What a manifest lists is input
-    like any other: a name that fails this is never removed."""
-    return isinstance(name, str) and 0 < len(name) <= 4096 and all(
-        part and part[0] != "." and "\\" not in part and "\0" not in part
-        and len(part.encode("utf-8", "replace")) <= 255 for part in name.split("/"))
-
-
-def inside(directory, name):
-    """``directory/name`` for a ``written_name`` whose way there passes no symbolic link (the last part may be one:
-    it is removed or replaced as a link); None for any other name."""
-    if not written_name(name):
-        return None
-    parts = name.split("/")
-    for k in range(1, len(parts)):
-        way = os.path.join(directory, *parts[:k])
-        if os.path.islink(way) or not os.path.isdir(way):
-            return None
-    return os.path.join(directory, *parts)
-
-
-def entries(path):
-    """The files, links and empty folders under the folder ``path`` (links not followed), as paths relative to it
-    with '/' between parts."""
-    found = []
-    for d, dirs, files in os.walk(path):
-        rel = os.path.relpath(d, path).replace(os.sep, "/")
-        prefix = "" if rel == "." else rel + "/"
-        links = [n for n in dirs if os.path.islink(os.path.join(d, n))]  # os.walk lists a link to a folder there
-        found += [prefix + n for n in files + links]
-        if not files and not dirs and prefix:
-            found.append(rel)
-    return found
-
-
-def remove_written(directory, names):
-    """Remove from ``directory`` the files ``names`` (as a previous run recorded what it wrote: paths relative to
-    the folder), then the folders they leave empty. Only a ``written_name`` whose way stays inside the folder is
-    removed (``inside``), a link as a link; a name that is a folder is removed only once empty, so a file no run
-    listed (a user's) keeps it."""
-    folders = set()
-    for name in names:
-        path = inside(directory, name)
-        if path is None:
-            continue
-        parts = name.split("/")
-        folders.update("/".join(parts[:k]) for k in range(1, len(parts)))
-        if os.path.isdir(path) and not os.path.islink(path):
-            folders.add(name)
-            continue
-        try:
-            os.remove(path)
-        except OSError:  # gone, or not ours to remove (no permission): it stays
-            pass
-    for name in sorted(folders, key=lambda n: n.count("/"), reverse=True):  # the deepest first
-        path = inside(directory, name)
-        if path is not None and not os.path.islink(path):
-            try:
-                os.rmdir(path)
-            except OSError:  # not empty (a file no run listed), or gone
-                pass
 
 
 def create(path, mode="w"):
@@ -289,67 +160,6 @@ def writing(folder, name):
         shutil.rmtree(private, ignore_errors=True)
 
 
-def write_error(folder, error, staged=None, left="nothing was written", need=None):
-    """The one-line InputError for an OSError met writing into ``folder``; a full disk names what was needed
-    (``need``, else the bytes the write had reached: ``staged``, the file or folder being written), what is free,
-    and ``left``: what became of it."""
-    if error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-        written = tree_bytes(staged) if staged else 0
-        free = shutil.disk_usage(folder).free if os.path.isdir(folder) else 0
-        need = need or (f"needs more than {written:,} bytes" if written else None)
-        return InputError(f"{folder}: no space left on the device ({need + ', ' if need else ''}{free:,} "
-                          f"{'free' if need else 'bytes free'}); {left}")
-    return InputError(f"{folder}: cannot write: {error.strerror or error}")
-
-
-# errors that mean the disk is full, as libraries spell them in their own exceptions
-FULL_DISK = {os.strerror(code): code for code in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)}
-
-
-def saving_error(folder, error, staged=None, left="nothing was written"):
-    """``write_error`` for an error met while a library saved into ``folder`` (torch, safetensors, faiss): an
-    OSError; another error whose message holds the system's words for a full disk (safetensors' SafetensorError,
-    faiss's RuntimeError); or any error on a device left with (almost) no free space, which is how torch reports a
-    full disk. None for any other error (a bug, to be raised as it is)."""
-    if isinstance(error, OSError):
-        return write_error(folder, error, staged, left)
-    for words, code in FULL_DISK.items():
-        if words in str(error):
-            return write_error(folder, OSError(code, words), staged, left)
-    try:
-        nearly_full = shutil.disk_usage(folder).free < 64 << 20
-    except OSError:
-        nearly_full = False
-    if nearly_full:
-        return write_error(folder, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), staged, left)
-    return None
-
-
-def tree_bytes(path):
-    """Bytes allocated to a file, or to every file under a folder (links not followed)."""
-    if not os.path.lexists(path):
-        return 0
-    if not os.path.isdir(path) or os.path.islink(path):
-        return os.lstat(path).st_size
-    return sum(os.lstat(os.path.join(d, f)).st_size for d, _, files in os.walk(path) for f in files)
-
-
-def reserve(path, nbytes, folder):
-    """Allocate ``nbytes`` to the file ``path`` now (``posix_fallocate``), so that a memory-mapped write into it
-    can never meet a full disk (which kills the process with SIGBUS); a full disk is one line naming ``folder``
-    and the bytes needed. A file system that cannot allocate ahead is left as it is."""
-    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        os.posix_fallocate(fd, 0, nbytes)
-    except OSError as e:
-        if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-            raise write_error(folder, e, need=f"{os.path.basename(path)} needs {nbytes:,} bytes") from None
-        if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
-            raise
-    finally:
-        os.close(fd)
-
-
 def make_folder(directory):
     """``directory``, made if missing; one line if it is a file, cannot be made or is not writable."""
     if os.path.lexists(directory) and not os.path.isdir(directory):
@@ -389,25 +199,6 @@ def remove_leftovers(directory, prefix=STAGING):
     for name in os.listdir(directory):
         if is_private(name, prefix):
             remove_entry(os.path.join(directory, name))
-
-
-def previous_files(manifest):
-    """What the run that wrote ``manifest`` wrote, by name: its ``files`` (names in the folder) and the files of
-    its ``sha256`` under them (``folder/file``), and while it was committing what it was replacing. A manifest is
-    input like any other: only a ``written_name`` is taken, so that ``.``, ``..``, an absolute path, a hidden name
-    or a file under a name the run did not list is never removed."""
-    if not isinstance(manifest, dict):
-        return set()
-    lists = [manifest.get("files")] + ([manifest.get("replacing")] if manifest.get("state") == "committing" else [])
-    found = set()
-    for names in lists:
-        names = [n for n in names if written_name(n)] if isinstance(names, list) else []
-        top = {n for n in names if "/" not in n}
-        found |= top | {n for n in names if n.split("/")[0] in top}
-    hashed = manifest.get("sha256")
-    if isinstance(hashed, dict):
-        found |= {n for n in hashed if written_name(n) and n.split("/")[0] in found}
-    return found
 
 
 def own_folder(directory):
@@ -668,10 +459,6 @@ class Outputs:
             shutil.rmtree(self._stage, ignore_errors=True)
             if self._lock is not None:
                 self._lock.release()
-
-
-# what only writing can fail with (reading an input cannot), so it is reported against the output folder
-WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
 
 
 def write_json(path, obj):

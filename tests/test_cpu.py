@@ -12,8 +12,8 @@ import pytest
 import torch
 from torch import nn
 
-from common.models import cpu
-from common.models.cpu import Threads, thread_candidates
+from common.models import cpu, threads
+from common.models.threads import Threads, thread_candidates
 from common.models.encoder import Encoder, pool_packed
 
 def test_keep_mask_is_bernoulli_p_scaled_follows_torchs_seed_and_not_the_thread_count():
@@ -511,7 +511,7 @@ def test_embed_gives_the_vectors_of_one_thread_and_restores_the_thread_count(tin
         one = embed(encoder, TokenStore(tokenizer, texts, 48), batch_size=4)
     finally:
         torch.set_num_threads(before)
-    monkeypatch.setattr(cpu, "SHARED", 2.0)  # no share reaches it: the cores always look shared
+    monkeypatch.setattr(threads, "SHARED", 2.0)  # no share reaches it: the cores always look shared
     used, set_threads = [], torch.set_num_threads
     monkeypatch.setattr(torch, "set_num_threads", lambda n: (used.append(n), set_threads(n)))
 

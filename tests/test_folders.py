@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from common import folders, io
+from common import folders, io, written
 from common.folders import Outputs
 from common.io import InputError
 from conftest import (SHORT_TRAIN, file_tree, full_disk, linked_articles, script_error, script_main,
@@ -147,7 +147,7 @@ def test_a_folder_that_is_not_this_scripts_own_run_is_refused(tmp_path):
 
 
 def test_a_folder_in_use_by_another_run_is_refused_and_the_lock_goes_with_the_run(tmp_path, capsys):
-    from common.folders import FolderLock
+    from common.folder_lock import FolderLock
     src = write_articles(tmp_path)
     out = tmp_path / "data"
     out.mkdir()
@@ -638,15 +638,15 @@ def test_a_manifest_naming_a_file_behind_a_link_removes_nothing_through_it(tmp_p
                                              ("/abs", False), (".hidden", False), ("a//b", False), ("a\\b", False),
                                              ("a\x00b", False), ("x" * 256, False), (3, False)])
 def test_a_written_name_is_a_plain_relative_path(name, removable):
-    assert folders.written_name(name) is removable
+    assert written.written_name(name) is removable
 
 
 def test_the_previous_files_are_what_a_manifest_lists_of_its_own(tmp_path):
     manifest = {"files": ["a.txt", "pv", ".", "x/y", 3], "sha256": {"a.txt": "0", "pv/m.bin": "0", "other/m.bin": "0",
                                                                     "pv/../../x": "0"},
                 "state": "committing", "replacing": ["old.txt", "old/f.bin", "..", "gone/f.bin"]}
-    assert folders.previous_files(manifest) == {"a.txt", "pv", "pv/m.bin", "old.txt"}
-    assert folders.previous_files([1]) == set() and folders.previous_files({"files": "a.txt"}) == set()
+    assert written.previous_files(manifest) == {"a.txt", "pv", "pv/m.bin", "old.txt"}
+    assert written.previous_files([1]) == set() and written.previous_files({"files": "a.txt"}) == set()
 
 
 # -- a file output: every name it puts beside itself is its own -------------------------------------------------------

@@ -13,9 +13,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from common import folders, io
+from common import folders, io, written
 from common.io import InputError
-from common.train import run_folder
+from common.train import run_folder, run_identity, run_log
 from conftest import (SHORT_TRAIN, file_tree, full_disk, read_jsonl, script_error, script_main, script_module,
                       unfinish)
 
@@ -34,8 +34,8 @@ def test_every_flag_of_every_objective_is_in_the_resume_identity_or_among_the_sp
         parser = argparse.ArgumentParser()
         training.add_training_arguments(parser, cls, [])
         flags = {action.dest for action in parser._actions} - {"help"}
-        result = set(run_folder.RESULT_ARGS) | set(cls.result_args)
-        speed = set(run_folder.SPEED_ARGS) | set(cls.speed_args)
+        result = set(run_identity.RESULT_ARGS) | set(cls.result_args)
+        speed = set(run_identity.SPEED_ARGS) | set(cls.speed_args)
         assert not result & speed, name
         assert flags == (result | speed | place) - {"objective"}, (name, flags ^ (result | speed | place))
         assert set(cls.speed_args) == set(OWN_SPEED_PROBES.get(name, {})), name
@@ -97,7 +97,7 @@ def same_weights_with_every_speed_flag(main, base, objective, root):
         return (load_file(root / name / "model" / "model.safetensors"),
                 json.loads((root / name / "manifest.json").read_text())["args"])
     (reference, before), (got, after) = run("reference", []), run("changed", speed_probes(objective, root))
-    flags = (set(run_folder.SPEED_ARGS) | set(OWN_SPEED_PROBES.get(objective, {}))) - {"report_to"}
+    flags = (set(run_identity.SPEED_ARGS) | set(OWN_SPEED_PROBES.get(objective, {}))) - {"report_to"}
     assert [flag for flag in sorted(flags) if after[flag] == before[flag]] == []
     assert set(got) == set(reference)
     assert [k for k in reference if not np.array_equal(got[k].numpy(), reference[k].numpy())] == []
@@ -106,7 +106,7 @@ def same_weights_with_every_speed_flag(main, base, objective, root):
 
 def test_every_setting_left_out_of_the_resume_identity_leaves_the_trained_weights_unchanged(tmp_path, tiny_data,
                                                                                            tiny_model, capsys):
-    assert set(SPEED_PROBES) == set(run_folder.SPEED_ARGS)
+    assert set(SPEED_PROBES) == set(run_identity.SPEED_ARGS)
     train = script_main("03_train.py")
     base = ["--data", str(tiny_data), "--model", str(tiny_model), *SHORT_TRAIN]
     reference = same_weights_with_every_speed_flag(train, base, "triplet", tmp_path)
@@ -115,7 +115,7 @@ def test_every_setting_left_out_of_the_resume_identity_leaves_the_trained_weight
     train(base + ["--out", str(tmp_path / "chunked"), "--chunk-tokens", "40"])
     chunked = load_file(tmp_path / "chunked" / "model" / "model.safetensors")
     assert not all(np.array_equal(chunked[k].numpy(), reference[k].numpy()) for k in reference)
-    assert "chunk_tokens" in run_folder.RESULT_ARGS
+    assert "chunk_tokens" in run_identity.RESULT_ARGS
 
 
 @pytest.mark.parametrize("objective", ["mnrl", "mlm", "contrastive", "distill"])
@@ -237,7 +237,7 @@ def test_a_run_of_several_seeds_killed_in_its_second_goes_on_there_and_keeps_the
     script_main("03_train.py")(args)
     first = file_tree(out / "seed_1")
     for name in ("manifest.json", "model"):  # the second seed killed before its end
-        folders.remove_entry(out / "seed_2" / name)
+        written.remove_entry(out / "seed_2" / name)
     capsys.readouterr()
     counts = script_main("03_train.py")(args)
     assert [c["steps"] for c in counts] == [1, 1] and file_tree(out / "seed_1") == first
@@ -325,14 +325,14 @@ def test_report_to_sends_every_log_record_to_the_trackers_and_the_run_draws_its_
 
 def test_report_to_names_installed_trackers_only():
     from accelerate.tracking import LOGGER_TYPE_TO_CLASS, get_available_trackers
-    assert run_folder.trackers("none") == [] and run_folder.trackers("all") == ["all"]
+    assert run_log.trackers("none") == [] and run_log.trackers("all") == ["all"]
     with pytest.raises(InputError) as e:
-        run_folder.trackers("nonesuch")
+        run_log.trackers("nonesuch")
     assert str(e.value).startswith("--report-to nonesuch: not a tracker Accelerate knows (one of ")
     missing = sorted(set(LOGGER_TYPE_TO_CLASS) - {t.value for t in get_available_trackers()})
     if missing:
         with pytest.raises(InputError) as e:
-            run_folder.trackers(missing[0])
+            run_log.trackers(missing[0])
         assert str(e.value) == f"--report-to {missing[0]}: not installed (pip install {missing[0].replace('_', '-')})"
 
 

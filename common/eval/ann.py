@@ -15,7 +15,9 @@ import os
 import numpy as np
 
 from common.io import InputError, sha256
-from common.folders import create, remove_entry, saving_error, writing
+from common.folders import create, writing
+from common.write_errors import saving_error
+from common.written import remove_entry
 
 KINDS = ("flat", "hnsw")
 HNSW_M, HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH = 32, 200, 128

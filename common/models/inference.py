@@ -37,10 +37,10 @@ def _attention(transformer, implementation):
 
 
 def _threads(device):
-    """On a CPU, the thread count each batch runs with (``cpu.Threads``); elsewhere nothing."""
+    """On a CPU, the thread count each batch runs with (``threads.Threads``); elsewhere nothing."""
     if device.type != "cpu":
         return contextlib.nullcontext()
-    from common.models.cpu import Threads
+    from common.models.threads import Threads
     return Threads()
 
 
@@ -54,7 +54,7 @@ def embed(encoder, store, batch_size=64, batch_tokens=None, progress=None, rows=
     are never held whole in memory; without it a new array is returned. On a GPU the encoder runs in bfloat16 and,
     where flash attention is installed, on unpadded batches. On a CPU it runs in bfloat16 autocast where the encoder
     is ``precision.encoder_for``'s bf16 view (``encoder.bf16``), each batch with every thread torch has unless
-    ``cpu.Threads`` sees the cores shared and finds fewer faster."""
+    ``threads.Threads`` sees the cores shared and finds fewer faster."""
     device = next(encoder.parameters()).device
     encoder.eval()
     rows = np.arange(len(store)) if rows is None else np.asarray(rows)

@@ -5,7 +5,8 @@ import os
 import shutil
 
 from common.io import InputError
-from common.folders import create, entries, private_dir, put_written
+from common.folders import create, private_dir, put_written
+from common.written import entries
 
 INFO = "docembed.json"
 CARD = "README.md"  # the model card, as the hub and sentence-transformers name it

@@ -17,8 +17,9 @@ checkpoint, checkpointed, its log appended to, the models saved into it, and rel
 |                       | is committed, so that the finished run stays whole until then                         |
 
 Whether an ``--out`` holds a finished run, a run to resume, or nothing of this project's is decided here, from the
-run's identity: every flag of the command that changes the result (``RESULT_ARGS`` and the objective's
-``result_args``), the data's path and content (``command_identity``, which a finished run's manifest records), and,
+run's identity (``run_identity.py``): every flag of the command that changes the result (``RESULT_ARGS`` and the
+objective's ``result_args``), the data's path and content (``command_identity``, which a finished run's manifest
+records), and,
 for a checkpoint, the settings the model was loaded with and the number of processes (``RunFolder.identity``). A
 run resumes only from a checkpoint of its own. Only the main process writes; every process loads.
 
@@ -27,7 +28,6 @@ names under the entries above), or, for a run that did not finish, the entries a
 (``run_files``). A file anyone else put in the folder stays, and one in a folder a finished run wrote.
 """
 
-import hashlib
 import json
 import os
 import re
@@ -36,42 +36,13 @@ import time
 
 from safetensors import SafetensorError
 
-from common import folders, io
-from common.folders import LOCK, STAGING
+from common import folders, io, write_errors
+from common.folder_lock import LOCK
+from common.folders import STAGING
+from common.written import entries, remove_entry, remove_written, written_name
 from common.io import InputError
-from common.train import objectives
-
-# flags that change the trained weights or which checkpoint becomes RUN/model: a resume must match them all
-RESULT_ARGS = ("model", "max_length", "pooling", "normalize", "lr", "weight_decay", "warmup", "schedule", "epochs",
-               "max_steps", "batch_size", "grad_accum", "clip", "seed", "eval_every", "drop_last", "length_buckets",
-               "chunk_tokens")
-# flags that change only speed, memory or logging: tests/test_run_folder.py trains with them changed and checks that
-# the weights stay the same (--chunk-tokens does not: its parts draw other dropout masks)
-SPEED_ARGS = ("checkpoint_every", "keep", "log_every", "length_groups", "gradient_checkpointing", "report_to",
-              "save_epochs", "loader_workers")
-
-
-def data_fingerprint(name, data_dir):
-    """What the data directory holds, for the resume identity: its manifest's inputs (with their sha256) and
-    settings when 02 wrote one, else the sha256 of the files the objective reads. A directory rebuilt from other
-    inputs or with another seed has another fingerprint."""
-    manifest = io.read_manifest(data_dir)
-    if manifest:
-        found = {"inputs": manifest.get("inputs"),
-                 "args": {k: v for k, v in (manifest.get("args") or {}).items() if k != "out"}}
-    else:
-        found = {file: io.sha256(os.path.join(data_dir, file)) for file in objectives.REGISTRY[name].data_files}
-    return hashlib.sha256(json.dumps(found, sort_keys=True).encode()).hexdigest()
-
-
-def command_identity(args):
-    """Every flag of the command that changes the result, the data's path and content included, as JSON values:
-    what a finished run records in its manifest and a later command must match to find it done."""
-    found = {"objective": args.objective, "data": os.path.abspath(args.data),
-             "data_content": data_fingerprint(args.objective, args.data)}
-    found.update({key: getattr(args, key) for key in RESULT_ARGS + objectives.get(args.objective).result_args})
-    return json.loads(json.dumps(found))
-
+from common.train.run_identity import command_identity
+from common.train.run_log import LARGEST, log_line, read_log
 
 def finished(args, script):
     """A finished run in ``args.out`` (its manifest.json, the run's last file, is there): its counts where it was
@@ -102,21 +73,6 @@ def finished(args, script):
                      "the run wrote is removed), or another --out")
 
 
-def trackers(report_to):
-    """``--report-to`` as Accelerate's ``log_with``: known tracker names that are installed."""
-    from accelerate.tracking import LOGGER_TYPE_TO_CLASS, get_available_trackers
-    names = [n.strip() for n in report_to.split(",") if n.strip() and n.strip() != "none"]
-    if names == ["all"]:
-        return names
-    installed = {t.value for t in get_available_trackers()}
-    for name in names:
-        if name not in LOGGER_TYPE_TO_CLASS:
-            raise InputError(f"--report-to {name}: not a tracker Accelerate knows (one of "
-                             f"{', '.join(sorted(LOGGER_TYPE_TO_CLASS))}, all, none)")
-        if name not in installed:
-            raise InputError(f"--report-to {name}: not installed (pip install {name.replace('_', '-')})")
-    return names
-
 STATE = "trainer_state.json"
 RUN_FILE = "run.json"
 # what a run writes besides RUN_FILE
@@ -125,7 +81,6 @@ EPOCH_MODEL = re.compile(r"epoch_\d+")  # --save-epochs: the model at the end of
 STEP = re.compile(r"step_\d+")  # a checkpoint in RUN/checkpoints
 NEXT = folders.REPLACING  # where a run that replaces a finished one (--overwrite) trains until it is committed
 CACHE = "cache"  # the masked LM's cache (--cache-dir's default), kept from run to run: no run's result
-LARGEST = 1 << 53  # a step, a line or a count of a run: any larger one in a file of the run is damage
 # what saving a model or checkpoint raises on a full disk: torch's RuntimeError, safetensors' own error (no OSError)
 SAVE_ERRORS = (OSError, RuntimeError, SafetensorError)
 
@@ -150,9 +105,9 @@ def run_files(run_dir):
         elif name == "checkpoints":
             found += [f"checkpoints/{step}/{rel}" for step in sorted(os.listdir(path)) if STEP.fullmatch(step)
                       and not os.path.islink(os.path.join(path, step))
-                      for rel in folders.entries(os.path.join(path, step))]
+                      for rel in entries(os.path.join(path, step))]
         else:
-            found += [f"{name}/{rel}" for rel in folders.entries(path)]
+            found += [f"{name}/{rel}" for rel in entries(path)]
     return sorted(found)
 
 
@@ -166,7 +121,7 @@ def recorded_files(run_dir):
     listed = listed.get("files") if isinstance(listed, dict) else None
     if not isinstance(listed, list):
         return run_files(run_dir)
-    return [n for n in listed if folders.written_name(n) and run_entry(n.split("/")[0]) and n != "manifest.json"]
+    return [n for n in listed if written_name(n) and run_entry(n.split("/")[0]) and n != "manifest.json"]
 
 
 def check_run_folder(out):
@@ -230,9 +185,9 @@ def _move_into_place(out):
                             [n[len(under):] for n in old if n.startswith(under)],
                             [n[len(under):] for n in new if n.startswith(under)])
     written = {n.split("/")[0] for n in new}
-    folders.remove_written(out, [n for n in old if n.split("/")[0] not in written])
+    remove_written(out, [n for n in old if n.split("/")[0] not in written])
     os.replace(pending, os.path.join(out, "manifest.json"))
-    folders.remove_entry(new_dir)
+    remove_entry(new_dir)
 
 
 def checkpoints(run_dir):
@@ -274,46 +229,6 @@ def _read_state(path):
     except InputError as e:
         raise ValueError(str(e)) from None
     return state
-
-
-def read_log(path, keep=None):
-    """The records of a run's log.jsonl (the first ``keep``: the lines after them, which a killed run may have
-    left half-written, are not read); a line that is not a JSON object with a step, or whose values are not finite
-    numbers (``null`` where the run had none: ``write_log``), is one line naming it and the field."""
-    records = []
-    with io.open_input(path) as f:
-        try:
-            for lineno, line in enumerate(f, 1):
-                if keep is not None and len(records) >= keep:
-                    break
-                if not line.strip():
-                    continue
-                try:
-                    record = io.loads(line)
-                except ValueError:
-                    record = None
-                if not isinstance(record, dict) or type(record.get("step")) is not int:
-                    raise InputError(f"{path}:{lineno}: not a record of this run's log (damaged?); remove the "
-                                     "line, or train again into another --out")
-                for key, value in record.items():
-                    where = f"{path}:{lineno}: field {key!r}"
-                    if key == "step":
-                        io.number(value, where, int, 0, LARGEST)
-                    elif value is not None or key == "epoch":
-                        io.number(value, where, float, 0 if key == "epoch" else None)
-                records.append(record)
-        except UnicodeDecodeError:
-            raise InputError(f"{path}:{len(records) + 1}: not UTF-8 text (damaged?); train again into another "
-                             "--out") from None
-    return records
-
-
-def log_line(record):
-    """A record as its log.jsonl line: strict JSON, a value that is not finite (a perplexity past float's range)
-    written as null, which ``read_log`` reads back."""
-    import math
-    return json.dumps({k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in record.items()},
-                      allow_nan=False) + "\n"
 
 
 class RunFolder:
@@ -373,11 +288,11 @@ class RunFolder:
             leftovers += [os.path.join("checkpoints", n) for n in os.listdir(root) if n.startswith(STAGING)] \
                 if os.path.isdir(root) else []
             for name in leftovers:
-                folders.remove_entry(os.path.join(folder, name))
+                remove_entry(os.path.join(folder, name))
         if self.path == out:
-            folders.remove_entry(os.path.join(out, NEXT))  # a replacement with nothing left to replace
+            remove_entry(os.path.join(out, NEXT))  # a replacement with nothing left to replace
         if not checkpoints(self.path) or (self.overwrite and not self._own_checkpoints()):
-            folders.remove_written(self.path, run_files(self.path))
+            remove_written(self.path, run_files(self.path))
         folders.write_json(os.path.join(self.path, RUN_FILE), {"identity": self.identity})
 
     @staticmethod
@@ -474,7 +389,7 @@ class RunFolder:
                 for old in self.checkpoints()[:-keep] if keep > 0 else []:
                     shutil.rmtree(old, ignore_errors=True)
         except SAVE_ERRORS as e:
-            error = folders.saving_error(self.path, e, tmp, f"checkpoint step_{step} was not saved, the earlier "
+            error = write_errors.saving_error(self.path, e, tmp, f"checkpoint step_{step} was not saved, the earlier "
                                          "ones are kept")
             shutil.rmtree(tmp, ignore_errors=True)
             if error is None:
@@ -531,7 +446,7 @@ class RunFolder:
             try:
                 folders.append_line(os.path.join(self.path, "log.jsonl"), log_line(record))
             except OSError as e:
-                raise folders.write_error(self.path, e) from None
+                raise write_errors.write_error(self.path, e) from None
         if self.tracked:
             self.accelerator.log({k: v for k, v in record.items() if k != "step"}, step=record["step"])
 
@@ -552,7 +467,7 @@ class RunFolder:
             try:
                 save(os.path.join(self.path, name))
             except SAVE_ERRORS as e:
-                error = folders.saving_error(self.path, e, left=f"RUN/{name} was not saved")
+                error = write_errors.saving_error(self.path, e, left=f"RUN/{name} was not saved")
                 if error is None:
                     raise
                 raise error from None
