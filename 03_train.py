@@ -21,7 +21,6 @@ the same --out resumes from the newest checkpoint. SIGTERM saves a checkpoint an
 """
 
 import argparse
-import contextlib
 import math
 import os
 import signal
@@ -31,86 +30,7 @@ import time
 from common import cli, provenance
 from common.io import InputError, Preempted
 from common.train import objectives
-
-
-def add_training_arguments(p, objective, argv):
-    """The flags every objective shares and ``objective``'s own; the objective's values (its paper's, and its preset
-    named in ``argv``) are the parser's defaults, so that ``--help`` shows what will run."""
-    p.add_argument("--data", required=True, type=cli.reads, help="data directory from 02_build_graph.py")
-    p.add_argument("--model", default=None, type=cli.reads,
-                   help="Hugging Face model name or local folder to start from (required, except for an objective "
-                        "that can start from a configuration: mlm's --model-type / --config-name)")
-    p.add_argument("--out", required=True, help="run directory (model, checkpoints, log)")
-    p.add_argument("--overwrite", action="store_true",
-                   help="train from the start in an --out that holds a run: a finished one (refused without it "
-                        "when its settings differ) or one whose checkpoints another command made; only what the "
-                        "run wrote there is removed (transformers' --overwrite_output_dir)")
-    p.add_argument("--max-length", type=cli.number(int, cli.LENGTH), default=None,
-                   help="tokens per text (none: the model's own, as its sentence-transformers config says)")
-    p.add_argument("--pooling", choices=("cls", "mean"), default=None,
-                   help="document vector (none: as the model's sentence-transformers config says, else cls)")
-    p.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
-                   help="L2-normalise embeddings (none: as the model's sentence-transformers config says)")
-    p.add_argument("--lr", type=cli.number(float, cli.POSITIVE), default=5e-5, help="peak learning rate")
-    p.add_argument("--weight-decay", type=cli.number(float, cli.NON_NEGATIVE), default=0.01,
-                   help="AdamW weight decay, none on biases and LayerNorm")
-    p.add_argument("--warmup", type=cli.number(float, cli.NON_NEGATIVE), default=0.0,
-                   help="warm-up: < 1 is a share of all steps, >= 1 a number of steps")
-    p.add_argument("--schedule", choices=("linear", "cosine"), default="linear",
-                   help="decay after the warm-up (transformers' schedulers)")
-    p.add_argument("--epochs", type=cli.number(int, cli.COUNT), default=1, help="epochs")
-    p.add_argument("--max-steps", type=cli.number(int, cli.COUNT_0), default=0,
-                   help="stop after this many optimizer steps, the schedule spanning them (0: run all epochs)")
-    p.add_argument("--batch-size", type=cli.number(int, cli.COUNT), default=16,
-                   help="examples per process and micro-batch. The effective batch is this × processes × "
-                        "--grad-accum (printed at start): the WikiSpecter thesis's batch of 16 on 4 GPUs is "
-                        "--batch-size 4 under 4 processes, or 16 on one")
-    p.add_argument("--grad-accum", type=cli.number(int, cli.COUNT), default=1,
-                   help="micro-batches per optimizer step")
-    p.add_argument("--clip", type=cli.number(float, cli.NON_NEGATIVE), default=1.0,
-                   help="gradient norm clipping (SPECTER), 0 = off")
-    p.add_argument("--seed", type=cli.number(int, cli.SEED), default=42,
-                   help="seed for initialisation, data order and dropout")
-    p.add_argument("--seeds", type=cli.number(int, cli.SEED), action="extend", nargs="+", default=None,
-                   metavar="SEED",
-                   help="train one run per seed, one after another, into OUT/seed_SEED (the key-sentence thesis "
-                        "averages 5 seeds: --seeds 1 2 3 4 5; report them with 05_evaluate.py --runs OUT/seed_*); "
-                        "one process only")
-    p.add_argument("--drop-last", action=argparse.BooleanOptionalAction, default=False,
-                   help="drop the last partial batch of an epoch (in-batch-negative and batch-statistics losses need "
-                        "full batches)")
-    p.add_argument("--length-buckets", type=cli.number(int, cli.COUNT_0), default=0,
-                   help="> 0: batches of similar length, sorted within windows of this many batches of the "
-                        "(seed, epoch) permutation, batch order shuffled (0: off)")
-    p.add_argument("--gradient-checkpointing", action="store_true",
-                   help="recompute activations in the backward pass (less memory, same result)")
-    p.add_argument("--eval-every", type=cli.number(int, cli.COUNT_0), default=1000,
-                   help="validate every N optimizer steps, besides each epoch's end (0: epoch ends only)")
-    p.add_argument("--checkpoint-every", type=cli.number(int, cli.COUNT_0), default=1000,
-                   help="save a checkpoint every N steps (0: never)")
-    p.add_argument("--keep", type=cli.number(int, cli.COUNT_0), default=2, help="checkpoints to keep (the newest)")
-    p.add_argument("--save-epochs", action="store_true",
-                   help="also save the model at the end of every epoch as RUN/epoch_K (to evaluate each epoch)")
-    p.add_argument("--log-every", type=cli.number(int, cli.COUNT), default=10,
-                   help="write the mean training loss every N steps")
-    p.add_argument("--report-to", default="none",
-                   help="also log every log.jsonl record to these experiment trackers through Accelerate, "
-                        "comma-separated (tensorboard, wandb, mlflow, comet_ml, aim, clearml, dvclive, swanlab, "
-                        "trackio; all: every one installed; none); local ones write under RUN/trackers")
-    p.add_argument("--loader-workers", type=cli.number(int, cli.between(0, 64)), default=2,
-                   help="on a GPU, processes that collate batches ahead of the step into pinned memory, copied "
-                        "without blocking (a CPU run collates in its own process: its cores train)")
-    p.add_argument("--length-groups", type=cli.number(int, cli.between(1, 1024)), default=3,
-                   help="pad a batch as this many length-sorted sub-batches (speed only: the loss is the same). "
-                        "Training on a CPU packs a batch without padding instead for BERT, DistilBERT and ELECTRA "
-                        "models, where this has no effect")
-    p.add_argument("--chunk-tokens", type=cli.number(int, cli.COUNT_0), default=0,
-                   help="objectives whose examples are independent (triplet, contrastive, cosine): run forward and "
-                        "backward on parts of a batch of about this many tokens, one after another, so that only "
-                        "one part's activations are in memory (the gradient is the same; 0: the whole batch)")
-    objective.add_arguments(p.add_argument_group(f"{objective.name} objective ({objective.paper}); the defaults "
-                                                 "above are its own"))
-    p.set_defaults(**objective.defaults_for(argv))
+from common.train.training_flags import add_training_arguments
 
 
 def parse_args(argv):
@@ -142,16 +62,15 @@ def train(args, script=__file__):
     import torch
     from accelerate import Accelerator
     from accelerate.utils import ProjectConfiguration, set_seed
-    from torch.utils.data import DataLoader
     from tqdm import tqdm
     from transformers import get_scheduler
 
-    from common.models import cpu
-    from common.models import precision
-    from common.train import run_folder, run_identity, run_log
+    from common.models import cpu, precision
+    from common.train import run_folder, run_log
     from common.train.distributed import any_process
     from common.train.optimization import parameter_groups, warmup_steps
-    from common.train.batches import BatchParts, BucketBatchSampler, EpochSampler, ignore_sigterm
+    from common.models.encoder import checkpoint_activations
+    from common.train.batches import backward, loaders, seed_dropout
     done = run_folder.finished(args, script)
     if done is not None:
         if os.environ.get("RANK", "0") == "0":  # one line under accelerate launch, before Accelerate starts
@@ -177,35 +96,14 @@ def train(args, script=__file__):
     if acc.device.type == "cpu":
         cpu.install(model)  # the CPU's faster dropout, packed rows and masked-LM last layer; a GPU runs the model
     if args.gradient_checkpointing:
-        transformer = objective.encoder_of(model).transformer
-        if hasattr(transformer, "activation_checkpointing_enable"):  # the name since transformers 5
-            transformer.activation_checkpointing_enable({"use_reentrant": False})
-        else:
-            transformer.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        checkpoint_activations(objective.encoder_of(model).transformer)
 
     # the data: tokenised once; rows drawn in a permutation of (seed, epoch), optionally in batches of similar length
     with acc.main_process_first():
         objective.load_data()
     objective.card_facts()  # what the model card quotes is read and checked now, before any step
-    rows, gpu = objective.train_rows, acc.device.type == "cuda"
-    collate = BatchParts(objective, args.chunk_tokens) if args.chunk_tokens else objective.collate
-    # on a GPU, batches are collated ahead by worker processes into pinned memory and copied while the kernels
-    # queued before run; the same batches (each example's randomness is its own), in the same order
-    ahead = {"pin_memory": gpu, "num_workers": args.loader_workers if gpu else 0}
-    if ahead["num_workers"]:
-        ahead["worker_init_fn"] = ignore_sigterm
-    acc.dataloader_config.non_blocking = gpu
-    if args.length_buckets:
-        sampler = BucketBatchSampler(objective.train_lengths(), args.batch_size, args.length_buckets, args.seed,
-                                     args.drop_last)
-        train_dl = DataLoader(rows, batch_sampler=sampler, collate_fn=collate, **ahead)
-    else:
-        sampler = EpochSampler(len(rows), args.seed)
-        train_dl = DataLoader(rows, batch_size=args.batch_size, sampler=sampler, drop_last=args.drop_last,
-                              collate_fn=collate, **ahead)
-    if not len(train_dl):
-        raise InputError(f"{len(rows)} training rows make no full batch of {args.batch_size}")
-    val_dl = DataLoader(objective.val_rows, batch_size=args.batch_size, collate_fn=objective.collate, pin_memory=gpu)
+    sampler, train_dl, val_dl = loaders(objective, args, gpu=acc.device.type == "cuda")
+    acc.dataloader_config.non_blocking = acc.device.type == "cuda"
 
     # the optimizer (the fused kernel updates every parameter in one pass) and the schedule, its step counts taken
     # after prepare: on several processes each dataloader yields fewer batches
@@ -217,13 +115,6 @@ def train(args, script=__file__):
     # the prepared scheduler steps once per process per optimizer step
     scheduler = acc.prepare(get_scheduler(args.schedule, optimizer, num_warmup_steps=warmup * acc.num_processes,
                                           num_training_steps=total_steps * acc.num_processes))
-
-    def seed_dropout(seed):
-        """Seed the generators dropout draws from: the host's and this GPU's (torch.manual_seed also queues a seed
-        for every other kind of device, at a quarter of a millisecond, where a tiny model's step takes a few)."""
-        torch.default_generator.manual_seed(seed)
-        if acc.device.type == "cuda":
-            torch.cuda.manual_seed(seed)
 
     # the run folder: claimed and locked, resumed from its newest checkpoint of the same settings
     folder = run_folder.RunFolder(args, objective, acc, tracked=bool(log_with))
@@ -304,7 +195,7 @@ def train(args, script=__file__):
                 objective.set_epoch(epoch)
                 for batch in acc.skip_first_batches(train_dl, batch_in_epoch) if batch_in_epoch else train_dl:
                     # dropout noise from (seed, micro-step, process): a resumed run draws the masks it would have
-                    seed_dropout((args.seed * 1_000_003 + micro) * acc.num_processes + acc.process_index)
+                    seed_dropout((args.seed * 1_000_003 + micro) * acc.num_processes + acc.process_index, acc.device)
                     micro += 1
                     batch_in_epoch += 1
                     with acc.accumulate(model):
@@ -357,35 +248,11 @@ def train(args, script=__file__):
         if best is not None:
             counts[f"best_{objective.selection}"] = best
         if acc.is_main_process:
-            inputs = [os.path.join(args.data, name) for name in sorted(os.listdir(args.data))
-                      if name.endswith(".jsonl")]
-            folder.commit(provenance.manifest(script, args, started, inputs=inputs, counts=counts, seed=args.seed,
-                                              identity=run_identity.command_identity(args),
-                                              precision=acc.mixed_precision, device=acc.device.type))
+            folder.commit(script, started, counts)
             print(f"model → {os.path.join(args.out, 'model')}")
     finally:
         folder.release()
     return counts
-
-
-def backward(accelerator, model, objective, batch):
-    """The micro-batch's mean loss, back-propagated; returns it detached. A batch that ``--chunk-tokens`` cut into
-    parts (``batches.BatchParts``) runs forward and backward one part at a time, each part's loss summed and divided
-    by the whole batch's example count: the gradient of the batch mean, with the activations of one part alive at a
-    time (a memory bound, not a speed-up: parts lose the batch's shared documents). Under DDP only the last part
-    synchronises."""
-    parts = batch.get("parts") if isinstance(batch, dict) else None
-    if not parts:
-        loss = objective.losses(model, batch).mean()
-        accelerator.backward(loss)
-        return loss.detach()
-    total, examples = 0.0, sum(batch["sizes"])
-    for n, part in enumerate(parts):
-        with accelerator.no_sync(model) if n < len(parts) - 1 else contextlib.nullcontext():
-            loss = objective.losses(model, part).sum() / examples
-            accelerator.backward(loss)
-        total = total + loss.detach()
-    return total
 
 
 def train_runs(args, script=__file__):

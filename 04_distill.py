@@ -22,13 +22,8 @@ from common import cli, folders, provenance
 from common.vectors import open_rows
 from common.io import InputError
 from common.models.batching import BATCH_TOKENS
+from common.distill.paragraph_vector import PRESETS
 from common.models.precision import check_here
-
-PV_PRESETS = {  # the thesis's chosen Paragraph-Vector configurations (Tab. 4.5, §5.1.2)
-    "dm-100d": {"pv": "dm", "pv_vector_size": 100, "pv_preprocess": "lowercase"},
-    "dbow-1024d": {"pv": "dbow", "pv_vector_size": 1024, "pv_preprocess": "none"},
-    "pv-2048d": {"pv": "dm+dbow", "pv_vector_size": 1024, "pv_preprocess": "stem,none"},
-}
 
 
 def add_teachers_arguments(p, argv):
@@ -57,7 +52,7 @@ def add_teachers_arguments(p, argv):
     p.add_argument("--batch-tokens", type=cli.number(int, cli.COUNT_0), default=None,
                    help="and at most this many padded tokens per forward pass (0: --batch-size alone; default: "
                         f"{BATCH_TOKENS['cpu']} on a CPU, {BATCH_TOKENS['cuda']} on a GPU)")
-    p.add_argument("--pv-preset", choices=tuple(PV_PRESETS), default="dm-100d",
+    p.add_argument("--pv-preset", choices=tuple(PRESETS), default="dm-100d",
                    help="Paragraph-Vector configuration the thesis chose: its values are the defaults of --pv, "
                         "--pv-vector-size and --pv-preprocess (dm-100d for MSE-contextual, pv-2048d for "
                         "cosine-masked; --pv-preset NAME --help shows them)")
@@ -78,9 +73,9 @@ def add_teachers_arguments(p, argv):
                    help="training threads; only 1 makes the teacher reproducible (gensim's threads race)")
     p.add_argument("--seed", type=cli.number(int, cli.SEED), default=42, help="seed of Doc2Vec training and inference")
     first = cli.Parser(add_help=False)  # one line for a bad preset, as the full parser gives
-    first.add_argument("--pv-preset", choices=tuple(PV_PRESETS), default="dm-100d")
+    first.add_argument("--pv-preset", choices=tuple(PRESETS), default="dm-100d")
     first.add_argument("--pv")  # so that --pv is itself, not read as short for --pv-preset
-    p.set_defaults(**PV_PRESETS[first.parse_known_args(argv)[0].pv_preset])
+    p.set_defaults(**PRESETS[first.parse_known_args(argv)[0].pv_preset])
 
 
 def run_teachers(args):
@@ -88,12 +83,9 @@ def run_teachers(args):
 
     from common.data.docs_jsonl import Documents
     from common.distill import teachers
-    from common.distill.paragraph_vector import PREPROCESS, ParagraphVector
+    from common.distill.paragraph_vector import ParagraphVector, parse_preprocess
     check_here(args.precision)
-    preprocess = tuple(args.pv_preprocess.split(","))
-    if any(p not in PREPROCESS for p in preprocess) or len(preprocess) not in (1, len(args.pv.split("+"))):
-        raise InputError(f"--pv-preprocess {args.pv_preprocess!r}: one of {', '.join(PREPROCESS)} for each "
-                         f"model of --pv {args.pv}")
+    preprocess = parse_preprocess(args.pv_preprocess, args.pv)
     if not os.path.isdir(args.data):
         raise InputError(f"{args.data}: no such data directory")
     docs = Documents(args.data)
@@ -126,12 +118,8 @@ def run_teachers(args):
         pv = ParagraphVector.train(teachers.pv_texts(docs), args.pv, args.pv_vector_size, args.pv_window,
                                    args.pv_negative, args.pv_min_count, args.pv_epochs, preprocess, args.pv_workers,
                                    args.seed, args.pv_max_vocab_size, counts)
-        contextual = open_rows(outputs, teachers.CONTEXTUAL, docs.ids, pv.dim)
         with tqdm(total=len(docs.ids), desc="contextual teacher", unit=" docs", mininterval=1.0) as bar:
-            pv.embed(teachers.pv_texts(docs), bar, out=contextual)
-        contextual.flush()
-        pv.save(outputs.tmp_path("pv"))  # moved into place with the other files
-        counts["pv_vocabulary"] = {kind: len(m.wv) for kind, m in pv.models.items()}
+            contextual = teachers.contextual_teacher(outputs, docs, pv, bar, counts)
         outputs.finish(args, inputs=[os.path.join(args.data, "docs.jsonl")], counts=counts, seed=args.seed,
                        reproducible=args.pv_workers == 1)
     print(f"{len(docs.ids)} documents: structural {vectors.shape[1]}d ({counts['longer_than_teacher']} longer than "
@@ -151,7 +139,8 @@ def training_script():
 
 def add_train_arguments(p, argv):
     from common.train.objectives.distill import DistillObjective
-    training_script().add_training_arguments(p, DistillObjective, argv)
+    from common.train.training_flags import add_training_arguments
+    add_training_arguments(p, DistillObjective, argv)
 
 
 def run_train(args):

@@ -6,7 +6,7 @@ process, interleaved: whether a change to ``common/train/objectives/mlm.py`` slo
     OMP_NUM_THREADS=1 python bench/mlm_ab.py --before /tmp/before --new-first
 
 A step is what 03's loop runs: ``collate_train`` of 8 blocks of 256 tokens of the arXiv sample's abstracts (as
-``bench/train.py`` builds them), forward, masked-LM loss and backward (03's ``backward``) and a fused AdamW step,
+``bench/train.py`` builds them), forward, masked-LM loss and backward (``batches.backward``, as 03's loop runs it) and a fused AdamW step,
 all-MiniLM-L6-v2 with a fresh masked-LM head, the CPU layer 03 installs (``cpu.install``). Both objectives are built in this process
 (the other checkout's ``mlm.py`` on this checkout's ``common/``), and each round times two steps of each, on the same
 blocks, the order alternating. The time is the process's CPU time on one thread (``time.process_time``), which other
@@ -33,7 +33,7 @@ def objective_module(path, name):
 
 
 class OneProcess:
-    """What 03's ``backward`` asks of the accelerator, on one process."""
+    """What ``batches.backward`` asks of the accelerator, on one process."""
 
     @staticmethod
     def backward(loss):
@@ -50,6 +50,7 @@ def main():
     import torch
     from bench.train import ensure_arxiv, minilm
     from common.models import cpu
+    from common.train.batches import backward
     spec = importlib.util.spec_from_file_location("train_script", os.path.join(ROOT, "03_train.py"))
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
@@ -71,7 +72,7 @@ def main():
 
     def step(name, i):
         objective, model, optimizer = sides[name]
-        script.backward(OneProcess, model, objective, objective.collate(rows[8 * i:8 * i + 8]))
+        backward(OneProcess, model, objective, objective.collate(rows[8 * i:8 * i + 8]))
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 

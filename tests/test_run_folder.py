@@ -313,7 +313,7 @@ def test_report_to_sends_every_log_record_to_the_trackers_and_the_run_draws_its_
         def log(self, values, step=None, **kwargs):
             seen.append((step, values))
 
-    monkeypatch.setattr(run_folder, "trackers", lambda report_to: [Recording()] if report_to == "recording" else [])
+    monkeypatch.setattr(run_log, "trackers", lambda report_to: [Recording()] if report_to == "recording" else [])
     out = tmp_path / "run"
     toy(tiny_data, tiny_model, out, "--report-to", "recording", "--max-steps", "3", "--checkpoint-every", "0")
     log = read_jsonl(out / "log.jsonl")
@@ -391,15 +391,15 @@ def _train(argv):
 
 def _killed_at_step(monkeypatch, step):
     """03's loop stops at the backward pass of optimizer step ``step`` (as a kill there would)."""
-    module = script_module("03_train.py")
-    backward, calls = module.backward, []
+    from common.train import batches
+    backward, calls = batches.backward, []
 
     def stopping(*args):
         calls.append(1)
         if len(calls) == step:
             raise KeyboardInterrupt
         return backward(*args)
-    monkeypatch.setattr(module, "backward", stopping)
+    monkeypatch.setattr(batches, "backward", stopping)
 
 
 def _model_weights(run):

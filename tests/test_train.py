@@ -13,7 +13,7 @@ import time
 import pytest
 from safetensors.torch import load_file
 
-from conftest import ENV, ROOT, forget_hashes, free_port, read_jsonl, run_main, script_error, script_module, unfinish
+from conftest import ENV, ROOT, forget_hashes, free_port, read_jsonl, run_main, script_error, unfinish
 
 TRAIN = ["--objective", "triplet", "--pooling", "mean", "--max-length", "32", "--batch-size", "4", "--epochs", "2",
          "--log-every", "1", "--eval-every", "20", "--checkpoint-every", "5", "--keep", "2", "--length-groups", "2"]
@@ -233,8 +233,7 @@ def part_gradients(objective, rows, budgets):
     dropout off so that every computation sees the same network; and the parts each budget made."""
     from accelerate import Accelerator
 
-    from common.train.batches import BatchParts
-    backward = script_module("03_train.py").backward
+    from common.train.batches import BatchParts, backward
     model = objective.build()
     objective.load_data()
     model.eval()

@@ -27,7 +27,20 @@ from common.io import InputError
 MAX_WORDS = 10_000  # gensim's MAX_DOCUMENT_LEN
 PREPROCESS = ("none", "lowercase", "stem")
 MODES = ("dm", "dbow", "dm+dbow")
+PRESETS = {  # the thesis's chosen Paragraph-Vector configurations (Tab. 4.5, §5.1.2)
+    "dm-100d": {"pv": "dm", "pv_vector_size": 100, "pv_preprocess": "lowercase"},
+    "dbow-1024d": {"pv": "dbow", "pv_vector_size": 1024, "pv_preprocess": "none"},
+    "pv-2048d": {"pv": "dm+dbow", "pv_vector_size": 1024, "pv_preprocess": "stem,none"},
+}
 CONFIG = "pv.json"
+
+
+def parse_preprocess(value, mode):
+    """``--pv-preprocess`` (comma-separated, one for all models of ``mode`` or one each) as a tuple."""
+    preprocess = tuple(value.split(","))
+    if any(p not in PREPROCESS for p in preprocess) or len(preprocess) not in (1, len(mode.split("+"))):
+        raise InputError(f"--pv-preprocess {value!r}: one of {', '.join(PREPROCESS)} for each model of --pv {mode}")
+    return preprocess
 
 
 def words(text, preprocess):

@@ -117,3 +117,15 @@ def teacher_width(model):
     if model_file(model, "config.json") is None:
         raise InputError(f"{model}: no such model folder, nor a model of that name in the local Hugging Face cache")
     return load_pretrained(AutoConfig, model).hidden_size
+
+
+def contextual_teacher(outputs, docs, pv, progress=None, counts=None):
+    """pv.npy: the trained Paragraph Vector ``pv``'s inferred vector of every document, written row by row, and the
+    model itself as ``pv/`` (moved into place with the other files); its vocabulary sizes go into ``counts``."""
+    contextual = open_rows(outputs, CONTEXTUAL, docs.ids, pv.dim)
+    pv.embed(pv_texts(docs), progress, out=contextual)
+    contextual.flush()
+    pv.save(outputs.tmp_path("pv"))
+    if counts is not None:
+        counts["pv_vocabulary"] = {kind: len(m.wv) for kind, m in pv.models.items()}
+    return contextual

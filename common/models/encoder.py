@@ -119,3 +119,12 @@ def pool_packed(hidden, lengths, cu, pooling):
 def document_text(title, text, sep_token):
     """SPECTER's input: ``title + sep_token + text`` (for BERT: ``[CLS] title [SEP] text [SEP]``)."""
     return f"{title}{sep_token}{text}"
+
+
+def checkpoint_activations(transformer):
+    """``--gradient-checkpointing``: recompute ``transformer``'s activations in the backward pass (less memory, the
+    same gradient), non-reentrant."""
+    if hasattr(transformer, "activation_checkpointing_enable"):  # the name since transformers 5
+        transformer.activation_checkpointing_enable({"use_reentrant": False})
+    else:
+        transformer.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

@@ -1,10 +1,15 @@
 """How the training rows become batches: drawn in a permutation from (seed, epoch), the same in every process and on
-resume, optionally in batches of similar token length; and a batch cut into parts (``--chunk-tokens``)."""
+resume, optionally in batches of similar token length, collated ahead on a GPU (``loaders``); a batch cut into parts
+(``--chunk-tokens``) and run forward and backward (``backward``); the dropout seed of each micro-batch."""
 
+import contextlib
 import signal
 
 import numpy as np
-from torch.utils.data import Sampler
+import torch
+from torch.utils.data import DataLoader, Sampler
+
+from common.io import InputError
 
 
 class EpochSampler(Sampler):
@@ -69,3 +74,55 @@ def ignore_sigterm(worker):
     """A data-loader worker lives on through SIGTERM (Slurm sends it to every process of the job), so that the loop,
     which checkpoints on it, is not stopped first by a worker's death."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def loaders(objective, args, gpu):
+    """The training data loader over ``objective.train_rows`` (its sampler beside it, whose epoch the loop sets) and
+    the validation one. On a GPU, batches are collated ahead by ``--loader-workers`` processes into pinned memory
+    and copied while the kernels queued before run; the same batches (each example's randomness is its own), in the
+    same order."""
+    rows = objective.train_rows
+    collate = BatchParts(objective, args.chunk_tokens) if args.chunk_tokens else objective.collate
+    ahead = {"pin_memory": gpu, "num_workers": args.loader_workers if gpu else 0}
+    if ahead["num_workers"]:
+        ahead["worker_init_fn"] = ignore_sigterm
+    if args.length_buckets:
+        sampler = BucketBatchSampler(objective.train_lengths(), args.batch_size, args.length_buckets, args.seed,
+                                     args.drop_last)
+        train_dl = DataLoader(rows, batch_sampler=sampler, collate_fn=collate, **ahead)
+    else:
+        sampler = EpochSampler(len(rows), args.seed)
+        train_dl = DataLoader(rows, batch_size=args.batch_size, sampler=sampler, drop_last=args.drop_last,
+                              collate_fn=collate, **ahead)
+    if not len(train_dl):
+        raise InputError(f"{len(rows)} training rows make no full batch of {args.batch_size}")
+    val_dl = DataLoader(objective.val_rows, batch_size=args.batch_size, collate_fn=objective.collate, pin_memory=gpu)
+    return sampler, train_dl, val_dl
+
+
+def seed_dropout(seed, device):
+    """Seed the generators dropout draws from: the host's and, on a GPU, ``device``'s (torch.manual_seed also queues
+    a seed for every other kind of device, at a quarter of a millisecond, where a tiny model's step takes a few)."""
+    torch.default_generator.manual_seed(seed)
+    if device.type == "cuda":
+        torch.cuda.manual_seed(seed)
+
+
+def backward(accelerator, model, objective, batch):
+    """The micro-batch's mean loss, back-propagated; returns it detached. A batch that ``--chunk-tokens`` cut into
+    parts (``batches.BatchParts``) runs forward and backward one part at a time, each part's loss summed and divided
+    by the whole batch's example count: the gradient of the batch mean, with the activations of one part alive at a
+    time (a memory bound, not a speed-up: parts lose the batch's shared documents). Under DDP only the last part
+    synchronises."""
+    parts = batch.get("parts") if isinstance(batch, dict) else None
+    if not parts:
+        loss = objective.losses(model, batch).mean()
+        accelerator.backward(loss)
+        return loss.detach()
+    total, examples = 0.0, sum(batch["sizes"])
+    for n, part in enumerate(parts):
+        with accelerator.no_sync(model) if n < len(parts) - 1 else contextlib.nullcontext():
+            loss = objective.losses(model, part).sum() / examples
+            accelerator.backward(loss)
+        total = total + loss.detach()
+    return total

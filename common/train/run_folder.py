@@ -36,7 +36,7 @@ import time
 
 from safetensors import SafetensorError
 
-from common import folders, io, write_errors
+from common import folders, io, provenance, write_errors
 from common.folder_lock import LOCK
 from common.folders import STAGING
 from common.written import entries, remove_entry, remove_written, written_name
@@ -239,7 +239,7 @@ class RunFolder:
     card of each saved model quotes them."""
 
     def __init__(self, args, objective, accelerator, tracked=False):
-        self.out, self.accelerator, overwrite = args.out, accelerator, args.overwrite
+        self.args, self.out, self.accelerator, overwrite = args, args.out, accelerator, args.overwrite
         self.path = work_folder(args)  # --out, or --out/.next-run for a run that replaces a finished one
         # the settings the model was actually loaded with; the data each process sees depends on their number: a
         # checkpoint resumes only with the same count
@@ -316,11 +316,17 @@ class RunFolder:
         except (OSError, ValueError):
             return False
 
-    def commit(self, manifest):
-        """The run's last file, in the main process: ``manifest`` with ``files``, what the run wrote by name
-        (``run_files``), as manifest.json; the run is finished. A run that replaces a finished one writes it in
-        ``.next-run`` and is then moved into place, the previous run's files removed by name
+    def commit(self, script, started, counts):
+        """The run's last file, in the main process: its manifest (``provenance.manifest``: the command, its
+        identity, the data's files, ``counts``, the precision and device that ran) with ``files``, what the run
+        wrote by name (``run_files``), as manifest.json; the run is finished. A run that replaces a finished one
+        writes it in ``.next-run`` and is then moved into place, the previous run's files removed by name
         (``complete_replacement``); killed meanwhile, the next command on ``--out`` finishes the move."""
+        args, acc = self.args, self.accelerator
+        inputs = [os.path.join(args.data, name) for name in sorted(os.listdir(args.data)) if name.endswith(".jsonl")]
+        manifest = provenance.manifest(script, args, started, inputs=inputs, counts=counts, seed=args.seed,
+                                       identity=command_identity(args), precision=acc.mixed_precision,
+                                       device=acc.device.type)
         folders.write_json(os.path.join(self.path, "manifest.json"), {**manifest, "files": run_files(self.path)})
         if self.path != self.out:
             _move_into_place(self.out)
