@@ -161,18 +161,8 @@ def embedding_of(args):
 
 
 def _check_names(args):
-    """Each --model NAME once, and none the name of a row 05 adds itself (its metrics would be replaced by the
-    baseline's, and --compare would compare the baseline); --pooling and --normalize to the names."""
-    seen = {}
-    for value, name, _ in cli.name_values(args.model, "--model", "MODEL"):
-        if name in seen:
-            raise InputError(f"--model {value!r}: NAME {name!r} is given twice (also {seen[name]!r}); give each model "
-                             "a name of its own")
-        if name in tasks.BASELINES:
-            raise InputError(f"--model {value!r}: NAME {name!r} is the row of {tasks.BASELINES[name]}, which 05 adds "
-                             "itself; give the model another name")
-        seen[name] = value
-    args.model = cli.named(args.model, "--model", "MODEL")
+    """--model as {NAME: MODEL} (``tasks.model_names``), --pooling and --normalize to its names."""
+    args.model = tasks.model_names(args.model)
     args.pooling = cli.per_name(args.pooling, ("cls", "mean"), args.model, "--pooling")
     args.normalize = cli.per_name(args.normalize, ("yes", "no"), args.model, "--normalize")
 
@@ -210,14 +200,8 @@ def run_evaluate(args):
                 print(f"note: --compare {a}={b}: no task scores both")
         with outputs.open("metrics.json") as f:
             f.write(dumps_line(metrics))
-        # beside each row, the card that tells how its model was made: linked in report.md, named when printed
-        resampling = (args.resamples, args.resplits)
-        with outputs.open("report.md") as f:
-            f.write(report.document(report.markdown(metrics, cards=report.cards(args.model, args.out),
-                                                    resampling=resampling, notes=notes)
-                                    + report.embedding_table(embedded), written))
-        table = report.markdown(metrics, cards=report.card_names(args.model), resampling=resampling,
-                                notes=notes) + report.embedding_table(embedded)
+        table = report.write_report(outputs, metrics, args.model, args.out, (args.resamples, args.resplits), notes,
+                                    embedded, written)
         inputs = [os.path.join(args.data, n) for n in sorted(os.listdir(args.data)) if not n.endswith(".json")]
         total = time.perf_counter() - started
         outputs.finish(args, inputs=inputs, counts=counts, seed=args.seed, embedding=embedded,

@@ -203,6 +203,16 @@ def embedding_table(embedding):
     return "\n".join(lines) + "\n"
 
 
+def write_report(outputs, metrics, models, out, resampling, notes, embedded, written):
+    """report.md into ``outputs``: the metrics table with each model's card linked, how the intervals were made and
+    why some are missing (``notes``), how each model embedded, and the figures ``written``; returns the same tables
+    as 05 prints them, each card named by folder or hub name instead of a link that climbs out of ``out``."""
+    with outputs.open("report.md") as f:
+        f.write(document(markdown(metrics, cards=cards(models, out), resampling=resampling, notes=notes)
+                         + embedding_table(embedded), written))
+    return markdown(metrics, cards=card_names(models), resampling=resampling, notes=notes) + embedding_table(embedded)
+
+
 def document(tables, figures):
     """report.md: the tables, then each figure (``(caption, file name)``, the PNG beside report.md) linked."""
     return tables + "".join(f"\n{caption}:\n\n![{caption}]({name})\n" for caption, name in figures)

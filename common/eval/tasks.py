@@ -8,7 +8,7 @@ import time
 import numpy as np
 from tqdm import tqdm
 
-from common import io, vectors
+from common import cli, io, vectors
 from common.eval import embedding, retrieval, uncertainty, wikispecter
 from common.pool import Background
 
@@ -16,6 +16,21 @@ from common.pool import Background
 BASELINES = {"lexical": "the lexical baseline", "bm25": "the BM25 baseline"}
 EMBEDDING_TASKS = {"crossref", "topics", "lexical", "classify", "similarity"}  # documents as title + text
 SCORED_ONLY_TASKS = {"crossref", "topics", "lexical"}  # whose documents are named in their files (--documents scored)
+
+
+def model_names(values):
+    """05's ``--model NAME=MODEL`` values as {name: model}: each NAME once, and none the name of a row 05 adds itself
+    (its metrics would be replaced by the baseline's, and --compare would compare the baseline)."""
+    seen = {}
+    for value, name, _ in cli.name_values(values, "--model", "MODEL"):
+        if name in seen:
+            raise io.InputError(f"--model {value!r}: NAME {name!r} is given twice (also {seen[name]!r}); give each "
+                                "model a name of its own")
+        if name in BASELINES:
+            raise io.InputError(f"--model {value!r}: NAME {name!r} is the row of {BASELINES[name]}, which 05 adds "
+                                "itself; give the model another name")
+        seen[name] = value
+    return cli.named(values, "--model", "MODEL")
 
 
 def supported(data_dir):
