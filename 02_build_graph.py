@@ -23,16 +23,14 @@
 import collections
 import contextlib
 import os
-import re
 import sys
 
 import numpy as np
 
 from common import cli, folders, io, jsontext
-from common.data import crossref, graph, heldout, keysent_splits, lm_corpus, retrieval, testsets, triplets
+from common.data import crossref, heldout, keysent_splits, lm_corpus, retrieval, testsets, triplets
 from common.data.articles import read_articles
 from common.data.splits import parse_caps, refuse_empty_splits, write_topics
-from common.pool import Background
 
 
 def add_topic_arguments(p):
@@ -157,18 +155,8 @@ def run_graph(args):
             print(warning)
         # SPECTER's training graph (links count 5, two-hop documents 1), written by a second process while this one
         # draws each query's triplets: a positive from its links, --hard negatives two hops away, the rest random
-        encoded_ids = [jsontext.json_bytes(i) for i in train_corpus.ids]  # once, before the fork, for both writers
-        graph_file = Background(graph.write_training_graph, outputs.tmp_path("graph.npz"),
-                                outputs.tmp_path("graph.json") if args.graph_json else None, train_corpus, encoded_ids)
-        try:
-            text = triplets.TripletText(encoded_ids)
-            for name, rng in (("train", rng_train), ("val", rng_val)):
-                with outputs.open(f"triplets.{name}.jsonl", "wb") as out:
-                    counts[f"triplets_{name}"] = triplets.write_triplets(out, train_corpus, text, queries[name],
-                                                                         args.per_query, args.hard, rng, counts)
-            counts["two_hop_pairs"] = graph_file.result()
-        finally:
-            graph_file.cancel()
+        triplets.write_training_files(outputs, train_corpus, queries, {"train": rng_train, "val": rng_val},
+                                      args.per_query, args.hard, args.graph_json, counts)
         outputs.finish(args, inputs=[args.articles], counts=dict(counts), seed=args.seed,
                        language=io.source_language(args.articles))
     print(f"{counts['documents']} documents, {counts['edges']} links, {counts['two_hop_pairs']} two-hop pairs; "
@@ -222,11 +210,7 @@ def run_retrieval(args):
 
 
 def run_lm_corpus(args):
-    sources = []
-    for value, name, path in cli.name_values(args.articles, "--articles", "PATH"):
-        if not re.fullmatch(r"[A-Za-z0-9_.-]{1,40}", name) or name in {n for n, _ in sources}:
-            raise io.InputError(f"--articles {value!r}: NAME must be unique, 1-40 letters, digits, '_', '-', '.'")
-        sources.append((name, path))
+    sources = lm_corpus.named_sources(cli.name_values(args.articles, "--articles", "PATH"))
     counts = collections.Counter()
     with folders.Outputs(args.out, __file__, args.command, overwrite=args.overwrite) as outputs:
         with outputs.open("docs.jsonl", "wb") as docs:

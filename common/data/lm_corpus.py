@@ -1,6 +1,19 @@
 """02_build_graph.py corpus: several articles files joined into one docs.jsonl, a corpus for masked-LM training."""
 
+import re
+
 from common.io import InputError, read_jsonl
+
+
+def named_sources(values):
+    """``--articles NAME=PATH`` values (``cli.name_values``) as [(name, path)]: each NAME unique, 1-40 letters,
+    digits, '_', '-' or '.', since it prefixes the ids of its documents (NAME:id)."""
+    sources = []
+    for value, name, path in values:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]{1,40}", name) or name in {n for n, _ in sources}:
+            raise InputError(f"--articles {value!r}: NAME must be unique, 1-40 letters, digits, '_', '-', '.'")
+        sources.append((name, path))
+    return sources
 
 
 def write_corpus(sources, out, counts):

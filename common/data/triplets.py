@@ -74,3 +74,24 @@ def write_triplets(out, corpus, text, queries, per_query, hard, rng, counts):
         total += len(q)
         out.write(text.lines(q, p, n, h.astype(np.int64)))
     return total
+
+
+def write_training_files(outputs, corpus, queries, rngs, per_query, hard, graph_json, counts):
+    """SPECTER's training files of ``corpus`` (the training side): the graph (links count 5, two-hop documents 1;
+    graph.npz, and graph.json with ``graph_json``), written by a second process while this one draws each query's
+    triplets into triplets.{train,val}.jsonl (``queries`` and ``rngs`` by split): a positive from its links,
+    ``hard`` negatives two hops away, the rest random."""
+    from common.data import graph
+    from common.pool import Background
+    encoded_ids = [jsontext.json_bytes(i) for i in corpus.ids]  # once, before the fork, for both writers
+    graph_file = Background(graph.write_training_graph, outputs.tmp_path("graph.npz"),
+                            outputs.tmp_path("graph.json") if graph_json else None, corpus, encoded_ids)
+    try:
+        text = TripletText(encoded_ids)
+        for name, rng in rngs.items():
+            with outputs.open(f"triplets.{name}.jsonl", "wb") as out:
+                counts[f"triplets_{name}"] = write_triplets(out, corpus, text, queries[name], per_query, hard, rng,
+                                                            counts)
+        counts["two_hop_pairs"] = graph_file.result()
+    finally:
+        graph_file.cancel()
