@@ -356,3 +356,26 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def every_parser():
+    """(where, parser) of every command of 01, 02, 04, 05 and of every objective's training command line."""
+    import importlib.util
+
+    from common import cli
+    from common.train import objectives
+    found = []
+    for script in ("01_extract.py", "02_build_graph.py", "04_distill.py", "05_evaluate.py"):
+        spec = importlib.util.spec_from_file_location(f"flags_{script[:2]}", os.path.join(ROOT, script))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        for name, (_, add_arguments, *_) in (module.commands([]) if script == "04_distill.py" else
+                                             module.COMMANDS).items():
+            parser = cli.parser("")
+            add_arguments(parser)
+            found.append((f"{script} {name}", parser))
+    for name in objectives.REGISTRY:
+        parser = cli.parser("")
+        script_module("03_train.py").add_training_arguments(parser, objectives.get(name), [])
+        found.append((f"train {name}", parser))
+    return found

@@ -9,7 +9,7 @@ import pytest
 from common import cli
 from common.io import InputError, Preempted
 from common.train import objectives
-from conftest import SHORT_TRAIN, file_tree, script_error, script_module, write_linked_articles
+from conftest import SHORT_TRAIN, every_parser, file_tree, script_error, script_module, write_linked_articles
 
 
 # -- a flag refused as the command line is read --------------------------------------------------------------------
@@ -129,28 +129,11 @@ def test_every_flag_of_every_command_that_names_a_path_is_declared_read_or_out()
     """``cli.check_out`` finds a command's inputs by their argparse type (``cli.reads``): a flag whose value is
     free text must be one of these, named here, or be declared as read."""
     from common import cli
-    from common.train import objectives
-    training = script_module("03_train.py")
     text = {"topic_root", "disambiguation_markers", "disambiguation_templates", "categories", "id_column",
             "title_column", "text_column", "label_column", "topic_cap", "report_to", "student_projection",
             "teacher_projection", "model_type", "config_overrides", "cache_dir", "query", "query_token",
             "pv_preprocess", "pooling", "normalize", "language", "argv", "warmup", "compare"}
-    parsers = []
-    for script in ("01_extract.py", "02_build_graph.py", "04_distill.py", "05_evaluate.py"):
-        import importlib.util
-        spec = importlib.util.spec_from_file_location(f"check_{script[:2]}", os.path.join(os.path.dirname(
-            __file__), "..", script))
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        for name, (_, add_arguments, *_) in (module.commands([]) if script == "04_distill.py" else
-                                             module.COMMANDS).items():
-            parser = cli.parser("")
-            add_arguments(parser)
-            parsers.append((f"{script} {name}", parser))
-    for name in objectives.REGISTRY:
-        parser = cli.parser("")
-        training.add_training_arguments(parser, objectives.get(name), [])
-        parsers.append((f"train {name}", parser))
+    parsers = every_parser()
     for where, parser in parsers:
         for action in parser._actions:
             free_text = action.type is None and action.const is None and not action.choices and action.nargs != 0

@@ -12,38 +12,15 @@ import pytest
 
 from common import io
 from common.io import InputError
-from conftest import ROOT, build_tiny_model, forget_hashes, script_error, script_module
+from conftest import ROOT, build_tiny_model, every_parser, forget_hashes, script_error, script_module
 
 # -- flags ----------------------------------------------------------------------------------------------------------
-
-
-def _parsers():
-    """(where, parser) of every command of 01, 02, 04, 05 and of every objective's training command line."""
-    import importlib.util
-
-    from common import cli
-    from common.train import objectives
-    found = []
-    for script in ("01_extract.py", "02_build_graph.py", "04_distill.py", "05_evaluate.py"):
-        spec = importlib.util.spec_from_file_location(f"flags_{script[:2]}", os.path.join(ROOT, script))
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        for name, (_, add_arguments, *_) in (module.commands([]) if script == "04_distill.py" else
-                                             module.COMMANDS).items():
-            parser = cli.parser("")
-            add_arguments(parser)
-            found.append((f"{script} {name}", parser))
-    for name in objectives.REGISTRY:
-        parser = cli.parser("")
-        script_module("03_train.py").add_training_arguments(parser, objectives.get(name), [])
-        found.append((f"train {name}", parser))
-    return found
 
 
 def test_every_float_flag_of_every_command_refuses_a_number_that_is_not_finite():
     import argparse
     checked = 0
-    for where, parser in _parsers():
+    for where, parser in every_parser():
         for action in parser._actions:
             assert action.type is not float, f"{where} {action.dest}: typed float, not cli.number(float, ...)"
             if getattr(action.type, "__name__", None) != "float":
