@@ -122,11 +122,7 @@ def run_wiki(args):
     with folders.Outputs(args.out, __file__, overwrite=args.overwrite) as outputs:
         settings = WikiSettings(**{f.name: getattr(args, f.name) for f in fields(WikiSettings)})
         reader, labelled, counts = extract_wiki(settings, outputs)
-        rows = topic_labels.label_counts(labelled)
-        if rows:
-            with outputs.open("topic_labels.tsv") as f:
-                f.write("top\tsecond\tarticles\n")
-                f.writelines(f"{top}\t{second}\t{n}\n" for top, second, n in rows)
+        rows = topic_labels.write_label_counts(outputs, labelled)
         outputs.finish(args, inputs=[args.dump], counts=dict(counts), language=reader.language,
                        topic_labels=[{"top": top, "second": second or None, "articles": n} for top, second, n in rows])
     print(f"{counts['articles']} articles ({counts['pages']} pages, {counts['redirects']} redirects, "

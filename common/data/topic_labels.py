@@ -113,6 +113,16 @@ def label_counts(labelled):
     return rows
 
 
+def write_label_counts(outputs, labelled):
+    """``label_counts(labelled)``, also written as topic_labels.tsv into ``outputs`` where there are any."""
+    rows = label_counts(labelled)
+    if rows:
+        with outputs.open("topic_labels.tsv") as f:
+            f.write("top\tsecond\tarticles\n")
+            f.writelines(f"{top}\t{second}\t{n}\n" for top, second, n in rows)
+    return rows
+
+
 def format_label_counts(rows):
     """The rows of :func:`label_counts` as the lines 01 prints: a top-level label, then its second-level ones
     indented."""
