@@ -240,6 +240,7 @@ def evaluate_documents(models, data_dir, how, outputs, wanted, seed, head_epochs
         pairs = rows["train"] + rows["test"]
         shown[level] = ([pairs[i] for i in figures.tsne_sample([label for _, label in pairs], seed)], {})
     scoring = []  # per model, in order: what it scored at once, and its topic classifiers and t-SNE still running
+    first = tasks.topic_documents()  # embedded first, so that the topic work can start on them
     for name, path in models.items():
         started = time.perf_counter()
         running = {}
@@ -253,7 +254,7 @@ def evaluate_documents(models, data_dir, how, outputs, wanted, seed, head_epochs
             running["tsne"] = {level: Background(figures.tsne, emb[[docs.index[doc] for doc, _ in chosen]], seed)
                                for level, (chosen, _) in shown.items()}
         emb, tokens, settings = embed_documents(path, name, data_dir, docs, how, outputs, say,
-                                                first=tasks.topic_documents(), ready=topic_vectors_in)
+                                                first=first, ready=topic_vectors_in)
         counts.setdefault("embedding_seconds", {})[name] = time.perf_counter() - started
         counts.setdefault("embedding", {})[name] = settings
         if not running:  # a Paragraph Vector, or embedded in shards: the topic documents were not first
