@@ -1,50 +1,44 @@
 """Token ids of many texts in one flat array: tokenise once, pad per batch, in length-sorted groups."""
 
+import functools
 import itertools
+import re
+import sys
 
 import numpy as np
 import torch
-
-# texts cut before tokenising whose head is also tokenised whole, to check that the cut changes nothing
-CHECKED_CUTS = 8
 
 
 class TokenStore:
     """Token ids of many texts in one flat int32 array plus offsets (no Python list per token).
 
-    A text is tokenised only as far as ``max_length`` tokens reach: it is cut after its first ``max_length``
-    whitespace-separated words (each word is at least one token, and a tokenizer that splits at whitespace gives
-    the words before a cut the tokens it gives them in the whole text), which on long documents is most of the
-    tokenising saved. A head that does not fill ``max_length`` tokens is tokenised whole again, and so are the first
-    ``CHECKED_CUTS`` heads of a store, compared with their cut ids: a tokenizer whose tokens cross whitespace is
-    found there, and the store then tokenises every text whole. The ids are the whole texts' truncated ids."""
+    A text is tokenised only as far as ``max_length`` tokens reach: it is cut after its first ``max_length`` words,
+    which on long documents is most of the tokenising saved. The words are split only at the characters that the
+    tokenizer itself splits at (``word_separators``: its normaliser and pre-tokenizer, asked once per store), so
+    that each word before a cut is tokenised as in the whole text and gives at least one token unless the normaliser
+    deletes all of it; a head that does not fill ``max_length`` tokens is tokenised whole again. A tokenizer that
+    does not show where it splits (no pre-tokenizer, or a slow one) reads every text whole. The ids are the whole
+    texts' truncated ids, whatever the text and wherever it stands in ``texts``."""
 
     def __init__(self, tokenizer, texts, max_length, batch=4096):
         """``texts``: any iterable (a generator streaming them is read once, ``batch`` at a time)."""
         lengths, chunks = [], []
         texts = iter(texts)
-        checks, cutting = CHECKED_CUTS, True
+        head = _cutter(word_separators(tokenizer), max_length)
         while True:
             part = list(itertools.islice(texts, batch))
             if not part:
                 break
-            heads = [_head(text, max_length) for text in part] if cutting else part
+            heads = [head(text) for text in part]
             enc = tokenizer(heads, truncation="longest_first", max_length=max_length,
                             add_special_tokens=True)["input_ids"]
-            cut = [i for i, (head, text) in enumerate(zip(heads, part)) if head is not text]
-            checked = set(cut[:checks])
-            again = [i for i in cut if len(enc[i]) < max_length or i in checked]
+            again = [i for i, (cut, text) in enumerate(zip(heads, part))
+                     if cut is not text and len(enc[i]) < max_length]
             if again:
                 whole = tokenizer([part[i] for i in again], truncation="longest_first", max_length=max_length,
                                   add_special_tokens=True)["input_ids"]
-                if any(enc[i] != ids for i, ids in zip(again, whole) if i in checked):  # tokens cross whitespace
-                    cutting = False
-                    enc = tokenizer(part, truncation="longest_first", max_length=max_length,
-                                    add_special_tokens=True)["input_ids"]
-                else:
-                    for i, ids in zip(again, whole):
-                        enc[i] = ids
-            checks -= len(checked)
+                for i, ids in zip(again, whole):
+                    enc[i] = ids
             sizes = list(map(len, enc))
             lengths.extend(sizes)
             chunks.append(np.fromiter(itertools.chain.from_iterable(enc), dtype=np.int32, count=sum(sizes)))
@@ -93,9 +87,42 @@ class TokenStore:
                 torch.tensor([len(p) for p in parts], dtype=torch.int64))
 
 
-def _head(text, words):
-    """``text`` cut after its first ``words`` whitespace-separated words (the text itself where it has no more)."""
-    parts = text.split(None, words)
-    if len(parts) <= words:
-        return text
-    return text[:len(text) - len(parts[-1])].rstrip()
+@functools.cache
+def _whitespace():
+    return "".join(c for c in map(chr, range(sys.maxunicode + 1)) if c.isspace())
+
+
+def word_separators(tokenizer):
+    """The whitespace characters (Python's ``str.isspace``) at which ``tokenizer`` always ends a word: after its
+    normaliser, ``a<c>b`` is two pre-tokens, one ending in ``a``, the other in ``b`` (with whatever mark of a word's
+    start the pre-tokenizer adds), so that no token holds characters from both sides of ``c``. BERT's normaliser deletes ``\\x0b``,
+    ``\\x0c``, ``\\x1c``-``\\x1f`` and ``\\x85`` (control characters to it, whitespace to Python): those
+    are not separators. Empty for a tokenizer without a fast backend or a pre-tokenizer."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or backend.pre_tokenizer is None:
+        return ""
+
+    def pieces(text):
+        if backend.normalizer is not None:
+            text = backend.normalizer.normalize_str(text)
+        return [piece for piece, _ in backend.pre_tokenizer.pre_tokenize_str(text)]
+    return "".join(c for c in _whitespace()
+                   if len(pair := pieces(f"a{c}b")) == 2 and pair[0].endswith("a") and pair[1].endswith("b")
+                   and "b" not in pair[0] and "a" not in pair[1])
+
+
+def _cutter(separators, words):
+    """A function giving a text cut after its first ``words`` words, the words split at ``separators`` (the text
+    itself where it has no more words, or no separators are known). The pattern is a run of separators, then
+    ``words`` words each but the first after a run of separators: each quantifier meets a character class disjoint
+    from the next one's, so the match is linear in the head's length, and it reads no further than the head."""
+    if not separators or words < 1:
+        return lambda text: text
+    sep = "[" + "".join(map(re.escape, separators)) + "]"
+    word = "[^" + "".join(map(re.escape, separators)) + "]"
+    pattern = re.compile(f"{sep}*{word}+(?:{sep}+{word}+){{{words - 1}}}(?={sep}+{word})")
+
+    def head(text):
+        match = pattern.match(text)
+        return text[:match.end()] if match else text
+    return head
