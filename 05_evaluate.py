@@ -147,9 +147,10 @@ def add_search_arguments(p):
                         "built beside --index's vectors on first use; hnsw is approximate and fast past a million "
                         "documents")
     p.add_argument("--pooling", choices=("cls", "mean"), default=None,
-                   help="pooling (default: the model's sentence-transformers config, else cls)")
+                   help="pooling (default: with --index, the one its documents were embedded with; else the model's "
+                        "sentence-transformers config, else cls)")
     p.add_argument("--max-length", type=cli.number(int, cli.LENGTH), default=None,
-                   help="tokens per text (default: the model's setting)")
+                   help="tokens per text (default: with --index, its documents' length; else the model's setting)")
     add_batch_arguments(p, "texts")
     add_precision_arguments(p)
 

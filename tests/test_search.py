@@ -584,3 +584,87 @@ def test_a_full_disk_while_saving_a_faiss_index_is_one_line_and_leaves_no_index(
     monkeypatch.setattr(faiss, "write_index", lambda index, path: (_ for _ in ()).throw(RuntimeError("a bug")))
     with pytest.raises(RuntimeError, match="a bug"):  # any other error is not taken for a full disk
         ann.open_index(vectors, str(tmp_path / "base.npy"), "hnsw")
+
+
+def test_search_over_an_index_embeds_its_queries_as_the_documents_were(tiny_model, paper_data, tmp_path, capsys):
+    """An evaluation that embedded with mean pooling, normalised, at 24 tokens: a search over its index with no
+    flag embeds the queries alike, so each printed score is the cosine between the document's saved vector and the
+    query as sentence-transformers embeds it with that pooling, normalisation and length (the tiny model's own
+    default would be CLS pooling at 64 tokens)."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
+    evaluate = script("05_evaluate.py")
+    out = tmp_path / "eval"
+    evaluate.main(["--data", str(paper_data), "--model", f"base={tiny_model}", "--out", str(out), "--pooling",
+                   "base=mean", "--normalize", "base=yes", "--max-length", "24", "--task", "retrieval"])
+    assert json.loads((out / "manifest.json").read_text())["embedding"]["base"] == \
+        {"pooling": "mean", "normalize": True, "max_length": 24}
+    query = "gene expression in the cells of a mouse, a knockout of the protein " * 3
+    capsys.readouterr()
+    evaluate.main(["search", "--model", str(tiny_model), "--data", str(paper_data), "--index", str(out), "--top",
+                   "5", query])
+    hits = [line.split("\t") for line in capsys.readouterr().out.splitlines()[1:]]
+    transformer = Transformer(str(tiny_model), max_seq_length=24)
+    st = SentenceTransformer(modules=[transformer, Pooling(transformer.get_embedding_dimension(), "mean"),
+                                      Normalize()], device="cpu")
+    expected = st.encode([query], convert_to_numpy=True)[0]
+    vectors = np.load(out / "base.npy")
+    row = {doc: i for i, doc in enumerate((out / "base.ids.txt").read_text().split())}
+    for hit in hits:
+        vector = vectors[row[hit[0].split()[1]]]
+        cosine = float(expected @ vector / np.linalg.norm(expected) / np.linalg.norm(vector))
+        assert abs(float(hit[1]) - cosine) < 1e-4
+
+
+@pytest.mark.parametrize("change, flags, expected", [
+    (None, ["--pooling", "mean"], "its vectors of {model} were embedded with pooling cls; the queries would be with "
+                                  "pooling mean"),
+    (None, ["--max-length", "16"], "its vectors of {model} were embedded with max_length 32; the queries would be "
+                                   "with max_length 16"),
+    ({"precision": "float32"}, ["--int8"], "its vectors of {model} were embedded with precision float32; the queries "
+                                           "would be with precision int8"),
+    ({"pooling": "max"}, [], "{index}/manifest.json: embedding 'base': field 'pooling' is 'max', not a value "
+                             "05_evaluate.py records; run it again"),
+    ({"max_length": True}, [], "{index}/manifest.json: embedding 'base': field 'max_length' is True, not a value "
+                               "05_evaluate.py records; run it again"),
+    ({"precision": "fp8"}, [], "{index}/manifest.json: embedding 'base': field 'precision' is 'fp8', not a value "
+                               "05_evaluate.py records; run it again"),
+    ("none", [], "{index}/manifest.json: records no embedding of 'base' (its pooling, normalisation and length), so "
+                 "its queries cannot be embedded alike; run 05_evaluate.py again"),
+])
+def test_a_search_that_would_embed_its_queries_otherwise_than_the_index_is_refused_in_one_line(
+        tiny_model, paper_data, index, tmp_path, change, flags, expected):
+    """The ``index`` fixture's evaluation embedded with the tiny model's defaults, CLS pooling, unnormalised, at 32
+    tokens (its --max-length), in float32: a flag asking for another setting, and a manifest whose record is
+    missing or not what 05 writes, are one line before any query is embedded."""
+    bad = tmp_path / "eval"
+    shutil.copytree(index, bad)
+    manifest = json.loads((bad / "manifest.json").read_text())
+    assert manifest["embedding"]["base"] == {"pooling": "cls", "normalize": False, "max_length": 32}
+    if change == "none":
+        del manifest["embedding"]
+    elif change:
+        manifest["embedding"]["base"].update(change)
+    (bad / "manifest.json").write_text(json.dumps(manifest))
+    forget_hashes(bad)
+    message = expected.format(index=bad, model=tiny_model)
+    if not message.startswith(str(bad)):
+        message = f"{bad}: {message} (leave out the flag that asks for it; a precision runs as the device allows: " \
+                  "search where the index was made)"
+    assert script_error("05_evaluate.py", "search", "--model", tiny_model, "--data", paper_data, "--index", bad,
+                        *flags, "gene expression") == f"error: {message}"
+
+
+def test_the_queries_take_the_recorded_precision_where_no_flag_gives_one():
+    """int8 and a CPU's bf16 are asked as recorded; a GPU's bf16 is asked as float32, which runs there under
+    bfloat16 autocast; a flag given is kept (and checked against the record once the model is loaded)."""
+    from common.eval.embedding import Embedding
+    from common.eval.retrieval import queries_alike
+    recorded = {"pooling": "mean", "normalize": True, "max_length": 24}
+    for precision in ("float32", "int8") + (() if torch.cuda.is_available() else ("bf16",)):
+        how = queries_alike(Embedding(max_length=None), {**recorded, "precision": precision})
+        assert (how.pooling, how.normalize, how.max_length, how.precision) == \
+            ({"model": "mean"}, {"model": "yes"}, 24, precision)
+    how = queries_alike(Embedding(pooling={"model": "cls"}, max_length=16, precision="int8"),
+                        {**recorded, "precision": "float32"})
+    assert (how.pooling, how.max_length, how.precision) == ({"model": "cls"}, 16, "int8")

@@ -18,6 +18,7 @@ corpus id, so the two coincide when R ≤ k and no scores tie (both tested).
 
 import os
 import time
+from dataclasses import replace
 
 import numpy as np
 
@@ -26,7 +27,10 @@ from common.data.retrieval import read_qrels, read_queries
 from common.eval import ann, uncertainty
 from common.eval.embedding import (embed_corpus, embed_queries, embedding_settings, is_retrieval_data,
                                   load_model)
+from common.cli import LENGTH
 from common.io import InputError, open_input
+from common.models.encoder import POOLINGS
+from common.models.precision import PRECISIONS
 from common.vectors import check_finite_rows, read_rows
 
 K = 100
@@ -223,10 +227,14 @@ def search_queries(texts, path=None):
 
 def saved_index(index_dir, model, doc_ids):
     """The vectors 05 wrote for ``model`` in ``index_dir`` (the evaluation's manifest names each model's path),
-    checked against the data directory's documents."""
-    args = read_manifest_args(index_dir)
+    checked against the data directory's documents, and how they were embedded (``recorded_embedding``):
+    ``(vectors, embedded)``."""
+    from common.io import read_manifest
+    manifest = read_manifest(index_dir)
+    if not manifest:
+        raise InputError(f"{index_dir}: no manifest.json (not an evaluation directory)")
     wanted = os.path.abspath(model)
-    models = args.get("model")
+    models = manifest.get("args", {}).get("model")
     if not isinstance(models, dict):
         raise InputError(f"{index_dir}: not an evaluation directory of 05_evaluate.py (its manifest.json names no "
                          "NAME=MODEL vectors; a run folder?)")
@@ -234,11 +242,62 @@ def saved_index(index_dir, model, doc_ids):
     if not names:
         raise InputError(f"{index_dir}: holds no vectors of {model} (its manifest.json names no such --model)")
     name = io.safe_name(names[0], f"{index_dir}/manifest.json: model name")
+    embedded = recorded_embedding(index_dir, manifest, name)
     vectors = read_rows(index_dir, name, doc_ids)
     if vectors.ndim != 2 or not np.issubdtype(vectors.dtype, np.floating):
         raise InputError(f"{os.path.join(index_dir, name + '.npy')}: {vectors.dtype} {list(vectors.shape)}, expected "
                          "float vectors [N, d]")
-    return vectors
+    return vectors, embedded
+
+
+EMBEDDING_FIELDS = {"pooling": lambda v: v in POOLINGS, "normalize": lambda v: isinstance(v, bool),
+                    "max_length": lambda v: type(v) is int and LENGTH[1](v),
+                    "precision": lambda v: v in PRECISIONS}
+
+
+def recorded_embedding(index_dir, manifest, name):
+    """How the evaluation in ``index_dir`` embedded the documents of its model ``name``, as its manifest's
+    ``embedding`` record gives it (``embedding_settings``): pooling, normalisation, length and the precision that
+    ran (float32 where none is recorded). A record that is missing or holds another value is one line."""
+    path = os.path.join(index_dir, "manifest.json")
+    records = manifest.get("embedding")
+    record = records.get(name) if isinstance(records, dict) else None
+    if not isinstance(record, dict):
+        raise InputError(f"{path}: records no embedding of {name!r} (its pooling, normalisation and length), so its "
+                         "queries cannot be embedded alike; run 05_evaluate.py again")
+    embedded = {"precision": "float32", **{key: record[key] for key in EMBEDDING_FIELDS if key in record}}
+    for key, valid in EMBEDDING_FIELDS.items():
+        if key not in embedded or not valid(embedded[key]):
+            raise InputError(f"{path}: embedding {name!r}: field {key!r} is {embedded.get(key, 'missing')!r}, not "
+                             "a value 05_evaluate.py records; run it again")
+    return embedded
+
+
+def queries_alike(how, embedded):
+    """``how`` with the pooling, normalisation, length and precision the documents were embedded with, where no
+    flag gave them (a flag that gives another value is caught once the model is loaded, by ``check_alike``). The
+    recorded bf16 is asked as float32 on a GPU, where float32 runs under bfloat16 autocast."""
+    import torch
+    precision = how.precision
+    if precision == "float32":
+        precision = "float32" if embedded["precision"] == "bf16" and torch.cuda.is_available() else \
+            embedded["precision"]
+    return replace(how, pooling={"model": how.pooling.get("model") or embedded["pooling"]},
+                   normalize={"model": "yes" if embedded["normalize"] else "no"},
+                   max_length=how.max_length or embedded["max_length"], precision=precision)
+
+
+def check_alike(index_dir, model, embedded, settings):
+    """Refuse, in one line, queries that ``settings`` (the loaded model's) would embed otherwise than the documents
+    of ``index_dir`` were: another pooling, normalisation, length or precision."""
+    ran = {key: value for key, value in embedding_settings(settings).items() if key in EMBEDDING_FIELDS}
+    ran.setdefault("precision", "float32")
+    differ = [key for key in EMBEDDING_FIELDS if ran[key] != embedded[key]]
+    if differ:
+        raise InputError(f"{index_dir}: its vectors of {model} were embedded with "
+                         f"{', '.join(f'{key} {embedded[key]}' for key in differ)}; the queries would be with "
+                         f"{', '.join(f'{key} {ran[key]}' for key in differ)} (leave out the flag that asks for it; "
+                         "a precision runs as the device allows: search where the index was made)")
 
 
 def read_manifest_args(directory):
@@ -252,15 +311,17 @@ def read_manifest_args(directory):
 def search_documents(model_path, data_dir, queries, how, top, index_dir=None, index_type="exact", say=print):
     """The top ``top`` documents of ``data_dir`` for each query, by cosine: ``(docs, indices, scores)``. With
     ``index_dir`` (an evaluation directory of 05) the vectors 05 wrote for this model are reused, searched exactly
-    or through a faiss index of ``index_type`` built beside them; without it every document is embedded."""
+    or through a faiss index of ``index_type`` built beside them, and the queries embedded as its manifest says the
+    documents were; without it every document is embedded."""
     from common.data.docs_jsonl import Documents
     if index_type != "exact" and not index_dir:
         raise InputError(f"--index-type {index_type} needs --index EVAL: the faiss index is built beside the "
                          "vectors 05_evaluate.py wrote")
     docs = Documents(data_dir, texts=not (index_dir or is_retrieval_data(data_dir)))
     if index_dir:
-        doc_vecs = saved_index(index_dir, model_path, docs.ids)
-        encoder, tokenizer, settings = load_model(model_path, "model", how, say)
+        doc_vecs, embedded = saved_index(index_dir, model_path, docs.ids)
+        encoder, tokenizer, settings = load_model(model_path, "model", queries_alike(how, embedded), say)
+        check_alike(index_dir, model_path, embedded, settings)
     else:
         say(f"note: embedding all {len(docs.ids)} documents; --index EVAL reuses the vectors 05_evaluate.py wrote")
         encoder, tokenizer, settings, doc_vecs = embed_corpus(model_path, "model", data_dir, docs, how, say=say)
