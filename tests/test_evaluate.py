@@ -11,8 +11,8 @@ from conftest import forget_hashes, script_error, script_module
 
 
 @pytest.mark.parametrize("case", ["unknown-id", "bad-qrels-line", "task", "no-dir", "model-syntax", "model-name",
-                                  "topic-level", "topic-one-label", "topic-unknown-id", "no-model", "qrels-is-a-dir",
-                                  "out-is-a-file"])
+                                  "topic-level", "topic-one-label", "topic-two-per-label", "topic-unknown-id",
+                                  "no-model", "qrels-is-a-dir", "out-is-a-file"])
 def test_bad_evaluation_input_is_a_one_line_error(tiny_model, tiny_data, tmp_path, case):
     data = tmp_path / "data"
     shutil.copytree(tiny_data, data)
@@ -43,6 +43,12 @@ def test_bad_evaluation_input_is_a_one_line_error(tiny_model, tiny_data, tmp_pat
         train.write_text("".join(line.split('"label"')[0] + '"label": "tiede"}\n'
                                  for line in train.read_text().splitlines()))
         expected = f"error: {train}: 1 label ('tiede'); a topic task needs at least two"
+    elif case == "topic-two-per-label":  # the 3-fold grid search of C would fail in its forked process
+        train = data / "topics.top.train.jsonl"
+        train.write_text('{"id": "d0", "label": "tiede"}\n{"id": "d3", "label": "tiede"}\n'
+                         '{"id": "d1", "label": "taide"}\n{"id": "d4", "label": "taide"}\n')
+        expected = (f"error: {train}: no label has 3 documents; the 3-fold grid search of the classifier's C needs "
+                    "a label with one in each fold")
     elif case == "topic-unknown-id":
         test = data / "topics.top.test.jsonl"
         test.write_text(test.read_text() + '{"id": "nowhere", "label": "tiede"}\n')

@@ -85,7 +85,8 @@ def write_training_files(outputs, corpus, queries, rngs, per_query, hard, graph_
     from common.pool import Background
     encoded_ids = [jsontext.json_bytes(i) for i in corpus.ids]  # once, before the fork, for both writers
     graph_file = Background(graph.write_training_graph, outputs.tmp_path("graph.npz"),
-                            outputs.tmp_path("graph.json") if graph_json else None, corpus, encoded_ids)
+                            outputs.tmp_path("graph.json") if graph_json else None, corpus, encoded_ids,
+                            what="the training graph (graph.npz)")
     try:
         text = TripletText(encoded_ids)
         for name, rng in rngs.items():

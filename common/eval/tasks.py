@@ -251,7 +251,8 @@ def evaluate_documents(models, data_dir, how, outputs, wanted, seed, head_epochs
             and the other tasks are scored."""
             import sklearn.manifold  # noqa: F401  once here, not in each t-SNE's process
             running["topics"] = tasks.start_topics(emb, seed)
-            running["tsne"] = {level: Background(figures.tsne, emb[[docs.index[doc] for doc, _ in chosen]], seed)
+            running["tsne"] = {level: Background(figures.tsne, emb[[docs.index[doc] for doc, _ in chosen]], seed,
+                                                 what=f"the t-SNE of topics.{level}")
                                for level, (chosen, _) in shown.items()}
         emb, tokens, settings = embed_documents(path, name, data_dir, docs, how, outputs, say,
                                                 first=first, ready=topic_vectors_in)

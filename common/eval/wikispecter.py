@@ -1,6 +1,7 @@
 """The WikiSpecter evaluation tasks over document embeddings: cross-reference ranking, topic classification
 (the SciDocs protocol) and the thesis's lexical baseline."""
 
+import collections
 import os
 import re
 
@@ -91,6 +92,9 @@ def read_topics(data_dir, level, index):
         if part == "train" and len(labels) < 2:
             raise InputError(f"{path}: {len(labels)} label{'s' * (len(labels) != 1)} "
                              f"({', '.join(map(repr, sorted(labels)))}); a topic task needs at least two")
+        if part == "train" and not cross_validated(rows[part]):
+            raise InputError(f"{path}: no label has {CV_FOLDS} documents; the {CV_FOLDS}-fold grid search of the "
+                             "classifier's C needs a label with one in each fold")
         if part == "test" and not rows[part]:
             raise InputError(f"{path}: no documents")
     return rows
@@ -105,8 +109,15 @@ def topic_levels(data_dir):
     return sorted(levels)
 
 
-# SciDocs' grid of the LinearSVC's C
+# SciDocs' grid of the LinearSVC's C, searched with 3-fold cross-validation
 GRID_C = np.logspace(-4, 2, 7)
+CV_FOLDS = 3
+
+
+def cross_validated(train):
+    """Whether training rows ``(id, label)`` can be split into ``CV_FOLDS`` stratified folds: scikit-learn's
+    ``StratifiedKFold`` refuses where every label has fewer documents than folds."""
+    return bool(train) and max(collections.Counter(label for _, label in train).values()) >= CV_FOLDS
 
 
 def topics(emb, index, rows, seed=42):
@@ -128,7 +139,10 @@ def topics(emb, index, rows, seed=42):
     y_train = [label for _, label in rows["train"]]
     x_test = emb[[index[i] for i, _ in rows["test"]]]
     y_test = [label for _, label in rows["test"]]
-    search = GridSearchCV(LinearSVC(loss="squared_hinge", random_state=seed), {"C": GRID_C}, cv=3)
+    if not cross_validated(rows["train"]):  # a re-split can leave the largest label fewer than the read split
+        raise InputError(f"a re-split of the topic documents leaves no label {CV_FOLDS} training documents for "
+                         f"the {CV_FOLDS}-fold grid search of C; give --resplits 0")
+    search = GridSearchCV(LinearSVC(loss="squared_hinge", random_state=seed), {"C": GRID_C}, cv=CV_FOLDS)
     with warnings.catch_warnings():  # reported once, as "converged", instead of once per fold and C
         warnings.simplefilter("ignore", ConvergenceWarning)
         search.fit(x_train, y_train)
@@ -185,7 +199,8 @@ def start_topics(emb, index, splits, seed=42, processes=None):
     import sklearn.model_selection  # noqa: F401  imported once here, not again in each forked process
     import sklearn.svm  # noqa: F401
     processes = min(processes or len(os.sched_getaffinity(0)), len(splits))
-    shares = [Background(_classify_each, emb, index, splits[k::processes], seed) for k in range(processes)]
+    shares = [Background(_classify_each, emb, index, splits[k::processes], seed,
+                         what=f"the topic classifiers ({k + 1} of {processes})") for k in range(processes)]
 
     def results():
         found = [share.result() for share in shares]
