@@ -109,3 +109,91 @@ def test_the_cache_dir_flag_says_where_the_cache_goes_by_default():
     module.add_training_arguments(parser, objectives.get("mlm"), [])
     action = next(a for a in parser._actions if a.dest == "cache_dir")
     assert action.type is cli.writes and "RUN/cache, inside --out" in action.help
+
+
+@pytest.mark.parametrize("case", ["cache-dir-is-a-file", "cache-dir-under-a-file", "out-under-a-file"])
+def test_a_file_where_the_cache_folder_should_be_is_one_line(case, tmp_path, tiny_data, tiny_model):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("mine")
+    out, extra = tmp_path / "run", []
+    if case == "cache-dir-is-a-file":
+        extra = ["--cache-dir", a_file]
+        expected = f"{a_file}: a file, not a folder for the masked LM's cache; give --cache-dir a folder (or remove " \
+                   "the file)"
+    else:
+        cache = a_file / "cache"
+        if case == "cache-dir-under-a-file":
+            extra = ["--cache-dir", cache]
+        else:
+            out = a_file / "run"
+            cache = out / "cache"
+        expected = f"{cache}: cannot be made as the masked LM's cache folder: a file stands where a folder above it " \
+                   "should be"
+    assert script_error("03_train.py", "--data", tiny_data, "--model", tiny_model, "--out", out, *MLM, *extra) == \
+        f"error: {expected}"
+    assert a_file.read_text() == "mine" and sorted(os.listdir(tmp_path)) == ["a-file"]
+
+
+def arrow_rows(path):
+    import datasets
+    return datasets.Dataset.from_file(str(path)).to_dict()
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty", "garbage", "another's"])
+def test_a_damaged_cache_file_is_made_again_with_a_note(damage, tmp_path, tiny_data, tiny_model, capsys):
+    """The tokenised texts' Arrow file cut in half, emptied, overwritten, or replaced by a whole Arrow file of other
+    rows: the next run says so, tokenises again into the same file name, and trains."""
+    import datasets
+    run = tmp_path / "run"
+    argv = ["--data", tiny_data, "--model", tiny_model, "--out", run, *MLM]
+    train_in_process(argv)
+    [cached] = (run / "cache").glob("mlm-tokens-*.arrow")
+    rows, data = arrow_rows(cached), cached.read_bytes()
+    if damage == "another's":
+        cached.unlink()
+        datasets.Dataset.from_dict({"input_ids": [[1, 2]], "word_start": [[1, 0]]}).map(
+            lambda batch: batch, cache_file_name=str(cached))
+    else:
+        cached.write_bytes({"truncated": data[:len(data) // 2], "empty": b"", "garbage": b"x" * len(data)}[damage])
+    capsys.readouterr()
+    train_in_process(argv + ["--lr", "1e-3", "--overwrite"])
+    assert f"note: {cached}: a damaged cache file (not the rows of these texts); made again" in capsys.readouterr().out
+    assert arrow_rows(cached) == rows
+    assert (run / "manifest.json").is_file()
+
+
+def test_an_entry_of_the_cache_that_is_no_file_and_a_damaged_vocabulary_are_one_line(tmp_path, tiny_data, tiny_model,
+                                                                                     capsys):
+    """A folder at the tokenised texts' file name is not removed; a learnt vocabulary that cannot be read is not
+    learnt again (a resumed run must keep the vocabulary its checkpoints trained with)."""
+    run = tmp_path / "run"
+    argv = ["--data", tiny_data, "--model", tiny_model, "--out", run, *MLM]
+    train_in_process(argv)
+    [cached] = (run / "cache").glob("mlm-tokens-*.arrow")
+    cached.unlink()
+    cached.mkdir()
+    (cached / "mine.txt").write_text("mine")
+    assert script_error("03_train.py", *argv, "--lr", "1e-3", "--overwrite") == \
+        f"error: {cached}: not a file of the masked LM's cache (a folder or a link); remove it"
+    assert (cached / "mine.txt").read_text() == "mine"
+    fresh = tmp_path / "fresh"
+    argv = ["--data", tiny_data, "--out", fresh, *MLM, *NEW_MODEL]
+    train_in_process(argv)
+    [vocabulary] = (fresh / "cache").glob("wordpiece-*")
+    (vocabulary / "tokenizer.json").write_text('{"model": ')
+    assert script_error("03_train.py", *argv, "--lr", "1e-3", "--overwrite") == \
+        f"error: {vocabulary}: a damaged vocabulary in the masked LM's cache; remove it to learn the vocabulary again"
+
+
+def test_a_run_folder_another_run_holds_is_refused_before_any_cache_is_made(tmp_path, tiny_data, tiny_model):
+    from common.folder_lock import FolderLock
+    run, cache = tmp_path / "run", tmp_path / "cache"
+    run.mkdir()
+    lock = FolderLock(str(run)).acquire()
+    try:
+        assert script_error("03_train.py", "--data", tiny_data, "--model", tiny_model, "--out", run, *MLM,
+                            "--cache-dir", cache) == \
+            f"error: {run}: in use by another run (process {os.getpid()}); wait for it to end or give another folder"
+    finally:
+        lock.release()
+    assert not cache.exists() and os.listdir(run) == []

@@ -11,6 +11,8 @@ run used is saved with its model.
 
 import os
 
+from common.io import InputError
+
 SPECIAL = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 
@@ -24,10 +26,12 @@ def train_wordpiece(texts, vocab_size, lowercase=True, min_frequency=2, model_ma
     path = None
     if cache_dir is not None:
         from datasets.fingerprint import Hasher
+
+        from common.train.token_cache import cache_folder
         key = Hasher.hash([list(texts), vocab_size, lowercase, min_frequency, SPECIAL])
-        path = os.path.join(cache_dir, f"wordpiece-{key}")
-        if os.path.isfile(os.path.join(path, "tokenizer.json")):
-            return BertTokenizerFast.from_pretrained(path, model_max_length=model_max_length)
+        path = os.path.join(cache_folder(cache_dir), f"wordpiece-{key}")
+        if os.path.lexists(path):
+            return _cached(path, model_max_length)
     from tokenizers import BertWordPieceTokenizer
     learner = BertWordPieceTokenizer(clean_text=True, handle_chinese_chars=True, strip_accents=lowercase or None,
                                      lowercase=lowercase)
@@ -41,7 +45,6 @@ def train_wordpiece(texts, vocab_size, lowercase=True, min_frequency=2, model_ma
         import shutil
 
         from common.folders import private_dir
-        os.makedirs(cache_dir, exist_ok=True)
         private = private_dir(cache_dir)
         try:
             tokenizer.save_pretrained(os.path.join(private, "tokenizer"))
@@ -51,3 +54,18 @@ def train_wordpiece(texts, vocab_size, lowercase=True, min_frequency=2, model_ma
         finally:
             shutil.rmtree(private, ignore_errors=True)
     return tokenizer
+
+
+def _cached(path, model_max_length):
+    """The vocabulary an earlier run learnt and kept at ``path``. One that is not there whole is one line, not
+    learnt again: a run resumed from checkpoints must keep the vocabulary it trained with, and the learner may
+    give another (above)."""
+    from transformers import BertTokenizerFast
+    if os.path.islink(path) or not os.path.isfile(os.path.join(path, "tokenizer.json")):
+        raise InputError(f"{path}: not a vocabulary of the masked LM's cache (no tokenizer.json); remove it to learn "
+                         "the vocabulary again")
+    try:
+        return BertTokenizerFast.from_pretrained(path, model_max_length=model_max_length)
+    except Exception:  # noqa: BLE001 (tokenizers raises a bare Exception for a file it cannot read)
+        raise InputError(f"{path}: a damaged vocabulary in the masked LM's cache; remove it to learn the vocabulary "
+                         "again") from None

@@ -8,6 +8,8 @@ import os
 
 import numpy as np
 
+from common.train.token_cache import cache_folder, cached_map
+
 IGNORE = -100  # label of unmasked positions (Hugging Face's convention)
 
 
@@ -110,7 +112,8 @@ class Part:
 def tokenize(texts, tokenizer, max_length, line_by_line, cache_dir):
     """Token ids (int32) and word starts (int8) of ``texts`` as flat arrays plus offsets, tokenised with
     ``datasets.map`` into an Arrow cache file keyed by the texts, tokenizer and settings, so a second run (or
-    every process after the first, under ``main_process_first``) reads it instead of tokenising again."""
+    every process after the first, under ``main_process_first``) reads it instead of tokenising again
+    (``token_cache.cached_map``: a damaged one is made again)."""
     import datasets
     from datasets.fingerprint import Hasher
 
@@ -128,9 +131,8 @@ def tokenize(texts, tokenizer, max_length, line_by_line, cache_dir):
                                   "word_start": datasets.Sequence(datasets.Value("int8"))})
     ds = datasets.Dataset.from_dict({"text": texts})
     key = Hasher.hash([ds._fingerprint, tokenizer, max_length, line_by_line])
-    os.makedirs(cache_dir, exist_ok=True)
-    ds = ds.map(encode, batched=True, batch_size=1000, remove_columns=["text"], features=features,
-                cache_file_name=os.path.join(cache_dir, f"mlm-tokens-{key}.arrow"), desc="tokenise")
+    ds = cached_map(ds, encode, os.path.join(cache_folder(cache_dir), f"mlm-tokens-{key}.arrow"), features,
+                    batched=True, batch_size=1000, remove_columns=["text"], desc="tokenise")
     ids = ds.data.column("input_ids")
     flat = np.concatenate([c.flatten().to_numpy() for c in ids.chunks]) if ids.num_chunks else np.zeros(0, np.int32)
     starts = ds.data.column("word_start")

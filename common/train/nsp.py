@@ -29,6 +29,8 @@ import os
 
 import numpy as np
 
+from common.train.token_cache import cache_folder, cached_map
+
 PAIRS = int.from_bytes(b"pairs", "little")  # the generator's stream tag: pairs, apart from the masks' epochs
 
 
@@ -66,9 +68,8 @@ def tokenize_sentences(texts, tokenizer, cache_dir):
                                   "sentence_lengths": datasets.Sequence(datasets.Value("int32"))})
     ds = datasets.Dataset.from_dict({"text": texts})
     key = Hasher.hash([ds._fingerprint, tokenizer, "sentences", "punkt"])
-    os.makedirs(cache_dir, exist_ok=True)
-    ds = ds.map(encode, batched=True, batch_size=200, remove_columns=["text"], features=features,
-                cache_file_name=os.path.join(cache_dir, f"nsp-sentences-{key}.arrow"), desc="split and tokenise")
+    ds = cached_map(ds, encode, os.path.join(cache_folder(cache_dir), f"nsp-sentences-{key}.arrow"), features,
+                    batched=True, batch_size=200, remove_columns=["text"], desc="split and tokenise")
     ids = _flat(ds.data.column("input_ids"), np.int32)
     word_start = _flat(ds.data.column("word_start"), np.int8).astype(bool)
     column = ds.data.column("sentence_lengths")

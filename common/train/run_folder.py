@@ -37,7 +37,7 @@ import time
 from safetensors import SafetensorError
 
 from common import folders, io, provenance, write_errors
-from common.folder_lock import LOCK
+from common.folder_lock import LOCK, FolderLock
 from common.folders import STAGING
 from common.written import entries, remove_entry, remove_written, written_name
 from common.io import InputError
@@ -49,9 +49,12 @@ def finished(args, script):
     trained with the settings of this command (``command_identity``), so that the command has nothing to do; else
     an InputError, unless ``--overwrite``. None where ``--out`` holds no finished run of this project. A run that
     replaced a finished one and was killed while moving into place is moved into place first
-    (``complete_replacement``). An ``--out`` that is no run folder is refused first (``check_run_folder``), before
-    any work writes into it (the masked LM's cache)."""
+    (``complete_replacement``). An ``--out`` that is no run folder is refused first (``check_run_folder``), and so
+    is one that another run holds (its lock, looked at by the first process), before any work writes into it or
+    into ``--cache-dir`` (the masked LM's cache)."""
     check_run_folder(args.out)
+    if os.environ.get("RANK", "0") == "0" and os.path.isdir(args.out):
+        FolderLock(args.out).acquire().release()
     complete_replacement(args.out)
     if args.overwrite or not all(os.path.isfile(os.path.join(args.out, name)) for name in ("manifest.json",
                                                                                             RUN_FILE)):
