@@ -112,6 +112,9 @@ def train(args, script=__file__):
     steps_per_epoch = math.ceil(len(train_dl) / args.grad_accum)
     total_steps = min(args.epochs * steps_per_epoch, args.max_steps or math.inf)
     warmup = warmup_steps(args.warmup, total_steps)
+    if warmup and warmup >= total_steps:
+        acc.print(f"note: --warmup {args.warmup:g} is {warmup} steps, the run's {total_steps} or more: no step "
+                  f"reaches the full learning rate ({args.lr:g})")
     # the prepared scheduler steps once per process per optimizer step
     scheduler = acc.prepare(get_scheduler(args.schedule, optimizer, num_warmup_steps=warmup * acc.num_processes,
                                           num_training_steps=total_steps * acc.num_processes))

@@ -151,6 +151,10 @@ def run_train(args):
     return training_script().train_runs(args, __file__)
 
 
+# Longformer's window is even (half of it on each side of a token)
+WINDOW = (f"an even number between 2 and {1 << 17:,}", lambda v: 2 <= v <= 1 << 17 and v % 2 == 0)
+
+
 def add_convert_arguments(p):
     p.add_argument("--model", required=True, type=cli.reads,
                    help="a BERT or RoBERTa model (hub name or folder; architectures: bert, roberta, xlm-roberta, "
@@ -160,18 +164,18 @@ def add_convert_arguments(p):
                    help="tokens the Longformer reads (Longformer paper)")
     # 2^17 tokens: 16 times Longformer's own 4096 and 32 times its largest published window; the position table
     # alone grows by hidden size × this many floats
-    p.add_argument("--window", type=cli.number(int, cli.between(2, 1 << 17)), default=512,
-                   help="sliding attention window in every layer (Longformer)")
+    p.add_argument("--window", type=cli.number(int, WINDOW), default=512,
+                   help="sliding attention window in every layer (Longformer): a token attends to half of it on "
+                        "each side")
 
 
 def run_convert(args):
-    if args.window % 2:
-        raise InputError(f"--window {args.window}: must be an even number")
     from common.models import card
     from common.models.encoder import Encoder
-    from common.models.longformer import check_convertible, convert_to_longformer
+    from common.models.longformer import check_convertible, check_length, convert_to_longformer
     from common.models.saving import save_model_files
     check_convertible(args.model)
+    check_length(args.model, args.max_length)
     base = card.base_model(args.model)  # what the card quotes is read before the conversion
     commit = provenance.git_commit()
     with folders.Outputs(args.out, __file__, args.command, overwrite=args.overwrite) as outputs:

@@ -167,6 +167,72 @@ def test_nsp_with_a_model_too_short_for_a_pair_is_one_line_before_any_step(tmp_p
     assert not (run / "log.jsonl").exists()
 
 
+@pytest.mark.parametrize("value", ["1e300", "1.5", "1073741825", "-0.5"])
+@pytest.mark.parametrize("script", ["03_train.py", "04_distill.py"])
+def test_a_warmup_that_is_neither_a_share_nor_a_count_of_steps_is_refused_as_the_line_is_read(script, value, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    for name in ("docs.jsonl", "triplets.train.jsonl"):
+        (data / name).write_text("")
+    argv = (["04_distill.py", "train", "--teachers", tmp_path] if script == "04_distill.py" else
+            ["03_train.py", "--objective", "triplet"])
+    assert script_error(*argv, "--data", data, "--model", "m", "--out", tmp_path / "run", "--warmup", value) == (
+        f"error: argument --warmup: {value}: must be a share below 1, or a whole number of steps from 1 to "
+        "1,073,741,824")
+
+
+@pytest.mark.parametrize("warmup, steps, note", [("10", 3, "--warmup 10 is 10 steps, the run's 3 or more"),
+                                                 ("0.99", 3, "--warmup 0.99 is 3 steps, the run's 3 or more"),
+                                                 ("2", 3, None)])
+def test_a_warmup_that_spans_the_whole_run_is_a_note_and_no_step_reaches_the_rate(warmup, steps, note, tmp_path,
+                                                                                 tiny_data, tiny_model, capsys):
+    """Linear warm-up to --lr over ``warmup`` steps: where they are as many as the run's, every step's rate (the
+    log's ``lr``, each step's) is below --lr, and the run says so; with fewer, the last warm-up step reaches it."""
+    from conftest import read_jsonl, train_in_process
+    run = tmp_path / "run"
+    train_in_process(["--data", tiny_data, "--model", tiny_model, "--out", run, "--objective", "triplet",
+                      "--max-length", "16", "--batch-size", "4", "--max-steps", steps, "--eval-every", "0",
+                      "--checkpoint-every", "0", "--log-every", "1", "--lr", "1e-3", "--warmup", warmup])
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note: --warmup")]
+    rates = [record["lr"] for record in read_jsonl(run / "log.jsonl") if "lr" in record]
+    assert len(rates) == steps
+    if note:
+        assert lines == [f"note: {note}: no step reaches the full learning rate (0.001)"]
+        assert max(rates) < 1e-3
+    else:
+        assert lines == [] and max(rates) == pytest.approx(1e-3)
+
+
+@pytest.mark.parametrize("value", ["15", "1", "0", "131074"])
+def test_a_longformer_window_that_is_not_even_and_in_range_is_refused_as_the_line_is_read(value, tmp_path):
+    assert script_error("04_distill.py", "convert-long", "--model", "m", "--out", tmp_path / "long", "--window",
+                        value) == f"error: argument --window: {value}: must be an even number between 2 and 131,072"
+
+
+@pytest.mark.parametrize("length", [1, 2])
+def test_a_length_that_holds_only_the_special_tokens_is_refused_before_anything_is_made(length, tmp_path, tiny_data,
+                                                                                         tiny_model):
+    """The tiny BERT's tokenizer adds [CLS] and [SEP]: convert-long to 1 or 2 tokens made a Longformer that no one
+    can embed with (1: its position table cannot hold them), and 05 or 03 at that length would embed no text."""
+    message = (f"error: {tiny_model}: a length of {length} token{'s' * (length != 1)} leaves no room for text "
+               "beside its tokenizer's 2 special tokens; give --max-length 3 or more")
+    assert script_error("04_distill.py", "convert-long", "--model", tiny_model, "--out", tmp_path / "long",
+                        "--max-length", length, "--window", "2") == message
+    assert script_error("05_evaluate.py", "--data", tiny_data, "--model", f"b={tiny_model}", "--out",
+                        tmp_path / "eval", "--max-length", length) == message
+    assert not (tmp_path / "long").exists() and not list((tmp_path / "eval").iterdir())
+
+
+def test_a_longformer_converted_to_the_shortest_length_embeds_with_05(tmp_path, tiny_data, tiny_model):
+    """Three tokens: [CLS], one of the text, [SEP]; 05 embeds every document with it."""
+    script_module("04_distill.py").main(["convert-long", "--model", str(tiny_model), "--out", str(tmp_path / "long"),
+                                         "--max-length", "3", "--window", "2"])
+    script_module("05_evaluate.py").main(["--data", str(tiny_data), "--model", f"long={tmp_path / 'long'}", "--out",
+                                          str(tmp_path / "eval"), "--task", "crossref"])
+    vectors = np.load(tmp_path / "eval" / "long.npy")
+    assert vectors.shape == (60, 32) and np.isfinite(vectors).all()
+
+
 # -- numbers in files: one strict reading ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("text, why", [

@@ -287,4 +287,16 @@ def load_encoder(name_or_path, pooling=None, normalize=None, max_length=None, de
     if settings["max_length"] > limit:
         say(f"note: {name_or_path} takes at most {limit} tokens; using {limit} instead of {settings['max_length']}")
         settings["max_length"] = limit
+    check_room(name_or_path, tokenizer, settings["max_length"])
     return Encoder(transformer, settings["pooling"], settings["normalize"]), tokenizer, settings
+
+
+def check_room(name_or_path, tokenizer, max_length):
+    """Refuse a length that holds only the special tokens the tokenizer adds to a text (BERT's [CLS] and [SEP]):
+    the text itself would be cut away, and a model whose position table is that short (a Longformer converted to
+    it) cannot even read them."""
+    special = tokenizer.num_special_tokens_to_add(pair=False)
+    if max_length <= special:
+        raise InputError(f"{name_or_path}: a length of {max_length} token{'s' * (max_length != 1)} leaves no room "
+                         f"for text beside its tokenizer's {special} special tokens; give --max-length "
+                         f"{special + 1} or more")

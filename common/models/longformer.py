@@ -32,6 +32,14 @@ def check_convertible(source):
         raise InputError(f"{source}: a {config.model_type} model; convert-long converts {', '.join(CONVERTIBLE)}")
 
 
+def check_length(source, max_length):
+    """Refuse, before anything is converted, a ``max_length`` that holds no text beside the special tokens the
+    source's tokenizer adds (``loading.check_room``): the Longformer's position table is made that long."""
+    from transformers import AutoTokenizer
+    from common.models.loading import check_room, load_pretrained
+    check_room(source, load_pretrained(AutoTokenizer, source), max_length)
+
+
 def convert_to_longformer(source, max_length=4096, window=512):
     """(LongformerModel, tokenizer) built from the model folder or hub name ``source``."""
     from transformers import AutoModel, AutoTokenizer, LongformerConfig, LongformerModel

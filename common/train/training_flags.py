@@ -6,6 +6,11 @@ import argparse
 from common import cli
 
 
+# a share of the run's steps, or a whole number of them within the counts a step flag takes (--max-steps)
+WARMUP = (f"a share below 1, or a whole number of steps from 1 to {1 << 30:,}",
+          lambda v: 0 <= v < 1 or (v == int(v) and cli.COUNT[1](int(v))))
+
+
 def add_training_arguments(p, objective, argv):
     """The flags every objective shares and ``objective``'s own; the objective's values (its paper's, and its preset
     named in ``argv``) are the parser's defaults, so that ``--help`` shows what will run."""
@@ -27,8 +32,9 @@ def add_training_arguments(p, objective, argv):
     p.add_argument("--lr", type=cli.number(float, cli.POSITIVE), default=5e-5, help="peak learning rate")
     p.add_argument("--weight-decay", type=cli.number(float, cli.NON_NEGATIVE), default=0.01,
                    help="AdamW weight decay, none on biases and LayerNorm")
-    p.add_argument("--warmup", type=cli.number(float, cli.NON_NEGATIVE), default=0.0,
-                   help="warm-up: < 1 is a share of all steps, >= 1 a number of steps")
+    p.add_argument("--warmup", type=cli.number(float, WARMUP), default=0.0,
+                   help="warm-up: < 1 is a share of all steps, >= 1 a number of steps (a note says where it "
+                        "spans the whole run, so that no step reaches --lr)")
     p.add_argument("--schedule", choices=("linear", "cosine"), default="linear",
                    help="decay after the warm-up (transformers' schedulers)")
     p.add_argument("--epochs", type=cli.number(int, cli.COUNT), default=1, help="epochs")
