@@ -28,7 +28,11 @@ exists (the finished one whole, a rerun resumes), a user's file in a folder a pr
 names '.', '..', '/' or a file outside, 05 extract's outputs of one stem and two side by side whose names extend each
 other, the masked LM's cache and a --cache-dir inside --data, and numbers not checked before use: a line limit past
 memory, masking shares adding up past 1, a pair length too short for --nsp, NaN and infinity as flags, a label of
-true, a checkpoint's state, a log record, teacher vectors past float32 and a document id that is a list
+true, a checkpoint's state, a log record, teacher vectors past float32 and a document id that is a list; one
+document first and last in docs.jsonl (the same vector), a search whose --pooling or manifest would embed its queries
+otherwise than its index, 05's topic classifiers on a split too small for their grid search, one of them killed
+from outside, and 05 killed with SIGKILL beside them (its folder free for the rerun), the masked LM's cache where a
+file stands and truncated, convert-long to a length that holds only the special tokens, and --warmup past the run
 (docs/reliability.md).
 """
 
@@ -429,6 +433,137 @@ def number_cases(root, model, data, train):
     return results
 
 
+def children(pid):
+    """The process ids whose parent is ``pid``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                if entry.isdigit() and int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def alive(pid):
+    """Whether process ``pid`` runs (a zombie its new parent has not reaped has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def hardening_cases(root, model, data, train):
+    """The same document at two places in docs.jsonl, a search whose flags or manifest would embed its queries
+    otherwise than its index, 05's classifiers failing, killed from outside and outliving a 05 killed with SIGKILL,
+    the masked LM's cache where a file stands and damaged, and sizes against what they feed (convert-long's length,
+    --warmup past the run)."""
+    import signal
+    import time
+    import numpy as np
+    results = []
+    twice = root / "twice-data"
+    shutil.copytree(data, twice)
+    manifest = json.loads((twice / "manifest.json").read_text())
+    manifest.pop("sha256")
+    (twice / "manifest.json").write_text(json.dumps(manifest))
+    lines = [json.loads(line) for line in (twice / "docs.jsonl").read_text().splitlines()]
+    for k in (0, len(lines) - 1):  # first and last: the cut of one is checked, not the other's
+        lines[k] = {**lines[k], "title": "Twice", "text": "war\x1f" * 40 + "peace " * 10}
+    (twice / "docs.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    rc, line = script("05_evaluate.py", "--data", twice, "--model", f"b={model}", "--out", root / "twice-eval",
+                      "--task", "crossref", "--max-length", "16")
+    vectors = np.load(root / "twice-eval" / "b.npy") if rc == 0 else np.zeros((2, 1))
+    cosine = float(vectors[0] @ vectors[-1] / np.linalg.norm(vectors[0]) / np.linalg.norm(vectors[-1]))
+    results.append(report(f"one document first and last in docs.jsonl (cosine {cosine:.6f})", rc, line,
+                          rc == 0 and np.allclose(vectors[0], vectors[-1], atol=1e-6)))
+    evaluation = root / "mean-eval"
+    script("02_build_graph.py", "retrieval", "--articles", root / "papers.jsonl", "--out", root / "pdata2")
+    script("05_evaluate.py", "--data", root / "pdata2", "--model", f"base={model}", "--out", evaluation, "--task",
+           "retrieval", "--pooling", "base=mean", "--max-length", "24")
+    search = ["05_evaluate.py", "search", "--model", model, "--data", root / "pdata2", "--index", evaluation]
+    rc, line = script(*search, "gene expression")
+    results.append(report("search --index of a mean-pooled evaluation, no flag", rc, line, rc == 0))
+    rc, line = script(*search, "--pooling", "cls", "gene expression")
+    results.append(report("search --index --pooling cls over mean-pooled vectors", rc, line,
+                          rc == 2 and "embedded with pooling mean" in line))
+    manifest = json.loads((evaluation / "manifest.json").read_text())
+    manifest.pop("sha256")
+    manifest.pop("embedding")
+    (evaluation / "manifest.json").write_text(json.dumps(manifest))
+    rc, line = script(*search, "gene expression")
+    results.append(report("search --index whose manifest records no embedding", rc, line,
+                          rc == 2 and "records no embedding" in line))
+    small = root / "small-topics"
+    shutil.copytree(data, small)
+    manifest = json.loads((small / "manifest.json").read_text())
+    manifest.pop("sha256")
+    (small / "manifest.json").write_text(json.dumps(manifest))
+    (small / "topics.top.train.jsonl").write_text('{"id": "d0", "label": "tiede"}\n{"id": "d3", "label": "tiede"}\n'
+                                                  '{"id": "d1", "label": "taide"}\n{"id": "d4", "label": "taide"}\n')
+    rc, line = script("05_evaluate.py", "--data", small, "--model", f"b={model}", "--out", root / "small-eval")
+    results.append(report("05 on a topic split too small for the 3-fold grid search", rc, line,
+                          rc == 2 and "topics.top.train.jsonl" in line))
+    evaluate = [sys.executable, "05_evaluate.py", "--data", str(data), "--model", f"b={model}", "--out",
+                str(root / "killed-eval"), "--max-length", "32", "--resplits", "200", "--resamples", "0"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.Popen(evaluate, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.time() + 300
+    while proc.poll() is None and time.time() < deadline and not children(proc.pid):
+        time.sleep(0.002)
+    workers = children(proc.pid)
+    if workers:
+        os.kill(workers[0], signal.SIGKILL)
+    line = (proc.communicate()[1].strip().splitlines() or [""])[-1]
+    results.append(report("a classifier process of 05 killed from outside", proc.returncode, line,
+                          bool(workers) and proc.returncode == 2 and f"its process {workers[0]} was killed by SIGKILL"
+                          in line))
+    proc = subprocess.Popen(evaluate, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    while proc.poll() is None and time.time() < deadline and not children(proc.pid):
+        time.sleep(0.002)
+    workers = children(proc.pid)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    ended = time.time() + 10
+    while time.time() < ended and any(map(alive, workers)):
+        time.sleep(0.01)
+    left = [w for w in workers if alive(w)]
+    rc, line = script(*evaluate[1:])
+    results.append(report(f"05 killed by SIGKILL beside {len(workers)} forked process(es), then run again", rc, line,
+                          bool(workers) and not left and rc == 0))
+    mlm = ["03_train.py", "--model", model, "--objective", "mlm", "--max-length", "16", "--batch-size", "8",
+           "--max-steps", "1", "--eval-every", "0", "--checkpoint-every", "0", "--data", data]
+    a_file = root / "a-file"
+    a_file.write_text("mine")
+    for name, args, words in (("--cache-dir a file", ["--out", root / "c1", "--cache-dir", a_file], "a file, not"),
+                              ("--cache-dir under a file", ["--out", root / "c2", "--cache-dir", a_file / "c"],
+                               "a file stands where"),
+                              ("--out under a file", ["--out", a_file / "run"], "a file stands where")):
+        rc, line = script(*mlm, *args)
+        results.append(report(f"03 mlm {name}", rc, line, rc == 2 and words in line and a_file.read_text() == "mine"))
+    cached_run = root / "cached-run"
+    script(*mlm, "--out", cached_run)
+    for cached in (cached_run / "cache").glob("mlm-tokens-*.arrow"):
+        cached.write_bytes(cached.read_bytes()[:100])
+    rc, line = script(*mlm, "--out", cached_run, "--lr", "1e-3", "--overwrite")
+    results.append(report("03 mlm over a truncated token cache (made again)", rc, line, rc == 0))
+    rc, line = script("04_distill.py", "convert-long", "--model", model, "--out", root / "long1", "--max-length", "1",
+                      "--window", "2")
+    results.append(report("convert-long --max-length 1", rc, line,
+                          rc == 2 and "special tokens" in line and not (root / "long1").exists()))
+    rc, line = script(*train, "--data", data, "--out", root / "w1", "--warmup", "1e300")
+    results.append(report("--warmup 1e300", rc, line, rc == 2 and not (root / "w1").exists()))
+    proc = subprocess.run([sys.executable, *map(str, [*train[:-2], "--checkpoint-every", "0", "--data", data,
+                                                      "--out", root / "w2", "--warmup", "10"])],
+                          cwd=ROOT, capture_output=True, text=True, env=env)
+    note = [out for out in proc.stdout.splitlines() if out.startswith("note: --warmup")]
+    results.append(report("--warmup 10 over a run of 3 steps", proc.returncode, (note or [""])[0],
+                          proc.returncode == 0 and len(note) == 1))
+    return results
+
+
 def safety(work):
     from conftest import build_tiny_model, linked_articles
     from test_search import paper_articles
@@ -546,6 +681,7 @@ def safety(work):
     results += issue_cases(root, model, data, train)
     results += overwrite_cases(root, model, data, train)
     results += number_cases(root, model, data, train)
+    results += hardening_cases(root, model, data, train)
     shutil.rmtree(root, ignore_errors=True)
     print(f"{sum(results)} of {len(results)} cases as expected")
     return 0 if all(results) else 1
