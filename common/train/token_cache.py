@@ -9,11 +9,8 @@ from common.write_errors import write_error
 
 
 def cache_folder(path):
-    """``path`` made as the cache's folder where it is missing; a file there or above it, a link, or a folder
-    that cannot be made is one line."""
-    if os.path.islink(path):
-        raise InputError(f"{path}: a symbolic link, not the masked LM's cache folder; remove it (the cache is "
-                         "never written through one)")
+    """``path`` made as the cache's folder where it is missing; a file there or above it, or a folder that cannot
+    be made, is one line."""
     if os.path.lexists(path) and not os.path.isdir(path):
         raise InputError(f"{path}: a file, not a folder for the masked LM's cache; give --cache-dir a folder "
                          "(or remove the file)")
