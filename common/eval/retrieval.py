@@ -23,11 +23,11 @@ from dataclasses import replace
 import numpy as np
 
 from common import io
+from common.cli import LENGTH
 from common.data.retrieval import read_qrels, read_queries
 from common.eval import ann, uncertainty
 from common.eval.embedding import (embed_corpus, embed_queries, embedding_settings, is_retrieval_data,
                                   load_model)
-from common.cli import LENGTH
 from common.io import InputError, open_input
 from common.models.encoder import POOLINGS
 from common.models.precision import PRECISIONS
