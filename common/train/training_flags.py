@@ -8,7 +8,7 @@ from common import cli
 
 # a share of the run's steps, or a whole number of them within the counts a step flag takes (--max-steps)
 WARMUP = (f"a share below 1, or a whole number of steps from 1 to {1 << 30:,}",
-          lambda v: 0 <= v < 1 or (v == int(v) and cli.COUNT[1](int(v))))
+          lambda v: 0 <= v < 1 or (v.is_integer() and cli.COUNT[1](v)))
 
 
 def add_training_arguments(p, objective, argv):
