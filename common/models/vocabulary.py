@@ -12,6 +12,7 @@ run used is saved with its model.
 import os
 
 from common.io import InputError
+from common.models.token_cache import cache_folder
 
 SPECIAL = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
@@ -26,8 +27,6 @@ def train_wordpiece(texts, vocab_size, lowercase=True, min_frequency=2, model_ma
     path = None
     if cache_dir is not None:
         from datasets.fingerprint import Hasher
-
-        from common.train.token_cache import cache_folder
         key = Hasher.hash([list(texts), vocab_size, lowercase, min_frequency, SPECIAL])
         path = os.path.join(cache_folder(cache_dir), f"wordpiece-{key}")
         if os.path.lexists(path):

@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-from common.train.token_cache import cache_folder, cached_map
+from common.models.token_cache import cache_folder, cached_map
 
 IGNORE = -100  # label of unmasked positions (Hugging Face's convention)
 

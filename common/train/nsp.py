@@ -29,7 +29,7 @@ import os
 
 import numpy as np
 
-from common.train.token_cache import cache_folder, cached_map
+from common.models.token_cache import cache_folder, cached_map
 
 PAIRS = int.from_bytes(b"pairs", "little")  # the generator's stream tag: pairs, apart from the masks' epochs
 
