@@ -123,3 +123,13 @@ def test_a_text_has_the_same_ids_and_vector_wherever_it_stands(tiny_model):
         vectors.append(embed(encoder, store, batch_size=8)[at])
     np.testing.assert_allclose(vectors[1], vectors[0], rtol=0, atol=1e-6)
     np.testing.assert_allclose(vectors[2], vectors[0], rtol=0, atol=1e-6)
+
+
+def test_a_tokenizer_that_truncates_from_the_left_reads_every_text_whole(tiny_model):
+    """Truncated from the left, a text keeps its last tokens: no head of it holds them, so nothing is cut."""
+    from transformers import AutoTokenizer
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model, truncation_side="left")
+    assert tokens.word_separators(tokenizer) == ""
+    store = TokenStore(tokenizer, TEXTS, 8)
+    assert [store.get(i).tolist() for i in range(len(store))] == whole(tokenizer, TEXTS, 8)
+    assert store.get(0).tolist() != whole(AutoTokenizer.from_pretrained(tiny_model), TEXTS[:1], 8)[0]

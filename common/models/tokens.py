@@ -97,9 +97,11 @@ def word_separators(tokenizer):
     normaliser, ``a<c>b`` is two pre-tokens, one ending in ``a``, the other in ``b`` (with whatever mark of a word's
     start the pre-tokenizer adds), so that no token holds characters from both sides of ``c``. BERT's normaliser deletes ``\\x0b``,
     ``\\x0c``, ``\\x1c``-``\\x1f`` and ``\\x85`` (control characters to it, whitespace to Python): those
-    are not separators. Empty for a tokenizer without a fast backend or a pre-tokenizer."""
+    are not separators. Empty for a tokenizer without a fast backend or a pre-tokenizer, and for one that
+    truncates from the left (it keeps a text's last tokens, which no head holds)."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is None or backend.pre_tokenizer is None:
+    left = getattr(tokenizer, "truncation_side", "right") != "right"
+    if backend is None or backend.pre_tokenizer is None or left:
         return ""
 
     def pieces(text):
