@@ -169,6 +169,8 @@ def write_rows(split, fields, split_name, out, counts, where):
 
 def _text(row, name, at, flag, empty=False):
     value = row.get(name)
+    if value is None and empty:  # a CSV's empty cell reads as None
+        return ""
     if value is None:
         raise InputError(f"{at}: field {name!r} ({flag}) is missing")
     if not isinstance(value, str):
