@@ -39,7 +39,8 @@ def test_a_beir_folder_becomes_retrieval_data_with_query_ids_apart_and_graded_re
     assert read_jsonl(out / "docs.jsonl") == [
         {"id": str(i), "title": f"T{i}" if i != 3 else "", "text": f"T{i} {t}" if i != 3 else t}
         for i, t in enumerate(texts, 1)]
-    assert read_jsonl(out / "queries.test.jsonl") == [{"qid": "q:1", "text": "query 1"}, {"qid": "q:2", "text": "query 2"}]
+    assert read_jsonl(out / "queries.test.jsonl") == [{"qid": "q:1", "text": "query 1"},
+                                                      {"qid": "q:2", "text": "query 2"}]
     assert (out / "retrieval.test.qrels").read_text() == "q:1 0 1 2\nq:1 0 4 1\nq:1 0 5 0\nq:2 0 2 1\n"
     assert read_jsonl(out / "queries.val.jsonl") == [{"qid": "q:3", "text": "query 3"}]
     assert (out / "retrieval.val.qrels").read_text() == "q:3 0 3 1\n"

@@ -34,7 +34,8 @@ def test_documents_and_pairs_of_two_tasks_become_one_data_directory(tmp_path):
     run_main("02_build_graph.py", "classify", "--name", "imdb", "--train", docs_train, "--test", docs_test,
              "--name", "aan", "--train", pairs_train, "--test", pairs_test, "--out", out)
     assert read_jsonl(out / "docs.jsonl") == [
-        {"id": "imdb:train-1", "title": "A", "text": "good film"}, {"id": "imdb:train-2", "title": "", "text": "bad film"},
+        {"id": "imdb:train-1", "title": "A", "text": "good film"},
+        {"id": "imdb:train-2", "title": "", "text": "bad film"},
         {"id": "imdb:test-1", "title": "", "text": "fine film"}, {"id": "aan:h1", "title": "", "text": "x"},
         {"id": "aan:h2", "title": "", "text": "y"}, {"id": "aan:h3", "title": "", "text": "z"}]
     assert read_jsonl(out / "classify.imdb.train.jsonl") == [{"id": "imdb:train-1", "label": "pos"},

@@ -2,16 +2,18 @@
 as SciFact, SCIDOCS, TREC-COVID and NFCorpus are published) → the project's retrieval data, which 05 scores and
 ``03_train.py --objective mnrl`` trains on.
 
-| BEIR | data directory |
-|---|---|
-| ``corpus.jsonl`` ``{"_id", "title", "text"}`` | ``docs.jsonl`` ``{"id", "title", "text"}``, ``text`` the title and the text joined by a space, as BEIR's dense models read a document (05 embeds a retrieval corpus's ``text`` alone) |
-| ``queries.jsonl`` ``{"_id", "text"}`` with ``qrels/test.tsv``, ``qrels/dev.tsv`` | ``queries.{test,val}.jsonl`` ``{"qid": "q:<_id>", "text"}`` and ``retrieval.{test,val}.qrels`` ``q:<_id> 0 <doc> <score>`` |
-| ``qrels/train.tsv`` | ``pairs.train.jsonl`` ``{"query": text, "doc": id}``, a pair for each judgement above 0 |
+- ``corpus.jsonl`` ``{"_id", "title", "text"}`` → ``docs.jsonl`` ``{"id", "title", "text"}``, ``text`` the title
+  and the text joined by a space, as BEIR's dense models read a document (05 embeds a retrieval corpus's ``text``
+  alone, and BM25 indexes it);
+- ``queries.jsonl`` ``{"_id", "text"}`` with ``qrels/test.tsv`` and ``qrels/dev.tsv`` → ``queries.{test,val}.jsonl``
+  ``{"qid": "q:<_id>", "text"}`` and ``retrieval.{test,val}.qrels`` ``q:<_id> 0 <doc> <score>``, the queries the
+  file judges;
+- ``qrels/train.tsv`` → ``pairs.train.jsonl`` ``{"query": text, "doc": id}``, a pair for each judgement above 0.
 
 Query ids take the prefix ``q:``: BEIR's query and corpus ids may share values (SciFact's do), and the project
 keeps a query apart from every document. Graded relevance is kept as the score BEIR gives (nDCG uses it as the
-gain). A judgement of a query or a document the folder does not hold is dropped and counted, as BEIR's loader
-skips it.
+gain). A judgement of a query or a document the folder does not hold is dropped and counted (05 refuses qrels
+that name a document docs.jsonl lacks).
 """
 
 import os
