@@ -83,6 +83,15 @@ def seeds():
                                             {"query": "d1", "pos": "d0", "neg": "d3", "hard": True}])
     yield "pairs", "pairs.jsonl", jsonl([{"query": "what is a capital", "doc": "d0"},
                                          {"query": "what is a capital", "doc": "d1"}, {"query": "rivers", "doc": "d2"}])
+    yield "beir", "scifact", (jsonl([{"_id": "1", "title": "T", "text": "a text"}, {"_id": "2", "text": "b"}]) + SEP
+                              + jsonl([{"_id": "1", "text": "a query"}]) + SEP
+                              + b"query-id\tcorpus-id\tscore\n1\t1\t2\n1\t2\t0\n1\t9\t1\n")
+    article = {"id": "train-1", "title": "", "text": "a text", "links": [], "labels": {"top": "x"}}
+    yield "classify_splits", "documents", jsonl([article, {**article, "id": "train-2", "labels": {"top": "y"}}]) + SEP \
+        + jsonl([{**article, "id": "test-1"}])
+    pair = {"id": "train-1", "docs": [{"id": "h1", "title": "", "text": "x"}, {"id": "h2", "title": "", "text": "y"}],
+            "label": "1"}
+    yield "classify_splits", "pairs", jsonl([pair]) + SEP + jsonl([{**pair, "label": "0"}])
     yield "qrels", "crossref.qrels", b"d0 0 d1 1\nd0 0 d2 0\nd3 0 d1 1\n"
     yield "topics", "topics", (jsonl([{"id": "d0", "label": "a"}, {"id": "d1", "label": "b"}]) + SEP
                                + jsonl([{"id": "d2", "label": "a"}]))
