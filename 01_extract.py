@@ -130,6 +130,9 @@ def add_hf_arguments(p):
     p.add_argument("--split", default="train",
                    help="the split to read; a local file is one split, named so (it names rows without an id)")
     p.add_argument("--revision", default="main", help="the hub dataset's branch, tag or commit")
+    p.add_argument("--csv-columns", nargs="+", default=None, metavar="NAME",
+                   help="the column names of a CSV file without a header row, whose first line is then a row (Zhou et "
+                        "al. 2020's pair sets: label text_0 text_1)")
     p.add_argument("--out", required=True, help="output directory (articles.jsonl or pairs.jsonl, manifest.json)")
     p.add_argument("--text-field", nargs="+", default=["text"], metavar="FIELD",
                    help="the field of each document's text; two fields: each row is a pair of documents")
@@ -206,7 +209,7 @@ def run_hf(args):
     counts = collections.Counter()
     with folders.Outputs(args.out, __file__, overwrite=args.overwrite) as outputs:
         split = hf_source.open_split(args.dataset, args.config, args.split, args.revision,
-                                     outputs.scratch("datasets-cache"))
+                                     outputs.scratch("datasets-cache"), args.csv_columns)
         with outputs.open(name) as out:
             hf_source.write_rows(split, fields, args.split, out, counts, f"{args.dataset} [{args.split}]")
         inputs = hf_source.input_files(args.dataset) if os.path.exists(args.dataset) else []

@@ -78,12 +78,13 @@ def test_01_hf_to_02_classify_to_05_scores_each_task(tiny_model, tmp_path):
     for split, rows in (("train", range(0, 32)), ("test", range(32, 48))):
         (tmp_path / f"docs_{split}.csv").write_text("text,label\n" + "".join(
             f"{WORDS[i % 2]} {texts[i]},{('tiede', 'taide')[i % 2]}\n" for i in rows))
-        (tmp_path / f"{split}_cite.csv").write_text("label,text_0,text_1\n" + "".join(
+        (tmp_path / f"{split}_cite.csv").write_text("".join(  # as Zhou et al. 2020 publish them: no header
             f"{i % 2},{texts[i]},{texts[(i + 1) % 48]}\n" for i in rows))
         run_main("01_extract.py", "hf", "--dataset", tmp_path / f"docs_{split}.csv", "--split", split,
                  "--label-field", "label", "--out", tmp_path / f"docs-{split}")
         run_main("01_extract.py", "hf", "--dataset", tmp_path / f"{split}_cite.csv", "--split", split,
-                 "--text-field", "text_0", "text_1", "--label-field", "label", "--out", tmp_path / f"aan-{split}")
+                 "--csv-columns", "label", "text_0", "text_1", "--text-field", "text_0", "text_1",
+                 "--label-field", "label", "--out", tmp_path / f"aan-{split}")
     run_main("02_build_graph.py", "classify",
              "--name", "topics", "--train", tmp_path / "docs-train" / "articles.jsonl",
              "--test", tmp_path / "docs-test" / "articles.jsonl",

@@ -74,10 +74,11 @@ def test_without_an_id_field_documents_are_named_by_split_and_row(tmp_path):
 
 
 def test_two_text_fields_make_pairs_whose_documents_are_named_by_their_text(tmp_path):
-    """Zhou et al. 2020's pair sets: a CSV of label,text_0,text_1; a text in two rows is one document."""
-    (tmp_path / "pla_train.csv").write_text("label,text_0,text_1\n1,one text,two text\n0,two  text,three\x01text\n")
-    run_main("01_extract.py", "hf", "--dataset", tmp_path / "pla_train.csv", "--text-field", "text_0", "text_1",
-             "--label-field", "label", "--out", tmp_path / "out")
+    """Zhou et al. 2020's pair sets: a CSV without a header, label,text_0,text_1 a row; a text in two rows is one
+    document."""
+    (tmp_path / "pla_train.csv").write_text('1,one text,two text\n0,"two  text","three\x01text"\n')
+    run_main("01_extract.py", "hf", "--dataset", tmp_path / "pla_train.csv", "--csv-columns", "label", "text_0",
+             "text_1", "--text-field", "text_0", "text_1", "--label-field", "label", "--out", tmp_path / "out")
 
     def doc(text):
         return {"id": hashlib.sha256(text.encode()).hexdigest()[:16], "title": "", "text": text}
@@ -151,3 +152,10 @@ def test_a_pair_set_needs_as_many_id_and_title_fields_as_text_fields(tmp_path):
     assert script_error("01_extract.py", "hf", "--dataset", tmp_path / "in.csv", "--text-field", "a", "b",
                         "--id-field", "a", "--out", tmp_path / "out") == (
         "error: --id-field a: give one name for each --text-field (2)")
+
+
+def test_csv_columns_name_only_a_csv_files_columns(tmp_path):
+    path, _ = write_dataset(tmp_path, "parquet")
+    assert script_error("01_extract.py", "hf", "--dataset", path, "--csv-columns", "a", "b", "--out",
+                        tmp_path / "out") == (
+        f"error: --csv-columns: {path} is not a CSV file; only a CSV file without a header row needs its columns named")

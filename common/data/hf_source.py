@@ -61,12 +61,17 @@ class Split:
         self.rows, self.features, self.total, self.record = rows, features, total, record
 
 
-def open_split(dataset, config, split, revision, cache_dir):
-    """The split ``split`` of ``dataset``: a local path (``local_format``) or a hub name."""
+def open_split(dataset, config, split, revision, cache_dir, csv_columns=None):
+    """The split ``split`` of ``dataset``: a local path (``local_format``) or a hub name. ``csv_columns`` names the
+    columns of a CSV file without a header row (its first line is then a row)."""
     import datasets
     record = {"name": dataset, "config": config, "split": split, "datasets": datasets.__version__}
-    if os.path.exists(dataset):
-        kind = local_format(dataset)
+    local = os.path.exists(dataset)
+    kind = local_format(dataset) if local else None
+    if csv_columns and kind != "csv":
+        raise InputError(f"--csv-columns: {dataset} is not a CSV file; only a CSV file without a header row needs "
+                         "its columns named")
+    if local:
         record["name"] = os.path.basename(os.path.normpath(dataset))
         if kind is None:
             loaded = datasets.load_from_disk(dataset)
@@ -75,8 +80,9 @@ def open_split(dataset, config, split, revision, cache_dir):
                     raise InputError(f"{dataset}: no split {split!r} (its splits: {', '.join(loaded)})")
                 loaded = loaded[split]
             return Split(loaded, loaded.features, len(loaded), record)
+        options = {"column_names": list(csv_columns)} if csv_columns else {}
         rows = datasets.load_dataset(kind, data_files={split: dataset}, split=split, streaming=True,
-                                     cache_dir=cache_dir)
+                                     cache_dir=cache_dir, **options)
         return Split(rows, rows.features, None, record)
     from huggingface_hub import HfApi
     from huggingface_hub.errors import HfHubHTTPError
