@@ -80,7 +80,10 @@ def open_split(dataset, config, split, revision, cache_dir, csv_columns=None):
                     raise InputError(f"{dataset}: no split {split!r} (its splits: {', '.join(loaded)})")
                 loaded = loaded[split]
             return Split(loaded, loaded.features, len(loaded), record)
-        options = {"column_names": list(csv_columns)} if csv_columns else {}
+        # datasets reads a parquet file a row group at a time unless told a batch size, and its memory then grows
+        # with the file; in batches of 1,000 rows it stays nearly flat
+        options = {"column_names": list(csv_columns)} if csv_columns else {"batch_size": 1000} if kind == "parquet" \
+            else {}
         rows = datasets.load_dataset(kind, data_files={split: dataset}, split=split, streaming=True,
                                      cache_dir=cache_dir, **options)
         return Split(rows, rows.features, None, record)
@@ -141,7 +144,7 @@ def write_rows(split, fields, split_name, out, counts, where):
         fields.check(list(split.features), where)
         feature = split.features.get(fields.label) if fields.label else None
         label_names = list(feature.names) if hasattr(feature, "int2str") else None
-    seen = {}  # a document id → the SHA-256 of its text (pairs) or its row
+    seen = {}  # a document id → the start of its text's SHA-256 (pairs) or its row
     checked = split.features is not None
     for row_number, row in enumerate(tqdm(split.rows, total=split.total, desc=split_name, unit=" rows",
                                           mininterval=1.0), 1):
@@ -151,8 +154,9 @@ def write_rows(split, fields, split_name, out, counts, where):
             checked = True
         counts["rows"] += 1
         docs = [_document(row, fields, k, split_name, row_number, at) for k in range(len(fields.texts))]
-        for doc in docs:
-            _check_id(doc, seen, fields.pairs, row_number, at)
+        if fields.ids or fields.pairs:  # a row's own name (SPLIT-ROW) never repeats
+            for doc in docs:
+                _check_id(doc, seen, fields.pairs, row_number, at)
         label = _label(row, fields.label, label_names, at) if fields.label else None
         if fields.pairs:
             obj = {"id": f"{split_name}-{row_number}", "docs": docs}
