@@ -124,8 +124,8 @@ def add_csv_arguments(p):
 
 def add_hf_arguments(p):
     p.add_argument("--dataset", required=True, type=cli.reads,
-                   help="a hub dataset's name (read from the hub), or a local save_to_disk folder or .parquet, "
-                        ".jsonl/.json or .csv file (plain or .gz)")
+                   help="a hub dataset's name (read from the hub), or a local save_to_disk folder, .parquet, "
+                        ".jsonl/.json or .csv file (plain or .gz), or a folder laid out as a hub dataset's repository")
     p.add_argument("--config", default=None, help="the hub dataset's configuration (e.g. no_ref)")
     p.add_argument("--split", default="train",
                    help="the split to read; a local file is one split, named so (it names rows without an id)")

@@ -32,6 +32,12 @@ def write_dataset(tmp_path, form, dataset=None):
     elif form == "save_to_disk-dict":
         datasets.DatasetDict(test=dataset, train=dataset.select([0])).save_to_disk(str(path))
         return path, "test"
+    elif form == "repository":  # a hub dataset's repository, cloned: its splits named by its files
+        (path / "data").mkdir(parents=True)
+        dataset.to_parquet(str(path / "data" / "test-00000-of-00001.parquet"))
+        dataset.select([0]).to_parquet(str(path / "data" / "train-00000-of-00001.parquet"))
+        (path / ".git").mkdir()
+        (path / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
     elif form == "parquet":
         dataset.to_parquet(str(path))
     elif form == "jsonl":
@@ -44,8 +50,8 @@ def write_dataset(tmp_path, form, dataset=None):
 FIELDS = ["--id-field", "doc_id", "--title-field", "heading", "--text-field", "body", "--label-field", "sentiment"]
 
 
-@pytest.mark.parametrize("form, names", [("save_to_disk", True), ("save_to_disk-dict", True), ("parquet", True),
-                                         ("jsonl", False), ("csv", False)])
+@pytest.mark.parametrize("form, names", [("save_to_disk", True), ("save_to_disk-dict", True), ("repository", True),
+                                         ("parquet", True), ("jsonl", False), ("csv", False)])
 def test_every_form_datasets_reads_gives_the_same_articles_class_labels_by_name_where_the_form_keeps_them(
         tmp_path, form, names):
     path, split = write_dataset(tmp_path, form)
@@ -61,7 +67,7 @@ def test_every_form_datasets_reads_gives_the_same_articles_class_labels_by_name_
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert {k: manifest["dataset"][k] for k in ("name", "config", "split", "rows")} == {
         "name": path.name, "config": None, "split": split, "rows": 3}
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file() and ".git" not in p.parts)
     assert sorted(manifest["inputs"]) == sorted(map(str, files))
 
 
@@ -159,3 +165,10 @@ def test_csv_columns_name_only_a_csv_files_columns(tmp_path):
     assert script_error("01_extract.py", "hf", "--dataset", path, "--csv-columns", "a", "b", "--out",
                         tmp_path / "out") == (
         f"error: --csv-columns: {path} is not a CSV file; only a CSV file without a header row needs its columns named")
+
+
+def test_a_folder_datasets_cannot_read_is_one_line(tmp_path):
+    (tmp_path / "empty").mkdir()
+    assert script_error("01_extract.py", "hf", "--dataset", tmp_path / "empty", "--out", tmp_path / "out") == (
+        f"error: {tmp_path / 'empty'}: datasets cannot read it (EmptyDatasetError: The directory at "
+        f"{tmp_path / 'empty'} doesn't contain any data files)")

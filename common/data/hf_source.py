@@ -3,7 +3,7 @@ documents and a label a row, as the document-pair sets of Zhou et al. 2020 are).
 
 Where the rows come from (``open_split``): a hub name with its config and split, pinned to the commit the hub
 names for ``revision`` (``huggingface_hub``'s ``dataset_info``), or a local ``save_to_disk`` folder, parquet, JSON
-lines or CSV file. Every source is read as a stream (``streaming=True``; a ``save_to_disk`` folder is memory-mapped
+lines or CSV file, or a folder laid out as a hub dataset's repository (a clone of one). Every source is read as a stream (``streaming=True``; a ``save_to_disk`` folder is memory-mapped
 Arrow), so memory stays flat in the dataset's size, and ``datasets``' cache goes into a folder the caller gives
 (inside its output folder), so nothing is written elsewhere.
 
@@ -31,26 +31,31 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def local_format(path):
-    """The ``datasets`` builder that reads a local file (by its suffix, a ``.gz`` after it allowed), or None for a
-    ``save_to_disk`` folder."""
+    """The ``datasets`` builder that reads a local file (by its suffix, a ``.gz`` after it allowed); None for a
+    ``save_to_disk`` folder; ``"repository"`` for another folder, which datasets reads as it reads a hub dataset's
+    repository (its data files, their splits by their names, or as its README's configs say)."""
     if os.path.isdir(path):
-        if not any(os.path.exists(os.path.join(path, n)) for n in ("state.json", "dataset_dict.json")):
-            raise InputError(f"{path}: not a folder datasets' save_to_disk wrote (no state.json or "
-                             "dataset_dict.json)")
-        return None
+        if any(os.path.exists(os.path.join(path, n)) for n in ("state.json", "dataset_dict.json")):
+            return None
+        return "repository"
     stem = path[:-3] if path.endswith(".gz") else path
     kind = FORMATS.get(os.path.splitext(stem)[1].lower())
     if kind is None:
         raise InputError(f"{path}: not a dataset file datasets reads here (.parquet, .jsonl, .json or .csv, "
-                         "plain or .gz) nor a save_to_disk folder")
+                         "plain or .gz) nor a folder")
     return kind
 
 
 def input_files(path):
-    """The files a local dataset is read from, for the manifest's SHA-256."""
+    """The files a local dataset is read from, for the manifest's SHA-256 (a folder's hidden ones, such as a
+    clone's .git, left out, as datasets leaves them)."""
     if not os.path.isdir(path):
         return [path]
-    return sorted(os.path.join(d, f) for d, _, files in os.walk(path) for f in files)
+    found = []
+    for folder, subfolders, files in os.walk(path):
+        subfolders[:] = sorted(d for d in subfolders if not d.startswith("."))
+        found += [os.path.join(folder, f) for f in files if not f.startswith(".")]
+    return sorted(found)
 
 
 class Split:
@@ -84,8 +89,12 @@ def open_split(dataset, config, split, revision, cache_dir, csv_columns=None):
         # with the file; in batches of 1,000 rows it stays nearly flat
         options = {"column_names": list(csv_columns)} if csv_columns else {"batch_size": 1000} if kind == "parquet" \
             else {}
-        rows = datasets.load_dataset(kind, data_files={split: dataset}, split=split, streaming=True,
-                                     cache_dir=cache_dir, **options)
+        try:
+            rows = datasets.load_dataset(dataset, config, split=split, streaming=True, cache_dir=cache_dir) \
+                if kind == "repository" else datasets.load_dataset(kind, data_files={split: dataset}, split=split,
+                                                                   streaming=True, cache_dir=cache_dir, **options)
+        except (OSError, ValueError) as e:
+            raise InputError(f"{dataset}: datasets cannot read it ({type(e).__name__}: {_first_line(e)})") from None
         return Split(rows, rows.features, None, record)
     from huggingface_hub import HfApi
     from huggingface_hub.errors import HfHubHTTPError
@@ -96,10 +105,14 @@ def open_split(dataset, config, split, revision, cache_dir, csv_columns=None):
                                      cache_dir=cache_dir)
     except (HfHubHTTPError, OSError, ValueError) as e:
         raise InputError(f"{dataset}: not a local file or folder, and the hub gives no such dataset, config or "
-                         f"split ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+                         f"split ({type(e).__name__}: {_first_line(e)})") from None
     splits = rows.info.splits or {}
     total = splits[split].num_examples if split in splits and splits[split].num_examples else None
     return Split(rows, rows.features, total, record)
+
+
+def _first_line(error):
+    return (str(error).splitlines() or [""])[0]
 
 
 class Fields:
