@@ -3,9 +3,10 @@ documents and a label a row, as the document-pair sets of Zhou et al. 2020 are).
 
 Where the rows come from (``open_split``): a hub name with its config and split, pinned to the commit the hub
 names for ``revision`` (``huggingface_hub``'s ``dataset_info``), or a local ``save_to_disk`` folder, parquet, JSON
-lines or CSV file, or a folder laid out as a hub dataset's repository (a clone of one). Every source is read as a stream (``streaming=True``; a ``save_to_disk`` folder is memory-mapped
-Arrow), so memory stays flat in the dataset's size, and ``datasets``' cache goes into a folder the caller gives
-(inside its output folder), so nothing is written elsewhere.
+lines or CSV file, or a folder laid out as a hub dataset's repository (a clone of one). Every source is read as a
+stream (``streaming=True``; a ``save_to_disk`` folder is memory-mapped Arrow), so memory stays nearly flat in the
+dataset's size, and ``datasets``' cache goes into a folder the caller gives (inside its output folder), so nothing
+is written elsewhere.
 
 What a row becomes (``write_rows``): the fields the caller names give each document's id, title and text and the
 row's label. A class-label column is written as its class's name (``ClassLabel.int2str``), any other label as its
