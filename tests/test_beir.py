@@ -64,7 +64,8 @@ def test_mnrl_trains_on_the_training_qrels_and_selects_on_dev(tiny_model, tmp_pa
     assert len(validations) == 2 and counts["best_val_ndcg@10"] == max(r["val_ndcg@10"] for r in validations)
 
 
-@pytest.mark.parametrize("case", ["no test qrels", "score", "id", "columns", "duplicate", "query is a document"])
+@pytest.mark.parametrize("case", ["no test qrels", "score", "id", "columns", "duplicate", "query is a document",
+                                  "nothing judged"])
 def test_bad_beir_folders_are_one_line_and_nothing_is_written(tmp_path, case):
     folder, _ = beir_folder(tmp_path / "beir")
     corpus = folder / "corpus.jsonl"
@@ -76,6 +77,8 @@ def test_bad_beir_folders_are_one_line_and_nothing_is_written(tmp_path, case):
         (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n1 1 1\n")
     elif case == "id":
         corpus.write_text(corpus.read_text() + json.dumps({"_id": "a b", "title": "", "text": "x"}) + "\n")
+    elif case == "nothing judged":
+        (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n1\t404\t1\n404\t1\t1\n")
     elif case == "duplicate":
         corpus.write_text(corpus.read_text() + json.dumps({"_id": "2", "title": "", "text": "x"}) + "\n")
     else:
@@ -92,5 +95,6 @@ def test_bad_beir_folders_are_one_line_and_nothing_is_written(tmp_path, case):
               "files cannot carry it)",
         "duplicate": f"error: {corpus}:7: duplicate _id \"2\"",
         "query is a document": f"error: {test_qrels}:2: query id q:1 equals a document id; rename that document",
+        "nothing judged": f"error: {test_qrels}: judges no query of queries.jsonl against a document of the corpus",
     }[case]
     assert not (tmp_path / "data").exists() or os.listdir(tmp_path / "data") == []

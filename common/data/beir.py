@@ -116,6 +116,8 @@ def write_beir(folder, outputs, counts):
             if f"q:{qid}" in doc_ids:
                 raise InputError(f"{path}:{lineno}: query id q:{qid} equals a document id; rename that document")
             judged.setdefault(qid, []).append((doc, score))
+        if split == "test" and not judged:
+            raise InputError(f"{path}: judges no query of queries.jsonl against a document of the corpus")
         _write_split(SPLITS[split], judged, queries, outputs, counts)
     return [corpus, queries_path, *qrels.values()]
 
