@@ -7,7 +7,7 @@ graded in BEIR's qrels):
 | metric      | definition                                                                              |
 |-------------|-----------------------------------------------------------------------------------------|
 | MRR@10      | 1 / rank of the first relevant document in the top 10, else 0                           |
-| nDCG@10     | Σ_{i≤10} gain_i / log2(i + 1), over the same sum for the relevant documents by gain first |
+| nDCG@10     | Σ_{i≤10} gain_i / log2(i + 1), over the same sum for the relevant documents, best first |
 | Recall@k    | relevant documents in the top k / R (k = 1, 5, 10, 100)                                  |
 | MAP@100     | Σ over relevant documents in the top 100 of precision at their rank, / R                 |
 
@@ -101,8 +101,7 @@ def query_metrics(ranked, relevant):
 
 def retrieval_scores(run, qrels):
     """Mean metrics over the queries of ``qrels`` ({qid: set of relevant ids, or {id: relevance}}; ``run`` = {qid:
-    ranked ids}), and
-    their per-query values as a ``uncertainty.Sample`` (None without queries)."""
+    ranked ids}), and their per-query values as a ``uncertainty.Sample`` (None without queries)."""
     per_query = [query_metrics(run.get(qid, []), relevant) for qid, relevant in qrels.items()]
     if not per_query:
         return {}, None
@@ -176,8 +175,8 @@ def bm25(doc_texts, doc_ids, query_texts, qids, qrels, language="english", k=K):
 def evaluate_retrieval(models, data_dir, how, outputs, wanted, say=print):
     """Test queries against the whole corpus for every model (``retrieval``) and BM25 (``bm25``), each document's
     gain its relevance in the qrels; writes each model's corpus vectors and its ranking's run file (``trec_run``)
-    into ``outputs``. Returns the metrics, the counts, the figures (none) and the per-query
-    values, {model: {"retrieval": [uncertainty.Sample]}}."""
+    into ``outputs``. Returns the metrics, the counts, the figures (none) and the per-query values, {model:
+    {"retrieval": [uncertainty.Sample]}}."""
     from common.data.docs_jsonl import Documents
     metrics, counts, samples = {}, {}, {}
     docs = Documents(data_dir, texts="bm25" in wanted)  # the embedding streams them
