@@ -2,9 +2,12 @@
 ir-measures read: 05 writes one per model and ranking task, ``EVAL/<model>.<task>.trec`` (the tag is the model's
 name), so that any of those tools computes the task's figures from the same rankings 05 scored.
 
-The scores are written as the shortest decimal that reads back as the same number (Python's ``repr`` of the
-score as a double: a float32 score exactly), so that the tools, which sort by score and break ties by document id
-descending, rank the documents as 05 did."""
+The scores are written as the shortest decimal that reads back as the same number (Python's ``repr``). trec_eval
+holds a score as a C ``float``, and sorts by score, ties by document id descending, as 05 does: the retrieval
+task's cosines and BM25 scores and the cross-reference task's distances are float32 values already, and the
+lexical baseline's shares (fractions of a query's few hundred stems) lie further apart than a float32 resolves, so
+the tools see the ties 05 saw and rank the documents as 05 did. The similarity task is not written: it ranks by
+float64 cosines (scikit-learn's average precision), which trec_eval would round into ties 05 does not have."""
 
 from common.eval.metrics import trec_order
 
