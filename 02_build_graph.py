@@ -23,6 +23,9 @@
       --test work/imdb-test/articles.jsonl [--name aan --train ... --test ...] --out work/classify
       Classification tasks (documents or pairs, from 01_extract.py hf) as one data directory for 05 --task classify.
 
+  python 02_build_graph.py similarity --articles wines.txt --targets gt --out work/wines
+      Articles with expert lists of similar articles (Ginzburg et al. 2021's WINES, GAMES) as similarity data.
+
   python 02_build_graph.py beir --input scifact --out work/scifact
       A BEIR folder (corpus.jsonl, queries.jsonl, qrels/*.tsv) as retrieval data for 05 and 03 --objective mnrl.
 """
@@ -35,8 +38,8 @@ import sys
 import numpy as np
 
 from common import cli, folders, io, jsontext
-from common.data import beir, classify_splits, crossref, heldout, keysent_splits, lm_corpus, retrieval, testsets, \
-    triplets
+from common.data import beir, classify_splits, crossref, heldout, keysent_splits, lm_corpus, retrieval, \
+    similar_articles, testsets, triplets
 from common.data.articles import read_articles
 from common.data.splits import parse_caps, refuse_empty_splits, write_topics
 
@@ -142,6 +145,14 @@ def add_classify_arguments(p):
                    help="the task's training split: articles.jsonl or pairs.jsonl from 01_extract.py hf")
     p.add_argument("--test", action="append", required=True, type=cli.reads, help="the task's test split, the same")
     cli.add_max_line(p)
+    p.add_argument("--out", required=True, help="data directory to write")
+
+
+def add_similarity_arguments(p):
+    p.add_argument("--articles", required=True, type=cli.reads,
+                   help="the articles: a CSV table of title and sections (WINES' wines.txt, GAMES' video_games.txt)")
+    p.add_argument("--targets", required=True, type=cli.reads,
+                   help="the similar articles: the pickled dictionary of titles (SDR's gt)")
     p.add_argument("--out", required=True, help="data directory to write")
 
 
@@ -280,6 +291,20 @@ def run_classify(args):
     print(f"{counts['documents']} documents; train/test {splits} → {args.out}")
 
 
+def run_similarity(args):
+    counts = collections.Counter()
+    targets = similar_articles.read_targets(args.targets)
+    with folders.Outputs(args.out, __file__, args.command, overwrite=args.overwrite) as outputs:
+        with outputs.open("docs.jsonl") as docs:
+            ids = similar_articles.write_articles(args.articles, docs, counts)
+        with outputs.open("similarity.qrels") as qrels:
+            similar_articles.write_qrels(targets, ids, qrels, counts)
+        outputs.finish(args, inputs=[args.articles, args.targets], counts=dict(counts))
+    print(f"{counts['documents']} documents, {counts['sources']} sources with {counts['targets']} targets "
+          f"({counts['sources_unknown']} sources and {counts['targets_unknown']} targets name no article) → "
+          f"{args.out}")
+
+
 def run_beir(args):
     counts = collections.Counter()
     with folders.Outputs(args.out, __file__, args.command, overwrite=args.overwrite) as outputs:
@@ -302,6 +327,8 @@ COMMANDS = {
                  "sample (classification)", add_testsets_arguments, run_testsets),
     "classify": ("labelled splits of documents or pairs (01_extract.py hf) → classification tasks for 05",
                  add_classify_arguments, run_classify),
+    "similarity": ("articles with expert lists of similar articles (WINES, GAMES) → similarity data for 05",
+                   add_similarity_arguments, run_similarity),
     "beir": ("a BEIR dataset's folder → retrieval data for 05 (and training pairs for 03 --objective mnrl)",
              add_beir_arguments, run_beir),
 }

@@ -6,9 +6,11 @@ shipped samples (data/), and the files 02–05 write, as the tests build them.
 """
 
 import bz2
+import collections
 import gzip
 import json
 import os
+import pickle
 import shutil
 import sys
 
@@ -92,6 +94,10 @@ def seeds():
     pair = {"id": "train-1", "docs": [{"id": "h1", "title": "", "text": "x"}, {"id": "h2", "title": "", "text": "y"}],
             "label": "1"}
     yield "classify_splits", "pairs", jsonl([pair]) + SEP + jsonl([{**pair, "label": "0"}])
+    gt = collections.defaultdict(dict, {"Champagne": {"Cava": 1, "Prosecco": 1}, "Cava": {"Champagne": 1}})
+    yield "similar_articles", "wines", ("title,sections\nChampagne,\"[('', 'Sparkling wine.'), ('History', '')]\"\n"
+                                        "Cava,\"[('Making', 'Traditional method.')]\"\n").encode() + SEP \
+        + pickle.dumps(gt, protocol=4)
     yield "qrels", "crossref.qrels", b"d0 0 d1 1\nd0 0 d2 0\nd3 0 d1 1\n"
     yield "topics", "topics", (jsonl([{"id": "d0", "label": "a"}, {"id": "d1", "label": "b"}]) + SEP
                                + jsonl([{"id": "d2", "label": "a"}]))

@@ -276,6 +276,15 @@ def classify_splits(data, work):
                     collections.Counter())
 
 
+def similar_articles(data, work):
+    """02 similarity: the articles table and the pickled dictionary of similar titles."""
+    from common.data import similar_articles as reader
+    table, targets = _parts(data, 2)
+    counts = collections.Counter()
+    ids = reader.write_articles(_write(work, "wines.txt", table), _io.StringIO(), counts)
+    reader.write_qrels(reader.read_targets(_write(work, "gt", targets)), ids, _io.StringIO(), counts)
+
+
 def qrels(data, work):
     from common.data.retrieval import read_qrels
     from common.eval import wikispecter
@@ -530,9 +539,8 @@ def projection(data, work):
 
 
 TARGETS = {f.__name__: f for f in (dump, dump_bz2, wikitext, arxiv, dictd, rst, folder, csv, sentences, articles,
-                                   splits, triplets, pairs, beir, classify_splits, qrels, topics, queries, log,
-                                   manifest, manifest_files,
-                                   teacher_ids, npy,
+                                   splits, triplets, pairs, beir, classify_splits, similar_articles, qrels, topics,
+                                   queries, log, manifest, manifest_files, teacher_ids, npy,
                                    safetensors_header, card_front_matter, training_flags, name_values, projection)}
 
 
