@@ -6,6 +6,7 @@ the trackers), several seeds, and a full disk while saving. Under --overwrite, t
 new one is committed, a killed replacement resumes, and only what a run wrote is ever removed."""
 
 import json
+import os
 import re
 import shutil
 
@@ -506,6 +507,46 @@ def test_a_finished_runs_manifest_naming_what_no_run_writes_removes_nothing_of_i
     _train(args + ["--lr", "1e-3", "--overwrite"])
     assert all((path / "notes.txt").read_text() == "mine" for path in (run, run / "model", run / "checkpoints"))
     assert (tmp_path / "outside.txt").read_text() == "outside"
+
+
+def _everything(folder):
+    """Every file under ``folder`` with its SHA-256 and every link with its target, links not followed."""
+    found = {}
+    for d, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            path = os.path.join(d, name)
+            rel = os.path.relpath(path, folder)
+            if os.path.islink(path):
+                found[rel] = "-> " + os.readlink(path)
+            elif os.path.isfile(path):
+                found[rel] = io.sha256(path)
+    return found
+
+
+@pytest.mark.parametrize("link", [".next-run", "cache", "epoch_1", "model/1_Pooling", "checkpoints/step_2",
+                                  ".next-run/checkpoints"])
+def test_a_link_where_a_run_moves_writes_or_deletes_is_refused_before_anything_is(link, finished, tmp_path,
+                                                                                  capsys):
+    """A symbolic link at any path a command on the run folder moves, writes or deletes (``.next-run`` to another
+    finished run, whose files a replacement would move in; ``cache``, where the masked LM would write; a model, a
+    checkpoint, or an entry of a replacement) is refused in one line, by every command, and nothing anywhere is
+    moved, written or deleted."""
+    run, args = finished
+    other = tmp_path / "other"
+    shutil.copytree(run, other)  # another finished run: the target .next-run would be moved in from
+    path = run / link
+    if link.startswith(".next-run/"):
+        path.parent.mkdir()
+        (path.parent / "run.json").write_text((run / "run.json").read_text())
+    elif path.exists():
+        shutil.rmtree(path)
+    path.symlink_to(other if link == ".next-run" else other / "checkpoints")
+    before = _everything(tmp_path)
+    expected = (f"error: {path}: a symbolic link in the run folder; remove it (a run never moves, writes or "
+                "deletes through one)")
+    for extra in ([], ["--lr", "1e-3"], ["--lr", "1e-3", "--overwrite"]):
+        assert script_error("03_train.py", *args, *extra) == expected
+        assert _everything(tmp_path) == before
 
 
 def test_overwrite_resumes_an_unfinished_run_from_its_own_checkpoints_and_starts_afresh_over_others(

@@ -78,6 +78,29 @@ def recorded_files(run_dir):
     return [n for n in listed if written_name(n) and run_entry(n.split("/")[0]) and n != "manifest.json"]
 
 
+def links(out):
+    """The symbolic links in the run folder ``out`` at paths a command on it moves, writes or deletes (links not
+    followed): ``.next-run`` and ``cache`` themselves, and in ``out`` and in a ``.next-run`` folder every entry a
+    run writes and everything under it (in ``checkpoints``, its ``step_N``)."""
+    found = [os.path.join(out, name) for name in (NEXT, CACHE) if os.path.islink(os.path.join(out, name))]
+    next_dir = os.path.join(out, NEXT)
+    for folder in [out] + ([next_dir] if os.path.isdir(next_dir) and not os.path.islink(next_dir) else []):
+        for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+            path = os.path.join(folder, name)
+            if not run_entry(name):
+                continue
+            places = [path]
+            if name == "checkpoints" and os.path.isdir(path) and not os.path.islink(path):
+                places = [os.path.join(path, step) for step in sorted(os.listdir(path)) if STEP.fullmatch(step)]
+            for place in places:
+                if os.path.islink(place):
+                    found.append(place)
+                elif os.path.isdir(place):
+                    found += [p for p in (os.path.join(place, *rel.split("/")) for rel in entries(place))
+                              if os.path.islink(p)]
+    return found
+
+
 def finished_in(out):
     """Whether ``out`` holds a finished run: its manifest.json (the run's last file) beside its ``run.json``."""
     return all(os.path.isfile(os.path.join(out, name)) for name in ("manifest.json", RUN_FILE))

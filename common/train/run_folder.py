@@ -17,7 +17,7 @@ from common.folders import STAGING
 from common.io import InputError
 from common.train import run_status
 from common.train.replacement import move_into_place, work_folder
-from common.train.run_entries import NEXT, RUN_FILE, STATE, STEP, WRITTEN, checkpoints, finished_in, run_files
+from common.train.run_entries import NEXT, RUN_FILE, STATE, checkpoints, finished_in, run_files
 from common.train.run_identity import command_identity
 from common.train.run_log import log_line, read_log
 from common.written import remove_entry, remove_written
@@ -56,8 +56,8 @@ class RunFolder:
         removed by name (``run_files``: a run killed before its first checkpoint leaves a log that would otherwise
         get its steps twice), and nothing else; with checkpoints, ``resume`` checks their settings (``overwrite``
         resumes from this run's own: they train to the same weights). Private folders a killed run left are
-        removed. The folder is made and locked as every output folder is (``folders.own_folder``); nothing is
-        written through a symbolic link in it."""
+        removed. The folder is made and locked as every output folder is (``folders.own_folder``); a symbolic link
+        where a run moves, writes or deletes is refused before anything is (``run_status.check_run_folder``)."""
         out = self.out
         run_status.check_run_folder(out)
         if not self.accelerator.is_main_process:
@@ -73,11 +73,7 @@ class RunFolder:
                              "again")
         for folder in dict.fromkeys((out, self.path)):
             if folder != out:
-                if os.path.islink(folder):
-                    raise InputError(f"{folder}: a symbolic link in the run folder; remove it (a run never writes "
-                                     "through one)")
                 folders.make_folder(folder)
-            self._check_links(folder)
             root = os.path.join(folder, "checkpoints")
             leftovers = [n for n in os.listdir(folder) if n.startswith(STAGING)]  # of a killed run
             leftovers += [os.path.join("checkpoints", n) for n in os.listdir(root) if n.startswith(STAGING)] \
@@ -90,18 +86,6 @@ class RunFolder:
                                                                                            self.identity)):
             remove_written(self.path, run_files(self.path))
         folders.write_json(os.path.join(self.path, RUN_FILE), {"identity": self.identity})
-
-    @staticmethod
-    def _check_links(folder):
-        """Refuse a symbolic link at a name a run writes: a run never writes through one."""
-        root = os.path.join(folder, "checkpoints")
-        inside = [os.path.join(folder, name) for name in WRITTEN + (RUN_FILE,)]
-        inside += [os.path.join(root, name) for name in os.listdir(root) if STEP.fullmatch(name)] \
-            if os.path.isdir(root) and not os.path.islink(root) else []
-        for path in inside:
-            if os.path.islink(path):
-                raise InputError(f"{path}: a symbolic link in the run folder; remove it (a run never writes "
-                                 "through one)")
 
     def commit(self, script, started, counts):
         """The run's last file, in the main process: its manifest (``provenance.manifest``: the command, its

@@ -11,7 +11,7 @@ from common.folder_lock import LOCK
 from common.folders import STAGING
 from common.io import InputError
 from common.train.replacement import complete_replacement
-from common.train.run_entries import CACHE, NEXT, RUN_FILE, STATE, checkpoints, finished_in
+from common.train.run_entries import CACHE, NEXT, RUN_FILE, STATE, checkpoints, finished_in, links
 from common.train.run_identity import command_identity
 from common.train.run_log import LARGEST
 
@@ -45,14 +45,20 @@ def finished(args, script):
 
 
 def check_run_folder(out):
-    """Refuse an ``--out`` that is a file, or a folder that holds something and is not a run folder of this project
-    (no ``run.json``); its lock, private folders and cache are no reason (a run may be claiming it meanwhile)."""
+    """Refuse an ``--out`` that is a file, a folder that holds something and is not a run folder of this project
+    (no ``run.json``; its lock, private folders and cache are no reason: a run may be claiming it meanwhile), or one
+    with a symbolic link at a path a command on it moves, writes or deletes (``run_entries.links``): checked before
+    the first move, so that nothing is moved, written or deleted through one."""
     if os.path.exists(out) and not os.path.isdir(out):
         raise InputError(f"{out}: --out is a file, not a run folder")
     if os.path.isdir(out) and not os.path.exists(os.path.join(out, RUN_FILE)) and \
             [n for n in os.listdir(out) if n not in (LOCK, CACHE, NEXT) and not n.startswith(STAGING)]:
         raise InputError(f"{out}: not empty and not a run folder of this project (no {RUN_FILE}); "
                          "use another --out")
+    found = links(out) if os.path.isdir(out) else []
+    if found:
+        raise InputError(f"{found[0]}: a symbolic link in the run folder; remove it (a run never moves, writes or "
+                         "deletes through one)")
 
 
 def read_state(path):
