@@ -224,8 +224,8 @@ def test_processes_of_a_launch_that_accelerate_does_not_join_are_refused_before_
     monkeypatch.setattr(distributed, "joins_on_cpu", lambda: False)
     run = tmp_path / "run"
     assert script_error("03_train.py", *train_args(tiny_data, tiny_model, run)) == (
-        "error: 2 processes were launched (WORLD_SIZE) and Accelerate joined 1 of them into one run: each would train "
-        "alone; run one process, or launch them where Accelerate joins them (a GPU each, or the CPU)")
+        "error: 2 processes were launched and Accelerate joined 1 of them into one run: each would train alone; run "
+        "one process, or launch them where Accelerate joins them (a GPU each, or the CPU)")
     assert not run.exists()
 
 

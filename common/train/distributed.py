@@ -1,7 +1,5 @@
 """A launch's processes, joined into one run, and the collectives that in-batch losses need across them."""
 
-import os
-
 import torch
 
 from common.io import InputError
@@ -9,8 +7,10 @@ from common.io import InputError
 
 def launched_processes():
     """The number of processes this launch starts, as its launcher says (``WORLD_SIZE``: ``accelerate launch``,
-    ``torchrun``), read before Accelerate starts; one without a launcher."""
-    return int(os.environ.get("WORLD_SIZE", "1"))
+    ``torchrun``; MPI's own variables under ``mpirun``, which Accelerate reads too), read before Accelerate starts;
+    one without a launcher."""
+    from accelerate.utils import get_int_from_env
+    return get_int_from_env(["WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE"], 1)
 
 
 def joins_on_cpu():
@@ -29,9 +29,9 @@ def check_joined(accelerator):
     (each would train alone, and all but one be refused by the run folder's lock)."""
     launched = launched_processes()
     if accelerator.num_processes != launched:
-        raise InputError(f"{launched} processes were launched (WORLD_SIZE) and Accelerate joined "
-                         f"{accelerator.num_processes} of them into one run: each would train alone; run one process, "
-                         "or launch them where Accelerate joins them (a GPU each, or the CPU)")
+        raise InputError(f"{launched} processes were launched and Accelerate joined {accelerator.num_processes} of "
+                         "them into one run: each would train alone; run one process, or launch them where Accelerate "
+                         "joins them (a GPU each, or the CPU)")
 
 
 def all_gather_with_grad(tensor):
