@@ -16,7 +16,8 @@ values that will run):
 
 Mixed precision and the number of GPUs come from `accelerate config` / `accelerate launch`. A run writes
 RUN/model (Hugging Face + sentence-transformers), RUN/checkpoints/step_N and RUN/log.jsonl; starting again with
-the same --out resumes from the newest checkpoint. SIGTERM saves a checkpoint and exits with status 143.
+the same --out resumes from the newest checkpoint. SIGTERM saves a checkpoint (under several processes at the
+next log record or checkpoint) and exits with status 143.
 04_distill.py train runs the same loop with the distill objective.
 """
 
@@ -67,7 +68,7 @@ def train(args, script=__file__):
 
     from common.models import cpu, precision
     from common.train import run_folder, run_log
-    from common.train.distributed import any_process
+    from common.train.distributed import stop_agreed
     from common.train.optimization import parameter_groups, warmup_steps
     from common.models.encoder import checkpoint_activations
     from common.train.batches import backward, loaders, seed_dropout
@@ -179,7 +180,9 @@ def train(args, script=__file__):
                 save()
 
         # the loop
-        stop = []  # SIGTERM (what Slurm sends before preemption): checkpoint and exit at the next step
+        # SIGTERM (what Slurm sends before preemption): checkpoint and exit at the next step, or under several
+        # processes at the next log record or checkpoint, where they agree
+        stop = []
         previous = signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
         bar = tqdm(total=total_steps, initial=step, desc="train", unit=" steps", disable=not acc.is_main_process,
                    mininterval=1.0)
@@ -209,16 +212,19 @@ def train(args, script=__file__):
                         continue
                     step += 1
                     bar.update(1)
-                    if step % args.log_every == 0 or step == total_steps:
+                    logs = step % args.log_every == 0 or step == total_steps
+                    saves = bool(args.checkpoint_every) and step % args.checkpoint_every == 0
+                    if logs:
                         log()
                     if args.eval_every and step % args.eval_every == 0:
                         validate()
-                    if args.checkpoint_every and step % args.checkpoint_every == 0:
+                    if saves:
                         checkpoint()
                     if step >= total_steps:
                         break
-                    if any_process(acc, bool(stop)):
-                        checkpoint()
+                    if stop_agreed(acc, bool(stop), boundary=logs or saves):
+                        if not saves:
+                            checkpoint()
                         bar.close()
                         acc.print(f"stopped by SIGTERM at step {step}; checkpoint saved in "
                                   f"{os.path.join(folder.path, 'checkpoints')}; run the same command to resume")
