@@ -30,8 +30,8 @@ other, the masked LM's cache and a --cache-dir inside --data, and numbers not ch
 memory, masking shares adding up past 1, a pair length too short for --nsp, NaN and infinity as flags, a label of
 true, a checkpoint's state, a log record, teacher vectors past float32 and a document id that is a list; a link in a
 run folder where a command moves, writes or deletes (RUN/.next-run to another finished run, RUN/cache, a model), a
-checkpoint holding another step than its folder names, a run finished on two processes run again on one
-(docs/reliability.md).
+checkpoint holding another step than its folder names, a run finished on two processes run again on one, and two
+CPU processes started by torchrun and by accelerate launch --multi_gpu (docs/reliability.md).
 """
 
 import argparse
@@ -423,6 +423,32 @@ def resume_cases(root, model, data, train):
     return results
 
 
+def launch_cases(root, model, data, train):
+    """Two processes launched on a machine without a GPU, by a bare torchrun and by accelerate launch --multi_gpu:
+    one run of two processes (not two runs on one --out, the second refused as in use), which the same command on one
+    process then finds finished with other settings (processes)."""
+    import socket
+    results = []
+    launchers = (("torchrun", ["torch.distributed.run", "--nproc_per_node", "2", "--master_port"]),
+                 ("accelerate launch --multi_gpu", ["accelerate.commands.launch", "--multi_gpu", "--num_processes",
+                                                    "2", "--main_process_port"]))
+    for k, (name, launcher) in enumerate(launchers):
+        run = root / f"launch-{k}"
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        env = {key: v for key, v in os.environ.items() if key != "ACCELERATE_USE_CPU"}
+        proc = subprocess.run([sys.executable, "-m", *launcher, str(port), *map(str, train), "--data", str(data),
+                               "--out", str(run)], cwd=ROOT, capture_output=True, text=True,
+                              env={**env, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
+        joined = proc.returncode == 0 and json.loads((run / "manifest.json").read_text())["counts"]["processes"] == 2
+        rc, line = script(*train, "--data", data, "--out", run)
+        results.append(report(f"03 under {name}, 2 CPU processes; then 1", proc.returncode,
+                              (proc.stderr.strip().splitlines() or [""])[-1] if not joined else line,
+                              joined and rc == 2 and "with other settings (processes)" in line))
+    return results
+
+
 def number_cases(root, model, data, train):
     """Numbers not checked before use: flags (a line limit past memory, shares that add up past 1, a pair length too
     short for --nsp, NaN and infinity, 05's resamples and re-splits past what it can finish) and numbers in files (a label of true, a checkpoint's state, a log record,
@@ -611,6 +637,7 @@ def safety(work):
     results += number_cases(root, model, data, train)
     results += link_cases(root, model, data, train)
     results += resume_cases(root, model, data, train)
+    results += launch_cases(root, model, data, train)
     shutil.rmtree(root, ignore_errors=True)
     print(f"{sum(results)} of {len(results)} cases as expected")
     return 0 if all(results) else 1

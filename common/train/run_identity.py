@@ -47,9 +47,3 @@ def run_identity(args, processes):
     records and a later command must match to find it done, and what a checkpoint's identity holds besides the
     settings the model was loaded with."""
     return {**command_identity(args), "processes": processes}
-
-
-def launched_processes():
-    """The number of processes this launch starts, as its launcher says (``WORLD_SIZE``: accelerate launch,
-    torchrun), read before Accelerate starts; one without a launcher."""
-    return int(os.environ.get("WORLD_SIZE", "1"))

@@ -12,15 +12,15 @@ from common.folders import STAGING
 from common.io import InputError
 from common.train.replacement import complete_replacement
 from common.train.run_entries import CACHE, NEXT, RUN_FILE, STATE, checkpoints, finished_in, links
-from common.train.run_identity import launched_processes, run_identity
+from common.train.distributed import launched_processes
+from common.train.run_identity import run_identity
 from common.train.run_log import LARGEST
 
 
 def finished(args, script):
     """A finished run in ``args.out`` (its manifest.json, the run's last file, is there): its counts where it was
     trained with the settings of this command on as many processes as this launch starts (``run_identity``), so
-    that the command has nothing to do; else
-    an InputError, unless ``--overwrite``. None where ``--out`` holds no finished run of this project. A run that
+    that the command has nothing to do; else an InputError, unless ``--overwrite``. None where ``--out`` holds no finished run of this project. A run that
     replaced a finished one and was killed while moving into place is moved into place first
     (``complete_replacement``). An ``--out`` that is no run folder is refused first (``check_run_folder``), before
     any work writes into it (the masked LM's cache)."""
@@ -59,7 +59,7 @@ def check_run_folder(out):
             [n for n in os.listdir(out) if n not in (LOCK, CACHE, NEXT) and not n.startswith(STAGING)]:
         raise InputError(f"{out}: not empty and not a run folder of this project (no {RUN_FILE}); "
                          "use another --out")
-    found = links(out) if os.path.isdir(out) else []
+    found = links(out)
     if found:
         raise InputError(f"{found[0]}: a symbolic link in the run folder; remove it (a run never moves, writes or "
                          "deletes through one)")
