@@ -13,7 +13,7 @@ import time
 import pytest
 from safetensors.torch import load_file
 
-from conftest import ENV, ROOT, forget_hashes, free_port, read_jsonl, run_main, script_error, unfinish
+from conftest import ENV, ROOT, forget_hashes, free_port, read_jsonl, run_main, script_error, script_module, unfinish
 
 TRAIN = ["--objective", "triplet", "--pooling", "mean", "--max-length", "32", "--batch-size", "4", "--epochs", "2",
          "--log-every", "1", "--eval-every", "20", "--checkpoint-every", "5", "--keep", "2", "--length-groups", "2"]
@@ -267,11 +267,13 @@ def test_a_run_folder_in_use_is_refused_before_anything_is_removed(tiny_model, t
 
 
 def part_gradients(objective, rows, budgets):
-    """Gradients of one training batch through the loop's ``backward``, whole and cut at each token budget, with
-    dropout off so that every computation sees the same network; and the parts each budget made."""
+    """Gradients of one training batch through the loop's backward pass, whole (the batch's mean loss) and cut at
+    each token budget (``backward_in_parts``), with dropout off so that every computation sees the same network;
+    and the parts each budget made."""
     from accelerate import Accelerator
 
-    from common.train.batches import BatchParts, backward
+    from common.train.batches import BatchParts
+    backward_in_parts = script_module("03_train.py").backward_in_parts
     model = objective.build()
     objective.load_data()
     model.eval()
@@ -281,7 +283,11 @@ def part_gradients(objective, rows, budgets):
         rows_ = objective.train_rows[rows]
         batch = BatchParts(objective, budget)(rows_) if budget else objective.collate(rows_)
         model.zero_grad()
-        loss = backward(Accelerator(cpu=True), model, objective, batch)
+        if budget and "parts" in batch:
+            loss = backward_in_parts(Accelerator(cpu=True), model, objective, batch)
+        else:
+            loss = objective.losses(model, batch).mean()
+            Accelerator(cpu=True).backward(loss)
         found.append((loss.item(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None},
                       batch.get("sizes")))
     return found
