@@ -27,8 +27,8 @@ def test_a_registered_objective_trains_its_head_and_buffers_resumes_bit_identica
     early = load_file(str(ref / "checkpoints" / "step_5" / "model.safetensors"))  # the whole module, head included
     assert not torch.equal(early["head.weight"], heads["head.weight"])  # the optimizer moved the head
     from huggingface_hub import ModelCard
-    card = ModelCard.load(str(ref / "model" / "README.md"))  # an objective of no paper gets a card of its own name
-    assert card.data.tags[-1] == "toy" and "# ref/model: `toy` objective" in card.text
+    card = ModelCard.load(str(ref / "model" / "README.md"))  # the objective's own card prose
+    assert card.data.tags[-1] == "loss:CrossEntropyLoss" and "# ref/model: toy classification objective" in card.text
 
     out = tmp_path / "run"
     shutil.copytree(ref, out)
