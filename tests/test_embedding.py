@@ -1,6 +1,6 @@
 """How a corpus is embedded (common/models/inference.py, common/eval/embedding.py): in one shard per process on two
 processes, the vectors of one, with a helping process that keeps nothing; texts streamed from docs.jsonl into the
-token store as the list would be."""
+token store as the list would be; each batch's vectors copied to the host once, and nothing else waited for."""
 
 import os
 import shutil
@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from conftest import corpus_text, forget_hashes, free_port
+from test_train import recording
 
 from common.io import InputError
 
@@ -75,3 +76,19 @@ def test_paper_texts_stream_from_docs_jsonl_into_the_token_store_as_the_list_wou
     with pytest.raises(InputError) as e:
         list(docs.stream_texts())
     assert str(e.value) == f"{changed / 'docs.jsonl'}: changed while it was being read"
+
+
+def test_embedding_copies_each_batchs_vectors_once_and_waits_for_nothing_else(tiny_model, monkeypatch):
+    from common.models.inference import embed
+    from common.models.loading import load_encoder
+    from common.models.tokens import TokenStore
+    encoder, tokenizer, _ = load_encoder(tiny_model, pooling="mean", max_length=32)
+    store = TokenStore(tokenizer, [f"text {i} " + "word " * (i % 9) for i in range(23)], 32)
+    inside = embed.__wrapped__.__code__ if hasattr(embed, "__wrapped__") else embed.__code__
+    mode = recording(monkeypatch, lambda frames: any(f.f_code is inside for f in frames))
+    with mode:
+        vectors = embed(encoder, store, batch_size=5, batch_tokens=0)
+    assert vectors.shape == (23, encoder.dimension)
+    # 23 texts in batches of 5: one copy each, from one place
+    assert [found[:3] for found in mode.found] == [(".cpu()", "common/models/inference.py", "embed")] * 5
+    assert len({found[3] for found in mode.found}) == 1

@@ -57,7 +57,7 @@ SPEED_PROBES = {"checkpoint_every": ["--checkpoint-every", "1"], "keep": ["--kee
                 "log_every": ["--log-every", "2"], "length_groups": ["--length-groups", "1"],
                 "gradient_checkpointing": ["--gradient-checkpointing"], "save_epochs": ["--save-epochs"],
                 "report_to": None,  # needs a tracker installed; it only copies log.jsonl's records
-                "loader_workers": ["--loader-workers", "0"]}  # read on a GPU only; tests/test_loop.py collates with
+                "loader_workers": ["--loader-workers", "0"]}  # read on a GPU only; tests/test_train.py collates with
 # worker processes and without
 
 
