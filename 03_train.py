@@ -66,12 +66,12 @@ def train(args, script=__file__):
     from transformers import get_scheduler
 
     from common.models import cpu, precision
-    from common.train import run_folder, run_log
+    from common.train import replacement, run_folder, run_log, run_status
     from common.train.distributed import any_process
     from common.train.optimization import parameter_groups, warmup_steps
     from common.models.encoder import checkpoint_activations
     from common.train.batches import backward, loaders, seed_dropout
-    done = run_folder.finished(args, script)
+    done = run_status.finished(args, script)
     if done is not None:
         if os.environ.get("RANK", "0") == "0":  # one line under accelerate launch, before Accelerate starts
             print(f"{args.out}: finished with these settings already ({os.path.join(args.out, 'manifest.json')}); "
@@ -81,7 +81,7 @@ def train(args, script=__file__):
 
     # the Accelerator: processes and mixed precision from `accelerate launch` / `accelerate config`
     log_with = run_log.trackers(args.report_to)
-    work = run_folder.work_folder(args)  # --out, or inside it while replacing a finished run there (--overwrite)
+    work = replacement.work_folder(args)  # --out, or inside it while replacing a finished run there (--overwrite)
     acc = Accelerator(gradient_accumulation_steps=args.grad_accum, log_with=log_with or None,
                       project_config=ProjectConfiguration(work, os.path.join(work, "trackers")))
     set_seed(args.seed)

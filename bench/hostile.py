@@ -28,7 +28,8 @@ exists (the finished one whole, a rerun resumes), a user's file in a folder a pr
 names '.', '..', '/' or a file outside, 05 extract's outputs of one stem and two side by side whose names extend each
 other, the masked LM's cache and a --cache-dir inside --data, and numbers not checked before use: a line limit past
 memory, masking shares adding up past 1, a pair length too short for --nsp, NaN and infinity as flags, a label of
-true, a checkpoint's state, a log record, teacher vectors past float32 and a document id that is a list
+true, a checkpoint's state, a log record, teacher vectors past float32 and a document id that is a list; a link in a
+run folder where a command moves, writes or deletes (RUN/.next-run to another finished run, RUN/cache, a model)
 (docs/reliability.md).
 """
 
@@ -360,6 +361,37 @@ def overwrite_cases(root, model, data, train):
     return results
 
 
+def link_cases(root, model, data, train):
+    """A symbolic link in a run folder where a command moves, writes or deletes: RUN/.next-run to another finished
+    run (a replacement would move its files in and delete RUN's), RUN/cache to a folder outside (the masked LM's
+    token cache), RUN/epoch_1 and a link inside RUN/model: each refused in one line by every command, with nothing
+    anywhere moved, written or deleted."""
+    results = []
+    run, other, outside = root / "ln-run", root / "ln-other", root / "ln-outside"
+    quick = [*train, "--data", data, "--out", run]
+    mlm = ["03_train.py", "--model", model, "--objective", "mlm", "--max-length", "16", "--batch-size", "8",
+           "--max-steps", "1", "--eval-every", "0", "--checkpoint-every", "0", "--data", data, "--out", run]
+    script(*quick)
+    shutil.copytree(run, other)
+    outside.mkdir()
+    (outside / "config.json").write_text("outside")
+    (run / "model" / "1_Pooling" / "config.json").unlink()
+    for name, target in ((".next-run", other), ("cache", outside), ("epoch_1", outside),
+                         ("model/1_Pooling/config.json", outside / "config.json")):
+        (run / name).symlink_to(target)
+        before = [tree_hash(folder) for folder in (run, other, outside)]
+        refused = []
+        for args in (quick, [*quick, "--lr", "1e-3"], [*quick, "--lr", "1e-3", "--overwrite"], mlm):
+            rc, line = script(*args)
+            refused.append(rc == 2 and line == f"error: {run / name}: a symbolic link in the run folder; remove it "
+                                              "(a run never moves, writes or deletes through one)")
+        results.append(report(f"03 with a link at RUN/{name} (same, other, --overwrite, mlm)", rc, line,
+                              all(refused) and [tree_hash(folder) for folder in (run, other, outside)] == before
+                              and (run / name).is_symlink()))
+        os.remove(run / name)
+    return results
+
+
 def number_cases(root, model, data, train):
     """Numbers not checked before use: flags (a line limit past memory, shares that add up past 1, a pair length too
     short for --nsp, NaN and infinity, 05's resamples and re-splits past what it can finish) and numbers in files (a label of true, a checkpoint's state, a log record,
@@ -545,6 +577,7 @@ def safety(work):
     results += issue_cases(root, model, data, train)
     results += overwrite_cases(root, model, data, train)
     results += number_cases(root, model, data, train)
+    results += link_cases(root, model, data, train)
     shutil.rmtree(root, ignore_errors=True)
     print(f"{sum(results)} of {len(results)} cases as expected")
     return 0 if all(results) else 1

@@ -1,9 +1,9 @@
-"""The CPU's speed work (common/models/cpu.py), each piece against PyTorch's or transformers' own: dropout masks
-(distribution, seeding, threads, a forked child), the dropped attention (value and gradient), ``install`` (every
-dropout swapped, evaluation unchanged, plain SDPA saved), and the packed rows with one word lookup (the per-group
-embeddings and gradients). The masked-LM's last layer at the masked positions is held to BertForMaskedLM in
-tests/test_masked_lm.py; the thread count a CPU embedding runs each batch with (common/models/threads.py) in
-tests/test_threads.py."""
+"""The CPU's speed work (common/models/cpu.py and its mechanisms, cpu_*.py), each piece against PyTorch's or
+transformers' own: dropout masks (distribution, seeding, threads, a forked child), the dropped attention (value and
+gradient), ``install`` (every dropout swapped, evaluation unchanged, plain SDPA saved), and the packed rows with one
+word lookup (the per-group embeddings and gradients). The masked-LM's last layer at the masked positions is held to
+BertForMaskedLM in tests/test_masked_lm.py; the thread count a CPU embedding runs each batch with
+(common/models/threads.py) in tests/test_threads.py."""
 
 import os
 import time
@@ -12,56 +12,56 @@ import pytest
 import torch
 from torch import nn
 
-from common.models import cpu
+from common.models import cpu, cpu_attention, cpu_dropout, cpu_packing
 from common.models.encoder import Encoder, pool_packed
 
 def test_keep_mask_is_bernoulli_p_scaled_follows_torchs_seed_and_not_the_thread_count():
     torch.manual_seed(7)
-    a = cpu.keep_mask((1000, 1000), 0.1)
+    a = cpu_dropout.keep_mask((1000, 1000), 0.1)
     torch.manual_seed(7)
-    b = cpu.keep_mask((1000, 1000), 0.1)
+    b = cpu_dropout.keep_mask((1000, 1000), 0.1)
     assert a.dtype == torch.float32 and a.shape == (1000, 1000)
     assert set(a.unique().tolist()) == {0.0, torch.tensor(1 / 0.9, dtype=torch.float32).item()}
     assert torch.equal(a, b)
-    assert not torch.equal(a, cpu.keep_mask((1000, 1000), 0.1))  # the generator moved on
+    assert not torch.equal(a, cpu_dropout.keep_mask((1000, 1000), 0.1))  # the generator moved on
     threads = torch.get_num_threads()
     try:
         masks = []
         for n in (1, 3):  # serial, and a pool of 3 threads over the 4 blocks
             torch.set_num_threads(n)
             torch.manual_seed(7)
-            masks.append(cpu.keep_mask((1000, 1000), 0.1))
+            masks.append(cpu_dropout.keep_mask((1000, 1000), 0.1))
         assert torch.equal(masks[0], a) and torch.equal(masks[1], a)
     finally:
         torch.set_num_threads(threads)
     for p in (0.1, 0.5, 0.9):
-        frac = (cpu.keep_mask((1000, 1000), p) == 0).float().mean().item()
+        frac = (cpu_dropout.keep_mask((1000, 1000), p) == 0).float().mean().item()
         assert abs(frac - p) < 5 * (p * (1 - p) / 1e6) ** 0.5, (p, frac)
     # neighbouring elements are independent, within and across the random streams' blocks: P(both dropped) = p²
-    m = cpu.keep_mask((1_000_000,), 0.5) == 0
-    assert 1_000_000 > 3 * cpu.BLOCK
+    m = cpu_dropout.keep_mask((1_000_000,), 0.5) == 0
+    assert 1_000_000 > 3 * cpu_dropout.BLOCK
     assert abs((m[1:] & m[:-1]).float().mean().item() - 0.25) < 5 * (0.25 * 0.75 / 1e6) ** 0.5
-    blocks = m[:3 * cpu.BLOCK].view(3, cpu.BLOCK).float()
-    assert abs((blocks[0] * blocks[1]).mean().item() - 0.25) < 5 * (0.25 * 0.75 / cpu.BLOCK) ** 0.5
+    blocks = m[:3 * cpu_dropout.BLOCK].view(3, cpu_dropout.BLOCK).float()
+    assert abs((blocks[0] * blocks[1]).mean().item() - 0.25) < 5 * (0.25 * 0.75 / cpu_dropout.BLOCK) ** 0.5
 
 
 def test_dropout_multiplies_by_the_mask_and_passes_the_gradient_the_same_way():
     x = torch.randn(4, 6, 8, requires_grad=True)
     g = torch.randn(4, 6, 8)
     torch.manual_seed(3)
-    y = cpu.dropout(x, 0.25)
+    y = cpu_dropout.dropout(x, 0.25)
     y.backward(g)
     torch.manual_seed(3)
-    keep = cpu.keep_mask(x.shape, 0.25)
+    keep = cpu_dropout.keep_mask(x.shape, 0.25)
     drop = keep == 0
     assert 0 < drop.sum() < drop.numel()
     assert torch.allclose(y, torch.where(drop, 0.0, x.detach()) / 0.75, rtol=1e-6, atol=0)
     assert torch.equal(y == 0, drop | (x == 0))
     assert torch.allclose(x.grad, torch.where(drop, 0.0, g) / 0.75, rtol=1e-6, atol=0)
     # evaluation, p = 0 and p = 1 are PyTorch's own
-    assert torch.equal(cpu.dropout(x, 0.25, training=False), x)
-    assert torch.equal(cpu.dropout(x, 0.0), x)
-    assert torch.equal(cpu.dropout(x, 1.0), torch.zeros_like(x))
+    assert torch.equal(cpu_dropout.dropout(x, 0.25, training=False), x)
+    assert torch.equal(cpu_dropout.dropout(x, 0.0), x)
+    assert torch.equal(cpu_dropout.dropout(x, 1.0), torch.zeros_like(x))
 
 
 def reference_attention(q, k, v, allowed, keep, p):
@@ -84,9 +84,9 @@ def test_attention_with_dropout_equals_the_definition_in_value_and_gradient():
     lengths = torch.tensor([7, 4, 2])
     allowed = (torch.arange(n)[None, :] < lengths[:, None])[:, None, None, :].expand(b, 1, n, n)  # padding keys
     torch.manual_seed(5)
-    out, weights = cpu.sdpa_cpu_dropout(_Module(), q, k, v, allowed, dropout=p, scaling=d ** -0.5)
+    out, weights = cpu_attention.sdpa_cpu_dropout(_Module(), q, k, v, allowed, dropout=p, scaling=d ** -0.5)
     torch.manual_seed(5)
-    keep = cpu.keep_mask((b, h, n, n), p, torch.float64)
+    keep = cpu_dropout.keep_mask((b, h, n, n), p, torch.float64)
     assert weights is None and out.shape == (b, n, h, d)
     expected = reference_attention(q, k, v, allowed, keep, p).transpose(1, 2)
     assert torch.allclose(out, expected, rtol=0, atol=1e-12)
@@ -98,7 +98,8 @@ def test_attention_with_dropout_equals_the_definition_in_value_and_gradient():
     # the written-out backward against finite differences, with no mask and with an additive one
     bias = torch.zeros(b, 1, 1, n, dtype=torch.float64).masked_fill(~allowed[:, :, :1], torch.finfo(torch.float64).min)
     for mask in (None, bias):
-        assert torch.autograd.gradcheck(lambda q, k, v: cpu.DroppedAttention.apply(q, k, v, mask, keep), (q, k, v))
+        assert torch.autograd.gradcheck(lambda q, k, v: cpu_attention.DroppedAttention.apply(q, k, v, mask, keep),
+                                        (q, k, v))
 
 
 def test_attention_without_dropout_is_sdpa_itself():
@@ -106,7 +107,7 @@ def test_attention_without_dropout_is_sdpa_itself():
     q, k, v = (torch.randn(2, 2, 5, 4) for _ in range(3))
     allowed = torch.ones(2, 1, 5, 5, dtype=torch.bool)
     allowed[1, ..., 3:] = False
-    ours, _ = cpu.sdpa_cpu_dropout(_Module(), q, k, v, allowed, dropout=0.0, scaling=0.5)
+    ours, _ = cpu_attention.sdpa_cpu_dropout(_Module(), q, k, v, allowed, dropout=0.0, scaling=0.5)
     theirs, _ = sdpa_attention_forward(_Module(), q, k, v, allowed, dropout=0.0, scaling=0.5)
     assert torch.equal(ours, theirs)
 
@@ -120,10 +121,10 @@ def test_install_swaps_every_dropout_leaves_evaluation_bit_identical_and_saves_p
     encoder.eval()
     with torch.no_grad():
         before = encoder.embed(batch["input_ids"], batch["attention_mask"])
-    assert cpu.install(encoder) is encoder and type(encoder) is cpu.PackedEncoder
+    assert cpu.install(encoder) is encoder and type(encoder) is cpu_packing.PackedEncoder
     assert not [m for m in encoder.modules() if type(m) is nn.Dropout]
-    assert sum(isinstance(m, cpu.Dropout) for m in encoder.modules()) == 1 + 2 * 3  # embeddings + 3 a layer
-    assert encoder.transformer.config._attn_implementation == cpu.ATTENTION
+    assert sum(isinstance(m, cpu_dropout.Dropout) for m in encoder.modules()) == 1 + 2 * 3  # embeddings + 3 a layer
+    assert encoder.transformer.config._attn_implementation == cpu_attention.ATTENTION
     with torch.no_grad():
         assert torch.equal(encoder.embed(batch["input_ids"], batch["attention_mask"]), before)
     encoder.train()
@@ -133,7 +134,7 @@ def test_install_swaps_every_dropout_leaves_evaluation_bit_identical_and_saves_p
     assert torch.equal(encoder.embed(batch["input_ids"], batch["attention_mask"]), a)  # seeded like torch's
     assert not torch.allclose(a, before)
     encoder.transformer.save_pretrained(tmp_path / "saved")
-    assert cpu.ATTENTION not in (tmp_path / "saved" / "config.json").read_text()
+    assert cpu_attention.ATTENTION not in (tmp_path / "saved" / "config.json").read_text()
     assert AutoModel.from_pretrained(tmp_path / "saved").config._attn_implementation == "sdpa"
 
 
@@ -193,12 +194,12 @@ def test_the_single_lookup_runs_only_with_gradient_and_where_positions_ignore_th
     its encoder the model's own, bit for bit; a packed forward without gradient looks its words up as the model
     does."""
     calls = []
-    apply = cpu.WordLookup.apply
-    monkeypatch.setattr(cpu.WordLookup, "apply", lambda *a: calls.append(1) or apply(*a))
+    apply = cpu_packing.WordLookup.apply
+    monkeypatch.setattr(cpu_packing.WordLookup, "apply", lambda *a: calls.append(1) or apply(*a))
     encoder, pad = tiny_encoder(kind)
     plain = Encoder.forward
     cpu.install(encoder)
-    assert type(encoder) is (cpu.PackedEncoder if kind == "bert" else Encoder)
+    assert type(encoder) is (cpu_packing.PackedEncoder if kind == "bert" else Encoder)
     groups = groups_of(pad)
     with torch.set_grad_enabled(grad):
         out = encoder(groups)
@@ -219,11 +220,12 @@ def test_a_forked_child_draws_masks_with_its_own_threads():
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
-        cpu.keep_mask((3 * cpu.BLOCK,), 0.1)  # the parent's pool exists
+        cpu_dropout.keep_mask((3 * cpu_dropout.BLOCK,), 0.1)  # the parent's pool exists
         pid = os.fork()
         if pid == 0:
             try:
-                os._exit(0 if cpu.keep_mask((3 * cpu.BLOCK,), 0.1).shape == (3 * cpu.BLOCK,) else 3)
+                size = 3 * cpu_dropout.BLOCK
+                os._exit(0 if cpu_dropout.keep_mask((size,), 0.1).shape == (size,) else 3)
             except BaseException:  # noqa: BLE001 (any failure is the child's exit status, not a hang)
                 os._exit(1)
         deadline = time.time() + 30
@@ -241,14 +243,14 @@ def test_a_forked_child_draws_masks_with_its_own_threads():
 def test_buckets_minimise_padded_attention_plus_a_cost_a_bucket():
     lengths = [2, 3, 3, 8, 9]
     # cost 10: {2,3,3} 3·9+10 = 37 beats {2},{3,3} 42; {8},{9} 165 beats {8,9} 172
-    assert cpu.plan_buckets(lengths, 10) == [0, 3, 4, 5]
+    assert cpu_packing.plan_buckets(lengths, 10) == [0, 3, 4, 5]
     # cost 1000: one bucket, 5·81+1000 = 1405, beats the best split, {2,3,3},{8,9} (1027+1162 = 2189)
-    assert cpu.plan_buckets(lengths, 1000) == [0, 5]
-    assert cpu.plan_buckets([4], 0) == [0, 1]
+    assert cpu_packing.plan_buckets(lengths, 1000) == [0, 5]
+    assert cpu_packing.plan_buckets([4], 0) == [0, 1]
 
 
 def test_packing_positions_segments_and_the_gather_of_padded_buckets():
-    packing = cpu.Packing([2, 3, 3, 8, 9], bucket_cost=10)
+    packing = cpu_packing.Packing([2, 3, 3, 8, 9], bucket_cost=10)
     assert packing.positions.tolist() == [0, 1, 0, 1, 2, 0, 1, 2] + list(range(8)) + list(range(9))
     # each text's mean pools its own tokens: here the mean of its token numbers
     means = pool_packed(torch.arange(25.0)[:, None], packing.lengths, packing.cu, "mean")
@@ -267,10 +269,10 @@ def test_packing_positions_segments_and_the_gather_of_padded_buckets():
     assert parts[0][:, 0, :, 0].tolist() == [[0, 1, 0], [2, 3, 4], [5, 6, 7]]
     assert torch.equal(packing.put(parts), tokens)
     # texts of one length need no gather at all
-    same = cpu.Packing([4, 4, 4], bucket_cost=10)
+    same = cpu_packing.Packing([4, 4, 4], bucket_cost=10)
     assert same.index is None and same.keep is None and same.masks(torch.float32) == [None]
     with pytest.raises(ValueError):
-        cpu.Packing([3, 0])
+        cpu_packing.Packing([3, 0])
 
 
 def reference(q, k, v, lengths, scale, keeps=None):
@@ -289,13 +291,13 @@ def reference(q, k, v, lengths, scale, keeps=None):
 @pytest.mark.parametrize("p", [0.0, 0.3])
 def test_packed_attention_is_each_texts_own_attention_in_value_and_gradient(p, monkeypatch):
     lengths, h, d = [2, 3, 3, 8, 9], 2, 4
-    packing = cpu.Packing(lengths, bucket_cost=10)
+    packing = cpu_packing.Packing(lengths, bucket_cost=10)
     torch.manual_seed(0)
     q, k, v = (torch.randn(1, h, sum(lengths), d, dtype=torch.float64, requires_grad=True) for _ in range(3))
     masks = []
-    keep_mask = cpu.keep_mask
-    monkeypatch.setattr(cpu, "keep_mask", lambda *a: masks.append(keep_mask(*a)) or masks[-1])
-    out, weights = cpu.packed_attention(q, k, v, packing, p, d ** -0.5)
+    keep_mask = cpu_dropout.keep_mask
+    monkeypatch.setattr(cpu_attention, "keep_mask", lambda *a: masks.append(keep_mask(*a)) or masks[-1])
+    out, weights = cpu_attention.packed_attention(q, k, v, packing, p, d ** -0.5)
     assert weights is None and out.shape == (1, sum(lengths), h, d)
     keeps = None
     if p:
@@ -341,7 +343,7 @@ def groups():
 @pytest.mark.parametrize("pooling", ["cls", "mean"])
 def test_the_packed_training_forward_gives_the_per_group_embeddings_and_gradients(kind, pooling, monkeypatch):
     encoder = cpu.install(tiny(kind, pooling)).train()
-    assert encoder.transformer.config._attn_implementation == cpu.ATTENTION
+    assert encoder.transformer.config._attn_implementation == cpu_attention.ATTENTION
     for m in encoder.modules():  # dropout off: both paths are then deterministic
         if isinstance(m, torch.nn.Dropout):
             m.p = 0.0
@@ -351,8 +353,9 @@ def test_the_packed_training_forward_gives_the_per_group_embeddings_and_gradient
     reference = {name: p.grad.clone() for name, p in encoder.named_parameters() if p.grad is not None}
     encoder.zero_grad(set_to_none=True)
     plans = []
-    init = cpu.Packing.__init__
-    monkeypatch.setattr(cpu.Packing, "__init__", lambda self, *a, **k: plans.append(self) or init(self, *a, **k))
+    init = cpu_packing.Packing.__init__
+    monkeypatch.setattr(cpu_packing.Packing, "__init__",
+                        lambda self, *a, **k: plans.append(self) or init(self, *a, **k))
     out = encoder(batch)
     assert len(plans) == 1 and plans[0].lengths.tolist() == [4, 6, 9, 5, 5, 3]
     assert torch.allclose(out, expected, rtol=0, atol=1e-5)

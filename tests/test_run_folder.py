@@ -1,10 +1,12 @@
-"""A training run's folder (common/train/run_folder.py): the resume identity (every flag in it or among the flags
-that change only speed, which train the same weights), a finished run done, refused with other settings or trained
-again with --overwrite, a resume from the newest readable checkpoint, the log (damaged, half-written, sent to the
-trackers), several seeds, and a full disk while saving. Under --overwrite, the finished run stays whole until the
+"""A training run's folder (common/train/run_folder.py, what it holds by name: run_entries.py, finished or resumable:
+run_status.py, a replacement moved into place: replacement.py): the resume identity (every flag in it or among the
+flags that change only speed, which train the same weights), a finished run done, refused with other settings or
+trained again with --overwrite, a resume from the newest readable checkpoint, the log (damaged, half-written, sent to
+the trackers), several seeds, and a full disk while saving. Under --overwrite, the finished run stays whole until the
 new one is committed, a killed replacement resumes, and only what a run wrote is ever removed."""
 
 import json
+import os
 import re
 import shutil
 
@@ -15,7 +17,7 @@ from safetensors.torch import load_file
 
 from common import folders, io, written
 from common.io import InputError
-from common.train import run_folder, run_identity, run_log
+from common.train import run_entries, run_identity, run_log, run_status
 from conftest import (SHORT_TRAIN, file_tree, full_disk, read_jsonl, script_error, script_main, script_module,
                       unfinish)
 
@@ -42,7 +44,7 @@ def test_every_flag_of_every_objective_is_in_the_resume_identity_or_among_the_sp
     assert "cache_chunk" in objectives.get("mnrl").result_args
 
 
-# a value other than the default for every shared flag that the resume identity leaves out (run_folder.py's
+# a value other than the default for every shared flag that the resume identity leaves out (run_identity.py's
 # SPEED_ARGS); a new such flag must be added here, and training with it must end in the same weights.
 #
 # One run with every probe at once stands for one run with each alone. Each acts on a part of the run of its own:
@@ -215,7 +217,6 @@ def test_a_finished_run_is_refused_with_other_settings_done_with_the_same_and_tr
     ("[1, 2", "03_train.py run whose manifest.json cannot be read")])
 def test_a_finished_run_whose_manifest_records_no_settings_is_refused_without_overwrite(manifest, what, tmp_path,
                                                                                       tiny_data):
-    from common.train import run_folder
     parse = script_module("03_train.py").parse_args
     out = tmp_path / "run"
     out.mkdir()
@@ -223,10 +224,10 @@ def test_a_finished_run_whose_manifest_records_no_settings_is_refused_without_ov
     (out / "manifest.json").write_text(manifest)
     argv = ["--data", str(tiny_data), "--model", "m", "--out", str(out)]
     with pytest.raises(InputError) as e:
-        run_folder.finished(parse(argv), "03_train.py")
+        run_status.finished(parse(argv), "03_train.py")
     assert str(e.value) == (f"{out}: holds a finished {what}; give --overwrite to replace it (only what that run "
                             "wrote is removed), or another --out")
-    assert run_folder.finished(parse(argv + ["--overwrite"]), "03_train.py") is None
+    assert run_status.finished(parse(argv + ["--overwrite"]), "03_train.py") is None
 
 
 def test_a_run_of_several_seeds_killed_in_its_second_goes_on_there_and_keeps_the_first(tmp_path, tiny_data,
@@ -379,7 +380,7 @@ TRAIN = ["--objective", "triplet", "--pooling", "mean", "--max-length", "32", "-
          "--max-steps", "2"]
 
 
-def _tree(folder, skip=(run_folder.NEXT,)):
+def _tree(folder, skip=(run_entries.NEXT,)):
     """Every file under ``folder`` with its SHA-256, but those under ``skip``."""
     return {str(p.relative_to(folder)): io.sha256(p) for p in sorted(folder.rglob("*"))
             if p.is_file() and p.relative_to(folder).parts[0] not in skip}
@@ -425,7 +426,7 @@ def test_overwrite_killed_at_its_first_step_leaves_the_finished_run_whole_for_a_
     with pytest.raises(KeyboardInterrupt):
         _train(args + ["--lr", "1e-3", "--overwrite"])
     monkeypatch.undo()
-    assert _tree(run) == before and (run / run_folder.NEXT / "run.json").is_file()
+    assert _tree(run) == before and (run / run_entries.NEXT / "run.json").is_file()
     capsys.readouterr()
     assert _train(args)["steps"] == 2 and _tree(run) == before  # the same settings: done
     assert f"{run}: finished with these settings already" in capsys.readouterr().out
@@ -442,7 +443,7 @@ def test_overwrite_killed_after_a_checkpoint_resumes_there_to_the_weights_of_a_r
     with pytest.raises(KeyboardInterrupt):
         _train(args + ["--lr", "1e-3", "--overwrite"])
     monkeypatch.undo()
-    assert (run / run_folder.NEXT / "checkpoints" / "step_1").is_dir() and _model_weights(run).keys() == old.keys()
+    assert (run / run_entries.NEXT / "checkpoints" / "step_1").is_dir() and _model_weights(run).keys() == old.keys()
     capsys.readouterr()
     _train(args + ["--lr", "1e-3", "--overwrite"])
     assert "resuming from" in capsys.readouterr().out
@@ -463,12 +464,12 @@ def test_overwrite_replaces_the_finished_runs_files_by_name_and_keeps_a_users(fi
     _train(args + ["--checkpoint-every", "0", "--lr", "1e-3", "--overwrite"])  # the last flag's value counts
     assert all((path / "notes.txt").read_text() == "mine" for path in (run, run / "model", run / "checkpoints"))
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["notes.txt"]  # the old steps: removed
-    assert not (run / run_folder.NEXT).exists() and not list(run.rglob(".staging-*"))
+    assert not (run / run_entries.NEXT).exists() and not list(run.rglob(".staging-*"))
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["identity"]["lr"] == 1e-3 and not [n for n in manifest["files"] if n.startswith("checkpoints")]
-    assert manifest["files"] == [n for n in run_folder.run_files(run) if n != "model/notes.txt"]
+    assert manifest["files"] == [n for n in run_entries.run_files(run) if n != "model/notes.txt"]
     card = (run / "model" / "README.md").read_text()  # written in .next-run, it names where the model is
-    assert run_folder.NEXT not in card and repr(str(run / "model")) in card and "# run/model:" in card
+    assert run_entries.NEXT not in card and repr(str(run / "model")) in card and "# run/model:" in card
 
 
 def test_a_replacement_killed_while_moving_into_place_is_moved_by_the_next_command(finished, monkeypatch, capsys):
@@ -485,13 +486,13 @@ def test_a_replacement_killed_while_moving_into_place_is_moved_by_the_next_comma
     with pytest.raises(KeyboardInterrupt):
         _train(new + ["--overwrite"])
     monkeypatch.undo()
-    assert (run / run_folder.NEXT / "manifest.json").is_file()
+    assert (run / run_entries.NEXT / "manifest.json").is_file()
     capsys.readouterr()
     assert _train(new)["steps"] == 2  # without --overwrite: the replacement is finished, and done
     assert f"{run}: finished with these settings already" in capsys.readouterr().out
-    assert not (run / run_folder.NEXT).exists() and (run / "model" / "notes.txt").read_text() == "mine"
+    assert not (run / run_entries.NEXT).exists() and (run / "model" / "notes.txt").read_text() == "mine"
     assert json.loads((run / "manifest.json").read_text())["identity"]["lr"] == 1e-3
-    assert json.loads((run / "manifest.json").read_text())["files"] == [n for n in run_folder.run_files(run)
+    assert json.loads((run / "manifest.json").read_text())["files"] == [n for n in run_entries.run_files(run)
                                                                           if n != "model/notes.txt"]
 
 
@@ -506,6 +507,46 @@ def test_a_finished_runs_manifest_naming_what_no_run_writes_removes_nothing_of_i
     _train(args + ["--lr", "1e-3", "--overwrite"])
     assert all((path / "notes.txt").read_text() == "mine" for path in (run, run / "model", run / "checkpoints"))
     assert (tmp_path / "outside.txt").read_text() == "outside"
+
+
+def _everything(folder):
+    """Every file under ``folder`` with its SHA-256 and every link with its target, links not followed."""
+    found = {}
+    for d, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            path = os.path.join(d, name)
+            rel = os.path.relpath(path, folder)
+            if os.path.islink(path):
+                found[rel] = "-> " + os.readlink(path)
+            elif os.path.isfile(path):
+                found[rel] = io.sha256(path)
+    return found
+
+
+@pytest.mark.parametrize("link", [".next-run", "cache", "epoch_1", "model/1_Pooling", "checkpoints/step_2",
+                                  ".next-run/checkpoints"])
+def test_a_link_where_a_run_moves_writes_or_deletes_is_refused_before_anything_is(link, finished, tmp_path,
+                                                                                  capsys):
+    """A symbolic link at any path a command on the run folder moves, writes or deletes (``.next-run`` to another
+    finished run, whose files a replacement would move in; ``cache``, where the masked LM would write; a model, a
+    checkpoint, or an entry of a replacement) is refused in one line, by every command, and nothing anywhere is
+    moved, written or deleted."""
+    run, args = finished
+    other = tmp_path / "other"
+    shutil.copytree(run, other)  # another finished run: the target .next-run would be moved in from
+    path = run / link
+    if link.startswith(".next-run/"):
+        path.parent.mkdir()
+        (path.parent / "run.json").write_text((run / "run.json").read_text())
+    elif path.exists():
+        shutil.rmtree(path)
+    path.symlink_to(other if link == ".next-run" else other / "checkpoints")
+    before = _everything(tmp_path)
+    expected = (f"error: {path}: a symbolic link in the run folder; remove it (a run never moves, writes or "
+                "deletes through one)")
+    for extra in ([], ["--lr", "1e-3"], ["--lr", "1e-3", "--overwrite"]):
+        assert script_error("03_train.py", *args, *extra) == expected
+        assert _everything(tmp_path) == before
 
 
 def test_overwrite_resumes_an_unfinished_run_from_its_own_checkpoints_and_starts_afresh_over_others(
@@ -525,7 +566,7 @@ def test_overwrite_resumes_an_unfinished_run_from_its_own_checkpoints_and_starts
     monkeypatch.undo()
     (run / "manifest.json").unlink()  # the finished run gone meanwhile: the replacement has nothing to replace
     _train(args + ["--lr", "2e-3", "--overwrite"])
-    assert "resuming from" not in capsys.readouterr().out and not (run / run_folder.NEXT).exists()
+    assert "resuming from" not in capsys.readouterr().out and not (run / run_entries.NEXT).exists()
 
 
 def test_a_model_saved_again_keeps_a_file_the_save_does_not_write(tmp_path, tiny_model):
@@ -550,11 +591,11 @@ def test_what_a_run_wrote_is_its_entries_and_the_files_under_them(tmp_path):
         (run / name).parent.mkdir(parents=True, exist_ok=True)
         (run / name).write_text("x")
     (run / "model" / "2_Normalize").mkdir()
-    assert run_folder.run_files(run) == [
+    assert run_entries.run_files(run) == [
         "checkpoints/step_3/trainer_state.json", "curves.png", "epoch_2/config.json", "log.jsonl",
         "model/1_Pooling/c.json", "model/2_Normalize", "model/config.json", "run.json", "trackers/docembed/events"]
     (run / "manifest.json").write_text(json.dumps({"files": ["log.jsonl", "notes.txt", "cache/mlm-tokens.arrow",
                                                              "../x", "model/config.json", ".next-run/run.json"]}))
-    assert run_folder.recorded_files(run) == ["log.jsonl", "model/config.json"]
+    assert run_entries.recorded_files(run) == ["log.jsonl", "model/config.json"]
     (run / "manifest.json").write_text("[1]")
-    assert run_folder.recorded_files(run) == run_folder.run_files(run)
+    assert run_entries.recorded_files(run) == run_entries.run_files(run)

@@ -2,7 +2,7 @@
 and the text it reads for a document (SPECTER's title + separator + abstract).
 
 Loading one is ``loading.py``, embedding a corpus with one ``inference.py``, saving one ``saving.py``. On a CPU,
-training replaces its ``forward`` with a faster way to the same vectors (``cpu.PackedEncoder``).
+training replaces its ``forward`` with a faster way to the same vectors (``cpu_packing.PackedEncoder``).
 """
 
 import torch

@@ -17,7 +17,7 @@ class Predictions(NamedTuple):
     """What a ``MaskedLM`` predicts for a batch: ``logits`` ``[N, vocabulary]`` at N positions, the ``labels``
     ``[N]`` there (``IGNORE`` where nothing is to be predicted), the batch row of each position ``[N]``, and with
     next-sentence prediction its logits ``relationship`` ``[B, 2]``. The model's own forward predicts every
-    position; the CPU's (``cpu.MaskedPositionsLM``) only the masked ones."""
+    position; the CPU's (``cpu_masked_lm.MaskedPositionsLM``) only the masked ones."""
     logits: torch.Tensor
     labels: torch.Tensor
     rows: torch.Tensor

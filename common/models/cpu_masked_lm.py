@@ -1,0 +1,81 @@
+"""The CPU layer's masked LM (``cpu.install``): ``MaskedLM.forward`` (logits at every position) becomes
+``MaskedPositionsLM``'s: the last layer's queries, feed-forward block and vocabulary projection at the masked
+positions only. Why it is faster, with its figures: docs/benchmarks.md ("Masked-LM training")."""
+
+import torch
+
+from common.models.cpu_attention import ATTENTION, sdpa_cpu_dropout
+from common.models.masked_lm import IGNORE, MaskedLM, Predictions
+
+
+def bert_last_layer(base):
+    """Whether ``last_layer_at`` computes this model's last layer: a BERT layer (BERT, MiniLM, …) with absolute
+    positions, no cross-attention, and an attention this module can call."""
+    config, layers = base.config, getattr(getattr(base, "encoder", None), "layer", None)
+    return (layers is not None and len(layers) > 1 and type(layers[-1]).__name__ == "BertLayer"
+            and getattr(config, "position_embedding_type", "absolute") == "absolute"
+            and not config.is_decoder and not getattr(config, "add_cross_attention", False)
+            and config._attn_implementation in ("sdpa", ATTENTION, "eager"))
+
+
+def last_layer_at(layer, hidden, attention_mask, masked):
+    """A ``BertLayer``'s output at the ``masked`` positions only (``[M, d]``, in the order of ``masked.nonzero()``):
+    keys and values from every position of ``hidden`` ``[B, L, d]``, queries from the masked ones, padded per row
+    to the row's most; then the attention output, residual and LayerNorm, and the feed-forward block, on the masked
+    positions alone. Dropout as the layer's own (attention probabilities through ``sdpa_cpu_dropout``). The layer's
+    sub-modules are called directly, not the layer itself, so hooks on the layer (and any wrapping of it: gradient
+    checkpointing, FSDP) do not apply to it."""
+    attention = layer.attention.self
+    batch, length, _ = hidden.shape
+    heads, size = attention.num_attention_heads, attention.attention_head_size
+    rows, cols = masked.nonzero(as_tuple=True)
+    slots = (torch.cumsum(masked, 1) - 1)[rows, cols]  # each masked position's place among its row's
+    picked = hidden[rows, cols]
+    projected = attention.query(picked)  # under autocast in its dtype, not the hidden states'
+    # at least one query slot: a batch with nothing masked still runs every parameter (DDP keeps in step)
+    query = projected.new_zeros(batch, max(1, int(masked.sum(1).max())), heads * size).index_put(
+        (rows, slots), projected)
+    query = query.view(batch, -1, heads, size).transpose(1, 2)
+    key = attention.key(hidden).view(batch, length, heads, size).transpose(1, 2)
+    value = attention.value(hidden).view(batch, length, heads, size).transpose(1, 2)
+    # padding as a boolean mask (True: attend), which the attention function turns into its additive bias
+    keep = None if attention_mask is None or bool(attention_mask.all()) else attention_mask[:, None, None, :].bool()
+    context, _ = sdpa_cpu_dropout(attention, query, key, value, keep,
+                                  dropout=attention.dropout.p if attention.training else 0.0,
+                                  scaling=attention.scaling, is_causal=False)
+    context = context.reshape(batch, -1, heads * size)[rows, slots]
+    attended = layer.attention.output(context, picked)
+    return layer.output(layer.intermediate(attended), attended)
+
+
+class MaskedPositionsLM(MaskedLM):
+    """A BERT ``MaskedLM`` that computes only what its loss reads: every layer but the last through the model's own
+    forward, then the last layer at the masked positions (and ``[CLS]`` with next-sentence prediction) with
+    ``last_layer_at``, and the vocabulary projection there alone: on 8 blocks of 256 tokens of all-MiniLM-L6-v2
+    about a tenth of a step's arithmetic is left out (docs/benchmarks.md, "Masked-LM training"). Its predictions
+    are the masked positions', in the order of ``masked.nonzero()``."""
+
+    def forward(self, input_ids, attention_mask, labels, token_type_ids=None):
+        base = self.mlm.base_model
+        layers, pooler = base.encoder.layer, getattr(base, "pooler", None)
+        masked = labels != IGNORE
+        base.encoder.layer = layers[:-1]  # every layer but the last, through the model's own forward
+        if self.nsp:
+            base.pooler = None  # the pooler reads the last layer's [CLS], not this
+        try:
+            hidden = base(input_ids=input_ids, attention_mask=attention_mask,
+                          **({"token_type_ids": token_type_ids} if self.nsp else {})).last_hidden_state
+        finally:
+            base.encoder.layer, base.pooler = layers, pooler
+        at = masked
+        if self.nsp:
+            at = masked.clone()
+            at[:, 0] = True
+        states = last_layer_at(layers[-1], hidden, attention_mask, at)
+        rows = at.nonzero(as_tuple=True)[0]
+        relationship = None
+        if self.nsp:
+            first = at.nonzero(as_tuple=True)[1] == 0  # each row's [CLS], first of its row's positions
+            relationship = self.mlm.cls.seq_relationship(pooler(states[first][:, None]))
+            states, rows = states[masked[at]], rows[masked[at]]
+        return Predictions(self.head(states), labels[masked], rows, relationship)

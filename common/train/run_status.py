@@ -1,0 +1,119 @@
+"""Whether an ``--out`` holds a finished run, a run to resume, or nothing of this project's, decided from the run's
+identity (``run_identity.py``): every flag of the command that changes the result (``RESULT_ARGS`` and the
+objective's ``result_args``), the data's path and content (``command_identity``, which a finished run's manifest
+records), and, for a checkpoint, the settings the model was loaded with and the number of processes
+(``RunFolder.identity``). A run resumes only from a checkpoint of its own."""
+
+import os
+
+from common import folders, io
+from common.folder_lock import LOCK
+from common.folders import STAGING
+from common.io import InputError
+from common.train.replacement import complete_replacement
+from common.train.run_entries import CACHE, NEXT, RUN_FILE, STATE, checkpoints, finished_in, links
+from common.train.run_identity import command_identity
+from common.train.run_log import LARGEST
+
+
+def finished(args, script):
+    """A finished run in ``args.out`` (its manifest.json, the run's last file, is there): its counts where it was
+    trained with the settings of this command (``command_identity``), so that the command has nothing to do; else
+    an InputError, unless ``--overwrite``. None where ``--out`` holds no finished run of this project. A run that
+    replaced a finished one and was killed while moving into place is moved into place first
+    (``complete_replacement``). An ``--out`` that is no run folder is refused first (``check_run_folder``), before
+    any work writes into it (the masked LM's cache)."""
+    check_run_folder(args.out)
+    complete_replacement(args.out)
+    if args.overwrite or not finished_in(args.out):
+        return None
+    try:
+        manifest = io.read_manifest(args.out)
+    except io.InputError:
+        raise folders.finished_error(args.out, f"{os.path.basename(script)} run whose manifest.json cannot be "
+                                               "read") from None
+    what = f"{manifest.get('script') or os.path.basename(script)} run"
+    recorded, wanted = manifest.get("identity"), command_identity(args)
+    if recorded == wanted:
+        return manifest.get("counts") or {}
+    if not isinstance(recorded, dict):  # a run of an earlier version, or a manifest edited by hand
+        raise folders.finished_error(args.out, f"{what} whose settings its manifest.json does not record")
+    changed = sorted(k for k in set(recorded) | set(wanted) if recorded.get(k) != wanted.get(k))
+    raise InputError(f"{args.out}: holds a finished {what} with other settings ({', '.join(changed[:8])}"
+                     f"{' and more' if len(changed) > 8 else ''}); give --overwrite to train it again (only what "
+                     "the run wrote is removed), or another --out")
+
+
+def check_run_folder(out):
+    """Refuse an ``--out`` that is a file, a folder that holds something and is not a run folder of this project
+    (no ``run.json``; its lock, private folders and cache are no reason: a run may be claiming it meanwhile), or one
+    with a symbolic link at a path a command on it moves, writes or deletes (``run_entries.links``): checked before
+    the first move, so that nothing is moved, written or deleted through one."""
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise InputError(f"{out}: --out is a file, not a run folder")
+    if os.path.isdir(out) and not os.path.exists(os.path.join(out, RUN_FILE)) and \
+            [n for n in os.listdir(out) if n not in (LOCK, CACHE, NEXT) and not n.startswith(STAGING)]:
+        raise InputError(f"{out}: not empty and not a run folder of this project (no {RUN_FILE}); "
+                         "use another --out")
+    found = links(out) if os.path.isdir(out) else []
+    if found:
+        raise InputError(f"{found[0]}: a symbolic link in the run folder; remove it (a run never moves, writes or "
+                         "deletes through one)")
+
+
+def read_state(path):
+    """A checkpoint's state file, its fields checked (a ValueError says what is wrong): the identity an object, the
+    counts whole numbers (``true`` is none) from 0 to 2^53, ``best`` a finite number or null."""
+    with open(path, encoding="utf-8") as f:
+        state = io.loads(f.read())
+    if not isinstance(state, dict) or not isinstance(state.get("identity"), dict):
+        raise ValueError(f"{STATE} lacks a field or holds a wrong value")
+    try:
+        for key in ("step", "epoch", "batch_in_epoch", "log_lines"):
+            io.number(state.get(key), f"{STATE}: {key}", int, 0, LARGEST)
+        if state.get("best") is not None:
+            io.number(state["best"], f"{STATE}: best", float)
+        # the losses since the last log record (a checkpoint of an earlier version has none)
+        window, log_window = state.setdefault("window", []), state.setdefault("log_window", [])
+        if not isinstance(window, list) or not all(isinstance(pair, list) and len(pair) == 2 for pair in window):
+            raise InputError(f"{STATE}: window is not a list of [step, loss] pairs")
+        for at, loss in window:
+            io.number(at, f"{STATE}: window's step", int, 0, LARGEST)
+            io.number(loss, f"{STATE}: window's loss", float)
+        if not isinstance(log_window, list) or not all(isinstance(row, list) for row in log_window):
+            raise InputError(f"{STATE}: log_window is not a list of lists of numbers")
+        for row in log_window:
+            for value in row:
+                io.number(value, f"{STATE}: log_window's value", float)
+    except InputError as e:
+        raise ValueError(str(e)) from None
+    return state
+
+
+def resumable_state(run_dir, path, identity):
+    """The trainer state of the checkpoint ``path`` in ``run_dir``, for a run of ``identity`` to resume from: a
+    ValueError says why it cannot be (unreadable, or beyond this run's epochs or steps: the one before is tried); an
+    InputError refuses a checkpoint of a run with other settings."""
+    try:
+        state = read_state(os.path.join(path, STATE))
+    except OSError as e:
+        raise ValueError(str(e)) from None
+    if state["identity"] != identity:
+        changed = sorted(k for k in set(state["identity"]) | set(identity)
+                         if state["identity"].get(k) != identity.get(k))
+        raise InputError(f"{run_dir}: its checkpoints come from a run with other settings "
+                         f"({', '.join(changed)}); use another --out or remove {path}")
+    epochs, steps = identity.get("epochs"), identity.get("max_steps")
+    if (isinstance(epochs, int) and state["epoch"] > epochs) or (steps and state["step"] > steps):
+        raise ValueError(f"{STATE}: step {state['step']}, epoch {state['epoch']}, beyond this run's")
+    return state
+
+
+def own_checkpoints(run_dir, identity):
+    """Whether the newest checkpoint in ``run_dir`` is one of a run of ``identity`` (``--overwrite`` resumes from
+    it: a run resumed trains to the weights of one that was not stopped)."""
+    found = checkpoints(run_dir)
+    try:
+        return bool(found) and read_state(os.path.join(found[-1], STATE))["identity"] == identity
+    except (OSError, ValueError):
+        return False
