@@ -380,3 +380,80 @@ def test_packed_training_with_dropout_repeats_under_a_seed_with_or_without_gradi
         assert torch.allclose(encoder(batch), a, rtol=0, atol=1e-6)
         assert not torch.allclose(encoder(batch), a)  # the next masks differ
         assert not torch.allclose(encoder.eval()(batch), a)
+
+
+# -- transformers' internals: where a release differs, the plain path ---------------------------------------------
+
+def note(*found):
+    import transformers
+    return (f"note: the CPU's speed layer is left out (training runs slower, to the same numbers): transformers "
+            f"{transformers.__version__} differs in what it relies on: {'; '.join(found)}")
+
+
+def test_where_transformers_attention_interface_differs_the_encoder_stays_as_transformers_wrote_it(tiny_model,
+                                                                                                   monkeypatch):
+    """SDPA's attention function gone from where transformers kept it: one note, no module swapped, and a training
+    forward (dropout on) draws what the model's own forward draws under the same seed."""
+    import copy
+
+    import transformers.integrations.sdpa_attention
+    from common.models.loading import load_encoder
+    encoder, tokenizer, _ = load_encoder(tiny_model)
+    plain = copy.deepcopy(encoder)
+    monkeypatch.delattr(transformers.integrations.sdpa_attention, "sdpa_attention_forward")
+    notes = []
+    assert cpu.install(encoder, say=notes.append) is encoder and type(encoder) is Encoder
+    assert notes == [note("transformers.integrations.sdpa_attention.sdpa_attention_forward")]
+    assert not [m for m in encoder.modules() if isinstance(m, cpu_dropout.Dropout)]
+    assert encoder.transformer.config._attn_implementation == "sdpa"
+    groups = [tokenizer(texts, padding=True, return_tensors="pt") for texts in
+              (["Kaupunki maa joki.", "Science physics chemistry biology history war."], ["Metsä järvi saari."])]
+    groups = [(batch["input_ids"], batch["attention_mask"]) for batch in groups]
+    encoder.train(), plain.train()
+    torch.manual_seed(0)
+    ours = encoder(groups)
+    torch.manual_seed(0)
+    assert torch.equal(ours, plain(groups))
+
+
+def test_a_bert_masked_lm_whose_last_layer_lacks_a_part_stays_a_masked_lm_with_the_same_logits(tiny_model):
+    """A BERT self-attention without an attribute that ``last_layer_at`` reads (transformers 4.56's has no
+    ``scaling``; here ``num_attention_heads``, which the layer's own forward does not read, is taken away): the last
+    layer at the masked positions cannot be computed, so the model keeps its own forward; one note, and a training
+    step's logits under a seed are the plain model's."""
+    import copy
+
+    from transformers import BertForMaskedLM
+    from common.models.masked_lm import MaskedLM
+    from common.train.masking import IGNORE
+    torch.manual_seed(0)
+    model = MaskedLM(BertForMaskedLM.from_pretrained(tiny_model), "mean", False)
+    del model.mlm.base_model.encoder.layer[-1].attention.self.num_attention_heads
+    plain = copy.deepcopy(model)
+    notes = []
+    assert cpu.install(model, say=notes.append) is model and type(model) is MaskedLM
+    assert notes == [note("BertLayer.attention.self.num_attention_heads")]
+    ids = torch.randint(5, model.mlm.config.vocab_size, (3, 24))
+    labels = torch.where(torch.rand(3, 24) < 0.3, ids, torch.full_like(ids, IGNORE))
+    model.train(), plain.train()
+    torch.manual_seed(1)
+    ours = model(ids, torch.ones_like(ids), labels)
+    torch.manual_seed(1)
+    assert torch.equal(ours.logits, plain(ids, torch.ones_like(ids), labels).logits)
+
+
+def test_a_module_that_hands_the_attention_mask_down_without_keywords_is_a_difference(monkeypatch):
+    """The packing plan reaches the attention function as a keyword beside the mask: a layer whose forward takes no
+    ``**kwargs`` (as transformers wrote BERT's before its attention interface) would drop it, and each packed text
+    would attend to every other."""
+    from transformers.models.bert import modeling_bert
+    encoder, _ = tiny_encoder("bert")
+    assert cpu.differences(encoder) == []
+    forward = modeling_bert.BertLayer.forward
+
+    def without_keywords(self, hidden_states, attention_mask=None):
+        return forward(self, hidden_states, attention_mask)
+    monkeypatch.setattr(modeling_bert.BertLayer, "forward", without_keywords)
+    assert cpu.differences(encoder) == ["BertLayer.forward(**kwargs)"]
+    notes = []
+    assert type(cpu.install(encoder, say=notes.append)) is Encoder and notes == [note("BertLayer.forward(**kwargs)")]

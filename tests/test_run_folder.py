@@ -127,7 +127,7 @@ def test_length_groups_change_the_weights_where_the_cpu_layer_does_not_pack_and_
     weights and must match on resume. The CPU layer packs the tiny BERT's groups into one row, where it changes
     nothing."""
     from common.models import cpu
-    monkeypatch.setattr(cpu, "install", lambda model: model)
+    monkeypatch.setattr(cpu, "install", lambda model, say: model)
     train = script_main("03_train.py")
     base = ["--data", str(tiny_data), "--model", str(tiny_model), *SHORT_TRAIN]  # --length-groups 2
     train(base + ["--out", str(tmp_path / "two")])

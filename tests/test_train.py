@@ -408,7 +408,7 @@ def in_a_step(frames):
 @pytest.fixture
 def as_on_a_gpu(monkeypatch):
     from common.models import cpu
-    monkeypatch.setattr(cpu, "install", lambda model: model)
+    monkeypatch.setattr(cpu, "install", lambda model, say: model)
 
 
 STEPS = ["--max-steps", "3", "--log-every", "2", "--eval-every", "0", "--checkpoint-every", "2", "--batch-size", "4"]
