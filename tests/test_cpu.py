@@ -386,8 +386,9 @@ def test_packed_training_with_dropout_repeats_under_a_seed_with_or_without_gradi
 
 def note(*found):
     import transformers
-    return (f"note: the CPU's speed layer is left out (training runs slower, to the same numbers): transformers "
-            f"{transformers.__version__} differs in what it relies on: {'; '.join(found)}")
+    return (f"note: the CPU's speed layer is left out, the model runs as transformers wrote it (slower; PyTorch's "
+            f"dropout masks): transformers {transformers.__version__} differs in what the layer relies on: "
+            f"{'; '.join(found)}")
 
 
 def test_where_transformers_attention_interface_differs_the_encoder_stays_as_transformers_wrote_it(tiny_model,

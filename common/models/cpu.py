@@ -58,13 +58,14 @@ def install(model, say=print):
     configuration.
 
     Where transformers' internals that it relies on differ (``differences``: a release after or before the one it
-    was written against), it leaves the model as transformers wrote it, slower but computing the same, and ``say``
-    receives one note naming what differs."""
+    was written against), it leaves the model as transformers wrote it, slower but computing what transformers
+    computes (its dropout masks drawn by PyTorch), and ``say`` receives one note naming what differs."""
     found = differences(model)
     if found:
         import transformers
-        say(f"note: the CPU's speed layer is left out (training runs slower, to the same numbers): transformers "
-            f"{transformers.__version__} differs in what it relies on: {'; '.join(found)}")
+        say(f"note: the CPU's speed layer is left out, the model runs as transformers wrote it (slower; PyTorch's "
+            f"dropout masks): transformers {transformers.__version__} differs in what the layer relies on: "
+            f"{'; '.join(found)}")
         return model
     register_attention()
     for module in list(model.modules()):

@@ -115,7 +115,8 @@ def differences():
     from transformers import AttentionInterface
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
-    registries = {"AttentionInterface": AttentionInterface, "ALL_MASK_ATTENTION_FUNCTIONS": ALL_MASK_ATTENTION_FUNCTIONS}
+    registries = {"AttentionInterface": AttentionInterface,
+                  "ALL_MASK_ATTENTION_FUNCTIONS": ALL_MASK_ATTENTION_FUNCTIONS}
     found = [f"{name}.register" for name, registry in registries.items()
              if not callable(getattr(registry, "register", None))]
     parameters = inspect.signature(sdpa_attention_forward).parameters

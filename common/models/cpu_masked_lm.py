@@ -30,8 +30,8 @@ LAST_LAYER_PARTS = ("attention.self.query", "attention.self.key", "attention.sel
 def differences(base):
     """What ``MaskedPositionsLM`` relies on that this BERT model (``model_type`` "bert"), as this release of
     transformers writes it, lacks, one phrase each (none: an empty list): its layers as ``encoder.layer``, a
-    ``ModuleList`` that the forward runs in turn and that is cut short to run every layer but the last, and the last
-    one a ``BertLayer`` with ``LAST_LAYER_PARTS``."""
+    ``ModuleList`` (cut short to run every layer but the last through the model's own forward), the last of them a
+    ``BertLayer`` with ``LAST_LAYER_PARTS``."""
     layers = getattr(getattr(base, "encoder", None), "layer", None)
     if not isinstance(layers, nn.ModuleList):
         return [f"{type(base).__name__}.encoder.layer (a ModuleList)"]

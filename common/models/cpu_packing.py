@@ -116,7 +116,8 @@ def differences(transformer):
     found = [] if getattr(transformer, "_supports_attention_backend", False) else \
         [f"{name} takes no attention function of transformers' interface (_supports_attention_backend)"]
     parameters = inspect.signature(type(transformer).forward).parameters
-    found += [f"{name}.forward({keyword}=)" for keyword in ("inputs_embeds", "position_ids") if keyword not in parameters]
+    found += [f"{name}.forward({keyword}=)" for keyword in ("inputs_embeds", "position_ids")
+              if keyword not in parameters]
     for module in dict.fromkeys(type(m) for m in transformer.modules()):
         parameters = inspect.signature(module.forward).parameters
         if "attention_mask" in parameters and not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
