@@ -67,7 +67,7 @@ def train(args, script=__file__):
 
     from common.models import cpu, precision
     from common.train import replacement, run_folder, run_log, run_status
-    from common.train.distributed import any_process
+    from common.train.distributed import any_process, check_joined, joins_on_cpu
     from common.train.optimization import parameter_groups, warmup_steps
     from common.models.encoder import checkpoint_activations
     from common.train.batches import backward, loaders, seed_dropout
@@ -79,11 +79,13 @@ def train(args, script=__file__):
         return done
     started = provenance.now()
 
-    # the Accelerator: processes and mixed precision from `accelerate launch` / `accelerate config`
+    # the Accelerator: processes and mixed precision from `accelerate launch` / `accelerate config`, several processes
+    # joined into one run on a GPU each or on the CPU
     log_with = run_log.trackers(args.report_to)
     work = replacement.work_folder(args)  # --out, or inside it while replacing a finished run there (--overwrite)
-    acc = Accelerator(gradient_accumulation_steps=args.grad_accum, log_with=log_with or None,
+    acc = Accelerator(cpu=joins_on_cpu(), gradient_accumulation_steps=args.grad_accum, log_with=log_with or None,
                       project_config=ProjectConfiguration(work, os.path.join(work, "trackers")))
+    check_joined(acc)
     set_seed(args.seed)
     acc.print(precision.training_line(acc))
     if acc.device.type == "cpu" and acc.mixed_precision == "bf16" and not precision.native_bf16():

@@ -29,8 +29,9 @@ names '.', '..', '/' or a file outside, 05 extract's outputs of one stem and two
 other, the masked LM's cache and a --cache-dir inside --data, and numbers not checked before use: a line limit past
 memory, masking shares adding up past 1, a pair length too short for --nsp, NaN and infinity as flags, a label of
 true, a checkpoint's state, a log record, teacher vectors past float32 and a document id that is a list; a link in a
-run folder where a command moves, writes or deletes (RUN/.next-run to another finished run, RUN/cache, a model)
-(docs/reliability.md).
+run folder where a command moves, writes or deletes (RUN/.next-run to another finished run, RUN/cache, a model), a
+checkpoint holding another step than its folder names, a run finished on two processes run again on one, and two
+CPU processes started by torchrun and by accelerate launch --multi_gpu (docs/reliability.md).
 """
 
 import argparse
@@ -392,6 +393,62 @@ def link_cases(root, model, data, train):
     return results
 
 
+def resume_cases(root, model, data, train):
+    """A checkpoint holding another step than its folder names (step_2 holding step 3): passed over with a note for
+    the one before, the run resumed to the weights of one not stopped; a run finished on two processes (as an
+    earlier version's manifest records it) is not done to the same command on one."""
+    results = []
+    run = root / "rs-run"
+    quick = [*train, "--keep", "0", "--data", data, "--out", run]
+    script(*quick)
+    weights, log = tree_hash(run / "model"), (run / "log.jsonl").read_text()
+    for name in ("model", "manifest.json"):  # killed before its end
+        written.remove_entry(run / name)
+    shutil.copy(run / "checkpoints" / "step_3" / "trainer_state.json", run / "checkpoints" / "step_2")
+    written.remove_entry(run / "checkpoints" / "step_3")
+    proc = subprocess.run([sys.executable, *map(str, quick)], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    results.append(report("03 resumed where step_2 holds step 3", proc.returncode,
+                          (proc.stderr.strip().splitlines() or [""])[-1],
+                          proc.returncode == 0 and "step_2 cannot be read (trainer_state.json: step 3, where its "
+                          "folder names step 2)" in proc.stdout and "step_1 (step 1 of 3)" in proc.stdout
+                          and (run / "log.jsonl").read_text().count("\n") == log.count("\n")
+                          and tree_hash(run / "model") == weights))
+    manifest = json.loads((run / "manifest.json").read_text())
+    del manifest["identity"]["processes"]
+    (run / "manifest.json").write_text(json.dumps({**manifest, "counts": {**manifest["counts"], "processes": 2}}))
+    rc, line = script(*quick)
+    results.append(report("03 on one process over a run finished on two", rc, line,
+                          rc == 2 and "with other settings (processes)" in line))
+    return results
+
+
+def launch_cases(root, model, data, train):
+    """Two processes launched on a machine without a GPU, by a bare torchrun and by accelerate launch --multi_gpu:
+    one run of two processes (not two runs on one --out, the second refused as in use), which the same command on one
+    process then finds finished with other settings (processes)."""
+    import socket
+    results = []
+    launchers = (("torchrun", ["torch.distributed.run", "--nproc_per_node", "2", "--master_port"]),
+                 ("accelerate launch --multi_gpu", ["accelerate.commands.launch", "--multi_gpu", "--num_processes",
+                                                    "2", "--main_process_port"]))
+    for k, (name, launcher) in enumerate(launchers):
+        run = root / f"launch-{k}"
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        env = {key: v for key, v in os.environ.items() if key != "ACCELERATE_USE_CPU"}
+        proc = subprocess.run([sys.executable, "-m", *launcher, str(port), *map(str, train), "--data", str(data),
+                               "--out", str(run)], cwd=ROOT, capture_output=True, text=True,
+                              env={**env, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
+        joined = proc.returncode == 0 and json.loads((run / "manifest.json").read_text())["counts"]["processes"] == 2
+        rc, line = script(*train, "--data", data, "--out", run)
+        results.append(report(f"03 under {name}, 2 CPU processes; then 1", proc.returncode,
+                              (proc.stderr.strip().splitlines() or [""])[-1] if not joined else line,
+                              joined and rc == 2 and "with other settings (processes)" in line))
+    return results
+
+
 def number_cases(root, model, data, train):
     """Numbers not checked before use: flags (a line limit past memory, shares that add up past 1, a pair length too
     short for --nsp, NaN and infinity, 05's resamples and re-splits past what it can finish) and numbers in files (a label of true, a checkpoint's state, a log record,
@@ -578,6 +635,8 @@ def safety(work):
     results += overwrite_cases(root, model, data, train)
     results += number_cases(root, model, data, train)
     results += link_cases(root, model, data, train)
+    results += resume_cases(root, model, data, train)
+    results += launch_cases(root, model, data, train)
     shutil.rmtree(root, ignore_errors=True)
     print(f"{sum(results)} of {len(results)} cases as expected")
     return 0 if all(results) else 1

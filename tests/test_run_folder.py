@@ -247,6 +247,33 @@ def test_a_finished_run_whose_manifest_records_no_settings_is_refused_without_ov
     assert run_status.finished(parse(argv + ["--overwrite"]), "03_train.py") is None
 
 
+def test_a_finished_run_is_done_only_to_a_launch_of_as_many_processes(tmp_path, tiny_data, tiny_model, monkeypatch,
+                                                                       capsys):
+    """The number of processes is in a finished run's identity as in its checkpoints' (each process sees other
+    data): a run finished on one process is one of other settings to the same command launched on two, and one
+    finished on two (a manifest of an earlier version records them in its counts) to the same command on one."""
+    run = tmp_path / "run"
+    argv = [str(a) for a in ("--data", tiny_data, "--model", tiny_model, "--out", run, *SHORT_TRAIN, "--max-steps",
+                             "1")]
+    script_main("03_train.py")(argv)
+    parse = script_module("03_train.py").parse_args
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["identity"]["processes"] == 1
+    other = (f"{run}: holds a finished 03_train.py run with other settings (processes); give --overwrite to train it "
+             "again (only what the run wrote is removed), or another --out")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(InputError) as e:
+        run_status.finished(parse(argv), "03_train.py")
+    assert str(e.value) == other
+    monkeypatch.delenv("WORLD_SIZE")
+    assert run_status.finished(parse(argv), "03_train.py")["steps"] == 1
+    del manifest["identity"]["processes"]
+    (run / "manifest.json").write_text(json.dumps({**manifest, "counts": {**manifest["counts"], "processes": 2}}))
+    with pytest.raises(InputError) as e:
+        run_status.finished(parse(argv), "03_train.py")
+    assert str(e.value) == other
+
+
 def test_a_run_of_several_seeds_killed_in_its_second_goes_on_there_and_keeps_the_first(tmp_path, tiny_data,
                                                                                       tiny_model, capsys):
     out = tmp_path / "seeds"
@@ -280,6 +307,24 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(toy, toy_run, 
     assert "checkpoints/step_15 cannot be read" in printed and "resuming from" in printed and "step_10" in printed
     for a, b in zip(_weights(ref), _weights(out)):
         assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_checkpoint_holding_another_step_than_its_folder_names_falls_back_to_the_one_before(
+        toy, toy_run, tiny_model, tiny_data, tmp_path, capsys):
+    ref, _ = toy_run
+    out = tmp_path / "run"
+    shutil.copytree(ref, out)
+    unfinish(out)
+    shutil.copy(out / "checkpoints" / "step_20" / "trainer_state.json", out / "checkpoints" / "step_15")
+    shutil.rmtree(out / "checkpoints" / "step_20")
+    toy(tiny_data, tiny_model, out)
+    printed = capsys.readouterr().out
+    assert (f"note: checkpoint {out / 'checkpoints' / 'step_15'} cannot be read (trainer_state.json: step 20, where "
+            "its folder names step 15); trying the one before") in printed
+    assert f"resuming from {out / 'checkpoints' / 'step_10'} (step 10 of 20)" in printed
+    for a, b in zip(_weights(ref), _weights(out)):
+        assert all(torch.equal(a[k], b[k]) for k in a)
+    assert [r["step"] for r in read_jsonl(out / "log.jsonl")] == [r["step"] for r in read_jsonl(ref / "log.jsonl")]
 
 
 # -- the log and the trackers --------------------------------------------------------------------------------------

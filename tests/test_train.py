@@ -209,6 +209,44 @@ def test_two_processes_stop_together_on_sigterm_and_resume_bit_identically(tiny_
     assert all((ref[k] == ours[k]).all() for k in ref)
 
 
+@pytest.mark.parametrize("launcher", [["torch.distributed.run", "--nproc_per_node", "2", "--master_port"],
+                                      ["accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+                                       "--main_process_port"]])
+def test_two_processes_launched_without_a_gpu_join_into_one_run(launcher, tiny_model, tiny_data, tmp_path):
+    """Accelerate joins processes on a GPU it finds, and on the CPU only when told: a bare torchrun, or accelerate
+    launch --multi_gpu on a machine without a GPU, starts two processes that train one run together (each step a
+    batch of each), not each its own on one --out; the same command on one process then finds a run finished on
+    two, of other settings."""
+    run = tmp_path / "run"
+    args = train_args(tiny_data, tiny_model, run, "--max-steps", "2", "--checkpoint-every", "1")
+    env = {k: v for k, v in ENV.items() if k != "ACCELERATE_USE_CPU"}
+    proc = subprocess.run([sys.executable, "-m", *launcher, str(free_port()), os.path.join(ROOT, "03_train.py"),
+                           *map(str, args)], cwd=ROOT, env=dict(env, OMP_NUM_THREADS="1"), capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("effective batch 8 = 4 per process × 2 processes × 1 accumulation; 2 steps") == 1
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["counts"]["processes"] == manifest["identity"]["processes"] == 2
+    assert (run / "checkpoints" / "step_2" / "random_states_1.pkl").exists()
+    assert script_error("03_train.py", *args) == (
+        f"error: {run}: holds a finished 03_train.py run with other settings (processes); give --overwrite to train "
+        "it again (only what the run wrote is removed), or another --out")
+
+
+def test_processes_of_a_launch_that_accelerate_does_not_join_are_refused_before_any_work(tiny_model, tiny_data,
+                                                                                          tmp_path, monkeypatch):
+    """Where Accelerate leaves a launch's processes apart (here: two launched, as WORLD_SIZE says, on a device it
+    joins none on), each is refused in one line before the model loads, and nothing is written."""
+    from common.train import distributed
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(distributed, "joins_on_cpu", lambda: False)
+    run = tmp_path / "run"
+    assert script_error("03_train.py", *train_args(tiny_data, tiny_model, run)) == (
+        "error: 2 processes were launched and Accelerate joined 1 of them into one run: each would train alone; run "
+        "one process, or launch them where Accelerate joins them (a GPU each, or the CPU)")
+    assert not run.exists()
+
+
 def test_a_model_that_does_not_exist_is_a_one_line_error(tiny_data, tmp_path):
     assert script_error("03_train.py", *train_args(tiny_data, tmp_path / "none", tmp_path / "run")) == \
         f"error: {tmp_path / 'none'}: no such model folder, nor a model of that name in the local Hugging Face cache"

@@ -1,6 +1,37 @@
-"""Collectives that in-batch losses need across processes."""
+"""A launch's processes, joined into one run, and the collectives that in-batch losses need across them."""
 
 import torch
+
+from common.io import InputError
+
+
+def launched_processes():
+    """The number of processes this launch starts, as its launcher says (``WORLD_SIZE``: ``accelerate launch``,
+    ``torchrun``; MPI's own variables under ``mpirun``, which Accelerate reads too), read before Accelerate starts;
+    one without a launcher."""
+    from accelerate.utils import get_int_from_env
+    return get_int_from_env(["WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE"], 1)
+
+
+def joins_on_cpu():
+    """Whether this launch's processes are joined on the CPU (``Accelerator(cpu=True)``): several were started where
+    there is no accelerator Accelerate joins processes on (none, or Apple's MPS, which has no collective backend).
+    Accelerate joins processes on a GPU it finds, and on the CPU only when told so: otherwise each would train
+    alone (``accelerate launch --multi_gpu`` or ``torchrun`` on a machine without a GPU)."""
+    if launched_processes() <= 1:
+        return False
+    device = torch.accelerator.current_accelerator()
+    return device is None or device.type == "mps"
+
+
+def check_joined(accelerator):
+    """Refuse, in one line before any work, processes of a launch that ``accelerator`` did not join into one run
+    (each would train alone, and all but one be refused by the run folder's lock)."""
+    launched = launched_processes()
+    if accelerator.num_processes != launched:
+        raise InputError(f"{launched} processes were launched and Accelerate joined {accelerator.num_processes} of "
+                         "them into one run: each would train alone; run one process, or launch them where Accelerate "
+                         "joins them (a GPU each, or the CPU)")
 
 
 def all_gather_with_grad(tensor):

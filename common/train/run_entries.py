@@ -85,13 +85,13 @@ def links(out):
     found = [os.path.join(out, name) for name in (NEXT, CACHE) if os.path.islink(os.path.join(out, name))]
     next_dir = os.path.join(out, NEXT)
     for folder in [out] + ([next_dir] if os.path.isdir(next_dir) and not os.path.islink(next_dir) else []):
-        for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        for name in _names(folder):
             path = os.path.join(folder, name)
             if not run_entry(name):
                 continue
             places = [path]
-            if name == "checkpoints" and os.path.isdir(path) and not os.path.islink(path):
-                places = [os.path.join(path, step) for step in sorted(os.listdir(path)) if STEP.fullmatch(step)]
+            if name == "checkpoints" and not os.path.islink(path):
+                places = [os.path.join(path, step) for step in _names(path) if STEP.fullmatch(step)]
             for place in places:
                 if os.path.islink(place):
                     found.append(place)
@@ -99,6 +99,15 @@ def links(out):
                     found += [p for p in (os.path.join(place, *rel.split("/")) for rel in entries(place))
                               if os.path.islink(p)]
     return found
+
+
+def _names(folder):
+    """What ``folder`` holds, sorted; nothing where it is no folder, or is gone (another process of the launch may be
+    clearing it meanwhile)."""
+    try:
+        return sorted(os.listdir(folder))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
 
 
 def finished_in(out):

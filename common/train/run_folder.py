@@ -18,7 +18,7 @@ from common.io import InputError
 from common.train import run_status
 from common.train.replacement import move_into_place, work_folder
 from common.train.run_entries import NEXT, RUN_FILE, STATE, checkpoints, finished_in, run_files
-from common.train.run_identity import command_identity
+from common.train.run_identity import run_identity
 from common.train.run_log import log_line, read_log
 from common.written import remove_entry, remove_written
 
@@ -38,9 +38,8 @@ class RunFolder:
         self.path = work_folder(args)  # --out, or --out/.next-run for a run that replaces a finished one
         # the settings the model was actually loaded with; the data each process sees depends on their number: a
         # checkpoint resumes only with the same count
-        self.identity = {**command_identity(args), "max_length": objective.max_length,
-                         "pooling": objective.encoder.pooling, "normalize": objective.encoder.normalize,
-                         "processes": accelerator.num_processes}
+        self.identity = {**run_identity(args, accelerator.num_processes), "max_length": objective.max_length,
+                         "pooling": objective.encoder.pooling, "normalize": objective.encoder.normalize}
         self.overwrite = overwrite  # start afresh: what an earlier run wrote here is removed first
         self.tracked = tracked  # the accelerator has trackers: each log record goes to them too
         self.log = []
@@ -96,7 +95,7 @@ class RunFolder:
         args, acc = self.args, self.accelerator
         inputs = [os.path.join(args.data, name) for name in sorted(os.listdir(args.data)) if name.endswith(".jsonl")]
         manifest = provenance.manifest(script, args, started, inputs=inputs, counts=counts, seed=args.seed,
-                                       identity=command_identity(args), precision=acc.mixed_precision,
+                                       identity=run_identity(args, acc.num_processes), precision=acc.mixed_precision,
                                        device=acc.device.type)
         folders.write_json(os.path.join(self.path, "manifest.json"), {**manifest, "files": run_files(self.path)})
         if self.path != self.out:

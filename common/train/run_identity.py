@@ -1,6 +1,7 @@
 """A training run's identity: every flag of the command that changes the result and the data it reads
-(``command_identity``). A finished run's manifest records it; a later command on the same ``--out`` finds the run
-done when it matches, and a checkpoint is resumed only by a run of the same identity (``run_folder``)."""
+(``command_identity``), and the number of processes (``run_identity``: the data each process sees depends on it). A
+finished run's manifest records it; a later command on the same ``--out`` finds the run done when it matches, and a
+checkpoint is resumed only by a run of the same identity (``run_status``)."""
 
 import hashlib
 import json
@@ -40,3 +41,10 @@ def command_identity(args):
              "data_content": data_fingerprint(args.objective, args.data)}
     found.update({key: getattr(args, key) for key in RESULT_ARGS + objectives.get(args.objective).result_args})
     return json.loads(json.dumps(found))
+
+
+def run_identity(args, processes):
+    """``command_identity`` and the number of ``processes`` the run trains on: what a finished run's manifest
+    records and a later command must match to find it done, and what a checkpoint's identity holds besides the
+    settings the model was loaded with."""
+    return {**command_identity(args), "processes": processes}

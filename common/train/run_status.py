@@ -1,8 +1,8 @@
 """Whether an ``--out`` holds a finished run, a run to resume, or nothing of this project's, decided from the run's
 identity (``run_identity.py``): every flag of the command that changes the result (``RESULT_ARGS`` and the
 objective's ``result_args``), the data's path and content (``command_identity``, which a finished run's manifest
-records), and, for a checkpoint, the settings the model was loaded with and the number of processes
-(``RunFolder.identity``). A run resumes only from a checkpoint of its own."""
+records) and the number of processes (``run_identity``), and, for a checkpoint, the settings the model was loaded
+with (``RunFolder.identity``). A run resumes only from a checkpoint of its own."""
 
 import os
 
@@ -12,14 +12,15 @@ from common.folders import STAGING
 from common.io import InputError
 from common.train.replacement import complete_replacement
 from common.train.run_entries import CACHE, NEXT, RUN_FILE, STATE, checkpoints, finished_in, links
-from common.train.run_identity import command_identity
+from common.train.distributed import launched_processes
+from common.train.run_identity import run_identity
 from common.train.run_log import LARGEST
 
 
 def finished(args, script):
     """A finished run in ``args.out`` (its manifest.json, the run's last file, is there): its counts where it was
-    trained with the settings of this command (``command_identity``), so that the command has nothing to do; else
-    an InputError, unless ``--overwrite``. None where ``--out`` holds no finished run of this project. A run that
+    trained with the settings of this command on as many processes as this launch starts (``run_identity``), so
+    that the command has nothing to do; else an InputError, unless ``--overwrite``. None where ``--out`` holds no finished run of this project. A run that
     replaced a finished one and was killed while moving into place is moved into place first
     (``complete_replacement``). An ``--out`` that is no run folder is refused first (``check_run_folder``), before
     any work writes into it (the masked LM's cache)."""
@@ -33,9 +34,12 @@ def finished(args, script):
         raise folders.finished_error(args.out, f"{os.path.basename(script)} run whose manifest.json cannot be "
                                                "read") from None
     what = f"{manifest.get('script') or os.path.basename(script)} run"
-    recorded, wanted = manifest.get("identity"), command_identity(args)
+    recorded, wanted = manifest.get("identity"), run_identity(args, launched_processes())
+    counts = manifest.get("counts") if isinstance(manifest.get("counts"), dict) else {}
+    if isinstance(recorded, dict) and "processes" not in recorded:  # a manifest of an earlier version: in its counts
+        recorded = {**recorded, "processes": counts.get("processes")}
     if recorded == wanted:
-        return manifest.get("counts") or {}
+        return counts
     if not isinstance(recorded, dict):  # a run of an earlier version, or a manifest edited by hand
         raise folders.finished_error(args.out, f"{what} whose settings its manifest.json does not record")
     changed = sorted(k for k in set(recorded) | set(wanted) if recorded.get(k) != wanted.get(k))
@@ -55,7 +59,7 @@ def check_run_folder(out):
             [n for n in os.listdir(out) if n not in (LOCK, CACHE, NEXT) and not n.startswith(STAGING)]:
         raise InputError(f"{out}: not empty and not a run folder of this project (no {RUN_FILE}); "
                          "use another --out")
-    found = links(out) if os.path.isdir(out) else []
+    found = links(out)
     if found:
         raise InputError(f"{found[0]}: a symbolic link in the run folder; remove it (a run never moves, writes or "
                          "deletes through one)")
@@ -91,9 +95,9 @@ def read_state(path):
 
 
 def resumable_state(run_dir, path, identity):
-    """The trainer state of the checkpoint ``path`` in ``run_dir``, for a run of ``identity`` to resume from: a
-    ValueError says why it cannot be (unreadable, or beyond this run's epochs or steps: the one before is tried); an
-    InputError refuses a checkpoint of a run with other settings."""
+    """The trainer state of the checkpoint ``path`` (``step_N``) in ``run_dir``, for a run of ``identity`` to resume
+    from: a ValueError says why it cannot be (unreadable, of another step than N, or beyond this run's epochs or
+    steps: the one before is tried); an InputError refuses a checkpoint of a run with other settings."""
     try:
         state = read_state(os.path.join(path, STATE))
     except OSError as e:
@@ -103,6 +107,9 @@ def resumable_state(run_dir, path, identity):
                          if state["identity"].get(k) != identity.get(k))
         raise InputError(f"{run_dir}: its checkpoints come from a run with other settings "
                          f"({', '.join(changed)}); use another --out or remove {path}")
+    named = int(os.path.basename(path).removeprefix("step_"))
+    if state["step"] != named:  # resumed as its own step, an optimizer step would be skipped or taken twice
+        raise ValueError(f"{STATE}: step {state['step']}, where its folder names step {named}")
     epochs, steps = identity.get("epochs"), identity.get("max_steps")
     if (isinstance(epochs, int) and state["epoch"] > epochs) or (steps and state["step"] > steps):
         raise ValueError(f"{STATE}: step {state['step']}, epoch {state['epoch']}, beyond this run's")
