@@ -25,6 +25,10 @@
 
   python 01_extract.py csv --input NewsArticles.zip --out work/news --id-column article_id
       A CSV table (plain, gzip, or inside a zip) → articles.jsonl, one document a row.
+
+  python 01_extract.py hf --dataset imdb --split test --label-field label --out work/imdb-test
+      A dataset as Hugging Face datasets reads it (a hub name with --config and --split, or a local save_to_disk
+      folder, parquet, JSON lines or CSV file), streamed → articles.jsonl; two --text-field names → pairs.jsonl.
 """
 
 import collections
@@ -118,6 +122,29 @@ def add_csv_arguments(p):
     p.add_argument("--label-column", default=None, help="column of topic labels (default: none)")
 
 
+def add_hf_arguments(p):
+    p.add_argument("--dataset", required=True, type=cli.reads,
+                   help="a hub dataset's name (read from the hub), or a local save_to_disk folder, .parquet, "
+                        ".jsonl/.json or .csv file (plain or .gz), or a folder laid out as a hub dataset's repository")
+    p.add_argument("--config", default=None, help="the hub dataset's configuration (e.g. no_ref)")
+    p.add_argument("--split", default="train",
+                   help="the split to read; a local file is one split, named so (it names rows without an id)")
+    p.add_argument("--revision", default="main", help="the hub dataset's branch, tag or commit")
+    p.add_argument("--csv-columns", nargs="+", default=None, metavar="NAME",
+                   help="the column names of a CSV file without a header row, whose first line is then a row (Zhou et "
+                        "al. 2020's pair sets: label text_0 text_1)")
+    p.add_argument("--out", required=True, help="output directory (articles.jsonl or pairs.jsonl, manifest.json)")
+    p.add_argument("--text-field", nargs="+", default=["text"], metavar="FIELD",
+                   help="the field of each document's text; two fields: each row is a pair of documents")
+    p.add_argument("--title-field", nargs="+", default=None, metavar="FIELD",
+                   help="the field of each document's title, one per --text-field (default: empty titles)")
+    p.add_argument("--id-field", nargs="+", default=None, metavar="FIELD",
+                   help="the field of each document's id, one per --text-field (default: SPLIT-ROW for a "
+                        "document, the start of its text's SHA-256 for a pair's documents)")
+    p.add_argument("--label-field", default=None,
+                   help="the field of the row's label (a class-label column is written as its class's name)")
+
+
 def run_wiki(args):
     with folders.Outputs(args.out, __file__, overwrite=args.overwrite) as outputs:
         settings = WikiSettings(**{f.name: getattr(args, f.name) for f in fields(WikiSettings)})
@@ -175,6 +202,23 @@ def run_source(args):
     print(f"{counts['articles']} articles ({details}) → {os.path.join(args.out, 'articles.jsonl')}")
 
 
+def run_hf(args):
+    from common.data import hf_source
+    fields = hf_source.Fields(args.id_field, args.title_field, args.text_field, args.label_field)
+    name = "pairs.jsonl" if fields.pairs else "articles.jsonl"
+    counts = collections.Counter()
+    with folders.Outputs(args.out, __file__, overwrite=args.overwrite) as outputs:
+        split = hf_source.open_split(args.dataset, args.config, args.split, args.revision,
+                                     outputs.scratch("datasets-cache"), args.csv_columns)
+        with outputs.open(name) as out:
+            hf_source.write_rows(split, fields, args.split, out, counts, f"{args.dataset} [{args.split}]")
+        inputs = hf_source.input_files(args.dataset) if os.path.exists(args.dataset) else []
+        outputs.finish(args, inputs=inputs, counts=dict(counts), dataset={**split.record, "rows": counts["rows"]})
+    labels = sum(1 for k in counts if k.startswith("label_"))
+    print(f"{counts['rows']} rows of {args.dataset} [{args.split}]"
+          f"{f', {labels} labels' if labels else ''} → {os.path.join(args.out, name)}")
+
+
 COMMANDS = {
     "wiki": ("Wikipedia XML dump → articles.jsonl", add_wiki_arguments, run_wiki,
              "Wikipedia XML dump (.xml, .xml.bz2, multistream too) → articles.jsonl."),
@@ -197,6 +241,10 @@ COMMANDS = {
     "csv": ("a CSV table → articles.jsonl", add_csv_arguments, run_source,
             "A CSV table with a header row (plain, gzip, or the one .csv inside a .zip) → articles.jsonl, one "
             "document a row."),
+    "hf": ("a Hugging Face dataset (hub, save_to_disk, parquet, JSON lines, CSV) → articles.jsonl or pairs.jsonl",
+           add_hf_arguments, run_hf,
+           "One split of a dataset as Hugging Face datasets reads it, streamed → articles.jsonl (one document a "
+           "row) or pairs.jsonl (two --text-field names: two documents and a label a row)."),
 }
 
 

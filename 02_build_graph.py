@@ -18,6 +18,16 @@
 
   python 02_build_graph.py testsets --out work/testsets
       gensim's Lee corpus (human similarity ratings) and 20 Newsgroups sample (labels) as data directories.
+
+  python 02_build_graph.py classify --name imdb --train work/imdb-train/articles.jsonl \
+      --test work/imdb-test/articles.jsonl [--name aan --train ... --test ...] --out work/classify
+      Classification tasks (documents or pairs, from 01_extract.py hf) as one data directory for 05 --task classify.
+
+  python 02_build_graph.py similarity --articles wines.txt --targets gt --out work/wines
+      Articles with expert lists of similar articles (Ginzburg et al. 2021's WINES, GAMES) as similarity data.
+
+  python 02_build_graph.py beir --input scifact --out work/scifact
+      A BEIR folder (corpus.jsonl, queries.jsonl, qrels/*.tsv) as retrieval data for 05 and 03 --objective mnrl.
 """
 
 import collections
@@ -28,7 +38,8 @@ import sys
 import numpy as np
 
 from common import cli, folders, io, jsontext
-from common.data import crossref, heldout, keysent_splits, lm_corpus, retrieval, testsets, triplets
+from common.data import beir, classify_splits, crossref, heldout, keysent_splits, lm_corpus, retrieval, \
+    similar_articles, testsets, triplets
 from common.data.articles import read_articles
 from common.data.splits import parse_caps, refuse_empty_splits, write_topics
 
@@ -124,6 +135,33 @@ def add_testsets_arguments(p):
     p.add_argument("--lee-threshold", type=cli.number(float, cli.SHARE), default=0.5,
                    help="a Lee pair rated at least this (ratings in [0, 1]) is a similarity target for MAP/MRR")
     p.add_argument("--seed", type=cli.number(int, cli.SEED), default=42, help="seed of the newsgroups train/test split")
+
+
+def add_classify_arguments(p):
+    p.add_argument("--name", action="append", required=True,
+                   help="a task's name (classify.NAME.*.jsonl; its documents' ids become NAME:id); repeatable, one "
+                        "--train and --test each")
+    p.add_argument("--train", action="append", required=True, type=cli.reads,
+                   help="the task's training split: articles.jsonl or pairs.jsonl from 01_extract.py hf")
+    p.add_argument("--test", action="append", required=True, type=cli.reads, help="the task's test split, the same")
+    cli.add_max_line(p)
+    p.add_argument("--out", required=True, help="data directory to write")
+
+
+def add_similarity_arguments(p):
+    p.add_argument("--articles", required=True, type=cli.reads,
+                   help="the articles: a CSV table of title and sections (WINES' wines.txt, GAMES' video_games.txt)")
+    p.add_argument("--targets", required=True, type=cli.reads,
+                   help="the similar articles: the pickled dictionary of titles (SDR's gt)")
+    p.add_argument("--out", required=True, help="data directory to write")
+
+
+def add_beir_arguments(p):
+    p.add_argument("--input", required=True, type=cli.reads,
+                   help="a BEIR dataset's folder: corpus.jsonl, queries.jsonl (plain or .gz) and qrels/{train,dev,"
+                        "test}.tsv")
+    cli.add_max_line(p)
+    p.add_argument("--out", required=True, help="data directory to write")
 
 
 def run_graph(args):
@@ -240,6 +278,42 @@ def run_testsets(args):
     print("\n".join(done))
 
 
+def run_classify(args):
+    if not len(args.name) == len(args.train) == len(args.test):
+        raise io.InputError(f"{len(args.name)} --name, {len(args.train)} --train and {len(args.test)} --test: give "
+                            "each task its name, training split and test split")
+    counts = collections.Counter()
+    tasks = list(zip(args.name, args.train, args.test))
+    with folders.Outputs(args.out, __file__, args.command, overwrite=args.overwrite) as outputs:
+        classify_splits.write_tasks(tasks, outputs, counts)
+        outputs.finish(args, inputs=args.train + args.test, counts=dict(counts))
+    splits = ", ".join(f"{name} {counts[f'{name}_train']}/{counts[f'{name}_test']}" for name in args.name)
+    print(f"{counts['documents']} documents; train/test {splits} → {args.out}")
+
+
+def run_similarity(args):
+    counts = collections.Counter()
+    targets = similar_articles.read_targets(args.targets)
+    with folders.Outputs(args.out, __file__, args.command, overwrite=args.overwrite) as outputs:
+        with outputs.open("docs.jsonl") as docs:
+            ids = similar_articles.write_articles(args.articles, docs, counts)
+        with outputs.open("similarity.qrels") as qrels:
+            similar_articles.write_qrels(targets, ids, qrels, counts)
+        outputs.finish(args, inputs=[args.articles, args.targets], counts=dict(counts))
+    print(f"{counts['documents']} documents, {counts['sources']} sources with {counts['targets']} targets "
+          f"({counts['sources_unknown']} sources and {counts['targets_unknown']} targets name no article) → "
+          f"{args.out}")
+
+
+def run_beir(args):
+    counts = collections.Counter()
+    with folders.Outputs(args.out, __file__, args.command, overwrite=args.overwrite) as outputs:
+        inputs = beir.write_beir(args.input, outputs, counts)
+        outputs.finish(args, inputs=inputs, counts=dict(counts))
+    print(f"{counts['documents']} documents; queries train/val/test {counts['queries_train']}/{counts['queries_val']}/"
+          f"{counts['queries_test']} ({counts['pairs_train']} training pairs) → {args.out}")
+
+
 COMMANDS = {
     "links": ("articles.jsonl → the cross-reference graph, triplets, crossref qrels and topic splits "
               "(the default command)", add_links_arguments, run_graph),
@@ -251,6 +325,12 @@ COMMANDS = {
                add_lm_corpus_arguments, run_lm_corpus),
     "testsets": ("gensim's installed test corpora as data directories: Lee (similarity ratings) and a 20 Newsgroups "
                  "sample (classification)", add_testsets_arguments, run_testsets),
+    "classify": ("labelled splits of documents or pairs (01_extract.py hf) → classification tasks for 05",
+                 add_classify_arguments, run_classify),
+    "similarity": ("articles with expert lists of similar articles (WINES, GAMES) → similarity data for 05",
+                   add_similarity_arguments, run_similarity),
+    "beir": ("a BEIR dataset's folder → retrieval data for 05 (and training pairs for 03 --objective mnrl)",
+             add_beir_arguments, run_beir),
 }
 
 

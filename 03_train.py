@@ -16,11 +16,13 @@ values that will run):
 
 Mixed precision and the number of GPUs come from `accelerate config` / `accelerate launch`. A run writes
 RUN/model (Hugging Face + sentence-transformers), RUN/checkpoints/step_N and RUN/log.jsonl; starting again with
-the same --out resumes from the newest checkpoint. SIGTERM saves a checkpoint and exits with status 143.
+the same --out resumes from the newest checkpoint. SIGTERM saves a checkpoint (under several processes at the
+next log record or checkpoint) and exits with status 143.
 04_distill.py train runs the same loop with the distill objective.
 """
 
 import argparse
+import contextlib
 import math
 import os
 import signal
@@ -67,10 +69,10 @@ def train(args, script=__file__):
 
     from common.models import cpu, precision
     from common.train import replacement, run_folder, run_log, run_status
-    from common.train.distributed import any_process, check_joined, joins_on_cpu
+    from common.train.distributed import check_joined, joins_on_cpu, stop_agreed
     from common.train.optimization import parameter_groups, warmup_steps
     from common.models.encoder import checkpoint_activations
-    from common.train.batches import backward, loaders, seed_dropout
+    from common.train.batches import loaders
     done = run_status.finished(args, script)
     if done is not None:
         if os.environ.get("RANK", "0") == "0":  # one line under accelerate launch, before Accelerate starts
@@ -133,76 +135,41 @@ def train(args, script=__file__):
         if folder.tracked:
             acc.init_trackers("docembed", config={k: v for k, v in folder.identity.items()
                                                   if isinstance(v, (int, float, str, bool))})
-        validated = None
-
-        def finite(weights=False):
-            """Stop at a non-finite loss (or, before a save, non-finite weights), naming its step: the losses are
-            read here, at log records and saves only, so that no step waits for them; what a NaN reached is never
-            saved, and the checkpoints written so far hold the last good state."""
-            folder.check_finite(window, step, model if weights else None)
-
-        def log():
-            nonlocal window, logged
-            finite()
-            mean = acc.reduce(torch.stack([loss for _, loss in window]).mean(), reduction="mean").item()
-            folder.write_log({"step": step, "epoch": round(step / steps_per_epoch, 4), "loss": mean,
-                              **objective.log_metrics(acc), "lr": scheduler.get_last_lr()[0],
-                              "steps_per_s": (step - logged[0]) / (time.perf_counter() - logged[1])})
-            bar.set_postfix(loss=f"{mean:.4f}")
-            window, logged = [], (step, time.perf_counter())
-
-        def save(name="model"):
-            finite(weights=True)
-            unwrapped = acc.unwrap_model(model)
-            folder.save_model(name, lambda path: objective.save(unwrapped, path, folder.identity, folder.log))
-
-        def checkpoint():
-            finite(weights=True)
-            folder.save_checkpoint({"step": step, "epoch": epoch, "batch_in_epoch": batch_in_epoch, "best": best,
-                                    "window": folder.window_state(window), "log_window": objective.log_state()},
-                                   args.keep)
-
-        def validate():
-            """Validate once at this step (an epoch's end or --max-steps may fall on an --eval-every step) and keep
-            the model if the objective selects by a metric and this one is its best."""
-            nonlocal validated, best
-            if not len(objective.val_rows) or validated == step:
-                return
-            finite()
-            validated = step
-            model.eval()
-            metrics = objective.validate(model, val_dl, acc)
-            model.train()
-            record = {"step": step, "epoch": round(step / steps_per_epoch, 4), **metrics}
-            folder.write_log(record)
-            acc.print(" ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()))
-            key = objective.selection
-            if key and key in metrics and (best is None or metrics[key] > best):
-                best = metrics[key]
-                save()
 
         # the loop
-        stop = []  # SIGTERM (what Slurm sends before preemption): checkpoint and exit at the next step
+        # SIGTERM (what Slurm sends before preemption): checkpoint and exit at the next step, or under several
+        # processes at the next log record or checkpoint, where they agree
+        stop = []
         previous = signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
         bar = tqdm(total=total_steps, initial=step, desc="train", unit=" steps", disable=not acc.is_main_process,
                    mininterval=1.0)
         model.train()
-        # (step, loss) of each micro-batch since the last log record, the losses on the device; a resumed run's first
-        # record averages what the uninterrupted run's would (the checkpoint keeps them)
+        # (step, loss) of each micro-batch since the last log record, the losses on the device, read only at log
+        # records and saves (run_folder.check_finite) so that no step waits for them; a resumed run's first record
+        # averages what the uninterrupted run's would (the checkpoint keeps them)
         window = [(at, torch.tensor(loss, device=acc.device)) for at, loss in state.get("window", ())]
         objective.restore_log_state(state.get("log_window", ()))
-        logged, micro = (step, time.perf_counter()), step * args.grad_accum
+        logged, micro, validated = (step, time.perf_counter()), step * args.grad_accum, None
         try:
             while epoch < args.epochs and step < total_steps:
                 sampler.epoch = epoch
                 objective.set_epoch(epoch)
                 for batch in acc.skip_first_batches(train_dl, batch_in_epoch) if batch_in_epoch else train_dl:
                     # dropout noise from (seed, micro-step, process): a resumed run draws the masks it would have
-                    seed_dropout((args.seed * 1_000_003 + micro) * acc.num_processes + acc.process_index, acc.device)
+                    # (torch.manual_seed would also seed every other kind of device, at a quarter of a millisecond)
+                    seed = (args.seed * 1_000_003 + micro) * acc.num_processes + acc.process_index
+                    torch.default_generator.manual_seed(seed)
+                    if acc.device.type == "cuda":
+                        torch.cuda.manual_seed(seed)
                     micro += 1
                     batch_in_epoch += 1
                     with acc.accumulate(model):
-                        window.append((step + 1, backward(acc, model, objective, batch)))
+                        if args.chunk_tokens and "parts" in batch:  # --chunk-tokens cut this batch into parts
+                            loss = backward_in_parts(acc, model, objective, batch)
+                        else:
+                            loss = objective.losses(model, batch).mean()
+                            acc.backward(loss)
+                        window.append((step + 1, loss.detach()))
                         if acc.sync_gradients and args.clip > 0:
                             acc.clip_grad_norm_(model.parameters(), args.clip)
                         optimizer.step()
@@ -212,37 +179,51 @@ def train(args, script=__file__):
                         continue
                     step += 1
                     bar.update(1)
-                    if step % args.log_every == 0 or step == total_steps:
-                        log()
+                    logs = step % args.log_every == 0 or step == total_steps
+                    saves = bool(args.checkpoint_every) and step % args.checkpoint_every == 0
+                    if logs:
+                        mean = folder.mean_loss(window, step)
+                        folder.write_log({"step": step, "epoch": round(step / steps_per_epoch, 4), "loss": mean,
+                                          **objective.log_metrics(acc), "lr": scheduler.get_last_lr()[0],
+                                          "steps_per_s": (step - logged[0]) / (time.perf_counter() - logged[1])})
+                        bar.set_postfix(loss=f"{mean:.4f}")
+                        window, logged = [], (step, time.perf_counter())
                     if args.eval_every and step % args.eval_every == 0:
-                        validate()
-                    if args.checkpoint_every and step % args.checkpoint_every == 0:
-                        checkpoint()
+                        best, validated = validate(acc, model, objective, val_dl, folder, window, step,
+                                                   steps_per_epoch, best), step
+                    if saves:
+                        folder.save_checkpoint(model, window, objective.log_state(), step=step, epoch=epoch,
+                                               batch_in_epoch=batch_in_epoch, best=best)
                     if step >= total_steps:
                         break
-                    if any_process(acc, bool(stop)):
-                        checkpoint()
+                    if stop_agreed(acc, bool(stop), boundary=logs or saves):
+                        if not saves:
+                            folder.save_checkpoint(model, window, objective.log_state(), step=step, epoch=epoch,
+                                                   batch_in_epoch=batch_in_epoch, best=best)
                         bar.close()
                         acc.print(f"stopped by SIGTERM at step {step}; checkpoint saved in "
                                   f"{os.path.join(folder.path, 'checkpoints')}; run the same command to resume")
                         acc.end_training()
                         raise Preempted(step)
+                # an epoch's end, or --max-steps inside one: validated once at this step
+                if validated != step:
+                    best, validated = validate(acc, model, objective, val_dl, folder, window, step, steps_per_epoch,
+                                               best), step
                 if step >= total_steps and batch_in_epoch < len(train_dl):
-                    validate()  # stopped by --max-steps inside an epoch
                     break
                 epoch, batch_in_epoch = epoch + 1, 0
-                validate()
                 if args.save_epochs:
-                    save(f"epoch_{epoch}")
+                    folder.save_model(f"epoch_{epoch}", model, objective, window, step)
         finally:
             signal.signal(signal.SIGTERM, previous)
             bar.close()
 
         # the save: the last checkpoint, the model (unless validation chose one), the curves, the manifest
         if args.checkpoint_every and not folder.has_checkpoint(step):
-            checkpoint()
+            folder.save_checkpoint(model, window, objective.log_state(), step=step, epoch=epoch,
+                                   batch_in_epoch=batch_in_epoch, best=best)
         if not objective.selection or best is None:
-            save()
+            folder.save_model("model", model, objective, window, step)
         if acc.is_main_process:
             folder.draw_curves()
         acc.end_training()
@@ -256,6 +237,40 @@ def train(args, script=__file__):
     finally:
         folder.release()
     return counts
+
+
+def backward_in_parts(acc, model, objective, batch):
+    """The loss of a batch ``--chunk-tokens`` cut into parts (``batches.BatchParts``), back-propagated: each part
+    forward and backward in turn, its summed loss divided by the whole batch's example count, so that the gradient is
+    the batch mean's with the activations of one part alive at a time (a memory bound, not a speed-up: parts lose the
+    batch's shared documents). Under DDP only the last part synchronises."""
+    total, examples, last = 0.0, sum(batch["sizes"]), len(batch["parts"]) - 1
+    for n, part in enumerate(batch["parts"]):
+        with acc.no_sync(model) if n < last else contextlib.nullcontext():
+            loss = objective.losses(model, part).sum() / examples
+            acc.backward(loss)
+        total = total + loss.detach()
+    return total
+
+
+def validate(acc, model, objective, loader, folder, window, step, steps_per_epoch, best):
+    """The objective's validation at ``step``, written to the log and printed; returns the best value of its
+    selection metric so far, RUN/model saved when this one is it (``best`` as it was: no metric selects, or no
+    validation rows)."""
+    if not len(objective.val_rows):
+        return best
+    folder.check_finite(window, step)
+    model.eval()
+    metrics = objective.validate(model, loader, acc)
+    model.train()
+    record = {"step": step, "epoch": round(step / steps_per_epoch, 4), **metrics}
+    folder.write_log(record)
+    acc.print(" ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()))
+    key = objective.selection
+    if key and key in metrics and (best is None or metrics[key] > best):
+        folder.save_model("model", model, objective, window, step)
+        return metrics[key]
+    return best
 
 
 def train_runs(args, script=__file__):

@@ -6,7 +6,7 @@ process, interleaved: whether a change to ``common/train/objectives/mlm.py`` slo
     OMP_NUM_THREADS=1 python bench/mlm_ab.py --before /tmp/before --new-first
 
 A step is what 03's loop runs: ``collate_train`` of 8 blocks of 256 tokens of the arXiv sample's abstracts (as
-``bench/train.py`` builds them), forward, masked-LM loss and backward (``batches.backward``, as 03's loop runs it) and a fused AdamW step,
+``bench/train.py`` builds them), forward, the mean masked-LM loss and its backward pass (as 03's loop runs them) and a fused AdamW step,
 all-MiniLM-L6-v2 with a fresh masked-LM head, the CPU layer 03 installs (``cpu.install``). Both objectives are built in this process
 (the other checkout's ``mlm.py`` on this checkout's ``common/``), and each round times two steps of each, on the same
 blocks, the order alternating. The time is the process's CPU time on one thread (``time.process_time``), which other
@@ -32,14 +32,6 @@ def objective_module(path, name):
     return module
 
 
-class OneProcess:
-    """What ``batches.backward`` asks of the accelerator, on one process."""
-
-    @staticmethod
-    def backward(loss):
-        loss.backward()
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--before", required=True, help="the other checkout (its common/train/objectives/mlm.py)")
@@ -50,7 +42,6 @@ def main():
     import torch
     from bench.train import ensure_arxiv, minilm
     from common.models import cpu
-    from common.train.batches import backward
     spec = importlib.util.spec_from_file_location("train_script", os.path.join(ROOT, "03_train.py"))
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
@@ -72,7 +63,7 @@ def main():
 
     def step(name, i):
         objective, model, optimizer = sides[name]
-        backward(OneProcess, model, objective, objective.collate(rows[8 * i:8 * i + 8]))
+        objective.losses(model, objective.collate(rows[8 * i:8 * i + 8])).mean().backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 

@@ -6,9 +6,11 @@ shipped samples (data/), and the files 02–05 write, as the tests build them.
 """
 
 import bz2
+import collections
 import gzip
 import json
 import os
+import pickle
 import shutil
 import sys
 
@@ -83,6 +85,19 @@ def seeds():
                                             {"query": "d1", "pos": "d0", "neg": "d3", "hard": True}])
     yield "pairs", "pairs.jsonl", jsonl([{"query": "what is a capital", "doc": "d0"},
                                          {"query": "what is a capital", "doc": "d1"}, {"query": "rivers", "doc": "d2"}])
+    yield "beir", "scifact", (jsonl([{"_id": "1", "title": "T", "text": "a text"}, {"_id": "2", "text": "b"}]) + SEP
+                              + jsonl([{"_id": "1", "text": "a query"}]) + SEP
+                              + b"query-id\tcorpus-id\tscore\n1\t1\t2\n1\t2\t0\n1\t9\t1\n")
+    article = {"id": "train-1", "title": "", "text": "a text", "links": [], "labels": {"top": "x"}}
+    yield "classify_splits", "documents", jsonl([article, {**article, "id": "train-2", "labels": {"top": "y"}}]) + SEP \
+        + jsonl([{**article, "id": "test-1"}])
+    pair = {"id": "train-1", "docs": [{"id": "h1", "title": "", "text": "x"}, {"id": "h2", "title": "", "text": "y"}],
+            "label": "1"}
+    yield "classify_splits", "pairs", jsonl([pair]) + SEP + jsonl([{**pair, "label": "0"}])
+    gt = collections.defaultdict(dict, {"Champagne": {"Cava": 1, "Prosecco": 1}, "Cava": {"Champagne": 1}})
+    yield "similar_articles", "wines", ("title,sections\nChampagne,\"[('', 'Sparkling wine.'), ('History', '')]\"\n"
+                                        "Cava,\"[('Making', 'Traditional method.')]\"\n").encode() + SEP \
+        + pickle.dumps(gt, protocol=4)
     yield "qrels", "crossref.qrels", b"d0 0 d1 1\nd0 0 d2 0\nd3 0 d1 1\n"
     yield "topics", "topics", (jsonl([{"id": "d0", "label": "a"}, {"id": "d1", "label": "b"}]) + SEP
                                + jsonl([{"id": "d2", "label": "a"}]))

@@ -253,6 +253,38 @@ def pairs(data, work):
                  collections.Counter())
 
 
+def beir(data, work):
+    """02 beir: a BEIR folder's corpus.jsonl, queries.jsonl and qrels/test.tsv."""
+    from common import folders
+    from common.data.beir import write_beir
+    corpus, queries, test = _parts(data, 3)
+    folder = os.path.join(work, "beir")
+    _write(folder, "corpus.jsonl", corpus)
+    _write(folder, "queries.jsonl", queries)
+    _write(os.path.join(folder, "qrels"), "test.tsv", test)
+    with folders.Outputs(os.path.join(work, "out"), "02_build_graph.py", "beir") as outputs:
+        write_beir(folder, outputs, collections.Counter())
+
+
+def classify_splits(data, work):
+    """02 classify: a task's training and test splits (01 hf's articles.jsonl or pairs.jsonl)."""
+    from common import folders
+    from common.data.classify_splits import write_tasks
+    train, test = _parts(data, 2)
+    with folders.Outputs(os.path.join(work, "out"), "02_build_graph.py", "classify") as outputs:
+        write_tasks([("t", _write(work, "train.jsonl", train), _write(work, "test.jsonl", test))], outputs,
+                    collections.Counter())
+
+
+def similar_articles(data, work):
+    """02 similarity: the articles table and the pickled dictionary of similar titles."""
+    from common.data import similar_articles as reader
+    table, targets = _parts(data, 2)
+    counts = collections.Counter()
+    ids = reader.write_articles(_write(work, "wines.txt", table), _io.StringIO(), counts)
+    reader.write_qrels(reader.read_targets(_write(work, "gt", targets)), ids, _io.StringIO(), counts)
+
+
 def qrels(data, work):
     from common.data.retrieval import read_qrels
     from common.eval import wikispecter
@@ -507,8 +539,8 @@ def projection(data, work):
 
 
 TARGETS = {f.__name__: f for f in (dump, dump_bz2, wikitext, arxiv, dictd, rst, folder, csv, sentences, articles,
-                                   splits, triplets, pairs, qrels, topics, queries, log, manifest, manifest_files,
-                                   teacher_ids, npy,
+                                   splits, triplets, pairs, beir, classify_splits, similar_articles, qrels, topics,
+                                   queries, log, manifest, manifest_files, teacher_ids, npy,
                                    safetensors_header, card_front_matter, training_flags, name_values, projection)}
 
 

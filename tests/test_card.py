@@ -379,8 +379,7 @@ def test_the_query_of_a_key_sentence_model_enters_its_cards_note_as_itself():
     from common.train.objectives.keysent import ContrastiveObjective
     objective = ContrastiveObjective(SimpleNamespace(query_token=None), None)
     objective.query = HOSTILE_TEXT[3] + HOSTILE_TEXT[0]
-    from common.models import run_card
-    note, = run_card.details(objective)["notes"]
+    note, = objective.card_details()["notes"]
     tokens = _rendered(note)
     assert not any(c.type == "html_inline" for t in tokens for c in t.children or ())
     assert "".join(c.content for t in tokens for c in t.children or ()) == (

@@ -132,7 +132,8 @@ def test_every_flag_of_every_command_that_names_a_path_is_declared_read_or_out()
     text = {"topic_root", "disambiguation_markers", "disambiguation_templates", "categories", "id_column",
             "title_column", "text_column", "label_column", "topic_cap", "report_to", "student_projection",
             "teacher_projection", "model_type", "config_overrides", "cache_dir", "query", "query_token",
-            "pv_preprocess", "pooling", "normalize", "language", "argv", "warmup", "compare"}
+            "pv_preprocess", "pooling", "normalize", "language", "argv", "warmup", "compare", "config", "split",
+            "revision", "csv_columns", "id_field", "title_field", "text_field", "label_field", "name"}
     parsers = every_parser()
     for where, parser in parsers:
         for action in parser._actions:
@@ -141,7 +142,7 @@ def test_every_flag_of_every_command_that_names_a_path_is_declared_read_or_out()
                 continue
             assert action.dest in text, f"{where}: {action.dest} names a path? type it cli.reads, or list it here"
         read = {action.dest for action in parser._actions if action.type in (cli.reads, cli.reads_named)}
-        assert read & {"model", "model_path", "data", "articles", "input", "dump", "sentences"} or \
+        assert read & {"model", "model_path", "data", "articles", "input", "dump", "sentences", "dataset", "train"} or \
             where.endswith("testsets"), where
 
 

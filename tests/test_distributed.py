@@ -1,10 +1,116 @@
-"""Cross-process collectives (common/train/distributed.py): the differentiable all-gather on two processes has the
-gradients of one process holding both shards."""
+"""Processes of one training run (common/train/distributed.py): the differentiable all-gather on two processes has the
+gradients of one process holding both shards; and agreeing to stop (``stop_agreed``, as 03's loop calls it): two
+processes (DDP over gloo on the CPU, each a ``torch.multiprocessing`` worker that runs 03's ``train``) make no
+blocking collective per step, and a SIGTERM that reaches one of them stops both at the same step with a checkpoint
+that resumes to the uninterrupted run's weights."""
 
+import collections
+import json
 import os
+import pathlib
+import tempfile
 
+import pytest
 import torch
+from safetensors.torch import load_file
 
+from conftest import free_port
+
+# every collective of torch.distributed that Accelerate or the project calls from Python; DDP's gradient all-reduce
+# runs inside its C++ reducer, overlapped with the backward pass, and is not among them
+COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "broadcast",
+               "broadcast_object_list", "barrier", "reduce", "gather", "scatter")
+
+
+def _train_worker(rank, port, argv, sigterm_at, out):
+    """03's ``train(argv)`` as process ``rank`` of two, the toy objective registered; writes the collectives it
+    called (by name) and the step a SIGTERM stopped it at. ``sigterm_at``: the loss call of rank 1 during which it
+    sends itself a SIGTERM (None: never)."""
+    import signal
+
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2",
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), ACCELERATE_USE_CPU="1")
+    import torch.distributed as dist
+
+    from conftest import script_module
+    from common.io import Preempted
+    from common.train import objectives
+    from toy_objective import ToyObjective
+    objectives.REGISTRY["toy"] = objectives.Entry("toy_objective.ToyObjective", ("docs.jsonl",))
+    if rank == 1 and sigterm_at is not None:
+        calls, losses = [], ToyObjective.losses
+
+        def losses_then_sigterm(self, model, batch):
+            calls.append(1)
+            if len(calls) == sigterm_at:
+                os.kill(os.getpid(), signal.SIGTERM)
+            return losses(self, model, batch)
+        ToyObjective.losses = losses_then_sigterm
+    called = collections.Counter()
+
+    def counted(name, collective):
+        def call(*args, **kwargs):
+            called[name] += 1
+            return collective(*args, **kwargs)
+        return call
+    originals = {name: getattr(dist, name) for name in COLLECTIVES}
+    for name, collective in originals.items():
+        setattr(dist, name, counted(name, collective))
+    training, stopped = script_module("03_train.py"), None
+    try:
+        training.train(training.parse_args(argv))
+    except Preempted as e:
+        stopped = e.args[0]
+    with open(os.path.join(out, f"rank_{rank}.json"), "w") as f:
+        json.dump({"collectives": called, "stopped": stopped}, f)
+    os._exit(0)  # past the results: skip interpreter teardown, where gloo's threads can abort the process
+
+
+def train_two(tiny_data, tiny_model, out, *flags, sigterm_at=None):
+    """03's run of the toy on two processes: each process's ``{"collectives": {name: count}, "stopped": step}``.
+    The toy's 40 training rows make 20 batches of one row a process an epoch."""
+    argv = ["--objective", "toy", "--data", str(tiny_data), "--model", str(tiny_model), "--out", str(out),
+            "--batch-size", "1", "--epochs", "1", "--eval-every", "0", "--checkpoint-every", "0", *flags]
+    results = pathlib.Path(tempfile.mkdtemp(dir=out.parent))
+    torch.multiprocessing.spawn(_train_worker, args=(free_port(), argv, sigterm_at, str(results)), nprocs=2)
+    return [json.loads((results / f"rank_{rank}.json").read_text()) for rank in range(2)]
+
+
+@pytest.fixture(scope="module")
+def twenty_steps(tiny_data, tiny_model, tmp_path_factory):
+    """The toy's 20 steps on two processes, logged once (its last step); the run folder and each process's
+    results."""
+    out = tmp_path_factory.mktemp("two") / "twenty"
+    return out, train_two(tiny_data, tiny_model, out, "--log-every", "20")
+
+
+def test_two_processes_make_no_blocking_collective_per_step(twenty_steps):
+    _, twenty = twenty_steps
+    # 20 steps and no collective of a step's own (the stop agreement was one each until it waited for a log record):
+    # per process, the log record's finite check and mean loss, validation's finite check and the final save's (4
+    # all-reduces), validation's 20 rows gathered a batch at a time (10 all-gathers), the waits after the folder is
+    # claimed, around the data's tokenising and around the final save (4 barriers)
+    assert twenty[0]["collectives"] == twenty[1]["collectives"] == {"all_reduce": 4, "all_gather": 10, "barrier": 4}
+
+
+def test_a_sigterm_to_one_process_stops_both_at_the_next_log_record_and_resumes_bit_identically(
+        twenty_steps, tiny_data, tiny_model, tmp_path):
+    reference, _ = twenty_steps
+    out = tmp_path / "run"
+    # process 1 alone is sent SIGTERM during step 7; the processes agree at the next log record, step 10
+    stopped = train_two(tiny_data, tiny_model, out, "--log-every", "5", sigterm_at=7)
+    assert [r["stopped"] for r in stopped] == [10, 10]
+    assert os.listdir(out / "checkpoints") == ["step_10"]
+    state = json.loads((out / "checkpoints" / "step_10" / "trainer_state.json").read_text())
+    assert state["step"] == 10 and not (out / "model").exists()
+    resumed = train_two(tiny_data, tiny_model, out, "--log-every", "5")
+    assert [r["stopped"] for r in resumed] == [None, None]
+    for name in ("model.safetensors", "heads.safetensors"):
+        ref, ours = load_file(str(reference / "model" / name)), load_file(str(out / "model" / name))
+        assert ref.keys() == ours.keys() and all(torch.equal(ref[k], ours[k]) for k in ref)
+
+
+# -- the differentiable all-gather -------------------------------------------------------------------------------------
 
 def _gather_worker(rank, world, store, shards, out):
     import torch.distributed as dist

@@ -404,12 +404,12 @@ def test_a_data_manifests_count_the_card_quotes_is_checked_before_the_first_step
 def test_a_teachers_manifest_number_the_card_quotes_is_one_line(key, value, why, tmp_path):
     from types import SimpleNamespace
 
-    from common.models import run_card
+    from common.train.objectives.distill import DistillObjective
     (tmp_path / "manifest.json").write_text(json.dumps({"script": "04_distill.py", "args": {key: value}}))
     config = SimpleNamespace(model_type="bert")
-    objective = SimpleNamespace(name="distill", args=SimpleNamespace(teachers=str(tmp_path)),
-                                encoder=SimpleNamespace(transformer=SimpleNamespace(config=config)),
-                                uses_contextual=lambda: False)
+    objective = DistillObjective(SimpleNamespace(teachers=str(tmp_path), lam=1.0, max_structural_length=0,
+                                                 no_weighting=False), None)
+    objective.encoder = SimpleNamespace(transformer=SimpleNamespace(config=config))
     with pytest.raises(InputError) as e:
-        run_card.details(objective)
+        objective.card_details()
     assert str(e.value) == f"{tmp_path / 'manifest.json'}: args → {key}: {why}"

@@ -454,15 +454,15 @@ def _train(argv):
 
 def _killed_at_step(monkeypatch, step):
     """03's loop stops at the backward pass of optimizer step ``step`` (as a kill there would)."""
-    from common.train import batches
-    backward, calls = batches.backward, []
+    from accelerate import Accelerator
+    backward, calls = Accelerator.backward, []
 
-    def stopping(*args):
+    def stopping(*args, **kwargs):
         calls.append(1)
         if len(calls) == step:
             raise KeyboardInterrupt
-        return backward(*args)
-    monkeypatch.setattr(batches, "backward", stopping)
+        return backward(*args, **kwargs)
+    monkeypatch.setattr(Accelerator, "backward", stopping)
 
 
 def _model_weights(run):

@@ -285,11 +285,13 @@ def test_a_run_folder_in_use_is_refused_before_anything_is_removed(tiny_model, t
 
 
 def part_gradients(objective, rows, budgets):
-    """Gradients of one training batch through the loop's ``backward``, whole and cut at each token budget, with
-    dropout off so that every computation sees the same network; and the parts each budget made."""
+    """Gradients of one training batch through the loop's backward pass, whole (the batch's mean loss) and cut at
+    each token budget (``backward_in_parts``), with dropout off so that every computation sees the same network;
+    and the parts each budget made."""
     from accelerate import Accelerator
 
-    from common.train.batches import BatchParts, backward
+    from common.train.batches import BatchParts
+    backward_in_parts = script_module("03_train.py").backward_in_parts
     model = objective.build()
     objective.load_data()
     model.eval()
@@ -299,7 +301,11 @@ def part_gradients(objective, rows, budgets):
         rows_ = objective.train_rows[rows]
         batch = BatchParts(objective, budget)(rows_) if budget else objective.collate(rows_)
         model.zero_grad()
-        loss = backward(Accelerator(cpu=True), model, objective, batch)
+        if budget and "parts" in batch:
+            loss = backward_in_parts(Accelerator(cpu=True), model, objective, batch)
+        else:
+            loss = objective.losses(model, batch).mean()
+            Accelerator(cpu=True).backward(loss)
         found.append((loss.item(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None},
                       batch.get("sizes")))
     return found
@@ -362,9 +368,11 @@ def test_bf16_mixed_precision_trains_on_a_cpu_and_says_when_the_cpu_has_no_nativ
 
 WAITS = {"_local_scalar_dense", "is_nonzero", "nonzero", "argwhere", "masked_select", "equal", "allclose",
          "_unique2", "unique_dim", "unique_consecutive", "bincount"}
-# where the loop may wait: its log records, validations, checkpoints and saves; and the host's own work on a batch
-# (collating it, the data loader) before it reaches the device
-LOOP_ALLOWED = {"log", "validate", "checkpoint", "save", "finite"}
+# where the loop may wait: its log records (the run folder's mean loss, the objective's own figures), validations,
+# checkpoints (the objective's part of them too) and saves; and the host's own work on a batch (collating it, the
+# data loader) before it reaches the device
+LOOP_ALLOWED = {("03_train.py", "validate"), ("run_folder.py", "mean_loss"), ("run_folder.py", "save_checkpoint"),
+                ("run_folder.py", "save_model"), ("objectives/", "log_metrics"), ("objectives/", "log_state")}
 HOST_WORK = ("/torch/utils/data/", "/accelerate/data_loader.py")
 
 
@@ -437,7 +445,8 @@ def in_a_step(frames):
         return False
     for f in frames:
         name, where = f.f_code.co_name, f.f_code.co_filename
-        if (where.endswith("03_train.py") and name in LOOP_ALLOWED) or any(part in where for part in HOST_WORK) \
+        if any(f"/{place}" in where and name == allowed for place, allowed in LOOP_ALLOWED) \
+                or any(part in where for part in HOST_WORK) \
                 or (name in ("collate", "__call__") and "/common/train/" in where):
             return False
     return True
@@ -605,8 +614,8 @@ def test_a_registered_objective_trains_its_head_and_buffers_resumes_bit_identica
     early = load_file(str(ref / "checkpoints" / "step_5" / "model.safetensors"))  # the whole module, head included
     assert not torch.equal(early["head.weight"], heads["head.weight"])  # the optimizer moved the head
     from huggingface_hub import ModelCard
-    card = ModelCard.load(str(ref / "model" / "README.md"))  # an objective of no paper gets a card of its own name
-    assert card.data.tags[-1] == "toy" and "# ref/model: `toy` objective" in card.text
+    card = ModelCard.load(str(ref / "model" / "README.md"))  # the objective's own card prose
+    assert card.data.tags[-1] == "loss:CrossEntropyLoss" and "# ref/model: toy classification objective" in card.text
 
     out = tmp_path / "run"
     shutil.copytree(ref, out)

@@ -1,5 +1,14 @@
 """A toy objective registered by the tests: a classification head and a running-mean buffer on top of the encoder,
-with per-example token dropping drawn from (seed, epoch, example). Nothing in the loop or in 03 knows about it."""
+with per-example token dropping drawn from (seed, epoch, example). It is a new objective as docs/pipeline.md
+("Adding an objective") describes one: this file (its recipe, defaults, flags with what each changes, and what its
+models' cards say) and one registry line (``tests/conftest.py``'s ``register_toy``). Nothing in the loop, in 03, in
+the run folder or in the card's assembly knows about it.
+
+| input   | what                                                         |
+|---------|--------------------------------------------------------------|
+| rows    | (document position in ``docs.jsonl``, its position mod 3)    |
+| loss    | cross-entropy of the head's logits against that label        |
+"""
 
 import os
 
@@ -8,7 +17,9 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
+from common import cli
 from common.data.docs_jsonl import Documents
+from common.models.card import Method
 from common.models.tokens import TokenStore
 from common.train.losses import in_fp32
 from common.train.objectives.base import Objective
@@ -30,8 +41,8 @@ class ToyModule(nn.Module):
 
 
 @in_fp32
-def cross_entropy(logits, labels):
-    return nn.functional.cross_entropy(logits, labels, reduction="none")
+def cross_entropy(logits, labels, smoothing):
+    return nn.functional.cross_entropy(logits, labels, reduction="none", label_smoothing=smoothing)
 
 
 class ToyObjective(Objective):
@@ -39,9 +50,24 @@ class ToyObjective(Objective):
     paper = "none (a test)"
     defaults = {"lr": 1e-3, "batch_size": 4, "epochs": 2, "warmup": 0.1, "pooling": "mean", "max_length": 32,
                 "normalize": False, "drop_last": True}
+    result_args = ("label_smoothing",)  # it changes the weights: the resume identity and the card's settings hold it
+    method = Method(
+        "toy classification objective",
+        "fine-tuned with a test's toy objective: a linear head on the mean-pooled, running-mean-centred embedding "
+        "learns three classes by cross-entropy.",
+        ("toy", "loss:CrossEntropyLoss"), ())
+
+    @classmethod
+    def add_arguments(cls, parser):
+        parser.add_argument("--label-smoothing", type=cli.number(float, cli.SHARE), default=0.0,
+                            help="share of each target spread over all classes (torch's cross_entropy)")
 
     def build(self):
         return ToyModule(super().build(), 3)
+
+    def card_details(self):
+        return {"notes": [f"Targets were smoothed by {self.args.label_smoothing:g}; "
+                          "`heads.safetensors` beside the model holds the head and the running mean."]}
 
     def load_data(self):
         docs = Documents(self.args.data)
@@ -65,7 +91,7 @@ class ToyObjective(Objective):
         return {"groups": [(ids, mask)], "labels": torch.from_numpy(rows[:, 1])}
 
     def losses(self, model, batch):
-        return cross_entropy(model(batch["groups"]), batch["labels"])
+        return cross_entropy(model(batch["groups"]), batch["labels"], self.args.label_smoothing)
 
     @torch.no_grad()
     def validate(self, model, loader, accelerator):

@@ -1,12 +1,13 @@
 """Paper search evaluation: exact cosine search over the whole corpus, the ranking metrics, and the BM25 baseline.
 
-Metrics (binary relevance, mean over every query of the qrels; a query with no relevant document retrieved
-scores 0), with R = the query's number of relevant documents:
+Metrics (mean over every query of the qrels; a query with no relevant document retrieved scores 0), with R = the
+query's number of relevant documents (relevance above 0) and a document's gain its relevance (1 in paper search;
+graded in BEIR's qrels):
 
 | metric      | definition                                                                              |
 |-------------|-----------------------------------------------------------------------------------------|
 | MRR@10      | 1 / rank of the first relevant document in the top 10, else 0                           |
-| nDCG@10     | Σ_{i≤10} rel_i / log2(i + 1), over the same sum for min(10, R) relevant documents first  |
+| nDCG@10     | Σ_{i≤10} gain_i / log2(i + 1), over the same sum for the relevant documents, best first |
 | Recall@k    | relevant documents in the top k / R (k = 1, 5, 10, 100)                                  |
 | MAP@100     | Σ over relevant documents in the top 100 of precision at their rank, / R                 |
 
@@ -22,11 +23,11 @@ import time
 import numpy as np
 
 from common import io
-from common.data.retrieval import read_qrels, read_queries
-from common.eval import ann, uncertainty
+from common.data.retrieval import read_queries
+from common.eval import ann, trec_run, uncertainty
 from common.eval.embedding import (embed_corpus, embed_queries, embedding_settings, is_retrieval_data,
                                   load_model)
-from common.io import InputError, open_input
+from common.io import InputError, open_input, read_trec_qrels
 from common.vectors import check_finite_rows, read_rows
 
 K = 100
@@ -76,15 +77,21 @@ def tie_order(ids, scores):
 
 
 def query_metrics(ranked, relevant):
-    """The metrics of one query from its ranked document ids (best first) and its set of relevant ids."""
-    hits = np.array([doc in relevant for doc in ranked[:K]], dtype=bool)
-    r = len(relevant)
+    """The metrics of one query from its ranked document ids (best first) and its relevant ids: a set (each gains
+    1), or {id: relevance} of graded qrels, where nDCG@10 gains the relevance, as trec_eval's does, and the other
+    metrics count every relevance above 0."""
+    gain = {doc: rel for doc, rel in relevant.items() if rel > 0} if isinstance(relevant, dict) else \
+        dict.fromkeys(relevant, 1)
+    hits = np.array([doc in gain for doc in ranked[:K]], dtype=bool)
+    r = len(gain)
     out = {}
     first = np.flatnonzero(hits[:10])
     out["mrr@10"] = 1.0 / (first[0] + 1) if len(first) else 0.0
     discounts = 1.0 / np.log2(np.arange(2, 12))
-    ideal = discounts[:min(10, r)].sum()
-    out["ndcg@10"] = float((hits[:10] * discounts[:len(hits[:10])]).sum() / ideal) if ideal else 0.0
+    best = np.array(sorted(gain.values(), reverse=True)[:10], dtype=np.float64)
+    ideal = (best * discounts[:len(best)]).sum()
+    gains = np.array([gain.get(doc, 0) for doc in ranked[:10]], dtype=np.float64)
+    out["ndcg@10"] = float((gains * discounts[:len(gains)]).sum() / ideal) if ideal else 0.0
     for k in CUTOFFS["recall"]:
         out[f"recall@{k}"] = float(hits[:k].sum() / r) if r else 0.0
     ranks = np.flatnonzero(hits[:100]) + 1
@@ -93,8 +100,8 @@ def query_metrics(ranked, relevant):
 
 
 def retrieval_scores(run, qrels):
-    """Mean metrics over the queries of ``qrels`` ({qid: set of relevant ids}; ``run`` = {qid: ranked ids}), and
-    their per-query values as a ``uncertainty.Sample`` (None without queries)."""
+    """Mean metrics over the queries of ``qrels`` ({qid: set of relevant ids, or {id: relevance}}; ``run`` = {qid:
+    ranked ids}), and their per-query values as a ``uncertainty.Sample`` (None without queries)."""
     per_query = [query_metrics(run.get(qid, []), relevant) for qid, relevant in qrels.items()]
     if not per_query:
         return {}, None
@@ -109,18 +116,29 @@ def retrieval_metrics(run, qrels):
     return retrieval_scores(run, qrels)[0]
 
 
-def ranked_ids(indices, scores, doc_ids, qids):
-    """{qid: ranked document ids} from a top-k search, rows in ``qids`` order, ties in trec_eval's order."""
+def ranking(indices, scores, doc_ids, qids):
+    """{qid: [(document id, score)] best first} from a top-k search, rows in ``qids`` order, ties in trec_eval's
+    order."""
     run = {}
     for qid, row, row_scores in zip(qids, indices, scores):  # a row at a time: no Python copy of the whole arrays
-        ids = [doc_ids[j] for j in row.tolist()]
-        run[qid] = [ids[j] for j in tie_order(ids, row_scores.tolist())]
+        ids, values = [doc_ids[j] for j in row.tolist()], row_scores.tolist()
+        run[qid] = [(ids[j], values[j]) for j in tie_order(ids, values)]
     return run
+
+
+def ranked_ids(ranked):
+    """{qid: ranked document ids} of a ``ranking``."""
+    return {qid: [doc for doc, _ in docs] for qid, docs in ranked.items()}
+
+
+def dense_ranking(query_vecs, doc_vecs, qids, doc_ids):
+    """``ranking`` of an exact cosine search."""
+    return ranking(*search(query_vecs, doc_vecs), doc_ids, qids)
 
 
 def dense_run(query_vecs, doc_vecs, qids, doc_ids):
     """{qid: ranked document ids} of an exact cosine search."""
-    return ranked_ids(*search(query_vecs, doc_vecs), doc_ids, qids)
+    return ranked_ids(dense_ranking(query_vecs, doc_vecs, qids, doc_ids))
 
 
 def dense_retrieval(query_vecs, doc_vecs, qids, doc_ids, qrels):
@@ -134,7 +152,7 @@ BM25_SETTINGS = {"method": "lucene", "k1": 1.5, "b": 0.75, "lowercase": True, "t
 def bm25(doc_texts, doc_ids, query_texts, qids, qrels, language="english", k=K):
     """The BM25 baseline with ``bm25s`` (Lucene's variant, k1 1.5, b 0.75); corpus and queries go through one
     tokenizer: lower-cased, ``(?u)\\b\\w\\w+\\b`` tokens, English stop words, NLTK's Snowball stemmer. Returns the
-    metrics, their per-query values (``retrieval_scores``) and the settings used."""
+    metrics, their per-query values (``retrieval_scores``), the settings used and the ``ranking``."""
     import bm25s
     from bm25s.tokenization import Tokenizer
     from nltk.stem.snowball import SnowballStemmer
@@ -147,28 +165,29 @@ def bm25(doc_texts, doc_ids, query_texts, qids, qrels, language="english", k=K):
     tokens = tokenizer.tokenize(list(query_texts), update_vocab=False, return_as="ids", show_progress=False)
     k = min(k, len(doc_ids))
     indices, scores = retriever.retrieve(tokens, k=k, show_progress=False, n_threads=1)
-    run = ranked_ids(indices, scores, doc_ids, qids)
+    ranked = ranking(indices, scores, doc_ids, qids)
     settings = {**BM25_SETTINGS, "stemmer": f"snowball-{language}"}
-    return (*retrieval_scores(run, qrels), settings)
+    return (*retrieval_scores(ranked_ids(ranked), qrels), settings, ranked)
 
 
 # -- 05_evaluate.py: the retrieval task, its sharded embedding, and search ----------------------------------------
 
 def evaluate_retrieval(models, data_dir, how, outputs, wanted, say=print):
-    """Test queries against the whole corpus for every model (``retrieval``) and BM25 (``bm25``); writes each
-    model's corpus vectors into ``outputs``. Returns the metrics, the counts, the figures (none) and the per-query
-    values, {model: {"retrieval": [uncertainty.Sample]}}."""
+    """Test queries against the whole corpus for every model (``retrieval``) and BM25 (``bm25``), each document's
+    gain its relevance in the qrels; writes each model's corpus vectors and its ranking's run file (``trec_run``)
+    into ``outputs``. Returns the metrics, the counts, the figures (none) and the per-query values, {model:
+    {"retrieval": [uncertainty.Sample]}}."""
     from common.data.docs_jsonl import Documents
     metrics, counts, samples = {}, {}, {}
     docs = Documents(data_dir, texts="bm25" in wanted)  # the embedding streams them
     qids, texts = read_queries(os.path.join(data_dir, "queries.test.jsonl"))
     qrels_path = os.path.join(data_dir, "retrieval.test.qrels")
-    qrels = read_qrels(qrels_path)
+    qrels = read_trec_qrels(qrels_path)
     if not qrels:
         raise InputError(f"{qrels_path}: no test queries (an empty test split); rebuild the data with "
                          "02_build_graph.py retrieval from more papers")
-    for qid, relevant in qrels.items():
-        unknown = relevant - set(docs.index)
+    for qid, judged in qrels.items():
+        unknown = set(judged) - set(docs.index)
         if unknown:
             raise InputError(f"{qrels_path}: {qid} names documents not in docs.jsonl ({sorted(unknown)[0]!r})")
     counts.update({"retrieval_documents": len(docs.ids), "retrieval_queries": len(qrels)})
@@ -179,11 +198,14 @@ def evaluate_retrieval(models, data_dir, how, outputs, wanted, say=print):
             counts.setdefault("embedding", {})[name] = embedding_settings(settings)
             queries = embed_queries(encoder, tokenizer, settings, texts, how)
             counts.setdefault("embedding_seconds", {})[name] = time.perf_counter() - started
-            found, sample = retrieval_scores(dense_run(queries, emb, qids, docs.ids), qrels)
+            ranked = dense_ranking(queries, emb, qids, docs.ids)
+            trec_run.write_run(outputs, name, "retrieval", ranked)
+            found, sample = retrieval_scores(ranked_ids(ranked), qrels)
             metrics.setdefault(name, {})["retrieval"] = found
             samples[name] = {"retrieval": [sample]}
     if "bm25" in wanted:
-        result, sample, settings = bm25(docs.texts, docs.ids, texts, qids, qrels)
+        result, sample, settings, ranked = bm25(docs.texts, docs.ids, texts, qids, qrels)
+        trec_run.write_run(outputs, "bm25", "retrieval", ranked)
         metrics["bm25"] = {"retrieval": {**result, "settings": settings}}
         samples["bm25"] = {"retrieval": [sample]}
     say(f"retrieval: {len(qrels)} test queries against {len(docs.ids)} documents (a small corpus makes every "

@@ -9,7 +9,7 @@ import numpy as np
 from tqdm import tqdm
 
 from common import cli, io, vectors
-from common.eval import embedding, retrieval, uncertainty, wikispecter
+from common.eval import embedding, retrieval, trec_run, uncertainty, wikispecter
 from common.pool import Background
 
 # the rows 05 adds itself beside the models, with what they are: no --model may take their names
@@ -163,10 +163,12 @@ class Tasks:
         return docs
 
     def crossref(self, emb):
+        """The cross-reference task's scores, and its ranking ({qid: [(candidate, score)]}, for its run file)."""
         if "crossref" not in self.wanted or not self.qrels:
-            return {}
-        found, sample = wikispecter.crossref(emb, self.index, self.qrels)
-        return {"crossref": (found, [sample])}
+            return {}, {}
+        run = wikispecter.crossref_run(emb, self.index, self.qrels)
+        found, sample = wikispecter.scored(self.qrels, run)
+        return {"crossref": (found, [sample])}, {qid: trec_run.ranked(scores) for qid, scores in run.items()}
 
     def start_topics(self, emb, seed):
         """The topics task per label level, started: every level's splits (the protocol's, then the re-splits)
@@ -210,8 +212,10 @@ class Tasks:
         return {"similarity": similarity.evaluate(emb, self.index, *self.similar)} if self.similar else {}
 
     def lexical(self, docs, language):
-        found, sample = wikispecter.lexical(docs.titles, docs.texts, self.index, self.qrels, language)
-        return {"crossref": (found, [sample])}
+        """The lexical baseline's scores on the cross-reference task, and its ranking (as ``crossref``'s)."""
+        run = wikispecter.lexical_run(docs.titles, docs.texts, self.index, self.qrels, language)
+        found, sample = wikispecter.scored(self.qrels, run)
+        return {"crossref": (found, [sample])}, {qid: trec_run.ranked(scores) for qid, scores in run.items()}
 
 
 def split_scores(scores):
@@ -266,8 +270,10 @@ def evaluate_documents(models, data_dir, how, outputs, wanted, seed, head_epochs
             figures.token_lengths(outputs.tmp_path("token_lengths.png"), lengths, settings["max_length"], name)
             written.append((f"Token counts of the documents under {name}'s tokenizer, the cut at "
                             f"{settings['max_length']} marked", "token_lengths.png"))
-        crossref, others = tasks.crossref(emb), {**tasks.classification(emb, seed, head_epochs),
-                                                 **tasks.similarity(emb)}
+        crossref, ranking = tasks.crossref(emb)
+        if ranking:
+            trec_run.write_run(outputs, name, "crossref", ranking)
+        others = {**tasks.classification(emb, seed, head_epochs), **tasks.similarity(emb)}
         scoring.append((name, crossref, others, running))
     for name, crossref, others, running in scoring:
         for level, coordinates in running["tsne"].items():
@@ -286,7 +292,9 @@ def evaluate_documents(models, data_dir, how, outputs, wanted, seed, head_epochs
         metrics[name], samples[name] = split_scores({**crossref, **topics, **others})
     if "lexical" in wanted and tasks.qrels:
         language = language or wikispecter.SNOWBALL.get(io.read_manifest(data_dir).get("language") or "", "english")
-        metrics["lexical"], samples["lexical"] = split_scores(tasks.lexical(docs, language))
+        scores, ranking = tasks.lexical(docs, language)
+        metrics["lexical"], samples["lexical"] = split_scores(scores)
+        trec_run.write_run(outputs, "lexical", "crossref", ranking)
     if predictions:
         figures.confusion(outputs.tmp_path("confusion_top.png"), predictions, "top")
         written.append(("Confusion matrix of the top-level topic classification (test documents)",

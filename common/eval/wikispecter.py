@@ -33,15 +33,21 @@ def scored(qrels, run):
                                 ("query", "queries"))
 
 
-def crossref(emb, index, qrels):
-    """Candidates ranked by L2 distance to the query (closest first); MAP and nDCG as trec_eval computes them, and
-    their per-query values (``scored``)."""
+def crossref_run(emb, index, qrels):
+    """{qid: {candidate: score}}: each query's candidates scored by their negative L2 distance to it (closest
+    first)."""
     run = {}
     for qid, judged in qrels.items():
         docs = list(judged)
         dist = np.linalg.norm(emb[[index[d] for d in docs]] - emb[index[qid]], axis=1)
         run[qid] = {d: -float(x) for d, x in zip(docs, dist)}
-    return scored(qrels, run)
+    return run
+
+
+def crossref(emb, index, qrels):
+    """Candidates ranked by L2 distance to the query (closest first); MAP and nDCG as trec_eval computes them, and
+    their per-query values (``scored``)."""
+    return scored(qrels, crossref_run(emb, index, qrels))
 
 
 class Stemmer:
@@ -62,16 +68,16 @@ class Stemmer:
         return out
 
 
-def lexical(titles, texts, index, qrels, language):
+def lexical_run(titles, texts, index, qrels, language):
     """The thesis's rule-based baseline: a candidate scores the share of the query's distinct word stems (title and
-    text) that occur in the candidate's title; returns what ``crossref`` does."""
+    text) that occur in the candidate's title; {qid: {candidate: score}}."""
     stemmer = Stemmer(language)
     run = {}
     for qid, judged in qrels.items():
         i = index[qid]
         query = stemmer.words(f"{titles[i]} {texts[i]}")
         run[qid] = {d: len(query & stemmer.words(titles[index[d]])) / max(len(query), 1) for d in judged}
-    return scored(qrels, run)
+    return run
 
 
 def read_topics(data_dir, level, index):

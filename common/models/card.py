@@ -8,7 +8,7 @@ name, the data directory by its name and input files by file name and SHA-256, n
 made it. What it says of a training method is the objective's ``Method`` (``Objective.method``); of a Longformer
 conversion, ``LONGFORMER``.
 
-Everything here takes values and returns them: the facts come from the caller (``Objective.card``, from the run's
+Everything here takes values and returns them: the facts come from the caller (``run_card.model_card``, from the run's
 identity, log and manifests; ``04_distill.py convert-long``).
 """
 

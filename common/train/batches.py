@@ -1,12 +1,10 @@
 """How the training rows become batches: drawn in a permutation from (seed, epoch), the same in every process and on
 resume, optionally in batches of similar token length, collated ahead on a GPU (``loaders``); a batch cut into parts
-(``--chunk-tokens``) and run forward and backward (``backward``); the dropout seed of each micro-batch."""
+(``--chunk-tokens``), which 03's loop runs forward and backward one part at a time."""
 
-import contextlib
 import signal
 
 import numpy as np
-import torch
 from torch.utils.data import DataLoader, Sampler
 
 from common.io import InputError
@@ -98,31 +96,3 @@ def loaders(objective, args, gpu):
         raise InputError(f"{len(rows)} training rows make no full batch of {args.batch_size}")
     val_dl = DataLoader(objective.val_rows, batch_size=args.batch_size, collate_fn=objective.collate, pin_memory=gpu)
     return sampler, train_dl, val_dl
-
-
-def seed_dropout(seed, device):
-    """Seed the generators dropout draws from: the host's and, on a GPU, ``device``'s (torch.manual_seed also queues
-    a seed for every other kind of device, at a quarter of a millisecond, where a tiny model's step takes a few)."""
-    torch.default_generator.manual_seed(seed)
-    if device.type == "cuda":
-        torch.cuda.manual_seed(seed)
-
-
-def backward(accelerator, model, objective, batch):
-    """The micro-batch's mean loss, back-propagated; returns it detached. A batch that ``--chunk-tokens`` cut into
-    parts (``batches.BatchParts``) runs forward and backward one part at a time, each part's loss summed and divided
-    by the whole batch's example count: the gradient of the batch mean, with the activations of one part alive at a
-    time (a memory bound, not a speed-up: parts lose the batch's shared documents). Under DDP only the last part
-    synchronises."""
-    parts = batch.get("parts") if isinstance(batch, dict) else None
-    if not parts:
-        loss = objective.losses(model, batch).mean()
-        accelerator.backward(loss)
-        return loss.detach()
-    total, examples = 0.0, sum(batch["sizes"])
-    for n, part in enumerate(parts):
-        with accelerator.no_sync(model) if n < len(parts) - 1 else contextlib.nullcontext():
-            loss = objective.losses(model, part).sum() / examples
-            accelerator.backward(loss)
-        total = total + loss.detach()
-    return total

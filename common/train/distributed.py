@@ -1,4 +1,5 @@
-"""A launch's processes, joined into one run, and the collectives that in-batch losses need across them."""
+"""A launch's processes, joined into one run, the collectives that in-batch losses need across them, and their
+agreement to stop on a SIGTERM."""
 
 import torch
 
@@ -65,9 +66,14 @@ def all_gather(tensor):
     return torch.cat(parts)
 
 
-def any_process(accelerator, flag):
-    """Whether ``flag`` holds in any process (SIGTERM reached one): every process then stops together."""
+def stop_agreed(accelerator, flag, boundary):
+    """Whether the run stops now: ``flag`` (a SIGTERM reached this process) holds in any process. One process decides
+    at every step; several agree only at a ``boundary`` (a step that writes a log record or a checkpoint, where they
+    wait for one another anyway), so that no step waits on a collective for it: on GPUs each one is a host–device
+    synchronisation. A SIGTERM then stops the run at the next log record or checkpoint, the same step everywhere."""
     if accelerator.num_processes == 1:
         return flag
+    if not boundary:
+        return False
     found = torch.tensor(float(flag), device=accelerator.device)
     return accelerator.reduce(found, reduction="sum").item() > 0

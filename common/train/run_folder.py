@@ -131,11 +131,15 @@ class RunFolder:
         state["path"] = path
         return state
 
-    def save_checkpoint(self, state, keep):
-        """A checkpoint of every process's Accelerate state and the trainer's ``state`` (``step``, ``epoch``,
-        ``batch_in_epoch``, ``best``) as ``checkpoints/step_N``; the newest ``keep`` are kept (0: all)."""
-        acc = self.accelerator
-        step = state["step"]
+    def save_checkpoint(self, model, window, log_state, step, epoch, batch_in_epoch, best):
+        """A checkpoint as ``checkpoints/step_N`` once ``window``'s losses and ``model``'s weights are finite: every
+        process's Accelerate state and the trainer's (``step``, ``epoch``, ``batch_in_epoch``, ``best``, the loss
+        window and the objective's ``log_state``, so that a resumed run's first log record is the uninterrupted
+        run's); the newest ``--keep`` are kept (0: all)."""
+        self.check_finite(window, step, model)
+        state = {"step": step, "epoch": epoch, "batch_in_epoch": batch_in_epoch, "best": best,
+                 "window": self.window_state(window), "log_window": log_state}
+        acc, keep = self.accelerator, self.args.keep
         root = os.path.join(self.path, "checkpoints")
         final = os.path.join(root, f"step_{step}")
         # every process writes its part into one private folder, made fresh by the main process, then moved into
@@ -192,6 +196,12 @@ class RunFolder:
             what = f"step {step}: the weights are not finite (a learning rate or weight decay too large?)"
         raise InputError(f"{what}; stopped, the model not saved ({kept})")
 
+    def mean_loss(self, window, step):
+        """The mean loss of ``window`` over every process, a log record's, once its losses are checked finite."""
+        import torch
+        self.check_finite(window, step)
+        return self.accelerator.reduce(torch.stack([loss for _, loss in window]).mean(), reduction="mean").item()
+
     def window_state(self, window):
         """``window`` as a checkpoint keeps it: ``[step, loss]`` of each micro-batch, each loss the mean over the
         processes (read from the device: a checkpoint is a wait anyway)."""
@@ -225,13 +235,17 @@ class RunFolder:
         with folders.writing(self.path, "log.jsonl") as staged, folders.create(staged) as f:
             f.writelines(log_line(record) for record in self.log)
 
-    def save_model(self, name, save):
-        """``save(path)`` writes a model as RUN/``name`` in the main process; a full disk is one line."""
+    def save_model(self, name, model, objective, window, step):
+        """RUN/``name``, ``model`` as ``objective`` saves it with its card, written by the main process once
+        ``window``'s losses and the weights are finite (a model a NaN reached is never saved); a full disk is one
+        line."""
         acc = self.accelerator
+        self.check_finite(window, step, model)
+        unwrapped = acc.unwrap_model(model)
         acc.wait_for_everyone()
         if acc.is_main_process:
             try:
-                save(os.path.join(self.path, name))
+                objective.save(unwrapped, os.path.join(self.path, name), self.identity, self.log)
             except SAVE_ERRORS as e:
                 error = write_errors.saving_error(self.path, e, left=f"RUN/{name} was not saved")
                 if error is None:

@@ -65,7 +65,8 @@ def add_training_arguments(p, objective, argv):
     p.add_argument("--save-epochs", action="store_true",
                    help="also save the model at the end of every epoch as RUN/epoch_K (to evaluate each epoch)")
     p.add_argument("--log-every", type=cli.number(int, cli.COUNT), default=10,
-                   help="write the mean training loss every N steps")
+                   help="write the mean training loss every N steps (several processes agree there, and at "
+                        "checkpoints, to stop on a SIGTERM)")
     p.add_argument("--report-to", default="none",
                    help="also log every log.jsonl record to these experiment trackers through Accelerate, "
                         "comma-separated (tensorboard, wandb, mlflow, comet_ml, aim, clearml, dvclive, swanlab, "

@@ -19,6 +19,9 @@ class Objective:
                             logging
       ``selection``         a validation metric (higher is better) whose best value picks RUN/model; None: the final
                             model is RUN/model
+      ``method``            what its models' cards say of it (a ``card.Method``: title, paragraph with its paper,
+                            hub tags, citation keys); ``card_method`` the method of a run whose flags change it,
+                            ``card_details`` the notes, tags, citations and teachers a run's flags add
     Called by the loop, in this order:
       ``build()``           load the encoder (``self.encoder``, ``self.tokenizer``, ``self.max_length``) and return
                             the ``nn.Module`` to train: the encoder, or a module holding it with heads and loss state
@@ -34,8 +37,9 @@ class Objective:
                             of a loss, an accuracy), means over the processes since the last record
       ``validate(model, loader, accelerator)`` → metrics
       ``save(model, path, identity, log)`` RUN/model: the encoder in Hugging Face + sentence-transformers form,
-                            heads beside it (``save_extra``), and its model card (``common/models/run_card.py``,
-                            from the run's identity and log as the run folder holds them)
+                            heads beside it (``save_extra``), and its model card (``common/models/run_card.py``
+                            assembles it from ``card_method``, ``card_details`` and the run's identity and log as
+                            the run folder holds them)
     """
 
     name = None
@@ -44,6 +48,7 @@ class Objective:
     presets = {}
     preset = None
     selection = None
+    method = None
     independent = False  # each example's loss depends on that example alone (no in-batch negatives or statistics)
     in_parts = None  # a dependent loss's own way to run a batch in parts, named where --chunk-tokens is refused
     result_args = ()
@@ -130,6 +135,15 @@ class Objective:
         pass
 
     def validate(self, model, loader, accelerator):
+        return {}
+
+    def card_method(self):
+        """The ``card.Method`` its models' cards describe this run by (an objective without one: its name)."""
+        return self.method or self.name
+
+    def card_details(self):
+        """What this run adds to its models' cards besides its method: ``notes`` (paragraphs under the model's
+        details), ``tags``, ``citations`` (keys of ``card.CITATIONS``), ``teachers`` (the data's teachers)."""
         return {}
 
     def encoder_of(self, model):

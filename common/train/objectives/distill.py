@@ -23,7 +23,9 @@ from torch import nn
 
 from common.data.docs_jsonl import Documents
 from common.distill import teachers
+from common import io
 from common.io import InputError
+from common.models.card import Method
 from common.models.tokens import TokenStore
 from common.train.objectives.base import Objective
 from common import cli
@@ -84,6 +86,12 @@ class DistillObjective(Objective):
     presets, preset = PRESETS, "mse-contextual"
     result_args = ("teachers", "preset", "structural_loss", "gamma", "lam", "max_structural_length",
                    "student_projection", "teacher_projection", "beta", "delta", "no_weighting")
+    method = Method(
+        "teacher–student distillation",
+        "distilled after Burian (2023, master thesis \"Document embedding using Transformers\"): a student that "
+        "reads long documents learns from a structural teacher (Sentence-BERT vectors of each document, the "
+        "structural loss) and a contextual teacher (Paragraph Vector, through SoftCCA on projections of both).",
+        ("distillation", "long-documents"), ("burian",))
 
     @classmethod
     def add_arguments(cls, parser):
@@ -146,6 +154,27 @@ class DistillObjective(Objective):
             softcca = SoftCCA(dim, args.beta, args.delta)
         self.info.update({key: getattr(args, key) for key in self.result_args if key != "teachers"})
         return DistillModule(encoder, student_head, teacher_head, softcca)
+
+    def card_details(self):
+        """The Longformer paper for a Longformer student, the heads' file, and the teachers as their manifest names
+        them (its numbers checked: the card quotes them)."""
+        args = self.args
+        model_type = self.encoder.transformer.config.model_type
+        found = {"citations": ["longformer"] if model_type == "longformer" else []}
+        if self.uses_contextual():
+            found["notes"] = ["`heads.safetensors` beside the model holds the projection heads and SoftCCA's state "
+                              "of training; the embedding does not use them."]
+        teacher = io.read_manifest(args.teachers).get("args") or {}
+        where = os.path.join(args.teachers, "manifest.json")
+        for key, high in (("teacher_max_length", 1 << 17), ("pv_vector_size", 1 << 16)):  # cli.LENGTH, cli.WIDTH
+            if teacher.get(key) is not None:
+                io.number(teacher[key], f"{where}: args → {key}", int, 1, high)
+        if teacher:
+            found["teachers"] = {"structural": teacher.get("teacher"),
+                                 "structural_max_length": teacher.get("teacher_max_length"),
+                                 "contextual": f"Paragraph Vector {teacher.get('pv')}, "
+                                               f"{teacher.get('pv_vector_size')}d"}
+        return found
 
     def load_data(self):
         self.store = TokenStore(self.tokenizer, self.docs.inputs(self.tokenizer.sep_token or ""), self.max_length)

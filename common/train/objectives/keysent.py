@@ -17,6 +17,8 @@ import torch
 from common.data.keysent_splits import read_sentences
 from common import cli
 from common.io import InputError
+from common.markdown import escape
+from common.models.card import Method
 from common.models.tokens import TokenStore
 from common.train import losses
 from common.train.objectives.base import Objective
@@ -69,6 +71,11 @@ class PairObjective(Objective):
         self.info.update({"query": query, "query_token": args.query_token,
                           "query_init": args.query_init if args.query_token else None})
         return encoder
+
+    def card_details(self):
+        query = f"the new vocabulary token {escape(self.query)}" if self.args.query_token else escape(self.query)
+        return {"notes": [f"The query it was trained with: {query}. An article's sentences are ranked by their "
+                          "cosine similarity to the query's embedding."]}
 
     def load_data(self):
         data_dir = self.args.data
@@ -134,6 +141,14 @@ class PairObjective(Objective):
 class ContrastiveObjective(PairObjective):
     name = "contrastive"
     result_args = PairObjective.result_args + ("margin",)
+    method = Method(
+        "key-sentence contrastive objective",
+        "fine-tuned after the key-sentence extraction thesis (CRISPR-Cas9 knockout articles): a fixed query, "
+        "embedded by the model itself, is paired with every sentence of every training article, and a contrastive "
+        "loss on cosine distance with a margin (sentence-transformers' `ContrastiveLoss`, after Hadsell et al. "
+        "2006) draws key sentences close to the query and pushes the others beyond the margin.",
+        ("contrastive", "key-sentence", "loss:ContrastiveLoss"), ("sbert", "hadsell"),
+        inputs="single sentences, and the query as one more text")
 
     @classmethod
     def add_arguments(cls, parser):
@@ -148,6 +163,14 @@ class ContrastiveObjective(PairObjective):
 
 class CosineObjective(PairObjective):
     name = "cosine"
+    method = Method(
+        "key-sentence cosine objective",
+        "fine-tuned after the key-sentence extraction thesis (CRISPR-Cas9 knockout articles): a fixed query, "
+        "embedded by the model itself, is paired with every sentence of every training article, and the mean "
+        "squared error between their cosine similarity and the 0/1 key-sentence label is minimised "
+        "(sentence-transformers' `CosineSimilarityLoss`).",
+        ("cosine", "key-sentence", "loss:CosineSimilarityLoss"), ("sbert",),
+        inputs="single sentences, and the query as one more text")
 
     def losses(self, model, batch):
         query, sentences = self._pairs(model, batch)

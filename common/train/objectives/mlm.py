@@ -47,6 +47,8 @@ from common import cli
 from common.data.docs_jsonl import Documents
 from common.data.retrieval import read_split_ids
 from common.io import InputError
+from common.markdown import escape
+from common.models.card import Method
 from common.models.loading import load_pretrained, load_weights
 from common.train import losses, nsp
 from common.models.masked_lm import MaskedLM, check_nsp
@@ -54,6 +56,22 @@ from common.train.masking import IGNORE, Part, mask_batch, tokenize
 from common.train.new_model import configuration, new_model
 from common.train.objectives.base import Objective
 
+MLM_METHOD = Method(
+    "masked-language-model training",
+    "trained on the corpus's texts with BERT's masked-language-model objective (Devlin et al. 2019) and the "
+    "defaults of transformers' `run_mlm_no_trainer.py`: from a pretrained model, the domain adaptation of the "
+    "paper-search method's stage 1; from a new one, pretraining. It was not trained for similarity: its pooled "
+    "vectors are the encoder's, a start for fine-tuning (`--objective mnrl`, `--objective triplet`).",
+    ("mlm", "fill-mask"), ("bert",), similarity=False, inputs="texts as they are")
+NSP_METHOD = Method(
+    "masked-language-model and next-sentence-prediction training",
+    "trained on the corpus's texts with both of BERT's pre-training objectives (Devlin et al. 2019, §3.1): the "
+    "masked language model, and next-sentence prediction, a two-way classifier on BERT's pooler over `[CLS]` "
+    "that tells whether segment B of a pair followed segment A in one document or was cut from another "
+    "(pairs cut as BERT's `create_pretraining_data.py` cuts them, with token types 0 and 1). Its `[CLS]` vector "
+    "has thus been trained before any fine-tuning, as BERT's was; it was not trained for similarity: its "
+    "pooled vectors are the encoder's, a start for fine-tuning (`--objective mnrl`, `--objective triplet`).",
+    ("mlm", "nsp", "fill-mask"), ("bert",), similarity=False, inputs="texts as they are")
 VAL = int.from_bytes(b"val", "little")  # the "epoch" of validation masks: fixed for the whole run
 NSP_MIN_LENGTH = 5  # [CLS] A [SEP] B [SEP], a token in each segment
 
@@ -67,6 +85,8 @@ class MLMObjective(Objective):
                    "mlm_docs", "validation_split", "model_type", "config_name", "config_overrides", "tokenizer_name",
                    "vocab_size", "lowercase", "nsp", "short_seq_prob")
     speed_args = ("cache_dir",)
+    method = MLM_METHOD
+
     @classmethod
     def add_arguments(cls, parser):
         parser.add_argument("--mlm-probability", type=cli.number(float, cli.SHARE), default=0.15,
@@ -191,6 +211,32 @@ class MLMObjective(Objective):
                           "line_by_line": args.line_by_line, "mlm_docs": args.mlm_docs, "nsp": args.nsp})
         self._window = []  # --nsp: each training batch's masked-LM loss, next-sentence loss and accuracy
         return model
+
+    def card_method(self):
+        return NSP_METHOD if self.args.nsp else MLM_METHOD
+
+    def card_details(self):
+        """Which classes load which parts of the saved folder, and for a new model where its configuration and
+        tokenizer came from."""
+        args = self.args
+        if args.nsp:
+            notes = [f"The folder holds BERT's pre-training heads too (`{self.masked_lm}`: the masked-LM head, "
+                     "the pooler and the next-sentence classifier): `AutoModelForPreTraining` loads them with the "
+                     "encoder, `AutoModel` loads the encoder with its trained pooler, `SentenceTransformer` the "
+                     "encoder alone."]
+        else:
+            notes = [f"The folder holds the masked-LM head too: `AutoModelForMaskedLM` loads it with the encoder "
+                     f"(`{self.masked_lm}`), `AutoModel` and `SentenceTransformer` load the encoder alone."]
+        if args.model is None:
+            notes.append("The model was new: its configuration "
+                         + (f"{escape(args.config_name)}'s" if args.config_name else
+                            f"transformers' default for {escape(args.model_type)}")
+                         + (f" changed by {escape(args.config_overrides)}" if args.config_overrides else "")
+                         + ", its weights randomly initialised, its tokenizer "
+                         + (f"{escape(args.tokenizer_name)}'s." if args.tokenizer_name else
+                            f"a WordPiece vocabulary of {len(self.tokenizer):,} entries learnt from the "
+                            "training texts."))
+        return {"notes": notes}
 
     def _auto_class(self):
         from transformers import AutoModelForMaskedLM, AutoModelForPreTraining

@@ -32,6 +32,7 @@ from common.data.docs_jsonl import Documents
 from common.data.retrieval import read_qrels, read_queries
 from common import cli
 from common.io import InputError, read_jsonl
+from common.models.card import Method
 from common.models.tokens import TokenStore
 from common.train import losses
 from common.train.distributed import all_gather, all_gather_with_grad, process_rank
@@ -76,6 +77,14 @@ class MNRLObjective(Objective):
     in_parts = "--cache-chunk runs it in GradCache chunks"
     result_args = ("scale", "symmetric", "query_max_length", "gather", "mask_duplicates", "cache_chunk")
     speed_args = ("eval_batch_size",)
+    method = Method(
+        "Multiple Negatives Ranking",
+        "fine-tuned as a bi-encoder with the Multiple Negatives Ranking loss (Henderson et al. 2017; "
+        "sentence-transformers' `MultipleNegativesRankingLoss`), stage 2 of the paper-search method: a query (a "
+        "paper's title) must pick its document (the paper's abstract) among every document of the batch, by "
+        "cross-entropy over scaled cosine similarities.",
+        ("mnrl", "loss:MultipleNegativesRankingLoss"), ("henderson", "sbert"),
+        inputs="a document's text alone (the abstract) and a query (a title or any free text), both as they are")
 
     @classmethod
     def add_arguments(cls, parser):
@@ -98,6 +107,15 @@ class MNRLObjective(Objective):
                                  "CachedMultipleNegativesRankingLoss)")
         parser.add_argument("--eval-batch-size", type=cli.number(int, cli.COUNT), default=64,
                             help="texts per forward pass in validation")
+
+    def card_details(self):
+        if not self.args.cache_chunk:
+            return {}
+        return {"tags": ["loss:CachedMultipleNegativesRankingLoss"], "citations": ["gradcache"],
+                "notes": [f"The loss was computed with GradCache (Gao et al. 2021) in chunks of "
+                          f"{self.args.cache_chunk} pairs: every document of the batch is still a negative of every "
+                          "query, as without it; dropout draws its masks per chunk, so the weights differ from an "
+                          "uncached run's as another random seed's would."]}
 
     def load_data(self):
         args, data_dir = self.args, self.args.data

@@ -16,6 +16,7 @@ import torch
 from common import cli
 from common.data.docs_jsonl import Documents, read_triplets
 from common.io import InputError
+from common.models.card import Method
 from common.models.tokens import TokenStore
 from common.train import losses
 from common.train.objectives.base import Objective
@@ -28,6 +29,13 @@ class TripletObjective(Objective):
                 "normalize": False}
     result_args = ("margin",)
     independent = True
+    method = Method(
+        "SPECTER triplet objective",
+        "fine-tuned with SPECTER's objective (Cohan et al. 2020), as the WikiSpecter thesis used it: a triplet margin "
+        "loss on the L2 distance between a query document, a document it links to and a negative (a document two "
+        "links away, or a random one), so that linked documents lie close.",
+        ("specter", "triplet", "loss:TripletLoss"), ("specter", "sbert"))
+
     @classmethod
     def add_arguments(cls, parser):
         parser.add_argument("--margin", type=cli.number(float, cli.LOSS_CONSTANT), default=1.0,
