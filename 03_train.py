@@ -98,7 +98,8 @@ def train(args, script=__file__):
     objective = objectives.get(args.objective)(args, acc)
     model = objective.build()
     if acc.device.type == "cpu":
-        cpu.install(model)  # the CPU's faster dropout, packed rows and masked-LM last layer; a GPU runs the model
+        # the CPU's faster dropout, packed rows and masked-LM last layer; a GPU runs the model
+        cpu.install(model, say=acc.print)
     if args.gradient_checkpointing:
         checkpoint_activations(objective.encoder_of(model).transformer)
 

@@ -1,6 +1,7 @@
-# make demo — set up .venv and run 01 → 05 on the embedded sample; make demo-keysent, make demo-distill — the other
-# methods' demos, make demo-search the paper-search one; make test — the test suite; make fuzz — every reader and
-# flag parser fuzzed (fuzz/, docs/reliability.md).
+# make demo — set up .venv (requirements-lock.txt) and run 01 → 05 on the embedded sample; make demo-keysent, make
+# demo-distill — the other methods' demos, make demo-search the paper-search one; make test — the test suite; make
+# test-lower-bounds — the suite on requirements.txt's lower bounds; make fuzz — every reader and flag parser fuzzed
+# (fuzz/, docs/reliability.md).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -25,14 +26,17 @@ DISTILL_MODELS = --model longformer=$(DISTILL)/student --model sbert="$(MINILM)"
 SEARCH := $(DEMO)/search
 SEARCH_MNRL := --batch-size 16 --max-length 128 --max-steps 4 --checkpoint-every 0
 
-.PHONY: demo demo-keysent demo-distill demo-search test fuzz bench-deps clean corpora pretrain reproduce-wikispecter \
-	reproduce-wikispecter-topics reproduce-wikispecter-ablation reproduce-keysent reproduce-distill reproduce-search
+.PHONY: demo demo-keysent demo-distill demo-search test test-lower-bounds fuzz bench-deps clean corpora pretrain \
+	reproduce-wikispecter reproduce-wikispecter-topics reproduce-wikispecter-ablation reproduce-keysent reproduce-distill \
+	reproduce-search
 
-$(STAMP): requirements.txt
+# the exact versions the tests pass with (requirements-lock.txt); requirements.txt holds the ranges, whose lower
+# bounds make test-lower-bounds installs and tests
+$(STAMP): requirements-lock.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q -r requirements-lock.txt
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -166,6 +170,23 @@ reproduce-search: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests
+
+# requirements.txt's lower bounds, each installed with == into a virtual environment of its own, then the tests
+# (LOWER_TESTS: all of them unless a list is given)
+LOWER := .venv-lower
+LOWER_STAMP := $(LOWER)/.installed
+LOWER_TESTS ?= tests
+$(LOWER_STAMP): requirements.txt
+	rm -rf $(LOWER)
+	$(PYTHON) -m venv $(LOWER)
+	$(LOWER)/bin/python -m pip install -q --upgrade pip
+	$(LOWER)/bin/python -m pip install -q torch==2.13.0
+	sed 's/>=/==/' requirements.txt > $(LOWER)/lower-bounds.txt
+	$(LOWER)/bin/python -m pip install -q -r $(LOWER)/lower-bounds.txt
+	touch $(LOWER_STAMP)
+
+test-lower-bounds: $(LOWER_STAMP)
+	$(LOWER)/bin/python -m pytest -q -p no:cacheprovider $(LOWER_TESTS)
 
 # bench/all.py's embed-int8 row runs sentence-transformers' ONNX backend from a folder of its own (it needs
 # transformers < 4.58): installed without dependencies, then imported the way bench/all.py imports it

@@ -654,8 +654,7 @@ def hardening_cases(root, model, data, train):
 
 
 def safety(work):
-    from conftest import build_tiny_model, linked_articles
-    from test_search import paper_articles
+    from conftest import build_tiny_model, linked_articles, paper_articles
     from pathlib import Path
     root = Path(tempfile.mkdtemp(dir=work))
     model = build_tiny_model(root / "model")

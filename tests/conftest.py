@@ -1,3 +1,4 @@
+import gzip
 import importlib.util
 import json
 import os
@@ -134,6 +135,12 @@ def one_error_line(stderr):
 def read_jsonl(path):
     with open(path, encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def write_lines(path, lines, gz=False):
+    data = "".join(line + "\n" for line in lines).encode("utf-8")
+    path.write_bytes(gzip.compress(data) if gz else data)
+    return path
 
 
 FINNISH_NAMESPACES = {-2: "Media", -1: "Toiminnot", 0: "", 1: "Keskustelu", 2: "Käyttäjä", 4: "Wikipedia",

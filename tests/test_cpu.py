@@ -1,19 +1,18 @@
 """The CPU's speed work (common/models/cpu.py and its mechanisms, cpu_*.py), each piece against PyTorch's or
 transformers' own: dropout masks (distribution, seeding, threads, a forked child), the dropped attention (value and
-gradient), ``install`` (every dropout swapped, evaluation unchanged, plain SDPA saved), the packed rows with one word
-lookup (the per-group embeddings and gradients), and the thread count a CPU embedding runs each batch with. The
-masked-LM's last layer at the masked positions is held to BertForMaskedLM in tests/test_masked_lm.py."""
+gradient), ``install`` (every dropout swapped, evaluation unchanged, plain SDPA saved), and the packed rows with one
+word lookup (the per-group embeddings and gradients). The masked-LM's last layer at the masked positions is held to
+BertForMaskedLM in tests/test_masked_lm.py; the thread count a CPU embedding runs each batch with
+(common/models/threads.py) in tests/test_threads.py."""
 
 import os
 import time
 
-import numpy as np
 import pytest
 import torch
 from torch import nn
 
-from common.models import cpu, cpu_attention, cpu_dropout, cpu_packing, threads
-from common.models.threads import Threads, thread_candidates
+from common.models import cpu, cpu_attention, cpu_dropout, cpu_packing
 from common.models.encoder import Encoder, pool_packed
 
 def test_keep_mask_is_bernoulli_p_scaled_follows_torchs_seed_and_not_the_thread_count():
@@ -383,163 +382,79 @@ def test_packed_training_with_dropout_repeats_under_a_seed_with_or_without_gradi
         assert not torch.allclose(encoder.eval()(batch), a)
 
 
-def test_candidates_are_the_most_and_its_halvings_down_to_one():
-    assert thread_candidates(16) == [16, 8, 4, 2, 1]
-    assert thread_candidates(6) == [6, 3, 1]
-    assert thread_candidates(2) == [2, 1]
-    assert thread_candidates(1) == [1]
+# -- transformers' internals: where a release differs, the plain path ---------------------------------------------
+
+def note(*found):
+    import transformers
+    return (f"note: the CPU's speed layer is left out, the model runs as transformers wrote it (slower; PyTorch's "
+            f"dropout masks): transformers {transformers.__version__} differs in what the layer relies on: "
+            f"{'; '.join(found)}")
 
 
-class Clocks:
-    """A wall clock, a CPU-time clock and the machine's idle ticks that a batch advances: by its cost per token at
-    the thread count it ran with, by that time × the count × the share of their cores the threads got, and by that
-    time × the cores nobody used (2 cores: the ones our threads and other work leave free)."""
+def test_where_transformers_attention_interface_differs_the_encoder_stays_as_transformers_wrote_it(tiny_model,
+                                                                                                   monkeypatch):
+    """SDPA's attention function gone from where transformers kept it: one note, no module swapped, and a training
+    forward (dropout on) draws what the model's own forward draws under the same seed."""
+    import copy
 
-    def __init__(self):
-        self.wall = self.cpu = 0.0
-        self.idle = self.total = 0.0
-
-    def run(self, threads, cost, share, batches, others=0, tokens=100):
-        used = []
-        for _ in range(batches):
-            with threads.batch(tokens):
-                count = torch.get_num_threads()
-                used.append(count)
-                seconds = cost[count] * tokens
-                self.wall += seconds
-                self.cpu += seconds * count * share[count]
-                self.idle += seconds * max(0, 2 - count - others)
-                self.total += seconds * 2
-        return used
-
-
-def chooser(most=2, probe_every=4, look_every=2):
-    clocks = Clocks()
-    return Threads(most=most, probe_every=probe_every, clock=lambda: clocks.wall, cpu_clock=lambda: clocks.cpu,
-                   idle_clock=lambda: (clocks.idle, clocks.total), cores=2, look_every=look_every), clocks
-
-
-IDLE = {"cost": {2: 1.0, 1: 2.0}, "share": {2: 1.0, 1: 1.0}}  # 2 threads twice as fast, each with its core
-BUSY = {"cost": {2: 3.0, 1: 2.0}, "share": {2: 0.6, 1: 1.0}, "others": 1}  # another process takes a core
-
-
-def test_an_idle_machine_runs_every_batch_with_the_most_threads_and_probes_nothing():
-    before = torch.get_num_threads()
-    threads, clocks = chooser()
-    try:
-        assert clocks.run(threads, batches=40, **IDLE) == [2] * 40
-        assert threads.cost == {}
-    finally:
-        threads.close()
-    assert torch.get_num_threads() == before
-
-
-def test_shared_cores_start_a_round_whose_cheapest_count_runs_until_the_next_and_a_free_machine_brings_back_the_most():
-    threads, clocks = chooser()
-    try:
-        assert clocks.run(threads, batches=3, **IDLE) == [2, 2, 2]
-        # the first batch beside a busy process gets 0.6 of its cores: a round probes 2 and 1 threads at once, and 1
-        # (2.0 s a token against 3.0) runs the next 4 batches; the next round, probing the other way round,
-        # confirms 1 and doubles the wait to 8
-        assert clocks.run(threads, batches=9, **BUSY) == [2, 2, 1, 1, 1, 1, 1, 1, 2]
-        assert threads.cost == {2: 3.0, 1: 2.0} and threads.wait == 8
-        # the busy process ends: at 1 thread its share cannot show it, but the machine's idle core does at the next
-        # look (2 batches on), which starts a round at once instead of after the wait of 8: 2 threads are cheaper
-        # again, and from then on nothing is probed
-        assert clocks.run(threads, batches=15, **IDLE) == [1] * 2 + [2, 1] + [2] * 11
-        assert threads.count == 2 and threads.wait == 4
-    finally:
-        threads.close()
-
-
-def test_without_an_idle_core_in_sight_fewer_threads_keep_their_wait():
-    threads, clocks = chooser()
-    try:
-        clocks.run(threads, batches=1, **IDLE)
-        assert clocks.run(threads, batches=9, **BUSY) == [2, 2, 1, 1, 1, 1, 1, 1, 2]
-        # still busy: the looks every 2 batches find no idle core, so the next round waits the full 8 batches
-        assert clocks.run(threads, batches=10, **BUSY) == [1] * 8 + [2, 1]
-        # where the machine's idle time cannot be read, only the rounds find freed cores
-        threads.idle_clock = lambda: None
-        assert clocks.run(threads, batches=18, **IDLE) == [1] * 16 + [1, 2]
-    finally:
-        threads.close()
-
-
-def test_rounds_that_keep_the_most_threads_beside_other_work_come_ever_more_rarely():
-    threads, clocks = chooser()
-    shared = {"cost": {2: 1.5, 1: 2.0}, "share": {2: 0.7, 1: 1.0}}  # shared, yet 2 threads stay faster
-    try:
-        used = clocks.run(threads, batches=66, **shared)
-        # the first shared batch (1, after the warm-up) starts a round at once; each round keeps 2 threads and
-        # doubles the wait from 4: the next rounds follow 8, 16 and 32 batches at 2 threads, every other one probing
-        # 1 thread first
-        assert [i for i, count in enumerate(used) if count == 1] == [3, 12, 31, 64]
-        assert threads.wait == 64
-    finally:
-        threads.close()
-
-
-def test_one_thread_is_never_probed_against_itself():
-    threads, clocks = chooser(most=1)
-    try:
-        assert clocks.run(threads, batches=40, cost={1: 1.0}, share={1: 0.3}) == [1] * 40
-    finally:
-        threads.close()
-
-
-def test_a_failed_batch_is_not_timed():
-    threads, clocks = chooser()
-    threads.since = 0
-    for _ in range(2):
-        with pytest.raises(RuntimeError):
-            with threads.batch(10):
-                raise RuntimeError("out of memory")
-    threads.close()
-    assert threads.cost == {} and threads.since == 0 and threads.batches == 2
-
-
-def test_embed_gives_the_vectors_of_one_thread_and_restores_the_thread_count(tiny_model, monkeypatch):
-    """``embed`` on a CPU changes the thread count between batches (here every batch counts as shared, so rounds of
-    probes run); every count computes the same vectors up to the rounding of a parallel reduction, and torch's
-    setting is what it was afterwards, also after an error in the middle of a round."""
-    from common.models.inference import embed
+    import transformers.integrations.sdpa_attention
     from common.models.loading import load_encoder
-    from common.models.tokens import TokenStore
-    encoder, tokenizer, _ = load_encoder(tiny_model, pooling="mean", max_length=48)
-    texts = [f"text {i} " + "word " * (i % 40) for i in range(200)]
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        one = embed(encoder, TokenStore(tokenizer, texts, 48), batch_size=4)
-    finally:
-        torch.set_num_threads(before)
-    monkeypatch.setattr(threads, "SHARED", 2.0)  # no share reaches it: the cores always look shared
-    used, set_threads = [], torch.set_num_threads
-    monkeypatch.setattr(torch, "set_num_threads", lambda n: (used.append(n), set_threads(n)))
+    encoder, tokenizer, _ = load_encoder(tiny_model)
+    plain = copy.deepcopy(encoder)
+    monkeypatch.delattr(transformers.integrations.sdpa_attention, "sdpa_attention_forward")
+    notes = []
+    assert cpu.install(encoder, say=notes.append) is encoder and type(encoder) is Encoder
+    assert notes == [note("transformers.integrations.sdpa_attention.sdpa_attention_forward")]
+    assert not [m for m in encoder.modules() if isinstance(m, cpu_dropout.Dropout)]
+    assert encoder.transformer.config._attn_implementation == "sdpa"
+    groups = [tokenizer(texts, padding=True, return_tensors="pt") for texts in
+              (["Kaupunki maa joki.", "Science physics chemistry biology history war."], ["Metsä järvi saari."])]
+    groups = [(batch["input_ids"], batch["attention_mask"]) for batch in groups]
+    encoder.train(), plain.train()
+    torch.manual_seed(0)
+    ours = encoder(groups)
+    torch.manual_seed(0)
+    assert torch.equal(ours, plain(groups))
 
-    class FailsAtBatch:
-        """An output array whose ``n``-th batch cannot be written. The 4th is the first round's 1-thread probe: the
-        warm-up, the batch that finds the cores shared and the 2-thread probe come before it."""
-        def __init__(self, n):
-            self.rows, self.writes = np.zeros((len(texts), encoder.dimension), dtype=np.float32), 0
-            self.n = n
 
-        def __setitem__(self, key, value):
-            self.writes += 1
-            if self.writes == self.n:
-                raise OSError("disk full")
-            self.rows[key] = value
+def test_a_bert_masked_lm_whose_last_layer_lacks_a_part_stays_a_masked_lm_with_the_same_logits(tiny_model):
+    """A BERT self-attention without an attribute that ``last_layer_at`` reads (transformers 4.56's has no
+    ``scaling``; here ``num_attention_heads``, which the layer's own forward does not read, is taken away): the last
+    layer at the masked positions cannot be computed, so the model keeps its own forward; one note, and a training
+    step's logits under a seed are the plain model's."""
+    import copy
 
-    torch.set_num_threads(2)
-    try:
-        chosen = FailsAtBatch(0)
-        embed(encoder, TokenStore(tokenizer, texts, 48), batch_size=4, out=chosen)
-        assert 1 in used and torch.get_num_threads() == 2  # a round ran a batch at 1 thread; 2 are back
-        used.clear()
-        with pytest.raises(OSError):
-            embed(encoder, TokenStore(tokenizer, texts, 48), batch_size=4, out=FailsAtBatch(4))
-        assert used[-2:] == [1, 2] and torch.get_num_threads() == 2  # failed at 1 thread, then restored
-    finally:
-        set_threads(before)
-    np.testing.assert_allclose(chosen.rows, one, rtol=0, atol=1e-5)
+    from transformers import BertForMaskedLM
+    from common.models.masked_lm import MaskedLM
+    from common.train.masking import IGNORE
+    torch.manual_seed(0)
+    model = MaskedLM(BertForMaskedLM.from_pretrained(tiny_model), "mean", False)
+    del model.mlm.base_model.encoder.layer[-1].attention.self.num_attention_heads
+    plain = copy.deepcopy(model)
+    notes = []
+    assert cpu.install(model, say=notes.append) is model and type(model) is MaskedLM
+    assert notes == [note("BertLayer.attention.self.num_attention_heads")]
+    ids = torch.randint(5, model.mlm.config.vocab_size, (3, 24))
+    labels = torch.where(torch.rand(3, 24) < 0.3, ids, torch.full_like(ids, IGNORE))
+    model.train(), plain.train()
+    torch.manual_seed(1)
+    ours = model(ids, torch.ones_like(ids), labels)
+    torch.manual_seed(1)
+    assert torch.equal(ours.logits, plain(ids, torch.ones_like(ids), labels).logits)
+
+
+def test_a_module_that_hands_the_attention_mask_down_without_keywords_is_a_difference(monkeypatch):
+    """The packing plan reaches the attention function as a keyword beside the mask: a layer whose forward takes no
+    ``**kwargs`` (as transformers wrote BERT's before its attention interface) would drop it, and each packed text
+    would attend to every other."""
+    from transformers.models.bert import modeling_bert
+    encoder, _ = tiny_encoder("bert")
+    assert cpu.differences(encoder) == []
+    forward = modeling_bert.BertLayer.forward
+
+    def without_keywords(self, hidden_states, attention_mask=None):
+        return forward(self, hidden_states, attention_mask)
+    monkeypatch.setattr(modeling_bert.BertLayer, "forward", without_keywords)
+    assert cpu.differences(encoder) == ["BertLayer.forward(**kwargs)"]
+    notes = []
+    assert type(cpu.install(encoder, say=notes.append)) is Encoder and notes == [note("BertLayer.forward(**kwargs)")]

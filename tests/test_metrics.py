@@ -1,7 +1,10 @@
-"""Metrics against trec_eval's reference implementation (pytrec_eval) and hand-computed values."""
+"""Metrics against trec_eval's reference implementation (pytrec_eval) and hand-computed values: the ranking and
+key-sentence metrics (common/eval/metrics.py) and paper search's retrieval metrics (common/eval/retrieval.py), those
+also against sentence-transformers' InformationRetrievalEvaluator."""
 
 import random
 
+import numpy as np
 import pytest
 
 from common.eval.metrics import average_precision, average_r_precision, ndcg, r_precision, ranking_metrics
@@ -46,3 +49,52 @@ def test_average_r_precision_thesis_example():
     assert r_precision(*second) == pytest.approx(3 / 6)
     assert average_r_precision([first, second]) == pytest.approx(7 / 12)
     assert r_precision([0.5, 0.4], [0, 0]) is None
+
+
+def random_run(seed, n_queries=12, n_docs=30, ties=False):
+    rng = np.random.default_rng(seed)
+    doc_ids = [f"d{j:02d}" for j in range(n_docs)]
+    qrels = {f"q:{i}": set(rng.choice(doc_ids, rng.integers(1, 4), replace=False).tolist())
+             for i in range(n_queries)}
+    scores = rng.integers(0, 5, (n_queries, n_docs)).astype(float) if ties else rng.random((n_queries, n_docs))
+    return doc_ids, qrels, scores
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_retrieval_metrics_equal_pytrec_eval(ties):
+    import pytrec_eval
+
+    from common.eval.retrieval import retrieval_metrics, tie_order
+    doc_ids, qrels, scores = random_run(0, ties=ties)
+    run = {qid: [doc_ids[j] for j in tie_order(doc_ids, list(row))] for qid, row in zip(qrels, scores)}
+    ours = retrieval_metrics(run, qrels)
+    judged = {q: {d: 1 for d in rel} for q, rel in qrels.items()}
+    full = {q: {d: float(s) for d, s in zip(doc_ids, row)} for q, row in zip(qrels, scores)}
+    top10 = {q: {d: full[q][d] for d in run[q][:10]} for q in qrels}
+    evaluate = pytrec_eval.RelevanceEvaluator(judged, {"ndcg_cut_10", "recall_1", "recall_5", "recall_10",
+                                                       "recall_100", "map_cut_100"}).evaluate(full)
+    mrr = pytrec_eval.RelevanceEvaluator(judged, {"recip_rank"}).evaluate(top10)
+    mean = {m: np.mean([evaluate[q][m] for q in qrels]) for m in evaluate["q:0"]}
+    assert ours["ndcg@10"] == pytest.approx(mean["ndcg_cut_10"], abs=1e-12)
+    assert ours["map@100"] == pytest.approx(mean["map_cut_100"], abs=1e-12)
+    for k in (1, 5, 10, 100):
+        assert ours[f"recall@{k}"] == pytest.approx(mean[f"recall_{k}"], abs=1e-12)
+    assert ours["mrr@10"] == pytest.approx(np.mean([mrr[q]["recip_rank"] for q in qrels]), abs=1e-12)
+
+
+def test_retrieval_metrics_equal_sentence_transformers_evaluator_without_ties_and_with_few_relevant():
+    from sentence_transformers.sentence_transformer.evaluation import InformationRetrievalEvaluator
+
+    from common.eval.retrieval import retrieval_metrics, tie_order
+    doc_ids, qrels, scores = random_run(1)
+    evaluator = InformationRetrievalEvaluator({q: "x" for q in qrels}, {d: "x" for d in doc_ids}, qrels,
+                                              precision_recall_at_k=[1, 5, 10], accuracy_at_k=[1])
+    results = [[{"corpus_id": d, "score": float(s)} for d, s in zip(doc_ids, row)] for row in scores]
+    theirs = evaluator.compute_metrics(results)
+    run = {qid: [doc_ids[j] for j in tie_order(doc_ids, list(row))] for qid, row in zip(qrels, scores)}
+    ours = retrieval_metrics(run, qrels)
+    assert ours["mrr@10"] == pytest.approx(theirs["mrr@k"][10])
+    assert ours["ndcg@10"] == pytest.approx(theirs["ndcg@k"][10])
+    assert ours["map@100"] == pytest.approx(theirs["map@k"][100])  # R ≤ 3 < 100: the denominators agree
+    for k in (1, 5, 10):
+        assert ours[f"recall@{k}"] == pytest.approx(theirs["recall@k"][k])

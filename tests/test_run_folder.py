@@ -48,18 +48,18 @@ def test_every_flag_of_every_objective_is_in_the_resume_identity_or_among_the_sp
 # SPEED_ARGS); a new such flag must be added here, and training with it must end in the same weights.
 #
 # One run with every probe at once stands for one run with each alone. Each acts on a part of the run of its own:
-# what is saved and when (checkpoint_every, keep, save_epochs), when the loss is read back (log_every), how a batch
-# is cut into forward calls (length_groups), whether activations are recomputed in the backward pass
-# (gradient_checkpointing); none of them undoes what another does. A flag that changed the training would change it
-# at the step it acts on, and the change would reach the weights through the optimizer steps after it; for the
-# combined run still to end in the reference's weights bit for bit, two flags would have to make changes that are
-# exact inverses of each other, in every weight. The combined run also shows that each probe was in effect: its
-# manifest records every speed flag at a value other than the reference run's (none overridden by another).
+# what is saved and when (checkpoint_every, keep, save_epochs), when the loss is read back (log_every), whether
+# activations are recomputed in the backward pass (gradient_checkpointing); none of them undoes what another does.
+# A flag that changed the training would change it at the step it acts on, and the change would reach the weights
+# through the optimizer steps after it; for the combined run still to end in the reference's weights bit for bit,
+# two flags would have to make changes that are exact inverses of each other, in every weight. The combined run also
+# shows that each probe was in effect: its manifest records every speed flag at a value other than the reference
+# run's (none overridden by another).
 SPEED_PROBES = {"checkpoint_every": ["--checkpoint-every", "1"], "keep": ["--keep", "1", "--checkpoint-every", "1"],
-                "log_every": ["--log-every", "2"], "length_groups": ["--length-groups", "1"],
+                "log_every": ["--log-every", "2"],
                 "gradient_checkpointing": ["--gradient-checkpointing"], "save_epochs": ["--save-epochs"],
                 "report_to": None,  # needs a tracker installed; it only copies log.jsonl's records
-                "loader_workers": ["--loader-workers", "0"]}  # read on a GPU only; tests/test_loop.py collates with
+                "loader_workers": ["--loader-workers", "0"]}  # read on a GPU only; tests/test_train.py collates with
 # worker processes and without
 
 
@@ -118,6 +118,23 @@ def test_every_setting_left_out_of_the_resume_identity_leaves_the_trained_weight
     chunked = load_file(tmp_path / "chunked" / "model" / "model.safetensors")
     assert not all(np.array_equal(chunked[k].numpy(), reference[k].numpy()) for k in reference)
     assert "chunk_tokens" in run_identity.RESULT_ARGS
+
+
+def test_length_groups_change_the_weights_where_the_cpu_layer_does_not_pack_and_are_in_the_resume_identity(
+        tmp_path, tiny_data, tiny_model, monkeypatch, capsys):
+    """Where a batch's length groups are forward calls of their own (on a GPU, or a model the CPU layer does not
+    pack; here the layer left out), each draws its own dropout masks, so the number of groups changes the trained
+    weights and must match on resume. The CPU layer packs the tiny BERT's groups into one row, where it changes
+    nothing."""
+    from common.models import cpu
+    monkeypatch.setattr(cpu, "install", lambda model, say: model)
+    train = script_main("03_train.py")
+    base = ["--data", str(tiny_data), "--model", str(tiny_model), *SHORT_TRAIN]  # --length-groups 2
+    train(base + ["--out", str(tmp_path / "two")])
+    train(base + ["--out", str(tmp_path / "one"), "--length-groups", "1"])
+    two, one = (load_file(tmp_path / name / "model" / "model.safetensors") for name in ("two", "one"))
+    assert not all(np.array_equal(one[k].numpy(), two[k].numpy()) for k in two)
+    assert "length_groups" in run_identity.RESULT_ARGS
 
 
 @pytest.mark.parametrize("objective", ["mnrl", "mlm", "contrastive", "distill"])

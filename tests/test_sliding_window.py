@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from common.models import sliding_window as S
-from common.models.encoder import Encoder
+from common.models.encoder import Encoder, checkpoint_activations
 from common.models.inference import embed
 from common.models.loading import load_encoder
 from common.models.tokens import TokenStore
@@ -124,7 +124,7 @@ def test_04s_training_loss_and_gradients_equal_transformers(checkpointing, monke
     ours = copy.deepcopy(theirs)
     calls = []
     if checkpointing:
-        ours.encoder.transformer.activation_checkpointing_enable({"use_reentrant": False})
+        checkpoint_activations(ours.encoder.transformer)  # as 03 --gradient-checkpointing does
         for layer in ours.encoder.transformer.encoder.layer:
             inner = layer._gradient_checkpointing_func
             layer._gradient_checkpointing_func = lambda *a, inner=inner, **k: calls.append(1) or inner(*a, **k)

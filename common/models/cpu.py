@@ -16,10 +16,16 @@ it on a CPU only (a GPU runs the model as transformers wrote it). Every change c
 
 Why each is faster, with its figures: docs/benchmarks.md ("CPU dropout", "Packed rows", "One word lookup a step",
 "Masked-LM training"). Embedding's thread count on a CPU is ``common/models/threads.py``.
+
+The attention, the packed rows and the masked LM's last layer rely on transformers' internals: its attention
+interface, the keywords a model hands down to its attention function, BERT's ``encoder.layer`` and the parts of its
+last layer. Each mechanism's module names what it relies on (``differences``); where a release of transformers
+differs, ``install`` leaves the whole model as transformers wrote it, with one note.
 """
 
 from torch import nn
 
+from common.models import cpu_attention, cpu_masked_lm, cpu_packing
 from common.models.cpu_attention import ATTENTION, dropped_attention, register_attention
 from common.models.cpu_dropout import Dropout
 from common.models.cpu_masked_lm import MaskedPositionsLM, bert_last_layer
@@ -28,10 +34,39 @@ from common.models.encoder import Encoder
 from common.models.masked_lm import MaskedLM
 
 
-def install(model):
+def _encoders(model):
+    return [model] if isinstance(model, Encoder) else [m for m in model.modules() if isinstance(m, Encoder)]
+
+
+def differences(model):
+    """What the mechanisms would rely on, for ``model``, that this release of transformers lacks or has changed, one
+    phrase each (none: an empty list): the attention interface (``cpu_attention.differences``), each packable
+    encoder's way to its attention (``cpu_packing.differences``) and a BERT masked LM's layers
+    (``cpu_masked_lm.differences``)."""
+    found = cpu_attention.differences()
+    for encoder in _encoders(model):
+        if type(encoder) is Encoder and cpu_packing.packable(encoder.transformer):
+            found += cpu_packing.differences(encoder.transformer)
+    if type(model) is MaskedLM and model.mlm.base_model.config.model_type == "bert":
+        found += cpu_masked_lm.differences(model.mlm.base_model)
+    return list(dict.fromkeys(found))
+
+
+def install(model, say=print):
     """Put the CPU's speed work into ``model`` (an ``Encoder``, a ``MaskedLM`` or any module holding them), in
     place; returns it. Saved folders stay what transformers saves: plain SDPA attention, ``nn.Dropout``'s
-    configuration."""
+    configuration.
+
+    Where transformers' internals that it relies on differ (``differences``: a release after or before the one it
+    was written against), it leaves the model as transformers wrote it, slower but computing what transformers
+    computes (its dropout masks drawn by PyTorch), and ``say`` receives one note naming what differs."""
+    found = differences(model)
+    if found:
+        import transformers
+        say(f"note: the CPU's speed layer is left out, the model runs as transformers wrote it (slower; PyTorch's "
+            f"dropout masks): transformers {transformers.__version__} differs in what the layer relies on: "
+            f"{'; '.join(found)}")
+        return model
     register_attention()
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
@@ -43,8 +78,7 @@ def install(model):
             module.set_attn_implementation(ATTENTION)
         if type(module).__name__ == "LongformerSelfAttention":
             module.dropped_attention = dropped_attention  # common/models/sliding_window.py calls it
-    encoders = [model] if isinstance(model, Encoder) else [m for m in model.modules() if isinstance(m, Encoder)]
-    for encoder in encoders:
+    for encoder in _encoders(model):
         if type(encoder) is Encoder and packs(encoder.transformer):
             encoder.__class__ = PackedEncoder
     if type(model) is MaskedLM and bert_last_layer(model.mlm.base_model):

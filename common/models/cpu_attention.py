@@ -4,6 +4,9 @@ attention probabilities, ``DroppedAttention`` (softmax, mask and backward writte
 too (``dropped_attention``); and the attention of texts packed end to end in one row (``packed_attention``, planned by
 ``cpu_packing.Packing``)."""
 
+import importlib
+import inspect
+
 import torch
 import torch.nn.functional as F
 
@@ -85,6 +88,42 @@ def sdpa_cpu_dropout(module, query, key, value, attention_mask, dropout=0.0, sca
     keep = keep_mask((*query.shape[:-1], key.shape[-2]), dropout, query.dtype)
     out = DroppedAttention.apply(query * scale, key, value, bias, keep)
     return out.transpose(1, 2).contiguous(), None
+
+
+# what of transformers this module calls, by module: the registries ``register_attention`` enters ``ATTENTION`` in,
+# the mask function it registers with it, and SDPA's attention function ``sdpa_cpu_dropout`` hands every other case
+# to, with the arguments it passes
+INTERFACE = {"transformers": ("AttentionInterface",),
+             "transformers.masking_utils": ("ALL_MASK_ATTENTION_FUNCTIONS", "sdpa_mask"),
+             "transformers.integrations.sdpa_attention": ("sdpa_attention_forward",)}
+SDPA_ARGUMENTS = ("module", "query", "key", "value", "attention_mask", "dropout", "scaling", "is_causal")
+
+
+def differences():
+    """What of ``INTERFACE`` this release of transformers lacks or has changed, one phrase each (none: an empty
+    list)."""
+    found = []
+    for module, names in INTERFACE.items():
+        try:
+            imported = importlib.import_module(module)
+        except ImportError:
+            found.append(module)
+            continue
+        found += [f"{module}.{name}" for name in names if not hasattr(imported, name)]
+    if found:
+        return found
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
+    registries = {"AttentionInterface": AttentionInterface,
+                  "ALL_MASK_ATTENTION_FUNCTIONS": ALL_MASK_ATTENTION_FUNCTIONS}
+    found = [f"{name}.register" for name, registry in registries.items()
+             if not callable(getattr(registry, "register", None))]
+    parameters = inspect.signature(sdpa_attention_forward).parameters
+    if any(name not in parameters for name in SDPA_ARGUMENTS) or \
+            not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+        found.append(f"sdpa_attention_forward({', '.join(SDPA_ARGUMENTS)}, **kwargs)")
+    return found
 
 
 def register_attention():

@@ -2,7 +2,10 @@
 ``MaskedPositionsLM``'s: the last layer's queries, feed-forward block and vocabulary projection at the masked
 positions only. Why it is faster, with its figures: docs/benchmarks.md ("Masked-LM training")."""
 
+import operator
+
 import torch
+from torch import nn
 
 from common.models.cpu_attention import ATTENTION, sdpa_cpu_dropout
 from common.models.masked_lm import IGNORE, MaskedLM, Predictions
@@ -16,6 +19,31 @@ def bert_last_layer(base):
             and getattr(config, "position_embedding_type", "absolute") == "absolute"
             and not config.is_decoder and not getattr(config, "add_cross_attention", False)
             and config._attn_implementation in ("sdpa", ATTENTION, "eager"))
+
+
+# what ``last_layer_at`` calls of a BertLayer, by its path from the layer
+LAST_LAYER_PARTS = ("attention.self.query", "attention.self.key", "attention.self.value", "attention.self.dropout",
+                    "attention.self.num_attention_heads", "attention.self.attention_head_size",
+                    "attention.self.scaling", "attention.output", "intermediate", "output")
+
+
+def differences(base):
+    """What ``MaskedPositionsLM`` relies on that this BERT model (``model_type`` "bert"), as this release of
+    transformers writes it, lacks, one phrase each (none: an empty list): its layers as ``encoder.layer``, a
+    ``ModuleList`` (cut short to run every layer but the last through the model's own forward), the last of them a
+    ``BertLayer`` with ``LAST_LAYER_PARTS``."""
+    layers = getattr(getattr(base, "encoder", None), "layer", None)
+    if not isinstance(layers, nn.ModuleList):
+        return [f"{type(base).__name__}.encoder.layer (a ModuleList)"]
+    if type(layers[-1]).__name__ != "BertLayer":
+        return [f"{type(base).__name__}.encoder.layer of BertLayer"]
+    found = []
+    for path in LAST_LAYER_PARTS:
+        try:
+            operator.attrgetter(path)(layers[-1])
+        except AttributeError:
+            found.append(f"BertLayer.{path}")
+    return found
 
 
 def last_layer_at(layer, hidden, attention_mask, masked):

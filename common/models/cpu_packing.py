@@ -3,6 +3,8 @@ becomes ``PackedEncoder``'s: every group's texts laid end to end in one row (``P
 up once (``WordLookup``). Why it is faster, with its figures: docs/benchmarks.md ("Packed rows", "One word lookup a
 step")."""
 
+import inspect
+
 import numpy as np
 import torch
 from torch import nn
@@ -97,13 +99,35 @@ class Packing:
 PACKED_TYPES = ("bert", "distilbert", "electra")
 
 
-def packs(transformer):
-    """Whether ``PackedEncoder`` reads this transformer: an architecture of ``PACKED_TYPES`` with its plain word
-    embedding and this module's attention, not a decoder."""
+def packable(transformer):
+    """Whether this transformer's architecture is one ``PackedEncoder`` reads: of ``PACKED_TYPES``, with its plain
+    word embedding, not a decoder."""
     words = transformer.get_input_embeddings()
     return (transformer.config.model_type in PACKED_TYPES and type(words) is nn.Embedding
-            and transformer.config._attn_implementation == ATTENTION
             and not getattr(transformer.config, "is_decoder", False))
+
+
+def differences(transformer):
+    """What ``PackedEncoder`` relies on that this packable transformer, as this release of transformers writes it,
+    lacks, one phrase each (none: an empty list): attention functions from transformers' interface, which the
+    packing plan reaches as a keyword; a forward that takes ``inputs_embeds`` and ``position_ids``; and ``**kwargs``
+    on every module that hands the attention mask down, so that the plan travels beside it."""
+    name = type(transformer).__name__
+    found = [] if getattr(transformer, "_supports_attention_backend", False) else \
+        [f"{name} takes no attention function of transformers' interface (_supports_attention_backend)"]
+    parameters = inspect.signature(type(transformer).forward).parameters
+    found += [f"{name}.forward({keyword}=)" for keyword in ("inputs_embeds", "position_ids")
+              if keyword not in parameters]
+    for module in dict.fromkeys(type(m) for m in transformer.modules()):
+        parameters = inspect.signature(module.forward).parameters
+        if "attention_mask" in parameters and not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+            found.append(f"{module.__name__}.forward(**kwargs)")
+    return found
+
+
+def packs(transformer):
+    """Whether ``PackedEncoder`` reads this transformer: ``packable``, with this module's attention."""
+    return packable(transformer) and transformer.config._attn_implementation == ATTENTION
 
 
 class WordLookup(torch.autograd.Function):

@@ -124,7 +124,7 @@ def document_text(title, text, sep_token):
 def checkpoint_activations(transformer):
     """``--gradient-checkpointing``: recompute ``transformer``'s activations in the backward pass (less memory, the
     same gradient), non-reentrant."""
-    if hasattr(transformer, "activation_checkpointing_enable"):  # the name since transformers 5
+    if hasattr(transformer, "activation_checkpointing_enable"):  # the name since transformers 5.23
         transformer.activation_checkpointing_enable({"use_reentrant": False})
     else:
         transformer.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

@@ -81,7 +81,8 @@ def add_training_arguments(p, objective, argv):
                    help="on a GPU, processes that collate batches ahead of the step into pinned memory, copied "
                         "without blocking (a CPU run collates in its own process: its cores train)")
     p.add_argument("--length-groups", type=cli.number(int, cli.between(1, 1024)), default=3,
-                   help="pad a batch as this many length-sorted sub-batches (speed only: the loss is the same). "
+                   help="pad a batch as this many length-sorted sub-batches (less padding; each draws its own "
+                        "dropout masks, so the count changes the trained weights and a resume must match it). "
                         "Training on a CPU packs a batch without padding instead for BERT, DistilBERT and ELECTRA "
                         "models, where this has no effect")
     p.add_argument("--chunk-tokens", type=cli.number(int, cli.COUNT_0), default=0,

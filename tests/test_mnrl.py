@@ -1,0 +1,116 @@
+"""The MNRL objective (common/train/objectives/mnrl.py): gathered on two processes, the gradients of one process
+with the whole batch; GradCache's gradients those of the plain loss; a run that selects its model on validation nDCG
+and resumes bit-identically. The loss against sentence-transformers': test_losses.py."""
+
+import json
+import os
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from conftest import free_port, read_jsonl, train_in_process, unfinish
+
+
+def _two_process_worker(rank, world, port, queries, docs, keys, out):
+    import torch.distributed as dist
+    from types import SimpleNamespace
+
+    from common.train.objectives.mnrl import MNRLObjective
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    objective = MNRLObjective.__new__(MNRLObjective)
+    objective.args = SimpleNamespace(gather=True, scale=20.0, symmetric=True, mask_duplicates=True)
+    half = len(queries) // world
+    q = queries[rank * half:(rank + 1) * half].clone().requires_grad_(True)
+    d = docs[rank * half:(rank + 1) * half].clone().requires_grad_(True)
+    objective._loss(q, d, keys[rank * half:(rank + 1) * half]).mean().backward()
+    torch.save({"q": q.grad, "d": d.grad}, os.path.join(out, f"rank_{rank}.pt"))
+    dist.barrier()  # neither process tears gloo down while the other is still in a collective
+    dist.destroy_process_group()
+    os._exit(0)  # past the results: skip interpreter teardown, where gloo's threads can abort the process
+
+
+@pytest.fixture(scope="module")
+def two_processes(tmp_path_factory):
+    """One gloo run of two processes: gathered MNRL gradients."""
+    out = tmp_path_factory.mktemp("gloo")
+    torch.manual_seed(0)
+    queries, docs = torch.randn(8, 6), torch.randn(8, 6)
+    keys = torch.tensor([[i, i, i] for i in range(8)])
+    keys[6, 1] = keys[1, 1]  # a duplicate abstract across the two processes
+    torch.multiprocessing.spawn(_two_process_worker, args=(2, free_port(), queries, docs, keys, str(out)), nprocs=2)
+    return {"queries": queries, "docs": docs, "keys": keys,
+            "ranks": [torch.load(out / f"rank_{r}.pt") for r in range(2)]}
+
+
+def test_mnrl_gathered_on_two_processes_has_the_gradients_of_one_process_with_the_whole_batch(two_processes):
+    from types import SimpleNamespace
+
+    from common.train.objectives.mnrl import MNRLObjective
+    objective = MNRLObjective.__new__(MNRLObjective)
+    objective.args = SimpleNamespace(gather=True, scale=20.0, symmetric=True, mask_duplicates=True)
+    q = two_processes["queries"].clone().requires_grad_(True)
+    d = two_processes["docs"].clone().requires_grad_(True)
+    objective._loss(q, d, two_processes["keys"]).mean().backward()
+    grads = two_processes["ranks"]
+    # DDP averages the two processes' parameter gradients
+    torch.testing.assert_close(torch.cat([g["q"] for g in grads]) / 2, q.grad)
+    torch.testing.assert_close(torch.cat([g["d"] for g in grads]) / 2, d.grad)
+
+
+def train(data, model, out, objective, *extra):
+    argv = ["--objective", objective, "--data", str(data), "--model", str(model), "--out", str(out),
+            "--log-every", "1", *map(str, extra)]
+    return train_in_process(argv)
+
+
+def test_mnrl_with_gradcache_has_the_gradients_of_the_plain_loss(tiny_model, paper_data):
+    from types import SimpleNamespace
+
+    from common.train.objectives.mnrl import MNRLObjective
+    grads = []
+    for chunk in (0, 3):
+        args = SimpleNamespace(model=str(tiny_model), data=str(paper_data), pooling="mean", normalize=False,
+                               max_length=32, query_max_length=16, length_groups=2, cache_chunk=chunk, gather=True,
+                               scale=20.0, symmetric=True, mask_duplicates=True)
+        objective = MNRLObjective(args, None)
+        model = objective.build()
+        objective.load_data()
+        model.eval()  # dropout off: the two computations then see the same network
+        rows = objective.train_rows[:10]
+        batch = objective.collate(rows)
+        for n, part in enumerate(batch.get("chunks", [])):  # each chunk padded to its own longest document
+            mine = rows[n * chunk:(n + 1) * chunk]
+            documents = part["groups"][min(args.length_groups, len(mine)):]
+            assert max(ids.shape[1] for ids, _ in documents) == objective.docs.lengths()[mine[:, 1]].max()
+        objective.losses(model, batch).mean().backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys()
+    for name in grads[0]:
+        # fp32 sums in another order: torch's own float32 atol
+        torch.testing.assert_close(grads[1][name], grads[0][name], rtol=1e-4, atol=1e-5)
+
+
+def test_mnrl_trains_selects_on_validation_ndcg_and_resumes_bit_identically(tiny_model, paper_data, tmp_path):
+    extra = ["--max-length", "32", "--batch-size", "8", "--epochs", "2", "--checkpoint-every", "4", "--keep", "10",
+             "--eval-every", "0", "--cache-chunk", "4", "--symmetric"]
+    ref = tmp_path / "ref"
+    counts = train(paper_data, tiny_model, ref, "mnrl", *extra)
+    assert counts["steps"] == 8  # 36 pairs, batch 8, the last partial batch dropped
+    validations = [r for r in read_jsonl(ref / "log.jsonl") if "val_ndcg@10" in r]
+    assert counts["best_val_ndcg@10"] == max(r["val_ndcg@10"] for r in validations)
+    assert json.loads((ref / "model" / "docembed.json").read_text())["similarity"] == "cosine"
+    out = tmp_path / "resumed"
+    import shutil
+    shutil.copytree(ref, out)
+    unfinish(out, model=False)  # RUN/model stays: it holds the best model of the steps before the checkpoint
+    shutil.rmtree(out / "checkpoints" / "step_8")
+    train(paper_data, tiny_model, out, "mnrl", *extra)
+    final = "checkpoints/step_8/model.safetensors"
+    a, b = load_file(str(ref / final)), load_file(str(out / final))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+    def log(run):
+        return [{k: v for k, v in r.items() if k != "steps_per_s"} for r in read_jsonl(run / "log.jsonl")]
+    assert log(out) == log(ref)
