@@ -59,10 +59,14 @@ class Background:
         self._receive, send = context.Pipe(duplex=False)
         watched, self._alive = os.pipe()
         _PARENT_ENDS.add(self._alive)
+        # SIGTERM held back across the fork: the process is born with it blocked, puts back its default action (a
+        # handler the parent had installed, as 03's for a checkpoint, would let it go on) and only then takes it
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         try:
             self._process = context.Process(target=_run_and_send, args=(send, watched, fn, args), daemon=True)
             self._process.start()
         finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
             os.close(watched)
             send.close()
 
@@ -124,6 +128,8 @@ def _run_and_send(send, watched, fn, args):
     import pickle
     import threading
     import traceback
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     threading.Thread(target=_exit_when_closed, args=(watched,), daemon=True).start()
     try:
         send.send(("ok", fn(*args), None))

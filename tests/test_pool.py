@@ -57,6 +57,20 @@ def test_a_process_killed_from_outside_is_one_line_naming_it(signum):
                             f"{signal.Signals(signum).name} before it gave a result")
 
 
+def test_a_process_takes_sigterm_as_killed_whatever_handler_its_parent_installed():
+    """03 installs a SIGTERM handler that only records the signal (a checkpoint at the next step); a process forked
+    under it, signalled at once, still ends by SIGTERM and is named as killed."""
+    previous = signal.signal(signal.SIGTERM, lambda *_: None)
+    try:
+        for _ in range(5):
+            work = Background(sleep_then, 60, "late", what="the t-SNE")
+            os.kill(work._process.pid, signal.SIGTERM)
+            with pytest.raises(InputError, match="killed by SIGTERM before it gave a result"):
+                work.result()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def ended(pid):
     """Whether process ``pid`` has exited (gone, or a zombie that its new parent has not reaped)."""
     try:

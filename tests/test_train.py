@@ -674,8 +674,10 @@ def test_a_bad_data_directory_fails_before_torch_is_imported(tmp_path):
     ("--max-length", "0", "argument --max-length: 0: must be between 1 and 131,072"),
     ("--lr", "nan", "argument --lr: nan: must be a positive number"),
     ("--lr", "-1e-5", "argument --lr: -1e-5: must be a positive number"),
-    ("--warmup", "-1", "argument --warmup: -1: must be a finite number of at least 0"),
-    ("--warmup", "inf", "argument --warmup: inf: must be a finite number of at least 0"),
+    ("--warmup", "-1", "argument --warmup: -1: must be a share below 1, or a whole number of steps "
+                               "from 1 to 1,073,741,824"),
+    ("--warmup", "inf", "argument --warmup: inf: must be a share below 1, or a whole number of steps "
+                               "from 1 to 1,073,741,824"),
     ("--clip", "nan", "argument --clip: nan: must be a finite number of at least 0"),
     ("--weight-decay", "1e309", "argument --weight-decay: 1e309: must be a finite number of at least 0"),
 ])

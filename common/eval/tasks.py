@@ -138,6 +138,8 @@ class Tasks:
             if {"crossref", "lexical"} & wanted else {}
         self.levels = wikispecter.topic_levels(data_dir) if "topics" in wanted else []
         self.topic_rows = {level: wikispecter.read_topics(data_dir, level, index) for level in self.levels}
+        for level in self.levels:
+            wikispecter.check_classifiable(data_dir, level, self.topic_rows[level])
         self.resplits = resplits
         self.resplit = [level for level in self.levels if wikispecter.stratifiable(self.topic_rows[level])]
         for level in self.levels:

@@ -98,9 +98,6 @@ def read_topics(data_dir, level, index):
         if part == "train" and len(labels) < 2:
             raise InputError(f"{path}: {len(labels)} label{'s' * (len(labels) != 1)} "
                              f"({', '.join(map(repr, sorted(labels)))}); a topic task needs at least two")
-        if part == "train" and not cross_validated(rows[part]):
-            raise InputError(f"{path}: no label has {CV_FOLDS} documents; the {CV_FOLDS}-fold grid search of the "
-                             "classifier's C needs a label with one in each fold")
         if part == "test" and not rows[part]:
             raise InputError(f"{path}: no documents")
     return rows
@@ -118,6 +115,16 @@ def topic_levels(data_dir):
 # SciDocs' grid of the LinearSVC's C, searched with 3-fold cross-validation
 GRID_C = np.logspace(-4, 2, 7)
 CV_FOLDS = 3
+
+
+def check_classifiable(data_dir, level, rows):
+    """Refuse, naming its file, a topic level (``read_topics``' rows) whose training documents cannot be searched
+    for the classifier's C: before any model is embedded, where the classifier will run (a reader of the splits
+    that does not classify, as the ablation's table, takes them as they are)."""
+    if not cross_validated(rows["train"]):
+        raise InputError(f"{os.path.join(data_dir, f'topics.{level}.train.jsonl')}: no label has {CV_FOLDS} "
+                         f"documents; the {CV_FOLDS}-fold grid search of the classifier's C needs a label with one "
+                         "in each fold")
 
 
 def cross_validated(train):
