@@ -282,7 +282,8 @@ def train_runs(args, script=__file__):
     """``train(args)``, or with ``--seeds`` the same run once per seed, into OUT/seed_SEED (each run's counts)."""
     if not args.seeds:
         return train(args, script)
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    from common.train.distributed import launched_processes
+    if launched_processes() > 1:
         raise InputError("--seeds runs one process; under several processes launch once per --seed")
     return [train(argparse.Namespace(**{**vars(args), "seed": seed, "seeds": None,
                                         "out": os.path.join(args.out, f"seed_{seed}")}), script)

@@ -110,6 +110,54 @@ def test_a_sigterm_to_one_process_stops_both_at_the_next_log_record_and_resumes_
         assert ref.keys() == ours.keys() and all(torch.equal(ref[k], ours[k]) for k in ref)
 
 
+# -- the number of processes a launch starts ---------------------------------------------------------------------------
+
+@pytest.fixture
+def launch_env(monkeypatch):
+    """Sets a launch's variables (``LAUNCH_SIZES``) to what a test gives, none other set."""
+    from common.train.distributed import LAUNCH_SIZES
+    for name in LAUNCH_SIZES:
+        monkeypatch.delenv(name, raising=False)
+    return lambda **values: [monkeypatch.setenv(name, value) for name, value in values.items()]
+
+
+@pytest.mark.parametrize("values, processes", [
+    ({}, 1), ({"WORLD_SIZE": "2"}, 2), ({"WORLD_SIZE": "1", "PMI_SIZE": "4"}, 1), ({"PMI_SIZE": "4"}, 4),
+    ({"OMPI_COMM_WORLD_SIZE": "3"}, 3), ({"MV2_COMM_WORLD_SIZE": "16"}, 16)])
+def test_the_number_of_processes_is_the_first_launch_variable_set_as_accelerate_reads_it(values, processes,
+                                                                                        launch_env):
+    from accelerate.utils import get_int_from_env
+
+    from common.train.distributed import LAUNCH_SIZES, launched_processes
+    launch_env(**values)
+    assert launched_processes() == get_int_from_env(list(LAUNCH_SIZES), 1) == processes
+
+
+@pytest.mark.parametrize("name, value", [("WORLD_SIZE", "two"), ("WORLD_SIZE", "-2"), ("WORLD_SIZE", "0"),
+                                         ("WORLD_SIZE", ""), ("PMI_SIZE", "2.0"), ("OMPI_COMM_WORLD_SIZE", " 2"),
+                                         ("MV2_COMM_WORLD_SIZE", "٢"), ("WORLD_SIZE", "9" * 50)])
+def test_a_launch_variable_that_is_no_whole_number_from_1_is_one_line_naming_it(name, value, launch_env):
+    from common.io import InputError
+    from common.train.distributed import launched_processes
+    launch_env(**{name: value})
+    shown = repr(value) if len(value) <= 40 else repr(value[:37]) + "..."
+    with pytest.raises(InputError) as e:
+        launched_processes()
+    assert str(e.value) == f"{name}={shown}: the number of processes a launcher starts must be a whole number from 1"
+
+
+@pytest.mark.parametrize("seeds", [[], ["--seeds", "1", "2"]], ids=["one-run", "seeds"])
+def test_03_refuses_a_launch_variable_that_is_no_number_in_one_line_before_any_work(seeds, launch_env, tiny_data,
+                                                                                   tiny_model, tmp_path):
+    from conftest import script_error
+    launch_env(WORLD_SIZE="two")
+    out = tmp_path / "run"
+    assert script_error("03_train.py", "--data", tiny_data, "--model", tiny_model, "--out", out, "--max-steps", "1",
+                        *seeds) == \
+        "error: WORLD_SIZE='two': the number of processes a launcher starts must be a whole number from 1"
+    assert not out.exists()
+
+
 # -- the differentiable all-gather -------------------------------------------------------------------------------------
 
 def _gather_worker(rank, world, store, shards, out):
