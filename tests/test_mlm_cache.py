@@ -122,8 +122,8 @@ def test_a_file_where_the_cache_folder_should_be_is_one_line(case, tmp_path, tin
                    "the file)"
     elif case == "cache-dir-under-a-file":
         extra = ["--cache-dir", a_file / "cache"]
-        expected = f"{a_file / 'cache'}: cannot be made as the masked LM's cache folder: a file stands where a folder " \
-                   "above it should be"
+        expected = f"{a_file / 'cache'}: cannot be made as the masked LM's cache folder: a file stands where a " \
+                   "folder above it should be"
     else:  # refused as the run folder is claimed, before any cache
         out = a_file / "run"
         expected = f"{out}: cannot be created: Not a directory"
