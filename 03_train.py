@@ -94,44 +94,46 @@ def train(args, script=__file__):
         acc.print("note: bf16 mixed precision on a CPU without native bfloat16 (avx512_bf16 or AMX) runs slower than "
                   "float32 (docs/benchmarks.md, \"bfloat16 on a CPU\")")
 
-    # the model, as the objective builds it: the encoder, or a module holding it with heads and loss state
-    objective = objectives.get(args.objective)(args, acc)
-    model = objective.build()
-    if acc.device.type == "cpu":
-        # the CPU's faster dropout, packed rows and masked-LM last layer; a GPU runs the model
-        cpu.install(model, say=acc.print)
-    if args.gradient_checkpointing:
-        checkpoint_activations(objective.encoder_of(model).transformer)
-
-    # the data: tokenised once; rows drawn in a permutation of (seed, epoch), optionally in batches of similar length
-    with acc.main_process_first():
-        objective.load_data()
-    objective.card_facts()  # what the model card quotes is read and checked now, before any step
-    sampler, train_dl, val_dl = loaders(objective, args, gpu=acc.device.type == "cuda")
-    acc.dataloader_config.non_blocking = acc.device.type == "cuda"
-
-    # the optimizer (the fused kernel updates every parameter in one pass) and the schedule, its step counts taken
-    # after prepare: on several processes each dataloader yields fewer batches
-    optimizer = torch.optim.AdamW(parameter_groups(model, args.weight_decay), lr=args.lr, fused=True)
-    model, optimizer, train_dl, val_dl = acc.prepare(model, optimizer, train_dl, val_dl)
-    steps_per_epoch = math.ceil(len(train_dl) / args.grad_accum)
-    total_steps = min(args.epochs * steps_per_epoch, args.max_steps or math.inf)
-    warmup = warmup_steps(args.warmup, total_steps)
-    if warmup and warmup >= total_steps:
-        acc.print(f"note: --warmup {args.warmup:g} is {warmup} steps, the run's {total_steps} or more: no step "
-                  f"reaches the full learning rate ({args.lr:g})")
-    # the prepared scheduler steps once per process per optimizer step
-    scheduler = acc.prepare(get_scheduler(args.schedule, optimizer, num_warmup_steps=warmup * acc.num_processes,
-                                          num_training_steps=total_steps * acc.num_processes))
-
-    # the run folder: claimed and locked, resumed from its newest checkpoint of the same settings
-    folder = run_folder.RunFolder(args, objective, acc, tracked=bool(log_with))
+    # the run folder: claimed and locked before any work writes into it (the masked LM's token cache)
+    folder = run_folder.RunFolder(args, acc, tracked=bool(log_with))
     try:  # locked until the manifest is written
         folder.claim()
         acc.wait_for_everyone()
+
+        # the model, as the objective builds it: the encoder, or a module holding it with heads and loss state
+        objective = objectives.get(args.objective)(args, acc)
+        model = objective.build()
+        if acc.device.type == "cpu":
+            # the CPU's faster dropout, packed rows and masked-LM last layer; a GPU runs the model
+            cpu.install(model, say=acc.print)
+        if args.gradient_checkpointing:
+            checkpoint_activations(objective.encoder_of(model).transformer)
+
+        # the data: tokenised once; rows drawn in a permutation of (seed, epoch), optionally in batches of like length
+        with acc.main_process_first():
+            objective.load_data()
+        objective.card_facts()  # what the model card quotes is read and checked now, before any step
+        sampler, train_dl, val_dl = loaders(objective, args, gpu=acc.device.type == "cuda")
+        acc.dataloader_config.non_blocking = acc.device.type == "cuda"
+
+        # the optimizer (the fused kernel updates every parameter in one pass) and the schedule, its step counts taken
+        # after prepare: on several processes each dataloader yields fewer batches
+        optimizer = torch.optim.AdamW(parameter_groups(model, args.weight_decay), lr=args.lr, fused=True)
+        model, optimizer, train_dl, val_dl = acc.prepare(model, optimizer, train_dl, val_dl)
+        steps_per_epoch = math.ceil(len(train_dl) / args.grad_accum)
+        total_steps = min(args.epochs * steps_per_epoch, args.max_steps or math.inf)
+        warmup = warmup_steps(args.warmup, total_steps)
+        if warmup and warmup >= total_steps:
+            acc.print(f"note: --warmup {args.warmup:g} is {warmup} steps, the run's {total_steps} or more: no step "
+                      f"reaches the full learning rate ({args.lr:g})")
+        # the prepared scheduler steps once per process per optimizer step
+        scheduler = acc.prepare(get_scheduler(args.schedule, optimizer, num_warmup_steps=warmup * acc.num_processes,
+                                              num_training_steps=total_steps * acc.num_processes))
+
         acc.print(f"effective batch {args.batch_size * acc.num_processes * args.grad_accum} = {args.batch_size} per "
                   f"process × {acc.num_processes} processes × {args.grad_accum} accumulation; {total_steps} steps")
-        state = folder.resume() or {"step": 0, "epoch": 0, "batch_in_epoch": 0, "best": None}
+        # resumed from the newest checkpoint of the same settings, the model's as loaded among them
+        state = folder.start(objective) or {"step": 0, "epoch": 0, "batch_in_epoch": 0, "best": None}
         step, epoch, batch_in_epoch, best = state["step"], state["epoch"], state["batch_in_epoch"], state["best"]
         if step:
             acc.print(f"resuming from {state['path']} (step {step} of {total_steps})")
@@ -280,7 +282,8 @@ def train_runs(args, script=__file__):
     """``train(args)``, or with ``--seeds`` the same run once per seed, into OUT/seed_SEED (each run's counts)."""
     if not args.seeds:
         return train(args, script)
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    from common.train.distributed import launched_processes
+    if launched_processes() > 1:
         raise InputError("--seeds runs one process; under several processes launch once per --seed")
     return [train(argparse.Namespace(**{**vars(args), "seed": seed, "seeds": None,
                                         "out": os.path.join(args.out, f"seed_{seed}")}), script)

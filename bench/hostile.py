@@ -34,8 +34,9 @@ checkpoint holding another step than its folder names, a run finished on two pro
 CPU processes started by torchrun and by accelerate launch --multi_gpu; one document first and last in docs.jsonl
 (the same vector), a search whose --pooling or manifest would embed its queries otherwise than its index, 05's topic
 classifiers on a split too small for their grid search, one of them killed from outside, and 05 killed with SIGKILL
-beside them (its folder free for the rerun), the masked LM's cache where a file stands and truncated, convert-long
-to a length that holds only the special tokens, and --warmup past the run (docs/reliability.md).
+beside them (its folder free for the rerun), the masked LM's cache where a file stands and truncated, 03 mlm on an
+--out another process holds (refused before any cache is made), WORLD_SIZE and MPI's process counts of -1,
+convert-long to a length that holds only the special tokens, and --warmup past the run (docs/reliability.md).
 """
 
 import argparse
@@ -547,11 +548,13 @@ def alive(pid):
 def hardening_cases(root, model, data, train):
     """The same document at two places in docs.jsonl, a search whose flags or manifest would embed its queries
     otherwise than its index, 05's classifiers failing, killed from outside and outliving a 05 killed with SIGKILL,
-    the masked LM's cache where a file stands and damaged, and sizes against what they feed (convert-long's length,
-    --warmup past the run)."""
+    the masked LM's cache where a file stands and damaged and its --out held by another run, a launch's number of
+    processes that is no number, and sizes against what they feed (convert-long's length, --warmup past the run)."""
     import signal
     import time
     import numpy as np
+    from common.folder_lock import LOCK, FolderLock
+    from common.train.distributed import LAUNCH_SIZES
     results = []
     twice = root / "twice-data"
     shutil.copytree(data, twice)
@@ -629,9 +632,23 @@ def hardening_cases(root, model, data, train):
     for name, args, words in (("--cache-dir a file", ["--out", root / "c1", "--cache-dir", a_file], "a file, not"),
                               ("--cache-dir under a file", ["--out", root / "c2", "--cache-dir", a_file / "c"],
                                "a file stands where"),
-                              ("--out under a file", ["--out", a_file / "run"], "a file stands where")):
+                              ("--out under a file", ["--out", a_file / "run"], "cannot be created")):
         rc, line = script(*mlm, *args)
         results.append(report(f"03 mlm {name}", rc, line, rc == 2 and words in line and a_file.read_text() == "mine"))
+    held = root / "held-run"
+    held.mkdir()
+    with FolderLock(str(held)):
+        rc, line = script(*mlm, "--out", held)
+        left = sorted(os.listdir(held))
+    results.append(report("03 mlm on an --out another run holds", rc, line,
+                          rc == 2 and "in use by another run" in line and left == [LOCK]))
+    for name in LAUNCH_SIZES:
+        proc = subprocess.run([sys.executable, *map(str, mlm), "--out", root / "sized"], cwd=ROOT, capture_output=True,
+                              text=True, env={**env, name: "-1"})
+        line = (proc.stderr.strip().splitlines() or [""])[-1]
+        results.append(report(f"03 under {name}=-1", proc.returncode, line,
+                              proc.returncode == 2 and line.startswith(f"error: {name}='-1'")
+                              and not (root / "sized").exists()))
     cached_run = root / "cached-run"
     script(*mlm, "--out", cached_run)
     for cached in (cached_run / "cache").glob("mlm-tokens-*.arrow"):

@@ -120,15 +120,13 @@ def test_a_file_where_the_cache_folder_should_be_is_one_line(case, tmp_path, tin
         extra = ["--cache-dir", a_file]
         expected = f"{a_file}: a file, not a folder for the masked LM's cache; give --cache-dir a folder (or remove " \
                    "the file)"
-    else:
-        cache = a_file / "cache"
-        if case == "cache-dir-under-a-file":
-            extra = ["--cache-dir", cache]
-        else:
-            out = a_file / "run"
-            cache = out / "cache"
-        expected = f"{cache}: cannot be made as the masked LM's cache folder: a file stands where a folder above it " \
-                   "should be"
+    elif case == "cache-dir-under-a-file":
+        extra = ["--cache-dir", a_file / "cache"]
+        expected = f"{a_file / 'cache'}: cannot be made as the masked LM's cache folder: a file stands where a " \
+                   "folder above it should be"
+    else:  # refused as the run folder is claimed, before any cache
+        out = a_file / "run"
+        expected = f"{out}: cannot be created: Not a directory"
     assert script_error("03_train.py", "--data", tiny_data, "--model", tiny_model, "--out", out, *MLM, *extra) == \
         f"error: {expected}"
     assert a_file.read_text() == "mine" and sorted(os.listdir(tmp_path)) == ["a-file"]
@@ -185,15 +183,26 @@ def test_an_entry_of_the_cache_that_is_no_file_and_a_damaged_vocabulary_are_one_
         f"error: {vocabulary}: a damaged vocabulary in the masked LM's cache; remove it to learn the vocabulary again"
 
 
-def test_a_run_folder_another_run_holds_is_refused_before_any_cache_is_made(tmp_path, tiny_data, tiny_model):
+@pytest.mark.parametrize("cache_dir", [False, True], ids=["cache-in-out", "cache-dir"])
+def test_a_run_folder_another_run_takes_after_the_finished_check_is_refused_before_any_cache_is_made(
+        cache_dir, tmp_path, tiny_data, tiny_model, monkeypatch):
     from common.folder_lock import FolderLock
-    run, cache = tmp_path / "run", tmp_path / "cache"
+    from common.train import run_status
+    run, cache, held = tmp_path / "run", tmp_path / "cache", []
     run.mkdir()
-    lock = FolderLock(str(run)).acquire()
+    finished = run_status.finished
+
+    def finished_then_another_run_starts(args, script):
+        done = finished(args, script)
+        held.append(FolderLock(str(run)).acquire())
+        return done
+    monkeypatch.setattr(run_status, "finished", finished_then_another_run_starts)
     try:
         assert script_error("03_train.py", "--data", tiny_data, "--model", tiny_model, "--out", run, *MLM,
-                            "--cache-dir", cache) == \
+                            *(["--cache-dir", cache] if cache_dir else [])) == \
             f"error: {run}: in use by another run (process {os.getpid()}); wait for it to end or give another folder"
+        assert os.listdir(run) == [".lock"]
     finally:
-        lock.release()
+        for lock in held:
+            lock.release()
     assert not cache.exists() and os.listdir(run) == []

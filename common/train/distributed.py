@@ -1,17 +1,33 @@
 """A launch's processes, joined into one run, the collectives that in-batch losses need across them, and their
 agreement to stop on a SIGTERM."""
 
+import os
+import re
+
 import torch
 
 from common.io import InputError
 
 
+# the variables that tell a launch's number of processes, in the order Accelerate reads them: ``accelerate launch``'s
+# and ``torchrun``'s, then MPI's under ``mpirun`` (MPICH and Intel MPI, Open MPI, MVAPICH)
+LAUNCH_SIZES = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
+
+
 def launched_processes():
-    """The number of processes this launch starts, as its launcher says (``WORLD_SIZE``: ``accelerate launch``,
-    ``torchrun``; MPI's own variables under ``mpirun``, which Accelerate reads too), read before Accelerate starts;
-    one without a launcher."""
-    from accelerate.utils import get_int_from_env
-    return get_int_from_env(["WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE"], 1)
+    """The number of processes this launch starts, as the first of ``LAUNCH_SIZES`` that is set says, read before
+    Accelerate starts; one without a launcher. A value that is not a whole number from 1 is one line naming its
+    variable."""
+    for name in LAUNCH_SIZES:
+        value = os.environ.get(name)
+        if value is None:
+            continue
+        if not re.fullmatch(r"[1-9][0-9]{0,8}", value):
+            shown = repr(value) if len(value) <= 40 else repr(value[:37]) + "..."
+            raise InputError(f"{name}={shown}: the number of processes a launcher starts must be a whole number "
+                             "from 1")
+        return int(value)
+    return 1
 
 
 def joins_on_cpu():

@@ -6,6 +6,7 @@ What it holds, by name: ``run_entries.py``; whether it holds a finished run or o
 run that replaces a finished one: ``replacement.py``.
 """
 
+import contextlib
 import json
 import os
 import shutil
@@ -27,49 +28,44 @@ SAVE_ERRORS = (OSError, RuntimeError, SafetensorError)
 
 
 class RunFolder:
-    """The folder ``args.out`` of the run of ``args`` (with ``objective``, its model built), seen from one process
-    of ``accelerator``.
+    """The folder ``args.out`` of the run of ``args``, seen from one process of ``accelerator``.
 
     ``log`` holds the records of ``log.jsonl`` in the main process, those a resumed run kept included: the model
     card of each saved model quotes them."""
 
-    def __init__(self, args, objective, accelerator, tracked=False):
+    def __init__(self, args, accelerator, tracked=False):
         self.args, self.out, self.accelerator, overwrite = args, args.out, accelerator, args.overwrite
         self.path = work_folder(args)  # --out, or --out/.next-run for a run that replaces a finished one
-        # the settings the model was actually loaded with; the data each process sees depends on their number: a
-        # checkpoint resumes only with the same count
-        self.identity = {**run_identity(args, accelerator.num_processes), "max_length": objective.max_length,
-                         "pooling": objective.encoder.pooling, "normalize": objective.encoder.normalize}
+        self.identity = None  # known once the model is loaded (``start``)
         self.overwrite = overwrite  # start afresh: what an earlier run wrote here is removed first
         self.tracked = tracked  # the accelerator has trackers: each log record goes to them too
         self.log = []
         self.log_lines = 0  # records written, in every process (a checkpoint records the count)
         self.lock = None
+        self.made = False  # claim made --out: one this run leaves empty is removed on release
 
     def claim(self):
         """The folder is this run's: a new or empty folder, or one with RUN_FILE, locked for the run (a second run
-        on it is refused). A finished run (its manifest.json) is refused unless ``overwrite`` (``finished``
-        has told the same settings' rerun that it is done); with ``overwrite`` this run trains in ``.next-run``
-        inside it and replaces the finished run only when it is committed (``commit``). Without checkpoints to
-        resume from, or with ``overwrite`` and checkpoints of other settings, what an earlier run wrote there is
-        removed by name (``run_files``: a run killed before its first checkpoint leaves a log that would otherwise
-        get its steps twice), and nothing else; with checkpoints, ``resume`` checks their settings (``overwrite``
-        resumes from this run's own: they train to the same weights). Private folders a killed run left are
-        removed. The folder is made and locked as every output folder is (``folders.own_folder``); a symbolic link
-        where a run moves, writes or deletes is refused before anything is (``run_status.check_run_folder``)."""
+        on it is refused) before any work writes into it (the masked LM's token cache). A finished run (its
+        manifest.json) is refused unless ``overwrite`` (``finished`` has told the same settings' rerun that it is
+        done); with ``overwrite`` this run trains in ``.next-run`` inside it and replaces the finished run only when
+        it is committed (``commit``). Private folders a killed run left are removed. The folder is made and locked as
+        every output folder is (``folders.own_folder``); a symbolic link where a run moves, writes or deletes is
+        refused before anything is (``run_status.check_run_folder``). What an earlier run wrote is removed once this
+        run's settings are known (``start``)."""
         out = self.out
         run_status.check_run_folder(out)
         if not self.accelerator.is_main_process:
             return
+        self.made = not os.path.lexists(out)
         self.lock = folders.own_folder(out)
         move_into_place(out)
         if not self.overwrite and os.path.exists(os.path.join(out, "manifest.json")):
-            self.release()  # finished while this run loaded its model
+            self.release()  # finished while this run started
             raise folders.finished_error(out, "training run")
         if (self.path != out) != finished_in(out):
             self.release()
-            raise InputError(f"{out}: changed by another run while this one loaded its model; run the command "
-                             "again")
+            raise InputError(f"{out}: changed by another run while this one started; run the command again")
         for folder in dict.fromkeys((out, self.path)):
             if folder != out:
                 folders.make_folder(folder)
@@ -81,10 +77,25 @@ class RunFolder:
                 remove_entry(os.path.join(folder, name))
         if self.path == out:
             remove_entry(os.path.join(out, NEXT))  # a replacement with nothing left to replace
-        if not checkpoints(self.path) or (self.overwrite and not run_status.own_checkpoints(self.path,
-                                                                                           self.identity)):
-            remove_written(self.path, run_files(self.path))
-        folders.write_json(os.path.join(self.path, RUN_FILE), {"identity": self.identity})
+
+    def start(self, objective):
+        """This run in its claimed folder once ``objective`` has loaded its model: its identity (``run_identity``
+        and the settings the model was loaded with; the data each process sees depends on their number, so a
+        checkpoint resumes only with the same count) written as RUN_FILE; without checkpoints to resume from, or
+        with ``overwrite`` and checkpoints of other settings, what an earlier run wrote there removed by name
+        (``run_files``: a run killed before its first checkpoint leaves a log that would otherwise get its steps
+        twice), and nothing else; with checkpoints, ``resume`` checks their settings (``overwrite`` resumes from
+        this run's own: they train to the same weights). Returns ``resume``'s trainer state, or None."""
+        self.identity = {**run_identity(self.args, self.accelerator.num_processes),
+                         "max_length": objective.max_length, "pooling": objective.encoder.pooling,
+                         "normalize": objective.encoder.normalize}
+        if self.accelerator.is_main_process:
+            if not checkpoints(self.path) or (self.overwrite and not run_status.own_checkpoints(self.path,
+                                                                                               self.identity)):
+                remove_written(self.path, run_files(self.path))
+            folders.write_json(os.path.join(self.path, RUN_FILE), {"identity": self.identity})
+        self.accelerator.wait_for_everyone()
+        return self.resume()
 
     def commit(self, script, started, counts):
         """The run's last file, in the main process: its manifest (``provenance.manifest``: the command, its
@@ -260,7 +271,11 @@ class RunFolder:
             training_curves(staged, self.log)
 
     def release(self):
-        """Unlock the folder (after the run's last file)."""
+        """Unlock the folder (after the run's last file). One that this run made and left empty (it stopped before
+        writing anything: bad data, a cache that cannot be made) is removed, as though the run had not started."""
         if self.lock is not None:
             self.lock.release()
             self.lock = None
+            if self.made:
+                with contextlib.suppress(OSError):  # anything in it, another run's lock included: kept
+                    os.rmdir(self.out)

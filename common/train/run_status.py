@@ -7,7 +7,7 @@ with (``RunFolder.identity``). A run resumes only from a checkpoint of its own."
 import os
 
 from common import folders, io
-from common.folder_lock import LOCK, FolderLock
+from common.folder_lock import LOCK
 from common.folders import STAGING
 from common.io import InputError
 from common.train.replacement import complete_replacement
@@ -20,14 +20,12 @@ from common.train.run_log import LARGEST
 def finished(args, script):
     """A finished run in ``args.out`` (its manifest.json, the run's last file, is there): its counts where it was
     trained with the settings of this command on as many processes as this launch starts (``run_identity``), so
-    that the command has nothing to do; else an InputError, unless ``--overwrite``. None where ``--out`` holds no finished run of this project. A run that
-    replaced a finished one and was killed while moving into place is moved into place first
-    (``complete_replacement``). An ``--out`` that is no run folder is refused first (``check_run_folder``), and so
-    is one that another run holds (its lock, looked at by the first process), before any work writes into it or
-    into ``--cache-dir`` (the masked LM's cache)."""
+    that the command has nothing to do; else an InputError, unless ``--overwrite``. None where ``--out`` holds no
+    finished run of this project. A run that replaced a finished one and was killed while moving into place is moved
+    into place first (``complete_replacement``). An ``--out`` that is no run folder is refused first
+    (``check_run_folder``); one that another run holds is refused when this run claims it (``RunFolder.claim``),
+    before any work writes into it."""
     check_run_folder(args.out)
-    if os.environ.get("RANK", "0") == "0" and os.path.isdir(args.out):
-        FolderLock(args.out).acquire().release()
     complete_replacement(args.out)
     if args.overwrite or not finished_in(args.out):
         return None
