@@ -92,3 +92,13 @@ def test_embedding_copies_each_batchs_vectors_once_and_waits_for_nothing_else(ti
     # 23 texts in batches of 5: one copy each, from one place
     assert [found[:3] for found in mode.found] == [(".cpu()", "common/models/inference.py", "embed")] * 5
     assert len({found[3] for found in mode.found}) == 1
+
+
+@pytest.mark.parametrize("value", ["two", "0", "-1"])
+def test_a_launch_size_that_is_no_whole_number_from_1_is_one_line_before_05_joins(monkeypatch, value):
+    from common.eval.embedding import process_state
+    monkeypatch.setenv("WORLD_SIZE", value)
+    with pytest.raises(InputError) as e:
+        process_state()
+    assert str(e.value) == (f"WORLD_SIZE={value!r}: the number of processes a launcher starts must be a whole "
+                            "number from 1")
