@@ -1,25 +1,16 @@
 """Step 4: teacher–student distillation into a long-document student (Burian 2023, "Document embedding using
-Transformers").
+Transformers"); what each command does and writes: docs/distill.md, docs/contract.md.
 
   python 04_distill.py teachers --data work/data --out work/teach --teacher sentence-transformers/all-mpnet-base-v2
-      Teacher vectors of every document: the structural teacher (Sentence-BERT, mean-pooled, not normalised) →
-      sbert.npy + lengths.npy, the contextual teacher (gensim Paragraph Vector, trained here) → pv.npy + pv/.
-
   python 04_distill.py convert-long --model bert-base-uncased --out work/student --max-length 4096 --window 512
-      A short encoder turned into a Longformer (the Longformer paper's recipe); real runs start from
-      allenai/longformer-base-4096 instead.
-
   accelerate launch 04_distill.py train --data work/data --teachers work/teach --model allenai/longformer-base-4096 \\
       --out runs/distill --preset mse-contextual
-      The student learns from both teachers (the distill objective: λ·L_S + (1 − λ)·L_C a document) on
-      03_train.py's loop: the same training flags, checkpoints and resume.
 """
 
 import os
 import sys
 
 from common import cli, folders, provenance
-from common.vectors import open_rows
 from common.io import InputError
 from common.models.batching import BATCH_TOKENS
 from common.distill.paragraph_vector import PRESETS
@@ -91,10 +82,7 @@ def run_teachers(args):
     docs = Documents(args.data)
     counts = {"documents": len(docs.ids)}
     if args.teacher_dim is not None:
-        width = teachers.teacher_width(args.teacher)
-        if args.teacher_dim >= width or args.teacher_dim > len(docs.ids):
-            raise InputError(f"--teacher-dim {args.teacher_dim}: must be below the teacher's {width} dimensions and "
-                             f"at most the {len(docs.ids)} documents")
+        teachers.check_teacher_dim(args.teacher, args.teacher_dim, len(docs.ids))
     with folders.Outputs(args.out, __file__, args.command, overwrite=args.overwrite) as outputs:
         with tqdm(total=len(docs.ids), desc="structural teacher", unit=" docs", mininterval=1.0) as bar:
             vectors, lengths, max_length, agreement = teachers.structural_teacher(
@@ -107,9 +95,7 @@ def run_teachers(args):
             print(f"structural teacher in {args.precision}: mean cosine {agreement:.4f} to float32's (first "
                   f"{min(len(docs.ids), AGREEMENT_SAMPLE)} documents)")
         if args.teacher_dim is not None:
-            axes, kept = teachers.principal_axes(vectors, args.teacher_dim, args.seed)
-            vectors = teachers.project_rows(vectors, axes, open_rows(outputs, teachers.STRUCTURAL, docs.ids,
-                                                                     args.teacher_dim))
+            vectors, kept = teachers.projected_teacher(outputs, vectors, docs.ids, args.teacher_dim, args.seed)
             counts.update({"teacher_dim": args.teacher_dim, "teacher_variance_kept": round(kept, 4)})
             print(f"structural teacher projected to {args.teacher_dim} of its dimensions, keeping {kept:.1%} of "
                   "their variance")

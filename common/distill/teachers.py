@@ -110,6 +110,13 @@ def project_rows(vectors, axes, out, chunk=65_536):
     return out
 
 
+def projected_teacher(outputs, vectors, ids, dim, seed):
+    """``sbert.npy``: the structural teacher's ``vectors`` projected onto their top ``dim`` principal axes
+    (``principal_axes``, ``project_rows``), and the share of their variance those axes keep."""
+    axes, kept = principal_axes(vectors, dim, seed)
+    return project_rows(vectors, axes, open_rows(outputs, STRUCTURAL, ids, dim)), kept
+
+
 def teacher_width(model):
     """The structural teacher's width (its hidden size: it is mean-pooled), read from its config alone."""
     from transformers import AutoConfig
@@ -117,6 +124,15 @@ def teacher_width(model):
     if model_file(model, "config.json") is None:
         raise InputError(f"{model}: no such model folder, nor a model of that name in the local Hugging Face cache")
     return load_pretrained(AutoConfig, model).hidden_size
+
+
+def check_teacher_dim(model, dim, documents):
+    """``--teacher-dim``, checked before any work: below the teacher's width (else nothing is dropped) and at most
+    the number of ``documents`` (PCA finds no more axes than the rows it is fitted on)."""
+    width = teacher_width(model)
+    if dim >= width or dim > documents:
+        raise InputError(f"--teacher-dim {dim}: must be below the teacher's {width} dimensions and at most the "
+                         f"{documents} documents")
 
 
 def contextual_teacher(outputs, docs, pv, progress=None, counts=None):
