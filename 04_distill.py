@@ -13,7 +13,7 @@ import sys
 from common import cli, folders, provenance
 from common.io import InputError
 from common.models.batching import BATCH_TOKENS
-from common.distill.paragraph_vector import PRESETS
+from common.distill.paragraph_vector import MAX_WORDS, PRESETS
 from common.models.precision import check_here
 
 
@@ -110,7 +110,7 @@ def run_teachers(args):
                        reproducible=args.pv_workers == 1)
     print(f"{len(docs.ids)} documents: structural {vectors.shape[1]}d ({counts['longer_than_teacher']} longer than "
           f"its {max_length} tokens), contextual {contextual.shape[1]}d ({counts['pv_documents_chunked']} documents "
-          f"over {10_000:,} words, inferred in chunks) → {args.out}")
+          f"over {MAX_WORDS:,} words, inferred in chunks) → {args.out}")
 
 
 def training_script():
