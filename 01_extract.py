@@ -1,34 +1,13 @@
-"""Step 1: raw corpora → documents in the contract format.
+"""Step 1: raw corpora → documents in the contract format (docs/contract.md); each command's --help says more.
 
   python 01_extract.py wiki --dump fiwiki-latest-pages-articles.xml.bz2 --out work/fi
-      Wikipedia dump → articles.jsonl (cleaned lead, links resolved through redirects to page ids, categories,
-      topic labels). Defaults follow the WikiSpecter thesis; --text full keeps whole articles.
-
   python 01_extract.py sentences --input articles.jsonl --out work/keysent
-      Articles with annotated key sentences → sentences.jsonl (key-sentence extraction thesis).
-
   python 01_extract.py arxiv --input arxiv-metadata-oai-snapshot.json.gz --out work/arxiv [--categories cs.,stat.ML]
-      arXiv metadata (Kaggle snapshot, JSON lines, plain or gzip) → articles.jsonl: the abstract as text, the
-      title, categories and topic labels (paper search).
-
   python 01_extract.py dictd --input /usr/share/dictd/foldoc --out work/foldoc
-      A dictionary in the DICT server's format (FOLDOC, the Jargon File) → articles.jsonl: each entry a document,
-      its {cross-references} the links, its <category> tags the categories and topic label (WikiSpecter on a
-      linked, categorised corpus).
-
   python 01_extract.py rst --input /usr/share/doc/python3.11/html/_sources --out work/pydoc
-      reStructuredText sources (a Sphinx project's, e.g. the Python documentation) → articles.jsonl, one document
-      a file, the prose only.
-
   python 01_extract.py folder --input bbcnews/data --out work/bbc
-      A folder of label folders of text files (first line the title; the BBC News corpus) → articles.jsonl.
-
   python 01_extract.py csv --input NewsArticles.zip --out work/news --id-column article_id
-      A CSV table (plain, gzip, or inside a zip) → articles.jsonl, one document a row.
-
   python 01_extract.py hf --dataset imdb --split test --label-field label --out work/imdb-test
-      A dataset as Hugging Face datasets reads it (a hub name with --config and --split, or a local save_to_disk
-      folder, parquet, JSON lines or CSV file), streamed → articles.jsonl; two --text-field names → pairs.jsonl.
 """
 
 import collections
@@ -36,7 +15,7 @@ import os
 from dataclasses import fields
 import sys
 
-from common import cli, folders, io
+from common import cli, folders
 from common.data import sources, topic_labels
 from common.data.wiki import DISAMBIGUATION_MARKERS, DISAMBIGUATION_TEMPLATES, WikiSettings, extract_wiki
 
@@ -101,19 +80,6 @@ def add_source_arguments(p, input_help):
                    help="drop documents whose cleaned text is shorter (as 01 wiki drops short leads)")
 
 
-def add_dictd_arguments(p):
-    add_source_arguments(p, "the dictionary's path without suffix (reads INPUT.index and INPUT.dict.dz or "
-                            "INPUT.dict)")
-
-
-def add_rst_arguments(p):
-    add_source_arguments(p, "the folder of sources (read recursively)")
-
-
-def add_folder_arguments(p):
-    add_source_arguments(p, "the folder of label folders")
-
-
 def add_csv_arguments(p):
     add_source_arguments(p, "the table (.csv, .csv.gz or .zip)")
     p.add_argument("--id-column", default=None, help="column of document ids (default: row numbers from 1)")
@@ -157,9 +123,7 @@ def run_wiki(args):
           f"{counts['links_resolved']} links kept ({counts['links_via_redirect']} through redirects), "
           f"{counts['links_missing']} to missing pages → {os.path.join(args.out, 'articles.jsonl')}")
     if rows:
-        print(f"articles per topic label ({counts['labelled_top']} labelled; a top-level label counts all its "
-              "articles, its second-level labels follow; also in topic_labels.tsv):")
-        print("\n".join(topic_labels.format_label_counts(rows)))
+        print("\n".join(topic_labels.format_label_counts(rows, counts["labelled_top"])))
 
 
 def run_sentences(args):
@@ -195,8 +159,6 @@ def run_source(args):
     with folders.Outputs(args.out, __file__, overwrite=args.overwrite) as outputs:
         with outputs.open("articles.jsonl") as out:
             read(out, counts)
-        if not counts["articles"]:
-            raise io.InputError(f"{args.input}: no document of at least --min-chars {args.min_chars} characters")
         outputs.finish(args, inputs=inputs, counts=dict(counts), language="en")
     details = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in sorted(counts.items()) if k != "articles")
     print(f"{counts['articles']} articles ({details}) → {os.path.join(args.out, 'articles.jsonl')}")
@@ -212,8 +174,8 @@ def run_hf(args):
                                      outputs.scratch("datasets-cache"), args.csv_columns)
         with outputs.open(name) as out:
             hf_source.write_rows(split, fields, args.split, out, counts, f"{args.dataset} [{args.split}]")
-        inputs = hf_source.input_files(args.dataset) if os.path.exists(args.dataset) else []
-        outputs.finish(args, inputs=inputs, counts=dict(counts), dataset={**split.record, "rows": counts["rows"]})
+        outputs.finish(args, inputs=hf_source.input_files(args.dataset), counts=dict(counts),
+                       dataset={**split.record, "rows": counts["rows"]})
     labels = sum(1 for k in counts if k.startswith("label_"))
     print(f"{counts['rows']} rows of {args.dataset} [{args.split}]"
           f"{f', {labels} labels' if labels else ''} → {os.path.join(args.out, name)}")
@@ -228,14 +190,17 @@ COMMANDS = {
     "arxiv": ("arXiv metadata snapshot → articles.jsonl", add_arxiv_arguments, run_arxiv,
               "arXiv metadata (Kaggle arxiv-metadata-oai-snapshot.json, JSON lines, plain or gzip) → articles.jsonl, "
               "streamed."),
-    "dictd": ("a DICT-format dictionary (FOLDOC, the Jargon File) → articles.jsonl", add_dictd_arguments,
-              run_source,
+    "dictd": ("a DICT-format dictionary (FOLDOC, the Jargon File) → articles.jsonl",
+              lambda p: add_source_arguments(p, "the dictionary's path without suffix (reads INPUT.index and "
+                                                "INPUT.dict.dz or INPUT.dict)"), run_source,
               "A dictionary in the DICT server's format (NAME.index + NAME.dict or NAME.dict.dz) → articles.jsonl: "
               "entries, cross-references, categories."),
-    "rst": ("reStructuredText sources → articles.jsonl", add_rst_arguments, run_source,
+    "rst": ("reStructuredText sources → articles.jsonl",
+            lambda p: add_source_arguments(p, "the folder of sources (read recursively)"), run_source,
             "reStructuredText sources (.rst, or the .rst.txt copies built Sphinx documentation ships) under a folder "
             "→ articles.jsonl, one document a file."),
-    "folder": ("label folders of text files → articles.jsonl", add_folder_arguments, run_source,
+    "folder": ("label folders of text files → articles.jsonl",
+               lambda p: add_source_arguments(p, "the folder of label folders"), run_source,
                "A folder whose sub-folders are labels, each holding *.txt documents (first non-empty line the title) "
                "→ articles.jsonl."),
     "csv": ("a CSV table → articles.jsonl", add_csv_arguments, run_source,

@@ -49,7 +49,9 @@ def local_format(path):
 
 def input_files(path):
     """The files a local dataset is read from, for the manifest's SHA-256 (a folder's hidden ones, such as a
-    clone's .git, left out, as datasets leaves them)."""
+    clone's .git, left out, as datasets leaves them); none for a hub dataset, whose commit the manifest names."""
+    if not os.path.exists(path):
+        return []
     if not os.path.isdir(path):
         return [path]
     found = []

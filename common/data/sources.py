@@ -10,7 +10,17 @@ from common.io import InputError
 def reader(kind, path, min_chars, columns=None):
     """``(inputs, read)`` for a corpus of ``kind`` (``dictd``, ``rst``, ``folder``, ``csv``) at ``path``: the files
     it reads, and ``read(out, counts)``, which writes its articles (texts of at least ``min_chars`` characters) into
-    ``out``. ``columns`` are a CSV table's (id, title, text, label) column names."""
+    ``out`` and refuses a corpus without one. ``columns`` are a CSV table's (id, title, text, label) column names."""
+    inputs, extract = _extractor(kind, path, min_chars, columns)
+
+    def read(out, counts):
+        extract(out, counts)
+        if not counts["articles"]:
+            raise InputError(f"{path}: no document of at least --min-chars {min_chars} characters")
+    return inputs, read
+
+
+def _extractor(kind, path, min_chars, columns):
     from common.data import dictd, plaintext, rst
     if kind == "dictd":
         index = path + ".index"
@@ -27,5 +37,3 @@ def reader(kind, path, min_chars, columns=None):
         return ([source for _, _, source in plaintext.labelled_files(path)],
                 lambda out, counts: plaintext.extract_folder(path, out, counts, min_chars))
     return [path], lambda out, counts: plaintext.extract_csv(path, out, counts, *columns, min_chars)
-
-

@@ -123,8 +123,10 @@ def write_label_counts(outputs, labelled):
     return rows
 
 
-def format_label_counts(rows):
-    """The rows of :func:`label_counts` as the lines 01 prints: a top-level label, then its second-level ones
-    indented."""
+def format_label_counts(rows, labelled):
+    """The rows of :func:`label_counts` as the lines 01 prints under their heading (``labelled``: the articles with
+    a label): a top-level label, then its second-level ones indented."""
     width = max((len(second or top) + (2 if second else 0) for top, second, _ in rows), default=0)
-    return [f"  {'  ' + second if second else top:<{width}}  {n:>7}" for top, second, n in rows]
+    return [f"articles per topic label ({labelled} labelled; a top-level label counts all its articles, its "
+            "second-level labels follow; also in topic_labels.tsv):"] + \
+        [f"  {'  ' + second if second else top:<{width}}  {n:>7}" for top, second, n in rows]
