@@ -1,33 +1,14 @@
-"""Step 2: documents → a data directory for training (03) and evaluation (05).
+"""Step 2: documents → a data directory for training (03) and evaluation (05); its files are in docs/contract.md.
 
   python 02_build_graph.py [links] --articles work/fi/articles.jsonl --out work/fi/data
-      The training graph (graph.npz; SPECTER's graph.json with --graph-json), query splits, training triplets,
-      cross-reference qrels and topic classification splits. Defaults are the WikiSpecter thesis / SPECTER
-      settings; the evaluation documents are chosen first and kept out of every triplet (--eval-docs).
-
   python 02_build_graph.py sentences --sentences work/keysent/sentences.jsonl --out work/keysent/data
-      Article-level train/validation/test splits for key-sentence extraction (keysent.{train,val,test}.jsonl).
-
   python 02_build_graph.py retrieval --articles work/arxiv/articles.jsonl --out work/arxiv/data [--pairs FILE]
-      Paper search: a seeded split by paper, training pairs (title → paper), validation and test queries with
-      qrels over the whole corpus, and topic splits.
-
   python 02_build_graph.py corpus --articles foldoc=work/foldoc/articles.jsonl --articles pydoc=... --out work/lm
-      One docs.jsonl from several articles files, ids prefixed by each source's name, for masked-LM training
-      (03_train.py --objective mlm).
-
   python 02_build_graph.py testsets --out work/testsets
-      gensim's Lee corpus (human similarity ratings) and 20 Newsgroups sample (labels) as data directories.
-
   python 02_build_graph.py classify --name imdb --train work/imdb-train/articles.jsonl \
       --test work/imdb-test/articles.jsonl [--name aan --train ... --test ...] --out work/classify
-      Classification tasks (documents or pairs, from 01_extract.py hf) as one data directory for 05 --task classify.
-
   python 02_build_graph.py similarity --articles wines.txt --targets gt --out work/wines
-      Articles with expert lists of similar articles (Ginzburg et al. 2021's WINES, GAMES) as similarity data.
-
   python 02_build_graph.py beir --input scifact --out work/scifact
-      A BEIR folder (corpus.jsonl, queries.jsonl, qrels/*.tsv) as retrieval data for 05 and 03 --objective mnrl.
 """
 
 import collections
@@ -37,11 +18,11 @@ import sys
 
 import numpy as np
 
-from common import cli, folders, io, jsontext
+from common import cli, folders, io
 from common.data import beir, classify_splits, crossref, heldout, keysent_splits, lm_corpus, retrieval, \
     similar_articles, testsets, triplets
 from common.data.articles import read_articles
-from common.data.splits import parse_caps, refuse_empty_splits, write_topics
+from common.data.splits import parse_caps, write_topics
 
 
 def add_topic_arguments(p):
@@ -179,16 +160,14 @@ def run_graph(args):
         # evaluation: held-out queries with linked and random unlinked candidates (SciDocs), and topic splits
         candidates = crossref.candidates(corpus, splits["holdout"], args.crossref_queries, args.crossref_min_links,
                                          args.crossref_positives, args.crossref_negatives, rng_qrels, counts)
-        with outputs.open("crossref.qrels") as f:
-            f.writelines(crossref.qrels_lines(corpus, candidates))
+        crossref.write_qrels(corpus, candidates, outputs)
         topic_parts = write_topics(corpus, outputs, rng_topics, counts, args.topic_min, args.topic_cap,
                                    args.topic_test, args.seed)
         # training: the corpus without the evaluation documents (--eval-docs) and the queries that remain
         excluded = heldout.evaluation_documents(args.eval_docs, candidates, topic_parts)
         train_corpus, queries, kept = heldout.training_side(corpus, excluded, splits, args.train_queries, rng_subset,
                                                             counts)
-        with outputs.open("splits.json") as f:
-            f.write(jsontext.dumps_line({name: [corpus.ids[i] for i in part.tolist()] for name, part in kept.items()}))
+        heldout.write_splits(corpus.ids, kept, outputs)
         if warning := heldout.too_few_left(args.eval_docs, corpus.n, excluded, splits, kept):
             print(warning)
         # SPECTER's training graph (links count 5, two-hop documents 1), written by a second process while this one
@@ -208,10 +187,7 @@ def run_graph(args):
 def run_sentences(args):
     counts = collections.Counter()
     articles = keysent_splits.read_sentences(args.sentences)
-    splits = keysent_splits.split_articles(articles, args.test, args.val, args.seed)
-    refuse_empty_splits(args.sentences, len(articles), "articles",
-                        {part: len(splits[part]) for part in keysent_splits.PARTS},
-                        {"test": args.test, "val": args.val, "train": 1})
+    splits = keysent_splits.split_articles(articles, args.test, args.val, args.seed, args.sentences)
     with folders.Outputs(args.out, __file__, args.command, overwrite=args.overwrite) as outputs:
         keysent_splits.write_splits(splits, outputs, counts)
         outputs.finish(args, inputs=[args.sentences], counts=dict(counts), seed=args.seed)
@@ -228,21 +204,12 @@ def run_retrieval(args):
         with outputs.open("docs.jsonl", "wb") as docs:
             corpus = read_articles(args.articles, docs, counts)
         rng_split, rng_topics = (np.random.default_rng(s) for s in np.random.SeedSequence(args.seed).spawn(2))
-        index = {doc: i for i, doc in enumerate(corpus.ids)}
-        split = retrieval.split_papers(corpus.n, args.test, args.val, rng_split)
-        refuse_empty_splits(args.articles, corpus.n, "papers",
-                            {name: int((split == code).sum()) for code, name in enumerate(retrieval.SPLITS)},
-                            {"train": 1, "val": args.val, "test": args.test})
+        split = retrieval.split_papers(corpus.n, args.test, args.val, rng_split, args.articles)
         retrieval.write_split(corpus.ids, split, outputs)
-        queries = retrieval.file_queries(args.pairs, index, split, args.articles, counts) if args.pairs else \
-            retrieval.title_queries(args.articles, index, split, counts)
-        retrieval.write_retrieval(queries, index, outputs, counts)
-        if not args.pairs:
-            retrieval.count_repeated_titles(args.articles, split, index, counts)
+        retrieval.write_queries(args.articles, args.pairs, corpus.ids, split, outputs, counts)
         write_topics(corpus, outputs, rng_topics, counts, args.topic_min, args.topic_cap, args.topic_test, args.seed)
-        inputs = [args.articles] + ([args.pairs] if args.pairs else [])
-        outputs.finish(args, inputs=inputs, counts=dict(counts), seed=args.seed,
-                       language=io.source_language(args.articles))
+        outputs.finish(args, inputs=[args.articles] + ([args.pairs] if args.pairs else []), counts=dict(counts),
+                       seed=args.seed, language=io.source_language(args.articles))
     print(f"{counts['documents']} documents; {counts['pairs_train']} training pairs, queries val/test "
           f"{counts['queries_val']}/{counts['queries_test']} → {args.out}")
 
@@ -253,8 +220,6 @@ def run_lm_corpus(args):
     with folders.Outputs(args.out, __file__, args.command, overwrite=args.overwrite) as outputs:
         with outputs.open("docs.jsonl", "wb") as docs:
             lm_corpus.write_corpus(sources, docs, counts)
-        if not counts["documents"]:
-            raise io.InputError(f"{', '.join(p for _, p in sources)}: no documents")
         outputs.finish(args, inputs=[p for _, p in sources], counts=dict(counts))
     per_source = ", ".join(f"{name} {counts[f'documents_{name}']}" for name, _ in sources)
     print(f"{counts['documents']} documents ({per_source}; {counts['duplicate_text']} duplicate texts dropped), "

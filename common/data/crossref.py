@@ -33,11 +33,10 @@ def candidates(corpus, holdout, max_queries, min_links, positives, negatives, rn
     return list(zip(eligible.tolist(), pos, neg))
 
 
-def qrels_lines(corpus, candidates):
-    """TREC qrels lines ``qid 0 docid rel`` of :func:`candidates`."""
-    lines = []
-    for q, p, ng in candidates:
-        qid = corpus.ids[q]
-        lines.extend(f"{qid} 0 {corpus.ids[d]} 1\n" for d in p.tolist())
-        lines.extend(f"{qid} 0 {corpus.ids[d]} 0\n" for d in ng.tolist())
-    return lines
+def write_qrels(corpus, candidates, outputs):
+    """crossref.qrels: TREC qrels lines ``qid 0 docid rel`` of :func:`candidates`."""
+    with outputs.open("crossref.qrels") as f:
+        for q, p, ng in candidates:
+            qid = corpus.ids[q]
+            f.writelines(f"{qid} 0 {corpus.ids[d]} 1\n" for d in p.tolist())
+            f.writelines(f"{qid} 0 {corpus.ids[d]} 0\n" for d in ng.tolist())

@@ -5,6 +5,7 @@ and validation queries that remain, and the warning where little remains."""
 import numpy as np
 import scipy.sparse as sp
 
+from common import jsontext
 from common.data.articles import CHUNK_ROWS, Corpus
 
 
@@ -91,6 +92,12 @@ def training_side(corpus, excluded, splits, train_queries, rng, counts):
     for name, members in kept.items():
         counts[f"queries_{name}"] = int(len(members))
     return train_corpus, queries, kept
+
+
+def write_splits(ids, kept, outputs):
+    """splits.json: the ids of each split's queries (``kept``, as ``training_side`` returns it)."""
+    with outputs.open("splits.json") as f:
+        f.write(jsontext.dumps_line({name: [ids[i] for i in part.tolist()] for name, part in kept.items()}))
 
 
 def too_few_left(eval_docs, n, excluded, splits, kept):

@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from common.data.splits import refuse_empty_splits
 from common.io import InputError, read_jsonl
 from common.jsontext import dumps_line
 
@@ -27,16 +28,19 @@ def read_sentences(path):
     return articles
 
 
-def split_articles(articles, test, val, seed):
+def split_articles(articles, test, val, seed, source):
     """Test share of articles first, then the rest train/validation — by article, so no article's sentences
     are on both sides (a split of sentence pairs would put one article's sentences into both training and
-    validation and make the validation score optimistic)."""
+    validation and make the validation score optimistic). A split that its share asks for but that rounds down to
+    nothing is refused, naming ``source``."""
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(articles))
     n_test = int(round(test * len(order)))
     rest = order[n_test:]
     n_val = int(round(val * len(rest)))
     chosen = {"test": order[:n_test], "val": rest[:n_val], "train": rest[n_val:]}
+    refuse_empty_splits(source, len(articles), "articles", {part: len(chosen[part]) for part in PARTS},
+                        {"test": test, "val": val, "train": 1})
     return {part: [articles[i] for i in sorted(idx.tolist())] for part, idx in chosen.items()}
 
 

@@ -19,7 +19,8 @@ def named_sources(values):
 def write_corpus(sources, out, counts):
     """One docs.jsonl from several articles files (``sources``: ``[(name, path)]``) for masked-LM training: each
     document ``{"id": "name:id", "title", "text"}`` written to ``out`` (binary), in the sources' order; a text
-    already written (the same words after whitespace collapse and lower-casing) is dropped and counted."""
+    already written (the same words after whitespace collapse and lower-casing) is dropped and counted; sources
+    without a document are refused."""
     from common.data.arxiv import text_key
     from common.jsontext import dumps_line
     seen, ids = set(), set()
@@ -41,3 +42,5 @@ def write_corpus(sources, out, counts):
             counts[f"documents_{name}"] += 1
             counts["documents"] += 1
             counts["words"] += len(obj["text"].split())
+    if not counts["documents"]:
+        raise InputError(f"{', '.join(p for _, p in sources)}: no documents")

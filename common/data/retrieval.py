@@ -12,20 +12,23 @@ counted (``queries_inside_document``), in every split.
 import numpy as np
 
 from common.data.arxiv import normalise, text_key
+from common.data.splits import refuse_empty_splits
 from common.io import InputError, loads, open_input, read_jsonl, read_trec_qrels
 from common.jsontext import dumps_line
 
 SPLITS = ("train", "val", "test")
 
 
-def split_papers(n, test, val, rng):
+def split_papers(n, test, val, rng, source):
     """A split code per document (0 train, 1 val, 2 test): the first ``test`` share of a permutation, then
-    ``val``."""
+    ``val``; a split that its share asks for but that rounds down to nothing is refused, naming ``source``."""
     perm = rng.permutation(n)
     n_test, n_val = int(round(test * n)), int(round(val * n))
     code = np.zeros(n, dtype=np.int8)
     code[perm[:n_test]] = 2
     code[perm[n_test:n_test + n_val]] = 1
+    refuse_empty_splits(source, n, "papers", {name: int((code == c).sum()) for c, name in enumerate(SPLITS)},
+                        {"train": 1, "val": val, "test": test})
     return code
 
 
@@ -102,6 +105,17 @@ def write_retrieval(queries, index, outputs, counts):
             counts[f"queries_{name}"] += 1
         files[f"qrels.{name}"].write(f"{qid} 0 {doc} 1\n")
         counts[f"qrels_{name}"] += 1
+
+
+def write_queries(articles_path, pairs_path, ids, split, outputs, counts):
+    """The training pairs and evaluation queries with their qrels (``write_retrieval``): ``pairs_path``'s pairs
+    where given, else each paper's title, the held-out titles another paper shares then counted."""
+    index = {doc: i for i, doc in enumerate(ids)}
+    if pairs_path:
+        write_retrieval(file_queries(pairs_path, index, split, articles_path, counts), index, outputs, counts)
+    else:
+        write_retrieval(title_queries(articles_path, index, split, counts), index, outputs, counts)
+        count_repeated_titles(articles_path, split, index, counts)
 
 
 def count_repeated_titles(articles_path, split, index, counts):
