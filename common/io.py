@@ -186,6 +186,20 @@ def shown(value, limit=40):
     return text if len(text) <= limit else text[:limit] + "…"
 
 
+_ID_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def plain_id(value):
+    """``value`` as an id that the qrels, split and run files carry among whitespace-separated fields: a string, or
+    a whole number written as one, that is not empty and holds no whitespace or control character; None where it
+    cannot be one (the caller names the row)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if isinstance(value, str) and value.split() == [value] and not _ID_CONTROL.search(value):
+        return value
+    return None
+
+
 def number_field(value, where, name, low=-math.inf, high=math.inf, integer=False):
     """``value``, the field ``name`` of what was read at ``where`` (``path:line``), as a number: a JSON number (a bool
     is none: JSON's ``true`` is not 1), a whole one where ``integer``, finite and within [``low``, ``high``]; else one

@@ -17,13 +17,11 @@ that name a document docs.jsonl lacks).
 """
 
 import os
-import re
 
-from common.io import RELEVANCE, RELEVANCE_RANGE, InputError, open_input, read_jsonl, shown
+from common.io import RELEVANCE, RELEVANCE_RANGE, InputError, open_input, plain_id, read_jsonl, shown
 from common.jsontext import dumps_line
 
 SPLITS = {"test": "test", "dev": "val", "train": "train"}  # BEIR's qrels file → the project's split
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def find(folder, name):
@@ -33,12 +31,11 @@ def find(folder, name):
 
 
 def _id(value, at, what):
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = str(value)
-    if not isinstance(value, str) or value.split() != [value] or _CONTROL.search(value):
+    plain = plain_id(value)
+    if plain is None:
         raise InputError(f"{at}: {what} {shown(value)} must be a string without whitespace or control characters "
                          "(the qrels files cannot carry it)")
-    return value
+    return plain
 
 
 def read_qrels_tsv(path):

@@ -24,7 +24,7 @@ import re
 
 from tqdm import tqdm
 
-from common.io import InputError, shown
+from common.io import InputError, plain_id, shown
 from common.jsontext import dumps_line
 
 FORMATS = {".parquet": "parquet", ".jsonl": "json", ".json": "json", ".csv": "csv"}
@@ -211,14 +211,13 @@ def _document(row, fields, k, split_name, row_number, at):
     text = _text(row, fields.texts[k], at, "--text-field")
     title = _text(row, fields.titles[k], at, "--title-field", empty=True) if fields.titles else ""
     if fields.ids:
-        doc_id = row.get(fields.ids[k])
-        if isinstance(doc_id, int) and not isinstance(doc_id, bool):
-            doc_id = str(doc_id)
-        if not isinstance(doc_id, str):
+        value = row.get(fields.ids[k])
+        if not isinstance(value, (str, int)) or isinstance(value, bool):
             raise InputError(f"{at}: field {fields.ids[k]!r} (--id-field) is "
-                             f"{'missing' if doc_id is None else 'not a string: ' + shown(doc_id)}")
-        if doc_id.split() != [doc_id] or _CONTROL.search(doc_id):
-            raise InputError(f"{at}: id {shown(doc_id)} is empty or holds whitespace or a control character, "
+                             f"{'missing' if value is None else 'not a string: ' + shown(value)}")
+        doc_id = plain_id(value)
+        if doc_id is None:
+            raise InputError(f"{at}: id {shown(value)} is empty or holds whitespace or a control character, "
                              "which the qrels and split files cannot carry")
     elif fields.pairs:
         doc_id = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]

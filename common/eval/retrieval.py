@@ -251,8 +251,7 @@ def saved_index(index_dir, model, doc_ids):
     """The vectors 05 wrote for ``model`` in ``index_dir`` (the evaluation's manifest names each model's path),
     checked against the data directory's documents, and how they were embedded (``recorded_embedding``):
     ``(vectors, embedded)``."""
-    from common.io import read_manifest
-    manifest = read_manifest(index_dir)
+    manifest = io.read_manifest(index_dir)
     if not manifest:
         raise InputError(f"{index_dir}: no manifest.json (not an evaluation directory)")
     wanted = os.path.abspath(model)
