@@ -1,31 +1,13 @@
-"""Step 5: embed a data directory's documents with one or more models and evaluate them.
+"""Step 5: embed a data directory's documents with one or more models and evaluate them (docs/pipeline.md).
 
   python 05_evaluate.py --data work/fi/data --model base=TurkuNLP/bert-base-finnish-cased-v1 \\
       --model trained=runs/wikispecter/model --out work/fi/eval
-      crossref (MAP, nDCG as trec_eval), topics (LinearSVC, SciDocs protocol) and the lexical baseline, for every
-      task the data supports. Writes EVAL/<model>.npy + .ids.txt, metrics.json, report.md and the thesis's
-      figures next to it (token lengths, confusion matrix, label distribution, t-SNE), linked from report.md.
-      Every figure carries its 95 % interval (--resamples, --resplits); --compare trained=base adds the paired
-      differences with their intervals and p-values.
-
   python 05_evaluate.py --data work/keysent/data --model trained=runs/keysent/model --out work/keysent/eval
-      Key-sentence extraction: Average R-precision on the test articles (see --task keysent, --runs).
-
-  python 05_evaluate.py --data work/testsets/lee --model student=runs/distill/model --model pv=work/teach/pv \
+  python 05_evaluate.py --data work/testsets/lee --model student=runs/distill/model --model pv=work/teach/pv \\
       --task similarity --out work/eval-lee
-      Burian 2023's evaluation: classify (MLP head on 1k/10k/all training documents, topics.* and classify.*
-      splits) and similarity (MAP/MRR of each source's targets, Spearman with human ratings). A --model may be a
-      Paragraph-Vector folder from 04_distill.py teachers.
-
   python 05_evaluate.py extract --model runs/keysent/model --input new.jsonl --top 1 --out keys.jsonl
-      Key sentences of new articles.
-
   [accelerate launch] python 05_evaluate.py --data work/arxiv/data --model mnrl=runs/mnrl/model --out work/arxiv/eval
-      Paper search: test titles against every abstract (MRR@10, nDCG@10, Recall@1/5/10/100, MAP@100) and BM25;
-      under accelerate launch the corpus is embedded in one shard per process.
-
   python 05_evaluate.py search --model runs/mnrl/model --data work/arxiv/data --index work/arxiv/eval "query"
-      The top documents for free-text queries (or --queries FILE), reusing the vectors in EVAL.
 """
 
 import os
@@ -33,19 +15,12 @@ import sys
 import time
 
 from common import cli, folders, io
-from common.eval import embedding, keysent, report, retrieval, tasks, uncertainty
-from common.eval.ann import KINDS as INDEX_KINDS
-from common.eval.embedding import Embedding
-from common.io import InputError
-from common.jsontext import dumps_line
+from common.eval import ann, embedding, keysent, report, retrieval, tasks, uncertainty
 from common.models.batching import BATCH_TOKENS
 from common.models.precision import check_here
 
-TASKS = ("crossref", "topics", "lexical", "keysent", "classify", "similarity", "retrieval", "bm25")
-
 
 def add_batch_arguments(p, what):
-    """--batch-size and --batch-tokens, of every command here (each embeds texts)."""
     p.add_argument("--batch-size", type=cli.number(int, cli.COUNT), default=64,
                    help=f"at most this many {what} per forward pass")
     p.add_argument("--batch-tokens", type=cli.number(int, cli.COUNT_0), default=None,
@@ -55,7 +30,6 @@ def add_batch_arguments(p, what):
 
 
 def add_precision_arguments(p):
-    """--bf16 and --int8 (``args.precision``: float32 where neither is given), of evaluate and search."""
     group = p.add_mutually_exclusive_group()
     group.add_argument("--bf16", dest="precision", action="store_const", const="bf16", default="float32",
                        help="embed with every model under bfloat16 autocast, on a CPU with native bfloat16 "
@@ -77,7 +51,7 @@ def add_evaluate_arguments(p):
     p.add_argument("--runs", action="extend", nargs="+", default=None, metavar="RUN", type=cli.reads,
                    help="keysent: run folders of several seeds of one setting, reported as mean ± 2σ")
     p.add_argument("--out", required=True, help="evaluation directory to write")
-    p.add_argument("--task", action="extend", nargs="+", choices=TASKS, default=None,
+    p.add_argument("--task", action="extend", nargs="+", choices=tasks.TASKS, default=None,
                    help="tasks to run (default: every task the data directory supports)")
     p.add_argument("--pooling", action="append", default=[], metavar="[NAME=]cls|mean",
                    help="pooling for every model, or NAME=… for one (repeatable; default: its sentence-transformers "
@@ -142,7 +116,7 @@ def add_search_arguments(p):
                    help="evaluation directory from 05_evaluate.py holding this model's vectors of the same documents")
     p.add_argument("--queries", default=None, type=cli.reads, help="text file, one query per line")
     p.add_argument("--top", type=cli.number(int, cli.COUNT), default=10, help="documents per query")
-    p.add_argument("--index-type", choices=("exact", *INDEX_KINDS), default="exact",
+    p.add_argument("--index-type", choices=("exact", *ann.KINDS), default="exact",
                    help="exact: every document scored (the reference); flat or hnsw: a faiss index (faiss-cpu) "
                         "built beside --index's vectors on first use; hnsw is approximate and fast past a million "
                         "documents")
@@ -157,8 +131,8 @@ def add_search_arguments(p):
 
 def embedding_of(args):
     """The flags that say how every model embeds, as the value the library takes."""
-    return Embedding(pooling=args.pooling, normalize=getattr(args, "normalize", {}), max_length=args.max_length,
-                     batch_size=args.batch_size, batch_tokens=args.batch_tokens, precision=args.precision)
+    return embedding.Embedding(pooling=args.pooling, normalize=getattr(args, "normalize", {}), max_length=args.max_length,
+                               batch_size=args.batch_size, batch_tokens=args.batch_tokens, precision=args.precision)
 
 
 def _check_names(args):
@@ -171,8 +145,6 @@ def _check_names(args):
 def run_evaluate(args):
     started = time.perf_counter()
     _check_names(args)
-    if not os.path.isdir(args.data):
-        raise InputError(f"{args.data}: no such data directory")
     wanted = tasks.tasks_to_run(args.data, args.task, bool(args.model or args.runs), args.precision, args.documents)
     pairs = cli.pairs(args.compare, [*args.model, *(name for name in tasks.BASELINES if name in wanted)], "--compare")
     how = embedding_of(args)
@@ -181,54 +153,35 @@ def run_evaluate(args):
         folders.refuse_finished(args.out, __file__)
     state = embedding.process_state()
     if state is not None and not state.is_main_process:
-        embeds = wanted & ({"retrieval"} | tasks.EMBEDDING_TASKS)
-        docs = tasks.to_embed(args.data, wanted, args.documents) if wanted & tasks.EMBEDDING_TASKS else None
-        return embedding.follow(args.model, args.data, how, docs) if embeds else None
+        return tasks.follow(args.model, args.data, how, wanted, args.documents)
     with folders.Outputs(args.out, __file__, overwrite=args.overwrite) as outputs:
-        parts = []
-        if wanted & {"retrieval", "bm25"}:
-            parts.append(retrieval.evaluate_retrieval(args.model, args.data, how, outputs, wanted))
-        if wanted & tasks.EMBEDDING_TASKS:
-            parts.append(tasks.evaluate_documents(args.model, args.data, how, outputs, wanted, args.seed,
-                                                  args.head_epochs, args.language, args.resplits,
-                                                  which=args.documents))
-        if "keysent" in wanted:
-            parts.append(keysent.evaluate_keysent(args.model, args.runs, args.data, how, outputs, args.seed))
-        metrics, counts, written, samples, embedded, embedding_seconds = report.combine(parts)
+        metrics, counts, written, samples, embedded, embedding_seconds = tasks.evaluate(
+            args.model, args.runs, args.data, how, outputs, wanted, args.seed, args.head_epochs, args.language,
+            args.resplits, args.documents)
         metrics, notes = uncertainty.summarise(metrics, samples, pairs, args.resamples, args.seed)
-        for a, b in pairs:
-            if uncertainty.difference_name(a, b) not in metrics:
-                print(f"note: --compare {a}={b}: no task scores both")
-        with outputs.open("metrics.json") as f:
-            f.write(dumps_line(metrics))
+        for a, b in uncertainty.uncompared(pairs, metrics):
+            print(f"note: --compare {a}={b}: no task scores both")
         table = report.write_report(outputs, metrics, args.model, args.out, (args.resamples, args.resplits), notes,
                                     embedded, written)
         inputs = [os.path.join(args.data, n) for n in sorted(os.listdir(args.data)) if not n.endswith(".json")]
         total = time.perf_counter() - started
         outputs.finish(args, inputs=inputs, counts=counts, seed=args.seed, embedding=embedded,
                        seconds={"embedding": round(embedding_seconds, 2), "total": round(total, 2)})
-    print(table, end="")
-    print(report.time_split(embedding_seconds, total), end="")
+    print(table + report.time_split(embedding_seconds, total), end="")
     if written:
         print(f"figures (linked from report.md): {', '.join(name for _, name in written)}")
 
 
 def run_extract(args):
-    if os.path.isdir(args.out):
-        raise InputError(f"{args.out}: is a directory; --out names the JSONL file to write")
-    if os.path.lexists(args.out) and not args.overwrite:
-        raise InputError(f"{args.out}: exists; give --overwrite to replace it, or another --out")
+    cli.check_file_out(args.out, args.overwrite, "the JSONL file")
     model = keysent.KeySentenceModel(args.model, batch_size=args.batch_size, query=args.query,
                                      batch_tokens=args.batch_tokens)
     articles = keysent.read_articles(args.input, args.splitter)
-    counts = {"articles": len(articles), "sentences": sum(len(sents) for _, _, sents in articles), "selected": 0}
     directory, name = os.path.split(os.path.abspath(args.out))
     # the one file (and its manifest) in the user's folder, whole or not
     with folders.Outputs(directory, __file__, file=name) as outputs:
         with outputs.open(name) as f:
-            for record in keysent.key_sentences(model, articles, args.top, args.threshold):
-                counts["selected"] += len(record["key_sentences"])
-                f.write(dumps_line(record))
+            counts = keysent.write_key_sentences(f, model, articles, args.top, args.threshold)
         outputs.finish(args, inputs=[args.input], counts=counts)
     print(f"{counts['selected']} key sentences from {counts['articles']} articles (query: {model.query_from}) "
           f"→ {args.out}")
@@ -238,8 +191,6 @@ def run_search(args):
     """Print the top documents of each query: rank, id, cosine score, title."""
     check_here(args.precision)
     queries = retrieval.search_queries(args.query, args.queries)
-    if not os.path.isdir(args.data):
-        raise InputError(f"{args.data}: no such data directory")
     args.pooling = {"model": args.pooling} if args.pooling else {}
     docs, indices, scores = retrieval.search_documents(args.model_path, args.data, queries, embedding_of(args),
                                                        args.top, args.index, args.index_type)

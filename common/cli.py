@@ -223,6 +223,15 @@ def check_out(parser, args):
             _check_place(parser, args, flag, out)
 
 
+def check_file_out(out, overwrite, what="the file"):
+    """Refuse an ``--out`` naming ``what`` a command writes (one file, not a folder) that is a directory, or that
+    exists where ``overwrite`` (--overwrite) is not given."""
+    if os.path.isdir(out):
+        raise InputError(f"{out}: is a directory; --out names {what} to write")
+    if os.path.lexists(out) and not overwrite:
+        raise InputError(f"{out}: exists; give --overwrite to replace it, or another --out")
+
+
 def _check_place(parser, args, out_flag, out):
     target = os.path.realpath(out)
     for flag, path in inputs(parser, args):

@@ -11,6 +11,7 @@ from common.data.sentences import clean, split, splitter
 from common.eval import uncertainty
 from common.eval.metrics import average_r_precision, r_precision
 from common.io import InputError
+from common.jsontext import dumps_line
 from common.models.inference import default_device, embed
 from common.models.loading import load_encoder
 from common.models.saving import read_run_info
@@ -246,3 +247,13 @@ def key_sentences(model, articles, top, threshold=None):
         best = [i for i in np.argsort(-s, kind="stable")[:top] if threshold is None or s[i] >= threshold]
         yield {"id": article_id, "key_sentences": [
             {"text": sents[i][0], "score": float(s[i]), "start": sents[i][1], "end": sents[i][2]} for i in best]}
+
+
+def write_key_sentences(f, model, articles, top, threshold=None):
+    """``key_sentences``' records of ``articles`` written to ``f``, one JSON line each; returns the counts of
+    articles, their sentences and the key sentences selected."""
+    counts = {"articles": len(articles), "sentences": sum(len(sents) for _, _, sents in articles), "selected": 0}
+    for record in key_sentences(model, articles, top, threshold):
+        counts["selected"] += len(record["key_sentences"])
+        f.write(dumps_line(record))
+    return counts

@@ -6,6 +6,7 @@ import math
 import os
 
 from common.eval.uncertainty import is_difference
+from common.jsontext import dumps_line
 
 COLUMN_ORDER = ("crossref", "topics", "keysent")
 
@@ -204,9 +205,11 @@ def embedding_table(embedding):
 
 
 def write_report(outputs, metrics, models, out, resampling, notes, embedded, written):
-    """report.md into ``outputs``: the metrics table with each model's card linked, how the intervals were made and
+    """metrics.json and report.md into ``outputs``, the latter: the metrics table with each model's card linked, how the intervals were made and
     why some are missing (``notes``), how each model embedded, and the figures ``written``; returns the same tables
     as 05 prints them, each card named by folder or hub name instead of a link that climbs out of ``out``."""
+    with outputs.open("metrics.json") as f:
+        f.write(dumps_line(metrics))
     with outputs.open("report.md") as f:
         f.write(document(markdown(metrics, cards=cards(models, out), resampling=resampling, notes=notes)
                          + embedding_table(embedded), written))

@@ -333,8 +333,10 @@ def search_documents(model_path, data_dir, queries, how, top, index_dir=None, in
     """The top ``top`` documents of ``data_dir`` for each query, by cosine: ``(docs, indices, scores)``. With
     ``index_dir`` (an evaluation directory of 05) the vectors 05 wrote for this model are reused, searched exactly
     or through a faiss index of ``index_type`` built beside them, and the queries embedded as its manifest says the
-    documents were; without it every document is embedded."""
+    documents were; without it every document is embedded. A ``data_dir`` that is no directory is one line."""
     from common.data.docs_jsonl import Documents
+    if not os.path.isdir(data_dir):
+        raise InputError(f"{data_dir}: no such data directory")
     if index_type != "exact" and not index_dir:
         raise InputError(f"--index-type {index_type} needs --index EVAL: the faiss index is built beside the "
                          "vectors 05_evaluate.py wrote")

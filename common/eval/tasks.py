@@ -9,11 +9,12 @@ import numpy as np
 from tqdm import tqdm
 
 from common import cli, io, vectors
-from common.eval import embedding, retrieval, trec_run, uncertainty, wikispecter
+from common.eval import embedding, keysent, report, retrieval, trec_run, uncertainty, wikispecter
 from common.pool import Background
 
 # the rows 05 adds itself beside the models, with what they are: no --model may take their names
 BASELINES = {"lexical": "the lexical baseline", "bm25": "the BM25 baseline"}
+TASKS = ("crossref", "topics", "lexical", "keysent", "classify", "similarity", "retrieval", "bm25")
 EMBEDDING_TASKS = {"crossref", "topics", "lexical", "classify", "similarity"}  # documents as title + text
 SCORED_ONLY_TASKS = {"crossref", "topics", "lexical"}  # whose documents are named in their files (--documents scored)
 
@@ -67,7 +68,10 @@ def tasks_to_run(data_dir, asked, has_model, precision, documents="all"):
     """The tasks 05 runs on ``data_dir``: those ``asked`` (--task), else its default ones (``default_tasks``). A
     task the directory has no data for, no task at all, no model (``has_model``: a --model or --runs) where a task
     needs one, retrieval beside the tasks that embed title + text, key sentences below float32, or ``documents``
-    "scored" (--documents) beside a task that reads other documents than its files name, is one line."""
+    "scored" (--documents) beside a task that reads other documents than its files name, is one line, as is a
+    ``data_dir`` that is no directory."""
+    if not os.path.isdir(data_dir):
+        raise io.InputError(f"{data_dir}: no such data directory")
     available = supported(data_dir)
     wanted = set(asked) if asked else default_tasks(data_dir, available)
     missing = wanted - available
@@ -100,6 +104,15 @@ def to_embed(data_dir, wanted, which):
     if which == "scored":
         docs = Tasks(data_dir, wanted, docs.index, say=lambda _: None).scored(docs)
     return docs
+
+
+def follow(models, data_dir, how, wanted, which):
+    """A process other than the main one under ``accelerate launch``: embed its shard of the documents the main
+    process embeds for ``wanted`` (``which``, --documents), and write nothing."""
+    if wanted & EMBEDDING_TASKS:
+        return embedding.follow(models, data_dir, how, to_embed(data_dir, wanted, which))
+    if "retrieval" in wanted:
+        return embedding.follow(models, data_dir, how)
 
 
 def embed_documents(path, name, data_dir, docs, how, outputs, say=print, first=None, ready=None):
@@ -313,3 +326,17 @@ def evaluate_documents(models, data_dir, how, outputs, wanted, seed, head_epochs
                             f"t-SNE of {len(chosen):,} of the {total:,} topic documents (topics.{level}; a sample "
                             "drawn from --seed that keeps each label's share)", f"tsne_{level}.png"))
     return metrics, counts, written, samples
+
+
+def evaluate(models, runs, data_dir, how, outputs, wanted, seed, head_epochs, language, resplits, which):
+    """Every task in ``wanted`` scored (retrieval and BM25, the tasks over embedded documents, key sentences), each
+    model's vectors and figures written into ``outputs``; returns their results as one, as ``report.combine``."""
+    parts = []
+    if wanted & {"retrieval", "bm25"}:
+        parts.append(retrieval.evaluate_retrieval(models, data_dir, how, outputs, wanted))
+    if wanted & EMBEDDING_TASKS:
+        parts.append(evaluate_documents(models, data_dir, how, outputs, wanted, seed, head_epochs, language, resplits,
+                                        which=which))
+    if "keysent" in wanted:
+        parts.append(keysent.evaluate_keysent(models, runs, data_dir, how, outputs, seed))
+    return report.combine(parts)

@@ -229,6 +229,11 @@ def difference_name(a, b):
     return f"{a} - {b}"
 
 
+def uncompared(pairs, metrics):
+    """The pairs (a, b) of ``pairs`` that no task of ``metrics`` scores both of."""
+    return [(a, b) for a, b in pairs if difference_name(a, b) not in metrics]
+
+
 def is_difference(row):
     return " - " in row
 
