@@ -63,7 +63,7 @@ def main():
 
     def step(name, i):
         objective, model, optimizer = sides[name]
-        objective.losses(model, objective.collate(rows[8 * i:8 * i + 8])).mean().backward()
+        objective.losses(model, objective.collate(rows[8 * i:8 * i + 8]))[0].mean().backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 

@@ -89,9 +89,10 @@ def test_a_masked_lm_batch_with_nothing_masked_gives_no_logits_and_keeps_every_p
         assert model(ids, attention_mask, nothing).logits.shape == (0, reference.config.vocab_size)
     model.train()
     objective = MLMObjective(argparse.Namespace(nsp=False), None)
-    loss = objective.losses(model, {"input_ids": ids, "attention_mask": attention_mask,
-                                    "labels": torch.full_like(ids, -100)})
+    loss, logs = objective.losses(model, {"input_ids": ids, "attention_mask": attention_mask,
+                                          "labels": torch.full_like(ids, -100)})
     loss.backward()
+    assert logs == {}
     assert float(loss) == 0.0
     assert all(p.grad is not None for p in model.mlm.bert.encoder.layer[-1].parameters())
     one_row = nothing.clone()

@@ -205,7 +205,7 @@ class DistillObjective(Objective):
         args = self.args
         y, contextual = model(batch["groups"], batch["index"], batch.get("contextual"))
         structural = structural_loss(y, batch["structural"], batch["mask"], args.structural_loss, args.gamma)
-        return combine(structural, contextual, batch["mask"], args.lam, args.no_weighting)
+        return combine(structural, contextual, batch["mask"], args.lam, args.no_weighting), {}
 
     def save_extra(self, model, directory):
         from safetensors.torch import save_file

@@ -158,7 +158,7 @@ class ContrastiveObjective(PairObjective):
 
     def losses(self, model, batch):
         query, sentences = self._pairs(model, batch)
-        return losses.contrastive_cosine(query, sentences, batch["labels"], self.args.margin)
+        return losses.contrastive_cosine(query, sentences, batch["labels"], self.args.margin), {}
 
 
 class CosineObjective(PairObjective):
@@ -174,4 +174,4 @@ class CosineObjective(PairObjective):
 
     def losses(self, model, batch):
         query, sentences = self._pairs(model, batch)
-        return losses.cosine_mse(query, sentences, batch["labels"])
+        return losses.cosine_mse(query, sentences, batch["labels"]), {}

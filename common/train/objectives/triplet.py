@@ -80,9 +80,9 @@ class TripletObjective(Objective):
     def losses(self, model, batch):
         emb = model(batch["groups"])[batch["index"]]
         query, positive, negative = emb.chunk(3)
-        return losses.triplet_margin(query, positive, negative, self.args.margin)
+        return losses.triplet_margin(query, positive, negative, self.args.margin), {}
 
     @torch.no_grad()
     def validate(self, model, loader, accelerator):
-        values = [accelerator.gather_for_metrics(self.losses(model, batch)) for batch in loader]
+        values = [accelerator.gather_for_metrics(self.losses(model, batch)[0]) for batch in loader]
         return {"val_loss": torch.cat(values).mean().item()} if values else {}
