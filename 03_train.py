@@ -27,7 +27,6 @@ import math
 import os
 import signal
 import sys
-import time
 
 from common import cli, provenance
 from common.io import InputError, Preempted
@@ -105,9 +104,10 @@ def train(args, script=__file__):
         # the model, as the objective builds it: the encoder, or a module holding it with heads and loss state
         objective = objectives.get(args.objective)(args, acc)
         model = objective.build()
-        if acc.device.type == "cpu":
-            # the CPU's faster dropout, packed rows and masked-LM last layer; a GPU runs the model
-            cpu.install(model, say=acc.print)
+        if acc.device.type == "cpu":  # the CPU's kernels (cpu.py); a GPU runs the model as transformers wrote it:
+            # dropout masks from NumPy, attention with them, a BERT masked LM's last layer at its masked positions,
+            # and a batch's texts packed end to end in one row, which collate then makes
+            objective.packed = cpu.packs_rows(cpu.install(model, say=acc.print))
         if args.gradient_checkpointing:
             checkpoint_activations(objective.encoder.transformer)
 

@@ -33,7 +33,8 @@ class Objective:
       ``load_data()``       tokenise and set ``train_rows`` / ``val_rows`` (run under ``main_process_first``)
       ``set_epoch(epoch)``  before each epoch (and on resume): per-example randomness is drawn from
                             (seed, epoch, example), never from a global stream
-      ``collate(rows)``     a batch from a list of rows
+      ``collate(rows)``     a batch from a list of rows: the encoder's texts as padded groups, or where the loop
+                            sets ``packed`` (on a CPU) laid end to end (``TokenStore.groups`` makes either)
       ``losses(model, batch)`` → (loss per example, or a scalar; a dict of detached log values, which the loop
                             averages into its log records: parts of a loss, an accuracy). It never calls backward
                             and keeps nothing from one step to the next: the loop owns the training state.
@@ -57,6 +58,7 @@ class Objective:
     independent = False  # each example's loss depends on that example alone (no in-batch negatives or statistics)
     result_args = ()
     speed_args = ()
+    packed = False  # collate lays a batch's texts end to end (tokens.Packed): the loop's choice on a CPU
 
     @classmethod
     def add_arguments(cls, parser):

@@ -194,7 +194,7 @@ class DistillObjective(Objective):
 
     def collate(self, rows):
         rows = np.asarray(rows, dtype=np.int64)
-        groups, index = self.store.groups(rows, self.args.length_groups)
+        groups, index = self.store.groups(rows, self.args.length_groups, self.packed)
         batch = {"groups": groups, "index": index, "structural": torch.from_numpy(self.structural[rows]),
                  "mask": torch.from_numpy(self.mask[rows])}
         if self.contextual is not None:

@@ -106,7 +106,7 @@ class PairObjective(Objective):
 
     def collate(self, rows):
         rows = np.asarray(rows).reshape(-1, 2)
-        groups, row = self.store.groups(np.concatenate([[0], rows[:, 0]]), self.args.length_groups)
+        groups, row = self.store.groups(np.concatenate([[0], rows[:, 0]]), self.args.length_groups, self.packed)
         return {"groups": groups, "index": row, "labels": torch.from_numpy(rows[:, 1])}
 
     def _pairs(self, model, batch):

@@ -16,8 +16,8 @@ example), so a resumed run and any number of processes see the same masks. Valid
 "val", example), so validation losses of different steps compare the same task; perplexity is exp of the
 token-weighted mean loss.
 
-The model is ``common/models/masked_lm.py``'s ``MaskedLM`` (on a CPU, ``cpu_masked_lm.MaskedPositionsLM``: the
-vocabulary projection and, in a BERT, most of the last layer on the masked positions only); the blocks and the
+The model is ``common/models/masked_lm.py``'s ``MaskedLM`` (on a CPU at its ``masked_positions``: the vocabulary
+projection and, in a BERT, most of the last layer on the masked positions only); the blocks and the
 masking are ``common/train/masking.py``'s. RUN/model is the masked-LM model (encoder and head, ``save_pretrained``) with
 sentence-transformers files for mean pooling: ``AutoModel`` and ``SentenceTransformer`` load the encoder from it and
 drop the head, so 05 scores the adapted encoder and stage 2 starts from it.

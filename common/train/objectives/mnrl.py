@@ -131,8 +131,8 @@ class MNRLObjective(Objective):
         rows = np.asarray(rows)
         if rows.ndim == 1:  # validation rows: validate() embeds its own queries and the corpus
             return {}
-        q_groups, q_row = self.queries.groups(rows[:, 0], self.args.length_groups)
-        d_groups, d_row = self.docs.groups(rows[:, 1], self.args.length_groups)
+        q_groups, q_row = self.queries.groups(rows[:, 0], self.args.length_groups, self.packed)
+        d_groups, d_row = self.docs.groups(rows[:, 1], self.args.length_groups, self.packed)
         return {"inputs": {"groups": q_groups + d_groups, "q_index": q_row, "d_index": d_row + len(rows)},
                 "keys": self.keys[rows[:, 0]]}
 

@@ -74,7 +74,7 @@ class TripletObjective(Objective):
     def collate(self, rows):
         rows = np.asarray(rows).reshape(-1, 3)
         unique, inverse = np.unique(rows.T.ravel(), return_inverse=True)  # [queries, positives, negatives]
-        groups, row = self.store.groups(unique, self.args.length_groups)
+        groups, row = self.store.groups(unique, self.args.length_groups, self.packed)
         return {"groups": groups, "index": row[torch.from_numpy(inverse)]}
 
     def losses(self, model, batch):
