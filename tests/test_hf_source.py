@@ -67,7 +67,11 @@ def test_every_form_datasets_reads_gives_the_same_articles_class_labels_by_name_
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert {k: manifest["dataset"][k] for k in ("name", "config", "split", "rows")} == {
         "name": path.name, "config": None, "split": split, "rows": 3}
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file() and ".git" not in p.parts)
+    read = {"save_to_disk": ["state.json", "dataset_info.json", "data-00000-of-00001.arrow"],
+            "save_to_disk-dict": ["dataset_dict.json", "test/state.json", "test/dataset_info.json",
+                                  "test/data-00000-of-00001.arrow"],
+            "repository": ["data/test-00000-of-00001.parquet"]}  # the files of the split read, and only those
+    files = [path / name for name in read[form]] if form in read else [path]
     assert sorted(manifest["inputs"]) == sorted(map(str, files))
 
 
@@ -170,5 +174,5 @@ def test_csv_columns_name_only_a_csv_files_columns(tmp_path):
 def test_a_folder_datasets_cannot_read_is_one_line(tmp_path):
     (tmp_path / "empty").mkdir()
     assert script_error("01_extract.py", "hf", "--dataset", tmp_path / "empty", "--out", tmp_path / "out") == (
-        f"error: {tmp_path / 'empty'}: datasets cannot read it (EmptyDatasetError: The directory at "
+        f"error: {tmp_path / 'empty'} [train]: datasets cannot read it (EmptyDatasetError: The directory at "
         f"{tmp_path / 'empty'} doesn't contain any data files)")
