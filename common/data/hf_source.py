@@ -83,13 +83,13 @@ def library_errors(where):
 
 
 def guarded(rows, where):
-    """``rows`` (an iterable of a library's), each step taken under ``library_errors``, naming the row it was
-    reading."""
+    """``rows`` (an iterable of a library's), each step taken under ``library_errors``, naming the last row read
+    whole (a library reads ahead, in batches, so the row it was at is its own message's)."""
     with library_errors(where):
         iterator = iter(rows)
     number = 0
     while True:
-        with library_errors(f"{where} row {number + 1}"):
+        with library_errors(f"{where} after row {number}" if number else where):
             try:
                 row = next(iterator)
             except StopIteration:
@@ -104,7 +104,7 @@ def inside(root, path, dataset):
     ``dataset_dict.json``, a README's ``configs``)."""
     real = os.path.realpath(path)
     if os.path.commonpath([real, root]) != root:
-        raise InputError(f"{path}: outside {dataset}, which names it (links resolved: {real}); a dataset is read "
+        raise InputError(f"{os.path.normpath(path)}: outside {dataset}, which names it (links resolved: {real}); a dataset is read "
                          "only from the folder or file given")
     return path
 
