@@ -98,3 +98,13 @@ def test_a_line_longer_than_the_bound_names_file_and_line_without_being_read_who
     assert script_error("01_extract.py", "arxiv", "--input", "/dev/zero", "--out", tmp_path / "out",
                         "--max-line-mb", "1") == "error: /dev/zero:1: line longer than 1 MB (--max-line-mb)"
     assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_a_byte_order_mark_is_read_as_no_text(tmp_path):
+    """A headerless qrels file saved with a byte-order mark keeps its first judgement, as every text input does."""
+    plain, marked = tmp_path / "plain.qrels", tmp_path / "marked.qrels"
+    plain.write_bytes(b"q1 0 d1 1\nq1 0 d2 0\n")
+    marked.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
+    assert io.read_trec_qrels(marked) == io.read_trec_qrels(plain) == {"q1": {"d1": 1, "d2": 0}}
+    with io.open_input(marked) as f:
+        assert f.read() == plain.read_text()

@@ -4,7 +4,7 @@ import os
 
 import numpy as np
 
-from common.io import InputError, read_jsonl
+from common.io import InputError, plain_id, read_jsonl, shown
 from common.models.encoder import document_text
 
 class Documents:
@@ -18,6 +18,9 @@ class Documents:
             if not (type(obj["id"]) is str and type(obj["title"]) is str and type(obj["text"]) is str):
                 field = next(k for k in ("id", "title", "text") if type(obj[k]) is not str)
                 raise InputError(f"{path}:{lineno}: field {field!r} must be a string")
+            if plain_id(obj["id"]) != obj["id"]:  # the run files and qrels carry it among whitespace-split fields
+                raise InputError(f"{path}:{lineno}: id {shown(obj['id'])} is empty or holds whitespace or a control "
+                                 "character (docs/contract.md)")
             if obj["id"] in self.index:
                 raise InputError(f"{path}:{lineno}: duplicate id {obj['id']!r}")
             self.index[obj["id"]] = len(self.ids)

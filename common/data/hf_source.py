@@ -171,8 +171,7 @@ def check_csv(path, columns=None):
                     if not row:  # pandas skips blank lines
                         continue
                     if expected is None:
-                        _once([name.lstrip("\ufeff") if k == 0 else name for k, name in enumerate(row)],
-                              f"{path}:{rows.line_num}: its header")
+                        _once(row, f"{path}:{rows.line_num}: its header")
                         expected = len(row)
                     elif len(row) != expected:
                         raise InputError(f"{path}:{rows.line_num}: {len(row)} fields, where "
