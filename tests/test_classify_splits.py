@@ -97,8 +97,14 @@ def test_01_hf_to_02_classify_to_05_scores_each_task(tiny_model, tmp_path):
              "--test", tmp_path / "aan-test" / "pairs.jsonl", "--out", tmp_path / "data")
     # a text of the pair set in both splits is one document: 48 distinct texts, 48 topic documents
     assert len(read_jsonl(tmp_path / "data" / "docs.jsonl")) == 96
-    run_main("05_evaluate.py", "--data", tmp_path / "data", "--model", f"tiny={tiny_model}", "--task", "classify",
-             "--resamples", "0", "--head-epochs", "1", "--out", tmp_path / "eval")
+    printed = run_main("05_evaluate.py", "--data", tmp_path / "data", "--model", f"tiny={tiny_model}", "--task",
+                       "classify", "--resamples", "0", "--head-epochs", "2", "--out", tmp_path / "eval").stdout
     metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())["tiny"]
     assert sorted(metrics) == ["classify.aan", "classify.topics"]
     assert all(sorted(m) == ["acc_10k", "acc_1k", "acc_all"] for m in metrics.values())
+    # two epochs of 32 documents: the loss still falls at the last, one note a task (its three heads are one)
+    notes = [line for line in printed.splitlines() if line.startswith("note: tiny: classify.")]
+    assert [note.split(" (")[0] for note in notes] == [
+        f"note: tiny: classify.{task}: the heads of acc_1k, acc_10k, acc_all have not converged"
+        for task in ("aan", "topics")]
+    assert all(note.endswith("more --head-epochs train it further") for note in notes)

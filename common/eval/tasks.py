@@ -223,8 +223,9 @@ class Tasks:
             scores[task] = (found, [sample])
             if moving:
                 figure, (start, half, end) = list(moving.items())[-1]
-                notes.append(f"{task}: the head of {', '.join(moving)} has not converged (training loss {start:.3f}, "
-                             f"{half:.3f}, {end:.3f} at the first, middle and last of its {head_epochs} epochs"
+                notes.append(f"{task}: the head{'s' * (len(moving) > 1)} of {', '.join(moving)} "
+                             f"{'have' if len(moving) > 1 else 'has'} not converged (training loss {start:.3f}, "
+                             f"{half:.3f}, {end:.3f} at the first, middle and last of {head_epochs} epochs"
                              f"{f' for {figure}' if len(moving) > 1 else ''}: still falling); its accuracy may stand "
                              "far below what the vectors allow, and more --head-epochs train it further")
         return scores, notes
