@@ -47,8 +47,8 @@ def test_a_beir_folder_becomes_retrieval_data_with_query_ids_apart_and_graded_re
     assert read_jsonl(out / "pairs.train.jsonl") == [{"query": "query 7", "doc": "5"}, {"query": "query 7", "doc": "6"}]
     counts = json.loads((out / "manifest.json").read_text())["counts"]
     assert counts == {"empty_documents": 0, "documents": 6, "qrels_test_unknown_document": 1,
-                      "qrels_test_unknown_query": 1, "queries_test_none_relevant": 1, "queries_test": 2, "qrels_test": 4, "queries_val": 1,
-                      "qrels_val": 1, "queries_train": 2, "pairs_train": 2}
+                      "qrels_test_unknown_query": 1, "queries_test_none_relevant": 1, "queries_test": 2,
+                      "qrels_test": 4, "queries_val": 1, "qrels_val": 1, "queries_train": 2, "pairs_train": 2}
 
 
 def test_mnrl_trains_on_the_training_qrels_and_selects_on_dev(tiny_model, tmp_path):

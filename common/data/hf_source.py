@@ -104,8 +104,8 @@ def inside(root, path, dataset):
     ``dataset_dict.json``, a README's ``configs``)."""
     real = os.path.realpath(path)
     if os.path.commonpath([real, root]) != root:
-        raise InputError(f"{os.path.normpath(path)}: outside {dataset}, which names it (links resolved: {real}); a dataset is read "
-                         "only from the folder or file given")
+        raise InputError(f"{os.path.normpath(path)}: outside {dataset}, which names it (links resolved: {real}); "
+                         "a dataset is read only from the folder or file given")
     return path
 
 
