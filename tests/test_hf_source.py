@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from common.io import InputError
 from conftest import read_jsonl, run_main, script_error
 
 ROWS = {"doc_id": ["r1", "r2", "r3"], "heading": ["First", "", "Third"],
@@ -291,3 +292,22 @@ def test_one_pair_text_under_two_titles_is_refused_where_02_would_refuse_it(tmp_
         f"error: {tmp_path / 'in.csv'} [train] row 2: id "
         f"\"{hashlib.sha256(b'same text').hexdigest()[:16]}\" names another title or text than in an earlier row "
         "(a document is one title and one text)")
+
+
+def test_a_row_past_memory_is_one_line_naming_the_dataset_and_no_flag_it_lacks(tmp_path, monkeypatch):
+    """A compressed file that expands past memory ends in a MemoryError, in the library or in 01's own hands; cli's
+    advice of smaller --batch-size and --max-length names flags 01 hf does not have."""
+    from common.data import hf_source
+
+    def rows():
+        yield {"text": "a"}
+        raise MemoryError
+    with pytest.raises(InputError) as e:
+        list(hf_source.guarded(rows(), "big.jsonl.gz [train]"))
+    assert str(e.value) == ("big.jsonl.gz [train] after row 1: out of memory reading its rows (a row, or a compressed "
+                            "file, that expands past this machine's memory)")
+    (tmp_path / "in.jsonl").write_text('{"text": "a text"}\n')
+    monkeypatch.setattr(hf_source, "one_line", lambda text: (_ for _ in ()).throw(MemoryError()))
+    assert script_error("01_extract.py", "hf", "--dataset", tmp_path / "in.jsonl", "--out", tmp_path / "out") == (
+        f"error: {tmp_path / 'in.jsonl'} [train]: out of memory reading its rows (a row, or a compressed file, that "
+        "expands past this machine's memory)")

@@ -76,10 +76,16 @@ def library_errors(where):
     except InputError:
         raise
     except MemoryError:
-        raise InputError(f"{where}: out of memory while datasets read it (a row, or a compressed file, that "
-                         "expands past this machine's memory)") from None
+        raise _out_of_memory(where) from None
     except Exception as e:
         raise InputError(f"{where}: datasets cannot read it ({type(e).__name__}: {_first_line(e)})") from None
+
+
+def _out_of_memory(where):
+    """A row past memory (a compressed file's that expands past it) as one line naming the dataset; cli's advice
+    of smaller sizes names flags 01 hf has none of."""
+    return InputError(f"{where}: out of memory reading its rows (a row, or a compressed file, that expands past "
+                      "this machine's memory)")
 
 
 def guarded(rows, where):
@@ -302,6 +308,18 @@ def write_rows(split, fields, split_name, out, counts, where):
         feature = split.features.get(fields.label) if fields.label else None
         label_names = list(feature.names) if hasattr(feature, "int2str") else None
     seen = {}  # a document id → the start of its text's SHA-256 (pairs) or its row
+    try:
+        _write_rows(split, fields, split_name, out, counts, where, label_names, seen)
+    except MemoryError:
+        raise _out_of_memory(where) from None
+    if not counts["rows"]:
+        raise InputError(f"{where}: no rows")
+    if fields.pairs:
+        counts["documents"] = len(seen)
+
+
+def _write_rows(split, fields, split_name, out, counts, where, label_names, seen):
+    """``write_rows``'s loop: each row checked and written, ``seen`` the ids so far."""
     checked = split.features is not None
     for row_number, row in enumerate(tqdm(split.rows, total=split.total, desc=split_name, unit=" rows",
                                           mininterval=1.0), 1):
@@ -328,10 +346,6 @@ def write_rows(split, fields, split_name, out, counts, where):
         if label is not None:
             counts[f"label_{label}"] += 1
         out.write(dumps_line(obj))
-    if not counts["rows"]:
-        raise InputError(f"{where}: no rows")
-    if fields.pairs:
-        counts["documents"] = len(seen)
 
 
 def _text(row, name, at, flag, empty=False):
