@@ -108,3 +108,21 @@ def test_a_byte_order_mark_is_read_as_no_text(tmp_path):
     assert io.read_trec_qrels(marked) == io.read_trec_qrels(plain) == {"q1": {"d1": 1, "d2": 0}}
     with io.open_input(marked) as f:
         assert f.read() == plain.read_text()
+
+
+@pytest.mark.parametrize("doc_id", ["a b", "a\x1fb", ""])
+def test_an_id_the_run_files_cannot_carry_is_refused_where_docs_and_queries_are_read(tmp_path, doc_id):
+    """05 wrote a run line of seven fields for a docs.jsonl id holding a space; every id obeys io.plain_id."""
+    from common.data.docs_jsonl import Documents
+    from common.data.retrieval import read_queries
+    (tmp_path / "docs.jsonl").write_text(json.dumps({"id": "d0", "title": "", "text": "x"}) + "\n"
+                                         + json.dumps({"id": doc_id, "title": "", "text": "y"}) + "\n")
+    with pytest.raises(InputError) as e:
+        Documents(str(tmp_path))
+    assert str(e.value) == (f"{tmp_path / 'docs.jsonl'}:2: id {io.shown(doc_id)} is empty or holds whitespace or a "
+                            "control character (docs/contract.md)")
+    (tmp_path / "queries.test.jsonl").write_text(json.dumps({"qid": doc_id, "text": "a query"}) + "\n")
+    with pytest.raises(InputError) as e:
+        read_queries(str(tmp_path / "queries.test.jsonl"))
+    assert str(e.value) == (f"{tmp_path / 'queries.test.jsonl'}:1: qid {io.shown(doc_id)} is empty or holds whitespace "
+                            "or a control character")
