@@ -18,6 +18,7 @@ import math
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -279,7 +280,7 @@ def test_a_run_folder_in_use_is_refused_before_anything_is_removed(tiny_model, t
     (out / "manifest.json").unlink()  # an unfinished run: a finished one is refused before its lock is tried
     with FolderLock(out):
         assert script_error("03_train.py", *train_args(tiny_data, tiny_model, out, "--lr", "1e-3")) == \
-            f"error: {out}: in use by another run (process {os.getpid()}); wait for it to end or give another folder"
+            f"error: {out}: in use by another run (process {os.getpid()} on {socket.gethostname()}); wait for it to end or give another folder"
     assert (out / "log.jsonl").read_text() == (reference_run / "log.jsonl").read_text()
     assert (out / "model").is_dir()
 
