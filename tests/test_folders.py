@@ -156,7 +156,8 @@ def test_a_folder_in_use_by_another_run_is_refused_and_the_lock_goes_with_the_ru
     out.mkdir()
     with FolderLock(out):
         assert script_error("02_build_graph.py", "--articles", src, "--out", out) == \
-            f"error: {out}: in use by another run (process {os.getpid()} on {socket.gethostname()}); wait for it to end or give another folder"
+            (f"error: {out}: in use by another run (process {os.getpid()} on {socket.gethostname()}); wait for it "
+             "to end or give another folder")
         assert sorted(p.name for p in out.iterdir()) == [".lock"]
     assert ".lock" not in graph(tmp_path, out, ["top"])
 
