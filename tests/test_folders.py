@@ -862,3 +862,25 @@ def test_a_file_written_whole_or_not_at_all_has_a_private_folder_named_after_it(
         with open(staged, "w") as f:
             f.write("x")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["base.flat.faiss"]
+
+
+def test_without_flock_every_command_refuses_an_out_another_run_holds(tmp_path, tiny_data, tiny_model, monkeypatch):
+    """01, 04 teachers and 05 take their --out through the same lock as 02 and 03 (their own tests), without flock
+    too; the holder's lock file is left as it was."""
+    import fcntl
+    from common.folder_lock import FolderLock
+    monkeypatch.setattr(fcntl, "flock", no_flock(errno.EOPNOTSUPP))
+    (tmp_path / "a.csv").write_text('id,title,text\n1,T,"' + "words " * 20 + '"\n', encoding="utf-8")
+    commands = {"01": ["01_extract.py", "csv", "--input", tmp_path / "a.csv"],
+                "04": ["04_distill.py", "teachers", "--data", tiny_data, "--teacher", tiny_model],
+                "05": ["05_evaluate.py", "--data", tiny_data, "--model", f"base={tiny_model}", "--task", "crossref"]}
+    for name, command in commands.items():
+        out = tmp_path / name
+        out.mkdir()
+        with FolderLock(out):
+            record = (out / ".lock").read_text()
+            assert script_error(*command, "--out", out) == (
+                f"error: {out}: in use by another run (process {os.getpid()} on {socket.gethostname()}); wait for it "
+                f"to end or give another folder (a filesystem without flock: if that run is gone, remove "
+                f"{out / '.lock'})"), name
+            assert os.listdir(out) == [".lock"] and (out / ".lock").read_text() == record, name
