@@ -27,6 +27,9 @@ import psutil
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from shared import OFFLINE, ROOT, build_model  # noqa: E402
 
+sys.path.insert(0, ROOT)
+from common import cli  # noqa: E402
+
 TRAIN = ["--objective", "triplet", "--max-length", "32", "--batch-size", "4", "--max-steps", "3", "--log-every", "1",
          "--eval-every", "0", "--checkpoint-every", "0"]
 
@@ -94,10 +97,11 @@ def main(argv=None):
     parser.add_argument("--work", default=os.path.join(ROOT, "bench", "out", "node_memory"))
     parser.add_argument("--code", default=ROOT, help="the checkout whose 03_train.py runs (default: this one)")
     parser.add_argument("--label", default="this checkout", help="what the table calls --code")
-    parser.add_argument("--docs", type=int, default=1_000_000)
-    parser.add_argument("--triplets", type=int, default=20_000)
-    parser.add_argument("--processes", type=int, nargs="+", default=[1, 4])
-    parser.add_argument("--poll", type=float, default=0.2)
+    parser.add_argument("--docs", type=cli.number(int, cli.COUNT), default=1_000_000)
+    parser.add_argument("--triplets", type=cli.number(int, cli.COUNT), default=20_000)
+    parser.add_argument("--processes", type=cli.number(int, cli.COUNT), nargs="+", default=[1, 4],
+                        help="the first is the one the others are compared with")
+    parser.add_argument("--poll", type=cli.number(float, cli.POSITIVE), default=0.2, help="seconds between samples")
     args = parser.parse_args(argv)
     os.makedirs(args.work, exist_ok=True)
     data, model = corpus(args.work, args.docs, args.triplets), build_model(args.work, "tiny")
