@@ -49,7 +49,6 @@ class SharedDocuments:
     cannot be read is made again with a note (``say``)."""
 
     def __init__(self, data_dir, cache_dir, say=print):
-        import pyarrow as pa
         self.path = os.path.join(data_dir, "docs.jsonl")
         folders.make_folder(cache_dir)
         mapped = os.path.join(cache_dir, f"docs-{io.sha256(self.path)[:32]}.arrow")
@@ -61,18 +60,16 @@ class SharedDocuments:
             table = _read_table(mapped)
         self._ids = table.column("id")
         self.ids, self.titles, self.texts = (Column(table.column(name)) for name in FIELDS)
-        self.index = None  # ``rows`` looks ids up, without a dictionary a process
-        self._string = pa.large_string()
 
     def __len__(self):
         return len(self.ids)
 
     def rows(self, ids):
-        """The positions of ``ids``, -1 for an id that is not in docs.jsonl (one hash table of the corpus's ids for
-        the call, freed after it)."""
+        """The positions of ``ids``, -1 for an id that is not in docs.jsonl: one hash table of the corpus's ids for
+        the call, freed after it, where ``Documents`` keeps a dictionary in every process."""
         import pyarrow as pa
         import pyarrow.compute as pc
-        found = pc.index_in(pa.array(list(ids), type=self._string), value_set=self._ids)
+        found = pc.index_in(pa.array(list(ids), type=pa.large_string()), value_set=self._ids)
         return found.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
 
     def inputs(self, sep_token, which=None):
