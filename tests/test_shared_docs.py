@@ -2,9 +2,7 @@
 read is what ``Documents`` and ``TokenStore`` read, made once and read again from the cache, made again where it
 cannot be read, and docs.jsonl's defects refused in the same one line."""
 
-import json
 import os
-import shutil
 
 import numpy as np
 import pytest
