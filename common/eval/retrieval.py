@@ -169,6 +169,14 @@ def bm25(doc_texts, doc_ids, query_texts, qids, qrels, language="english", k=K):
     tokens = tokenizer.tokenize(list(query_texts), update_vocab=False, return_as="ids", show_progress=False)
     k = min(k, len(doc_ids))
     indices, scores = retriever.retrieve(tokens, k=k, show_progress=False, n_threads=1)
+    # bm25s gives a text without terms the empty string as its one token, so that a query of stop words or of
+    # words no document holds would match the empty and stop-word-only documents, with a positive score; such a
+    # query scores every document 0, and its ties fall in trec_eval's order (ids descending)
+    empty = {tokenizer.get_vocab_dict().get("")} - {None}
+    last = np.array(tie_order(list(doc_ids), [0.0] * len(doc_ids))[:k], dtype=indices.dtype)
+    for row, query in enumerate(tokens):
+        if set(query) <= empty:
+            indices[row], scores[row] = last, 0.0
     ranked = ranking(indices, scores, doc_ids, qids)
     settings = {**BM25_SETTINGS, "stemmer": f"snowball-{language}"}
     return (*retrieval_scores(ranked_ids(ranked), qrels), settings, ranked)

@@ -215,12 +215,20 @@ class Tasks:
         return self.start_topics(emb, seed)()
 
     def classification(self, emb, seed, head_epochs):
+        """Each classification task's scores, and a note for each task whose heads have not converged."""
         from common.eval import classify
-        scores = {}
+        scores, notes = {}, []
         for task, (train, test) in self.classify.items():
-            found, sample = classify.classify(emb, train, test, seed, head_epochs)
+            found, sample, moving = classify.classify(emb, train, test, seed, head_epochs)
             scores[task] = (found, [sample])
-        return scores
+            if moving:
+                figure, (start, half, end) = list(moving.items())[-1]
+                notes.append(f"{task}: the head{'s' * (len(moving) > 1)} of {', '.join(moving)} "
+                             f"{'have' if len(moving) > 1 else 'has'} not converged (training loss {start:.3f}, "
+                             f"{half:.3f}, {end:.3f} at the first, middle and last of {head_epochs} epochs"
+                             f"{f' for {figure}' if len(moving) > 1 else ''}: still falling); its accuracy may stand "
+                             "far below what the vectors allow, and more --head-epochs train it further")
+        return scores, notes
 
     def similarity(self, emb):
         from common.eval import similarity
@@ -289,7 +297,10 @@ def evaluate_documents(models, data_dir, how, outputs, wanted, seed, head_epochs
         crossref, ranking = tasks.crossref(emb)
         if ranking:
             trec_run.write_run(outputs, name, "crossref", ranking)
-        others = {**tasks.classification(emb, seed, head_epochs), **tasks.similarity(emb)}
+        classified, notes = tasks.classification(emb, seed, head_epochs)
+        for note in notes:
+            say(f"note: {name}: {note}")
+        others = {**classified, **tasks.similarity(emb)}
         scoring.append((name, crossref, others, running))
     for name, crossref, others, running in scoring:
         for level, coordinates in running["tsne"].items():
