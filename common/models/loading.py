@@ -29,9 +29,18 @@ def model_file(name_or_path, filename):
         return None
 
 
+# sentence-transformers' similarity functions (``SimilarityFunction``), as a model's config names them
+SIMILARITIES = ("cosine", "dot", "euclidean", "manhattan")
+# the modules of a sentence-transformers model that this project's Encoder computes (Transformer, Pooling, Normalize)
+ENCODER_MODULES = ("Transformer", "Pooling", "Normalize")
+
+
 def st_config(name_or_path):
-    """What a sentence-transformers model (folder or hub name) says about pooling, normalisation and length (empty
-    if it is not one); a file of its configuration that is damaged is one line naming it."""
+    """What a sentence-transformers model (folder or hub name) says about pooling, normalisation and length, how its
+    vectors are compared (``similarity``: ``config_sentence_transformers.json``'s ``similarity_fn_name``, where it
+    names one), its ``prompts`` and ``default_prompt_name``, and the modules after its pooling that the project's
+    ``Encoder`` does not compute (``left_out``: a Dense layer, by their folders); empty if it is not one. A file of
+    its configuration that is damaged is one line naming it."""
     name_or_path = str(name_or_path)
     modules_path = model_file(name_or_path, "modules.json")
     if modules_path is None:
@@ -40,7 +49,12 @@ def st_config(name_or_path):
     if not all(isinstance(m, dict) and isinstance(m.get("type"), str) and isinstance(m.get("path", ""), str)
                for m in modules):
         raise InputError(f"{modules_path}: a module without a \"type\" or \"path\" string; save the model again")
-    found = {"normalize": any(m["type"].rsplit(".", 1)[-1] == "Normalize" for m in modules)}
+    kinds = [m["type"].rsplit(".", 1)[-1] for m in modules]
+    found = {"normalize": "Normalize" in kinds}
+    left_out = [f"{kind} ({m.get('path') or m.get('name', '')})" for kind, m in zip(kinds, modules)
+                if kind not in ENCODER_MODULES]
+    if left_out:
+        found["left_out"] = left_out
     for module in modules:
         if module["type"].rsplit(".", 1)[-1] != "Pooling":
             continue
@@ -60,7 +74,33 @@ def st_config(name_or_path):
         raise InputError(f"{sbert}: max_seq_length {length!r} is not a positive whole number; save the model again")
     if length:
         found["max_length"] = length
-    return found
+    return {**found, **_compared(model_file(name_or_path, "config_sentence_transformers.json"))}
+
+
+def _compared(path):
+    """A ``config_sentence_transformers.json``'s similarity, prompts and default prompt name, those it states ({}
+    without the file: a model saved before sentence-transformers 3, or before this project wrote one)."""
+    if path is None:
+        return {}
+    config = read_json(path)
+    similarity, prompts = config.get("similarity_fn_name"), config.get("prompts") or {}
+    default = config.get("default_prompt_name")
+    if similarity is not None and similarity not in SIMILARITIES:
+        raise InputError(f"{path}: similarity_fn_name {similarity!r} is not one of {', '.join(SIMILARITIES)}")
+    if not isinstance(prompts, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in prompts.items()):
+        raise InputError(f"{path}: prompts is not an object of prompt names to strings")
+    if default is not None and default not in prompts:
+        raise InputError(f"{path}: default_prompt_name {default!r} is not one of its prompts")
+    found = {"similarity": similarity, "prompts": prompts, "default_prompt_name": default}
+    return {key: value for key, value in found.items() if value}
+
+
+def left_out(st):
+    """What embedding with the project's ``Encoder`` leaves out of a sentence-transformers model whose ``st_config``
+    is ``st``: the modules after its pooling other than Normalize, and its non-empty prompts (a text is embedded as
+    it is); [] where nothing is."""
+    prompts = [f"prompt {name!r}" for name, text in sorted((st.get("prompts") or {}).items()) if text]
+    return [*st.get("left_out", []), *prompts]
 
 
 def load_errors():
@@ -272,8 +312,14 @@ def load_encoder(name_or_path, pooling=None, normalize=None, max_length=None, de
         "pooling": pooling or st.get("pooling") or default_pooling,
         "normalize": st.get("normalize", False) if normalize is None else normalize,
         "max_length": max_length or st.get("max_length") or DEFAULT_MAX_LENGTH,
+        "similarity": st.get("similarity"),
         "st_config": st,
     }
+    missed = left_out(st)
+    if missed:
+        say(f"note: {name_or_path}: embedded without its {', '.join(missed)}: the project's encoder is the "
+            "transformer, its pooling and normalisation; `05_evaluate.py mteb` embeds it as sentence-transformers "
+            "loads it, whole")
     fallen = [key for key, given in (("pooling", pooling), ("max_length", max_length)) if not given and not st.get(key)]
     if fallen:
         say(f"note: {name_or_path}: no flag and no sentence-transformers config gives its {' or '.join(fallen)}; "
