@@ -122,9 +122,11 @@ def test_a_baselines_dense_module_and_prompts_are_named_in_one_note(tiny_model, 
     said = []
     _, _, settings = load_encoder(tmp_path / "dense", say=said.append)
     assert settings["similarity"] == "dot" and settings["st_config"]["prompts"] == {"query": "query: ", "document": ""}
-    assert f"note: {tmp_path / 'dense'}: embedded without its Dense (2_Dense), prompt 'query': the project's " \
-        "encoder is the transformer, its pooling and normalisation; `05_evaluate.py mteb` embeds it as " \
-        "sentence-transformers loads it, whole" in said
+    # sentence-transformers 6 saves the length as the tokenizer's, where 05 reads it too
+    assert settings["max_length"] == st.max_seq_length == 64 and settings["pooling"] == "mean"
+    assert said == [f"note: {tmp_path / 'dense'}: embedded without its Dense (2_Dense), prompt 'query': the "
+                    "project's encoder is the transformer, its pooling and normalisation; `05_evaluate.py mteb` "
+                    "embeds it as sentence-transformers loads it, whole"]
 
 
 def test_mteb_on_a_beir_folder_gives_05s_ndcg_at_10(tiny_model, tmp_path):

@@ -72,9 +72,20 @@ def st_config(name_or_path):
     length = read_json(sbert).get("max_seq_length") if sbert else None
     if length is not None and (not isinstance(length, int) or isinstance(length, bool) or length < 1):
         raise InputError(f"{sbert}: max_seq_length {length!r} is not a positive whole number; save the model again")
+    if length is None and sbert and "Transformer" in kinds:
+        length = _tokenizer_length(name_or_path)
     if length:
         found["max_length"] = length
     return {**found, **_compared(model_file(name_or_path, "config_sentence_transformers.json"))}
+
+
+def _tokenizer_length(name_or_path):
+    """The length sentence-transformers 6 reads a model at when its ``sentence_bert_config.json`` names none (the
+    form it saves in): the tokenizer's ``model_max_length``, where that is a limit (a whole number below 100,000;
+    tokenizers without one say 10^30); None otherwise."""
+    path = model_file(name_or_path, "tokenizer_config.json")
+    length = read_json(path).get("model_max_length") if path else None
+    return length if type(length) is int and 0 < length < 100_000 else None
 
 
 def _compared(path):
