@@ -150,6 +150,7 @@ def test_mteb_on_a_beir_folder_gives_05s_ndcg_at_10(tiny_model, tmp_path):
     assert saved["scores"]["test"][0]["ndcg_at_10"] == pytest.approx(found["main_score"])
     meta = json.loads(next(out.glob("mnrl/results/*/*/model_meta.json")).read_text())
     assert meta["loader_kwargs"]["docembed_wrapper"]["documents"].startswith("title and text joined by a space")
+    assert meta["similarity_fn_name"] == "cosine"
     assert manifest["wrapper"]["mnrl"]["similarity"] == "cosine"
     report = (out / "report.md").read_text()
     low, high = (round(x * 100, 2) for x in ours["ndcg@10_ci"])

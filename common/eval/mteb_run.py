@@ -25,7 +25,7 @@ import numpy as np
 from mteb.abstasks.retrieval import AbsTaskRetrieval
 from mteb.abstasks.task_metadata import TaskMetadata
 from mteb.models.abs_encoder import AbsEncoder
-from mteb.models.model_meta import ModelMeta
+from mteb.models.model_meta import ModelMeta, ScoringFunction
 from mteb.types import PromptType
 from tqdm import tqdm
 
@@ -158,6 +158,7 @@ class ProjectEncoder(AbsEncoder):
         self.mteb_model_meta = ModelMeta.create_empty().model_copy(update={
             "name": f"docembed/{name}", "revision": "local", "loader_kwargs": {"docembed_wrapper": self.says},
             "max_tokens": self.model.max_seq_length, "framework": ["Sentence Transformers"],
+            "similarity_fn_name": ScoringFunction(self.model.similarity_fn_name),
             "embed_dim": self.model.get_embedding_dimension()})
 
     def texts(self, batch, prompt_type):
