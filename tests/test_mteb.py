@@ -157,6 +157,25 @@ def test_mteb_on_a_beir_folder_gives_05s_ndcg_at_10(tiny_model, tmp_path):
     assert f"| mnrl | {found['main_score'] * 100:.2f} [{low:.2f}, {high:.2f}] |" in report
 
 
+def test_mteb_ranks_a_triplet_models_title_sep_text_documents_by_l2_distance(triplet_model, tmp_path):
+    from sentence_transformers import SentenceTransformer
+    from common.eval import retrieval
+    from common.eval.mteb_run import read_beir
+    folder = beir_folder(tmp_path / "scidocs")
+    out = tmp_path / "mteb"
+    run_main("05_evaluate.py", "mteb", "--model", f"specter={triplet_model}", "--task", folder, "--out", out)
+    found = json.loads((out / "manifest.json").read_text())["scores"]["specter"]["scidocs"]
+    corpus, queries, qrels = read_beir(folder)
+    model = SentenceTransformer(str(triplet_model))
+    ids = list(corpus)
+    docs = model.encode([f"{corpus[d]['title']}[SEP]{corpus[d]['text']}" for d in ids])
+    indices, scores = retrieval.search(model.encode(list(queries.values())), docs, similarity="euclidean")
+    expected = retrieval.retrieval_metrics(retrieval.ranked_ids(retrieval.ranking(indices, scores, ids, list(queries))),
+                                           qrels)
+    assert found["main_score"] == pytest.approx(expected["ndcg@10"], abs=1e-4)
+    assert found["ndcg@10"] == pytest.approx(expected["ndcg@10"], abs=1e-6)
+
+
 def test_the_wrapper_joins_documents_as_each_objective_read_them(triplet_model, tiny_model):
     from mteb.types import PromptType
     from common.eval.mteb_run import ProjectEncoder
