@@ -206,6 +206,15 @@ def test_a_model_without_sentence_transformers_files_is_read_as_05_reads_it(tiny
                     "64 tokens"]
 
 
+def test_two_tasks_of_one_name_are_one_line(tmp_path, tiny_model):
+    first, second = beir_folder(tmp_path / "a" / "scifact"), beir_folder(tmp_path / "b" / "scifact")
+    assert script_error("05_evaluate.py", "mteb", "--model", f"m={tiny_model}", "--task", first, "--task", second,
+                        "--out", tmp_path / "out") == (
+        f"error: --task {second}: the task 'scifact', as --task {first} is (MTEB names its results after the task); "
+        "give each task once, a BEIR folder under a name of its own")
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("case", ["no beir", "unknown", "offline"])
 def test_a_task_that_cannot_be_had_is_one_line(tmp_path, tiny_model, case):
     (tmp_path / "notes").mkdir()

@@ -31,7 +31,8 @@ from tqdm import tqdm
 
 from common.data import beir
 from common.eval import retrieval, uncertainty
-from common.io import InputError, sha256
+from common.io import InputError, safe_name, sha256
+from common.markdown import escape
 
 FIGURE = "ndcg@10"  # 05's name of a local BEIR task's main score, MTEB's ndcg_at_10
 
@@ -90,8 +91,8 @@ class BeirFolder(AbsTaskRetrieval):
 def beir_task(folder):
     """The BEIR folder ``folder`` as an MTEB retrieval task named after the folder, offline; its revision is the
     start of its test qrels' SHA-256."""
+    name = safe_name(os.path.basename(os.path.abspath(folder)), f"--task {folder}: its name, the task's,")
     data = read_beir(folder)
-    name = os.path.basename(os.path.normpath(folder))
     metadata = TaskMetadata(
         name=name, description=f"The local BEIR folder {name}: its test qrels.", reference=None,
         dataset={"path": name, "revision": sha256(os.path.join(folder, "qrels", "test.tsv"))[:12]},
@@ -119,9 +120,19 @@ def hub_task(name):
     return task
 
 
-def load_task(task):
-    """A --task value as an MTEB task, its data loaded: a local BEIR folder, else an MTEB task name."""
-    return beir_task(task) if is_beir_folder(task) else hub_task(task)
+def load_tasks(values):
+    """The --task values as MTEB tasks, their data loaded: a local BEIR folder, else an MTEB task name. Two that are
+    one task by name (MTEB names a task's result file after it) are one line."""
+    tasks, seen = [], {}
+    for value in values:
+        task = beir_task(value) if is_beir_folder(value) else hub_task(value)
+        name = task.metadata.name
+        if name in seen:
+            raise InputError(f"--task {value}: the task {name!r}, as --task {seen[name]} is (MTEB names its results "
+                             "after the task); give each task once, a BEIR folder under a name of its own")
+        seen[name] = value
+        tasks.append(task)
+    return tasks
 
 
 def sentence_transformer(path, say=print):
@@ -145,7 +156,8 @@ class ProjectEncoder(AbsEncoder):
     """A model folder (or hub name) as MTEB's encoder: loaded whole by sentence-transformers, reading an MTEB
     corpus's documents as its objective read documents (``reader``: ``objectives.base.document_reader``'s
     ``(document_input, documents)``), queries as they are (with the model's ``query`` and ``document`` prompts where
-    it has them, as sentence-transformers applies them), and comparing vectors by its ``similarity_fn_name``. ``says`` is what it does, kept in MTEB's results."""
+    it has them, as sentence-transformers applies them), and comparing vectors by its ``similarity_fn_name``.
+    ``says`` is what it does, kept in MTEB's results."""
 
     def __init__(self, name, path, reader, batch_size, say=print):
         self.name, self.batch_size = name, batch_size
@@ -249,5 +261,6 @@ def report(scores, tasks, wrappers, notes=()):
               "and compares by the model's stated similarity, else cosine):", "",
               "| model | documents | queries | similarity | tokens | prompts |", "|---|---|---|---|---:|---|"]
     lines += [f"| {name} | {w['documents']} | {w['queries']} | {w['similarity']} | {w['max_seq_length']} | "
-              f"{', '.join(f'{k}: {v!r}' for k, v in w['prompts'].items()) or '–'} |" for name, w in wrappers.items()]
+              f"{escape(', '.join(f'{k}: {v!r}' for k, v in w['prompts'].items())) or '–'} |"
+              for name, w in wrappers.items()]
     return "\n".join(lines) + "\n"
