@@ -221,7 +221,8 @@ def run_mteb(args):
     from common.eval import mteb_run
     from common.train.objectives.base import document_reader
     models = tasks.model_names(args.model)
-    loaded = mteb_run.load_tasks(args.task)  # a task that cannot be had stops before any work
+    mteb_run.check_models(models)  # a model or task that cannot be had stops before any work
+    loaded = mteb_run.load_tasks(args.task)
     readers = {name: document_reader(path) for name, path in models.items()}
     with folders.Outputs(args.out, __file__, "mteb", overwrite=args.overwrite) as outputs:
         scores, samples, wrappers = mteb_run.run_models(models, readers, loaded, outputs.tmp_path, args.batch_size)

@@ -215,6 +215,13 @@ def test_two_tasks_of_one_name_are_one_line(tmp_path, tiny_model):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_model_that_cannot_be_had_is_one_line_before_any_work(tmp_path, tiny_model):
+    folder = beir_folder(tmp_path / "scifact")
+    assert script_error("05_evaluate.py", "mteb", "--model", f"m={folder}", "--task", folder, "--out",
+                        tmp_path / "out") == f"error: {folder}: no model there (no config.json)"
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("case", ["no beir", "unknown", "offline"])
 def test_a_task_that_cannot_be_had_is_one_line(tmp_path, tiny_model, case):
     (tmp_path / "notes").mkdir()

@@ -136,16 +136,22 @@ def load_tasks(values):
 
 
 def sentence_transformer(path, say=print):
-    """``SentenceTransformer(path)``; a model without sentence-transformers files is built as 05 reads it (``[CLS]``
-    pooling, 128 tokens or fewer where the model takes fewer: ``loading.load_encoder``'s defaults), where
-    sentence-transformers would pool by the mean, and a note says so."""
+    """``SentenceTransformer(path)``, its files checked first (``loading.check_model_files``; a model that cannot be
+    loaded is one line); a model without sentence-transformers files is built as 05 reads it (``[CLS]`` pooling,
+    128 tokens or fewer where the model takes fewer: ``loading.load_encoder``'s defaults), where sentence-transformers
+    would pool by the mean, and a note says so."""
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.base.modules import Transformer
     from sentence_transformers.sentence_transformer.modules import Pooling
-    from common.models.loading import DEFAULT_MAX_LENGTH, st_config
-    if st_config(path):
-        return SentenceTransformer(path)
-    transformer = Transformer(path)
+    from common.models.loading import DEFAULT_MAX_LENGTH, check_model_files, load_errors, st_config
+    check_model_files(path)
+    try:
+        if st_config(path):
+            return SentenceTransformer(path)
+        transformer = Transformer(path)
+    except load_errors() as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise InputError(f"{path}: cannot be loaded by sentence-transformers: {first}") from None
     transformer.max_seq_length = min(DEFAULT_MAX_LENGTH, transformer.max_seq_length or DEFAULT_MAX_LENGTH)
     say(f"note: {path}: no sentence-transformers files; read as 05 reads it, with cls pooling and "
         f"{transformer.max_seq_length} tokens")
@@ -206,6 +212,13 @@ def ranked_predictions(task, folder):
     with open(os.path.join(folder, f"{task.metadata.name}_predictions.json"), encoding="utf-8") as f:
         saved = json.load(f)["default"]["test"]
     return {qid: sorted(docs, key=lambda d: (docs[d], d), reverse=True) for qid, docs in saved.items()}
+
+
+def check_models(models):
+    """Every --model's files, before any work (``loading.check_model_files``)."""
+    from common.models.loading import check_model_files
+    for path in models.values():
+        check_model_files(str(path))
 
 
 def run_models(models, readers, tasks, folder_of, batch_size):

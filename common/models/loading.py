@@ -308,16 +308,31 @@ def _tokenizer_files(name_or_path, tokenizer):
 DEFAULT_MAX_LENGTH = 128
 
 
+def require_model(name_or_path):
+    """Refuse, in one line, a folder that holds no model (no config.json), or a name that is neither a folder nor a
+    model in the local Hugging Face cache."""
+    if model_file(name_or_path, "config.json") is None:
+        raise InputError(f"{name_or_path}: no model there (no config.json)" if os.path.isdir(name_or_path) else
+                         f"{name_or_path}: no such model folder, nor a model of that name in the local Hugging Face "
+                         "cache")
+
+
+def check_model_files(name_or_path):
+    """A model's files checked before a library loads them, each failure one line naming the file (``load_encoder``
+    checks them as it loads): the model is there, its JSON files, ``tokenizer.json`` and safetensors headers."""
+    require_model(name_or_path)
+    check_model_json(name_or_path)
+    check_tokenizer_file(name_or_path)
+    stored_weights(name_or_path)
+
+
 def load_encoder(name_or_path, pooling=None, normalize=None, max_length=None, default_pooling="cls", say=print):
     """Model, tokenizer and the settings used: explicit arguments win, then the model's sentence-transformers
     config, then ``default_pooling`` and ``DEFAULT_MAX_LENGTH`` (said through ``say``: ``accelerator.print`` prints
     once). A model that cannot be found, or whose tokenizer is not saved beside it, is an InputError."""
     from transformers import AutoModel, AutoTokenizer
     name_or_path = str(name_or_path)
-    if model_file(name_or_path, "config.json") is None:
-        raise InputError(f"{name_or_path}: no model there (no config.json)" if os.path.isdir(name_or_path) else
-                         f"{name_or_path}: no such model folder, nor a model of that name in the local Hugging Face "
-                         "cache")
+    require_model(name_or_path)
     st = st_config(name_or_path)
     settings = {
         "pooling": pooling or st.get("pooling") or default_pooling,
