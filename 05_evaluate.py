@@ -138,8 +138,7 @@ def add_mteb_arguments(p):
                    help="an MTEB task name (data from the hub or its cache), or a local BEIR folder as 02 beir reads "
                         "it, run offline as an MTEB retrieval task (repeatable)")
     p.add_argument("--out", required=True, help="folder to write: MTEB's result files under OUT/NAME/, report.md")
-    p.add_argument("--batch-size", type=cli.number(int, cli.COUNT), default=32,
-                   help="texts per forward pass (MTEB's default)")
+    p.add_argument("--batch-size", type=cli.number(int, cli.COUNT), default=32, help="texts a forward pass (MTEB's)")
     p.add_argument("--resamples", type=cli.number(int, cli.between(0, uncertainty.MAX_RESAMPLES)), default=1000,
                    help="a local BEIR task's 95 %% interval: percentile bootstrap over its queries, as 05 draws it")
     p.add_argument("--seed", type=cli.number(int, cli.SEED), default=42, help="seed of the bootstrap")
@@ -225,8 +224,8 @@ def run_mteb(args):
     loaded = mteb_run.load_tasks(args.task)
     readers = {name: document_reader(path) for name, path in models.items()}
     with folders.Outputs(args.out, __file__, "mteb", overwrite=args.overwrite) as outputs:
-        scores, samples, wrappers = mteb_run.run_models(models, readers, loaded, outputs.tmp_path, args.batch_size)
-        scores, notes = mteb_run.with_intervals(scores, samples, args.resamples, args.seed)
+        scores, notes, wrappers = mteb_run.run_models(models, readers, loaded, outputs.tmp_path, args.batch_size,
+                                                      args.resamples, args.seed)
         table = mteb_run.report(scores, loaded, wrappers, notes)
         with outputs.open("report.md") as f:
             f.write(table)
@@ -241,9 +240,8 @@ COMMANDS = {
                 "query (the thesis's confidence)", add_extract_arguments, run_extract),
     "mteb": ("MTEB (hub task names or local BEIR folders) on each model, read as it was trained: MTEB's result "
              "files and a table of each task's main score", add_mteb_arguments, run_mteb),
-    "search": ("the top documents of a data directory for free-text queries, by the model's similarity, cosine "
-               "where it states none (paper search; related articles for a new text)", add_search_arguments,
-               run_search),
+    "search": ("the top documents of a data directory for free-text queries, by the model's similarity (paper "
+               "search; related articles for a new text)", add_search_arguments, run_search),
 }
 
 

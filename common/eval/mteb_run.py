@@ -221,11 +221,11 @@ def check_models(models):
         check_model_files(str(path))
 
 
-def run_models(models, readers, tasks, folder_of, batch_size):
-    """MTEB on every model ({name: path}, read as ``readers[name]`` says) and task (``load_task``'s), each model's
+def run_models(models, readers, tasks, folder_of, batch_size, resamples, seed):
+    """MTEB on every model ({name: path}, read as ``readers[name]`` says) and task (``load_tasks``'), each model's
     result files (and the predictions of local BEIR tasks) in ``folder_of(name)``. Returns ``(scores {model: {task:
-    {"main_score", and for a local BEIR task 05's figures of MTEB's ranking}}}, samples {model: {task:
-    [uncertainty.Sample]}}, wrappers {model: what the wrapper did})``."""
+    {"main_score", and for a local BEIR task 05's figures of MTEB's ranking with their intervals
+    (``with_intervals``)}}}, notes, wrappers {model: what the wrapper did})``."""
     scores, samples, wrappers = {}, {}, {}
     for name, path in models.items():
         model = ProjectEncoder(name, path, readers[name], batch_size)
@@ -242,7 +242,7 @@ def run_models(models, readers, tasks, folder_of, batch_size):
                 figures, sample = retrieval.retrieval_scores(ranked, task.data[2])
                 scores[name][label].update(figures)
                 samples.setdefault(name, {})[label] = [sample]
-    return scores, samples, wrappers
+    return (*with_intervals(scores, samples, resamples, seed), wrappers)
 
 
 def with_intervals(scores, samples, resamples, seed):
