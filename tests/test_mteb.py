@@ -49,6 +49,20 @@ def test_a_triplet_model_states_euclidean_and_the_versions_and_sentence_transfor
     assert SentenceTransformer(str(triplet_model)).similarity_fn_name == "euclidean"
 
 
+def test_a_model_trained_from_a_base_with_prompts_keeps_them(tiny_model, tiny_data, tmp_path):
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+    prompts = {"query": "query: ", "document": "passage: "}
+    SentenceTransformer(modules=[Transformer(str(tiny_model)), Pooling(32, "mean")], prompts=prompts,
+                        default_prompt_name="document").save(str(tmp_path / "base"))
+    train_in_process([*SHORT_TRAIN, "--data", str(tiny_data), "--model", str(tmp_path / "base"), "--out",
+                      str(tmp_path / "run")])
+    config = json.loads((tmp_path / "run" / "model" / "config_sentence_transformers.json").read_text())
+    assert (config["prompts"], config["default_prompt_name"], config["similarity_fn_name"]) == (
+        prompts, "document", "euclidean")
+
+
 def test_sentence_transformers_similarity_ranks_a_triplet_models_candidates_as_05(triplet_model, tiny_data, tmp_path):
     from sentence_transformers import SentenceTransformer
     from common.data.docs_jsonl import Documents
