@@ -110,6 +110,23 @@ def test_a_model_saved_without_the_file_loads_and_ranks_as_before(triplet_model,
     assert wikispecter.crossref_run(emb, index, qrels)["a"] == pytest.approx(distances)
 
 
+@pytest.mark.parametrize("config,line", [
+    ({"similarity_fn_name": "jaccard"}, "similarity_fn_name 'jaccard' is not one of cosine, dot, euclidean, manhattan"),
+    ({"prompts": {"query": 1}}, "prompts is not an object of prompt names to strings"),
+    ({"prompts": {"query": "q: "}, "default_prompt_name": "passage"},
+     "default_prompt_name 'passage' is not one of its prompts")])
+def test_a_damaged_sentence_transformers_config_is_one_line(triplet_model, tmp_path, config, line):
+    import shutil
+    from common.io import InputError
+    from common.models.loading import st_config
+    shutil.copytree(triplet_model, tmp_path / "m")
+    path = tmp_path / "m" / "config_sentence_transformers.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **config}))
+    with pytest.raises(InputError) as e:
+        st_config(tmp_path / "m")
+    assert str(e.value) == f"{path}: {line}"
+
+
 def test_05_ranks_retrieval_by_the_similarity_a_model_states():
     import torch
     from sentence_transformers.util import cos_sim, dot_score, euclidean_sim, manhattan_sim
