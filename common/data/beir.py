@@ -58,8 +58,9 @@ def read_qrels_tsv(path):
     return found
 
 
-def write_corpus(path, out, counts):
-    """docs.jsonl from corpus.jsonl; returns the set of document ids."""
+def corpus_rows(path):
+    """``(id, title, text)`` of every document of a BEIR ``corpus.jsonl``, each id checked once and plain, title and
+    text strings (a missing title is "")."""
     ids = set()
     for lineno, obj in read_jsonl(path, required=("_id", "text")):
         at = f"{path}:{lineno}"
@@ -70,6 +71,14 @@ def write_corpus(path, out, counts):
         for field, value in (("title", title), ("text", text)):
             if not isinstance(value, str):
                 raise InputError(f"{at}: field {field!r} must be a string, not {shown(value)}")
+        ids.add(doc_id)
+        yield doc_id, title, text
+
+
+def write_corpus(path, out, counts):
+    """docs.jsonl from corpus.jsonl; returns the set of document ids."""
+    ids = set()
+    for doc_id, title, text in corpus_rows(path):
         ids.add(doc_id)
         joined = f"{title} {text}".strip()
         counts["empty_documents"] += not joined

@@ -177,11 +177,12 @@ class Tasks:
         self.index = docs.index
         return docs
 
-    def crossref(self, emb):
-        """The cross-reference task's scores, and its ranking ({qid: [(candidate, score)]}, for its run file)."""
+    def crossref(self, emb, similarity=None):
+        """The cross-reference task's scores, and its ranking ({qid: [(candidate, score)]}, for its run file), the
+        candidates ranked by the model's ``similarity`` (``wikispecter.crossref_run``)."""
         if "crossref" not in self.wanted or not self.qrels:
             return {}, {}
-        run = wikispecter.crossref_run(emb, self.index, self.qrels)
+        run = wikispecter.crossref_run(emb, self.index, self.qrels, similarity)
         found, sample = wikispecter.scored(self.qrels, run)
         return {"crossref": (found, [sample])}, {qid: trec_run.ranked(scores) for qid, scores in run.items()}
 
@@ -294,7 +295,7 @@ def evaluate_documents(models, data_dir, how, outputs, wanted, seed, head_epochs
             figures.token_lengths(outputs.tmp_path("token_lengths.png"), lengths, settings["max_length"], name)
             written.append((f"Token counts of the documents under {name}'s tokenizer, the cut at "
                             f"{settings['max_length']} marked", "token_lengths.png"))
-        crossref, ranking = tasks.crossref(emb)
+        crossref, ranking = tasks.crossref(emb, settings.get("similarity"))
         if ranking:
             trec_run.write_run(outputs, name, "crossref", ranking)
         classified, notes = tasks.classification(emb, seed, head_epochs)
