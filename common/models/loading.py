@@ -328,8 +328,8 @@ def check_model_files(name_or_path):
 
 def load_encoder(name_or_path, pooling=None, normalize=None, max_length=None, default_pooling="cls", say=print):
     """Model, tokenizer and the settings used: explicit arguments win, then the model's sentence-transformers
-    config, then ``default_pooling`` and ``DEFAULT_MAX_LENGTH`` (said through ``say``: ``accelerator.print`` prints
-    once). A model that cannot be found, or whose tokenizer is not saved beside it, is an InputError."""
+    config, then ``default_pooling`` and ``DEFAULT_MAX_LENGTH`` (said through ``say``: a run's main process prints).
+    A model that cannot be found, or whose tokenizer is not saved beside it, is an InputError."""
     from transformers import AutoModel, AutoTokenizer
     name_or_path = str(name_or_path)
     require_model(name_or_path)

@@ -104,7 +104,8 @@ class Objective:
 
     def __init__(self, args, accelerator):
         self.args, self.accelerator = args, accelerator
-        self.say = print if accelerator is None else accelerator.print  # notes once, not once per process
+        # notes once per run (Accelerator.print prints once per node)
+        self.say = print if accelerator is None else accelerator.on_main_process(print)
         self.info = {"objective": self.name}
         self.train_rows = self.val_rows = None
         self._facts = None
