@@ -90,9 +90,10 @@ def train(args, script=__file__):
     check_joined(acc)
     acc.register_save_state_pre_hook(drop_tied_copies)  # a checkpoint stores a tied weight once, by its own name
     set_seed(args.seed)
-    acc.print(precision.training_line(acc))
+    say = acc.on_main_process(print)  # once per run: Accelerator.print prints once per node
+    say(precision.training_line(acc))
     if acc.device.type == "cpu" and acc.mixed_precision == "bf16" and not precision.native_bf16():
-        acc.print("note: bf16 mixed precision on a CPU without native bfloat16 (avx512_bf16 or AMX) runs slower than "
+        say("note: bf16 mixed precision on a CPU without native bfloat16 (avx512_bf16 or AMX) runs slower than "
                   "float32 (docs/benchmarks.md, \"bfloat16 on a CPU\")")
 
     # the run folder: claimed and locked before any work writes into it (the masked LM's token cache)
@@ -107,7 +108,7 @@ def train(args, script=__file__):
         if acc.device.type == "cpu":  # the CPU's kernels (cpu.py); a GPU runs the model as transformers wrote it:
             # dropout masks from NumPy, attention with them, a BERT masked LM's last layer at its masked positions,
             # and a batch's texts packed end to end in one row, which collate then makes
-            objective.packed = cpu.packs_rows(cpu.install(model, say=acc.print))
+            objective.packed = cpu.packs_rows(cpu.install(model, say=say))
         if args.gradient_checkpointing:
             checkpoint_activations(objective.encoder.transformer)
 
@@ -126,19 +127,19 @@ def train(args, script=__file__):
         total_steps = min(args.epochs * steps_per_epoch, args.max_steps or math.inf)
         warmup = warmup_steps(args.warmup, total_steps)
         if warmup and warmup >= total_steps:
-            acc.print(f"note: --warmup {args.warmup:g} is {warmup} steps, the run's {total_steps} or more: no step "
+            say(f"note: --warmup {args.warmup:g} is {warmup} steps, the run's {total_steps} or more: no step "
                       f"reaches the full learning rate ({args.lr:g})")
         # the prepared scheduler steps once per process per optimizer step
         scheduler = acc.prepare(get_scheduler(args.schedule, optimizer, num_warmup_steps=warmup * acc.num_processes,
                                               num_training_steps=total_steps * acc.num_processes))
 
-        acc.print(f"effective batch {args.batch_size * acc.num_processes * args.grad_accum} = {args.batch_size} per "
+        say(f"effective batch {args.batch_size * acc.num_processes * args.grad_accum} = {args.batch_size} per "
                   f"process × {acc.num_processes} processes × {args.grad_accum} accumulation; {total_steps} steps")
         # the loop's state (step, epoch, best, the loss window): resumed whole from the newest checkpoint of the same
         # settings, the model's as loaded among them
         state = folder.start(objective)
         if state.step:
-            acc.print(f"resuming from {folder.checkpoint_path(state.step)} (step {state.step} of {total_steps})")
+            say(f"resuming from {folder.checkpoint_path(state.step)} (step {state.step} of {total_steps})")
         if folder.tracked:
             acc.init_trackers("docembed", config={k: v for k, v in folder.identity.items()
                                                   if isinstance(v, (int, float, str, bool))})
@@ -209,7 +210,7 @@ def train(args, script=__file__):
                         if not saves:
                             folder.save_checkpoint(model, state)
                         bar.close()
-                        acc.print(f"stopped by SIGTERM at step {state.step}; checkpoint saved in "
+                        say(f"stopped by SIGTERM at step {state.step}; checkpoint saved in "
                                   f"{os.path.join(folder.path, 'checkpoints')}; run the same command to resume")
                         acc.end_training()
                         raise Preempted(state.step)
@@ -294,7 +295,8 @@ def validate(acc, model, objective, loader, folder, state, steps_per_epoch):
     model.train()
     record = {"step": state.step, "epoch": round(state.step / steps_per_epoch, 4), **metrics}
     folder.write_log(record)
-    acc.print(" ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()))
+    line = " ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items())
+    acc.on_main_process(print)(line)
     return metrics
 
 

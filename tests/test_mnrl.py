@@ -65,7 +65,7 @@ def train(data, model, out, objective, *extra):
     return train_in_process(argv)
 
 
-def test_mnrl_with_gradcache_has_the_loss_and_gradients_of_the_plain_loss(tiny_model, paper_data):
+def test_mnrl_with_gradcache_has_the_loss_and_gradients_of_the_plain_loss(tiny_model, paper_data, tmp_path):
     """03's GradCache backward (``--cache-chunk``) over chunks of 3 of a batch of 10 pairs, each chunk padded to its
     own longest document: the loss and gradients of the whole batch's plain backward."""
     from types import SimpleNamespace
@@ -79,7 +79,7 @@ def test_mnrl_with_gradcache_has_the_loss_and_gradients_of_the_plain_loss(tiny_m
     for chunk in (0, 3):
         args = SimpleNamespace(model=str(tiny_model), data=str(paper_data), pooling="mean", normalize=False,
                                max_length=32, query_max_length=16, length_groups=2, gather=True, scale=20.0,
-                               symmetric=True, mask_duplicates=True)
+                               symmetric=True, mask_duplicates=True, out=str(tmp_path / "run"))
         objective = MNRLObjective(args, None)
         model = objective.build()
         objective.load_data()

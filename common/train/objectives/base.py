@@ -1,5 +1,7 @@
 """The class every objective extends: what an objective declares and does; 03_train.py's loop does the rest."""
 
+import os
+
 from common.io import InputError
 
 
@@ -19,6 +21,13 @@ class Objective:
                             logging
       ``selection``         a validation metric (higher is better) whose best value picks RUN/model; None: the final
                             model is RUN/model
+      ``similarity``        how its models' vectors are compared, as its loss compares them and 05 ranks by
+                            (``config_sentence_transformers.json``'s ``similarity_fn_name``: ``cosine``, ``dot``,
+                            ``euclidean``; None for a model not trained for similarity: sentence-transformers'
+                            default, and 05's own per task)
+      ``document_input``    how its models read a document (title, text, the tokenizer's sep_token) → one text, and
+                            ``documents`` says so in words: SPECTER's ``title + sep_token + text`` unless the
+                            objective reads documents otherwise (``05_evaluate.py mteb`` joins an MTEB corpus so)
       ``method``            what its models' cards say of it (a ``card.Method``: title, paragraph with its paper,
                             hub tags, citation keys, checked as it is made); ``card_method`` the method of
                             a run whose flags change it, ``card_details`` the notes, tags, citations and teachers a
@@ -30,7 +39,8 @@ class Objective:
       ``build()``           load the encoder (``self.encoder``, ``self.tokenizer``, ``self.max_length``) and return
                             the ``nn.Module`` to train: the encoder, or a module holding it with heads and loss state
                             (buffers). Everything in it is optimised, checkpointed and resumed.
-      ``load_data()``       tokenise and set ``train_rows`` / ``val_rows`` (run under ``main_process_first``)
+      ``load_data()``       tokenise and set ``train_rows`` / ``val_rows`` (run under ``main_process_first``: what
+                            the first process writes in ``cache_dir()`` the others map)
       ``set_epoch(epoch)``  before each epoch (and on resume): per-example randomness is drawn from
                             (seed, epoch, example), never from a global stream
       ``collate(rows)``     a batch from a list of rows: the encoder's texts as padded groups, or where the loop
@@ -54,6 +64,8 @@ class Objective:
     presets = {}
     preset = None
     selection = None
+    similarity = "cosine"
+    documents = "title + sep_token + text (SPECTER's input)"
     method = None
     independent = False  # each example's loss depends on that example alone (no in-batch negatives or statistics)
     result_args = ()
@@ -63,6 +75,11 @@ class Objective:
     @classmethod
     def add_arguments(cls, parser):
         pass
+
+    @staticmethod
+    def document_input(title, text, sep_token):
+        from common.models.encoder import document_text
+        return document_text(title, text, sep_token)
 
     @classmethod
     def defaults_for(cls, argv):
@@ -103,7 +120,8 @@ class Objective:
 
     def __init__(self, args, accelerator):
         self.args, self.accelerator = args, accelerator
-        self.say = print if accelerator is None else accelerator.print  # notes once, not once per process
+        # notes once per run (Accelerator.print prints once per node)
+        self.say = print if accelerator is None else accelerator.on_main_process(print)
         self.info = {"objective": self.name}
         self.train_rows = self.val_rows = None
         self._facts = None
@@ -118,6 +136,13 @@ class Objective:
 
     def load_data(self):
         raise NotImplementedError
+
+    def cache_dir(self):
+        """Where what is made from the data is kept for later runs and mapped by every process of a node (the
+        documents, their tokens): ``--cache-dir`` where the objective has it, else the run's own folder
+        (``run_entries.CACHE`` in ``--out``), so that a run writes nothing outside the places it is given."""
+        from common.train.run_entries import CACHE
+        return getattr(self.args, "cache_dir", None) or os.path.join(self.args.out, CACHE)
 
     def set_epoch(self, epoch):
         pass
@@ -169,7 +194,8 @@ class Objective:
         from common.models.saving import save_model
         save_model(self.encoder, self.tokenizer, path, self.max_length, self.info,
                    extra=lambda directory: self.save_extra(model, directory),
-                   card=run_card.model_card(self, path, identity, log, self.card_facts()))
+                   card=run_card.model_card(self, path, identity, log, self.card_facts()),
+                   similarity=self.similarity, prompts=self.settings["st_config"])
 
     def card_facts(self):
         """What every card of the run shares, read once, after ``build`` and before the first step (the loop asks
@@ -180,3 +206,14 @@ class Objective:
             from common.train.objectives import REGISTRY
             self._facts = run_card.run_facts(self, REGISTRY[self.name].script)
         return self._facts
+
+
+def document_reader(model):
+    """How the model at ``model`` read a document in training: ``(document_input, documents)`` of the objective its
+    ``docembed.json`` names, or of ``Objective`` (SPECTER's input) for a model not trained here."""
+    import os
+    from common.models.saving import read_run_info
+    from common.train.objectives import REGISTRY, get
+    name = read_run_info(model).get("objective") if os.path.isdir(model) else None
+    objective = get(name) if name in REGISTRY else Objective
+    return objective.document_input, objective.documents

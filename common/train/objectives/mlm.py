@@ -49,7 +49,7 @@ from common.data.retrieval import read_split_ids
 from common.io import InputError
 from common.markdown import escape
 from common.models.card import Method
-from common.models.loading import load_pretrained, load_weights
+from common.models.loading import load_pretrained, load_weights, st_config
 from common.train import losses, nsp
 from common.models.masked_lm import MaskedLM, check_nsp
 from common.train.masking import IGNORE, Part, mask_batch, tokenize
@@ -81,6 +81,7 @@ class MLMObjective(Objective):
     paper = "transformers' run_mlm_no_trainer.py (BERT's masked-LM pre-training)"
     defaults = {"lr": 5e-5, "batch_size": 8, "epochs": 3, "warmup": 0, "weight_decay": 0.0, "schedule": "linear",
                 "pooling": "mean", "max_length": None, "normalize": False, "drop_last": False}
+    similarity = None  # not trained for similarity
     result_args = ("mlm_probability", "mask_replace_prob", "random_replace_prob", "whole_word_mask", "line_by_line",
                    "mlm_docs", "validation_split", "model_type", "config_name", "config_overrides", "tokenizer_name",
                    "vocab_size", "lowercase", "nsp", "short_seq_prob")
@@ -203,7 +204,7 @@ class MLMObjective(Objective):
             raise InputError(f"{args.model or 'the new model'}: takes at most {self.max_length} tokens; --nsp needs at "
                              f"least {NSP_MIN_LENGTH} ([CLS] A [SEP] B [SEP], a token in each segment)")
         self.settings = {"pooling": args.pooling, "normalize": bool(args.normalize), "max_length": self.max_length,
-                         "st_config": {}}
+                         "st_config": st_config(args.model) if args.model else {}}
         model = MaskedLM(mlm, args.pooling, bool(args.normalize), nsp=args.nsp)
         self.masked_lm = type(mlm).__name__
         self.encoder = model.encoder
@@ -260,15 +261,9 @@ class MLMObjective(Objective):
         train = np.sort(self._split(len(texts))[0])
         with self.accelerator.main_process_first() if self.accelerator else contextlib.nullcontext():
             tokenizer = train_wordpiece([texts[i] for i in train.tolist()], args.vocab_size, args.lowercase,
-                                        model_max_length=length, cache_dir=self._cache_dir())
+                                        model_max_length=length, cache_dir=self.cache_dir())
         self.say(f"new WordPiece vocabulary of {len(tokenizer)} entries learnt from {len(train)} texts")
         return tokenizer
-
-    def _cache_dir(self):
-        """Where tokenised texts and a learnt vocabulary are kept: ``--cache-dir``, else the run's own folder
-        (``run_entries.CACHE`` in ``--out``), so that a run writes nothing outside the places it is given."""
-        from common.train.run_entries import CACHE
-        return self.args.cache_dir or os.path.join(self.args.out, CACHE)
 
     def _split(self, n):
         """(training, validation) text positions: a seeded permutation, the first ``--validation-split`` held out."""
@@ -300,7 +295,7 @@ class MLMObjective(Objective):
             parts = self._pairs(texts)
         else:
             ids, word_start, offsets = tokenize(texts, self.tokenizer, self.max_length, args.line_by_line,
-                                                self._cache_dir())
+                                                self.cache_dir())
             parts = [Part.of_texts(ids, word_start, offsets, np.sort(p)) for p in self._split(len(texts))]
             if not args.line_by_line:
                 parts = [p.blocks(self.max_length) for p in parts]
@@ -316,7 +311,7 @@ class MLMObjective(Objective):
     def _pairs(self, texts):
         """``--nsp``: the training and validation parts as next-sentence pairs of their own documents."""
         args = self.args
-        ids, word_start, sentences, per_text = nsp.tokenize_sentences(texts, self.tokenizer, self._cache_dir())
+        ids, word_start, sentences, per_text = nsp.tokenize_sentences(texts, self.tokenizer, self.cache_dir())
         parts = [nsp.Pairs(ids, word_start, nsp.pairs(sentences, per_text, np.sort(p), self.max_length - 3,
                                                      args.short_seq_prob, args.seed),
                            self.tokenizer.cls_token_id, self.tokenizer.sep_token_id)
