@@ -24,6 +24,8 @@ ENV = dict(os.environ, PYTHONHASHSEED="0")
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA device, skipped without one (pytest -m gpu runs them)")
+    config.addinivalue_line("markers", "slurm: needs a Slurm cluster it starts as root, skipped unless chosen (make "
+                            "test-slurm: pytest -m slurm tests/slurm)")
 
 
 def forget_hashes(folder):
