@@ -124,10 +124,11 @@ def test_rows_embedded_first_are_in_when_ready_is_called_and_the_whole_equals_on
     assert not seen[0][np.setdiff1d(np.arange(30), rows)].any()
 
 
-def test_triplet_batch_embeds_each_document_once_in_query_positive_negative_order(tiny_model, tiny_data):
+def test_triplet_batch_embeds_each_document_once_in_query_positive_negative_order(tiny_model, tiny_data,
+                                                                                 tmp_path):
     from common.train.objectives.triplet import TripletObjective
     args = script_module("03_train.py").parse_args(["--data", str(tiny_data), "--model", str(tiny_model), "--out",
-                                                    "unused", "--pooling", "mean", "--max-length", "32"])
+                                                    str(tmp_path / "run"), "--pooling", "mean", "--max-length", "32"])
     objective = TripletObjective(args, None)
     encoder = objective.build()
     encoder.eval()
