@@ -554,7 +554,7 @@ def hardening_cases(root, model, data, train):
     import time
     import numpy as np
     from common.folder_lock import LOCK, FolderLock
-    from common.train.distributed import LAUNCH_SIZES
+    from common.distributed import LAUNCH_SIZES
     results = []
     twice = root / "twice-data"
     shutil.copytree(data, twice)

@@ -237,7 +237,7 @@ def test_processes_of_a_launch_that_accelerate_does_not_join_are_refused_before_
                                                                                           tmp_path, monkeypatch):
     """Where Accelerate leaves a launch's processes apart (here: two launched, as WORLD_SIZE says, on a device it
     joins none on), each is refused in one line before the model loads, and nothing is written."""
-    from common.train import distributed
+    from common import distributed
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setattr(distributed, "joins_on_cpu", lambda: False)
     run = tmp_path / "run"

@@ -12,7 +12,7 @@ from common.folders import STAGING
 from common.io import InputError
 from common.train.replacement import complete_replacement
 from common.train.run_entries import CACHE, NEXT, RUN_FILE, STATE, checkpoints, finished_in, links
-from common.train.distributed import launched_processes
+from common.distributed import launched_processes
 from common.train.run_identity import run_identity
 from common.train.run_log import LARGEST
 

@@ -35,7 +35,7 @@ from common.io import InputError, read_jsonl
 from common.models.card import Method
 from common.models.tokens import TokenStore
 from common.train import losses
-from common.train.distributed import all_gather, all_gather_with_grad, process_rank
+from common.distributed import all_gather, all_gather_with_grad, process_rank
 from common.train.objectives.base import Objective
 
 
