@@ -1,7 +1,7 @@
 # make demo — set up .venv (requirements-lock.txt) and run 01 → 05 on the embedded sample; make demo-keysent, make
-# demo-distill — the other methods' demos, make demo-search the paper-search one; make test — the test suite; make
-# test-lower-bounds — the suite on requirements.txt's lower bounds; make fuzz — every reader and flag parser fuzzed
-# (fuzz/, docs/reliability.md).
+# demo-distill — the other methods' demos, make demo-search the paper-search one; make test — the test suite, make
+# test-slow its slow tests; make test-lower-bounds — the suite on requirements.txt's lower bounds; make fuzz — every
+# reader and flag parser fuzzed (fuzz/, docs/reliability.md).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -26,7 +26,7 @@ DISTILL_MODELS = --model longformer=$(DISTILL)/student --model sbert="$(MINILM)"
 SEARCH := $(DEMO)/search
 SEARCH_MNRL := --batch-size 16 --max-length 128 --max-steps 4 --checkpoint-every 0
 
-.PHONY: demo demo-keysent demo-distill demo-search test test-lower-bounds fuzz bench-deps clean corpora pretrain \
+.PHONY: demo demo-keysent demo-distill demo-search test test-slow test-lower-bounds fuzz bench-deps clean corpora pretrain \
 	reproduce-wikispecter reproduce-wikispecter-topics reproduce-wikispecter-ablation reproduce-keysent reproduce-distill \
 	reproduce-search
 
@@ -170,6 +170,11 @@ reproduce-search: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests
+
+# the tests marked slow, which make test leaves out (tests/conftest.py): real launchers, runs killed and resumed,
+# the pipeline end to end, reference libraries that compile first
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider -m slow tests
 
 # requirements.txt's lower bounds, each installed with == into a virtual environment of its own, then the tests
 # (LOWER_TESTS: all of them unless a list is given)

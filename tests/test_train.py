@@ -108,6 +108,7 @@ def test_learning_rate_warms_up_for_a_tenth_then_decays_linearly_to_zero(referen
     assert log[-1]["lr"] == 0
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_to_bit_identical_weights(tiny_model, tiny_data, reference_run, tmp_path):
     out = tmp_path / "run"
     proc = start(train_args(tiny_data, tiny_model, out))
@@ -123,6 +124,7 @@ def test_killed_run_resumes_to_bit_identical_weights(tiny_model, tiny_data, refe
     assert losses(out) == losses(reference_run)
 
 
+@pytest.mark.slow
 def test_sigterm_saves_a_checkpoint_and_exits_143(tiny_model, tiny_data, reference_run, tmp_path):
     out = tmp_path / "run"
     proc = start(train_args(tiny_data, tiny_model, out))
@@ -184,6 +186,7 @@ def start_two_processes(args):
                             start_new_session=True)
 
 
+@pytest.mark.slow
 def test_two_processes_stop_together_on_sigterm_and_resume_bit_identically(tiny_model, tiny_data, tmp_path):
     reference = tmp_path / "ref"
     proc = start_two_processes(train_args(tiny_data, tiny_model, reference))
@@ -209,6 +212,7 @@ def test_two_processes_stop_together_on_sigterm_and_resume_bit_identically(tiny_
     assert all((ref[k] == ours[k]).all() for k in ref)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("launcher", [["torch.distributed.run", "--nproc_per_node", "2", "--master_port"],
                                       ["accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
                                        "--main_process_port"]])
