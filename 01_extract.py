@@ -15,7 +15,8 @@ import os
 from dataclasses import fields
 import sys
 
-from common import cli, folders
+from common import cli
+from common.outputs import folders
 from common.data import sources, topic_labels
 from common.data.wiki import DISAMBIGUATION_MARKERS, DISAMBIGUATION_TEMPLATES, WikiSettings, extract_wiki
 

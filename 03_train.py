@@ -29,7 +29,8 @@ import signal
 import sys
 import time
 
-from common import cli, provenance
+from common import cli
+from common.outputs import provenance
 from common.io import InputError, Preempted
 from common.train import objectives
 from common.train.training_flags import add_training_arguments

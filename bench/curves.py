@@ -17,7 +17,8 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from common import folders, io  # noqa: E402
+from common import io  # noqa: E402
+from common.outputs import folders  # noqa: E402
 
 
 def read_log(run):

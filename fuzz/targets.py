@@ -255,7 +255,7 @@ def pairs(data, work):
 
 def beir(data, work):
     """02 beir: a BEIR folder's corpus.jsonl, queries.jsonl and qrels/test.tsv."""
-    from common import folders
+    from common.outputs import folders
     from common.data.beir import write_beir
     corpus, queries, test = _parts(data, 3)
     folder = os.path.join(work, "beir")
@@ -268,7 +268,7 @@ def beir(data, work):
 
 def classify_splits(data, work):
     """02 classify: a task's training and test splits (01 hf's articles.jsonl or pairs.jsonl)."""
-    from common import folders
+    from common.outputs import folders
     from common.data.classify_splits import write_tasks
     train, test = _parts(data, 2)
     with folders.Outputs(os.path.join(work, "out"), "02_build_graph.py", "classify") as outputs:
@@ -368,7 +368,7 @@ def manifest_files(data, work):
     manifest, or (a JSON list) its ``files``; its ``script`` is the run's, so that the run reads its names."""
     from argparse import Namespace
 
-    from common.folders import Outputs
+    from common.outputs.folders import Outputs
     try:
         value = json.loads(data)
     except (ValueError, RecursionError):

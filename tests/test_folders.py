@@ -1,4 +1,4 @@
-"""Output folders (common/folders.py) as the scripts use them: written in a private folder and committed whole,
+"""Output folders (common/outputs/folders.py) as the scripts use them: written in a private folder and committed whole,
 manifest last; a folder owned by its run, locked while in use, refused where it is not the script's own or holds a
 finished output (--overwrite replaces it and keeps the user's files); nothing written through a link planted in
 it; what a killed run left removed by the next; a full disk, a folder that cannot be made or any failing step is
@@ -13,8 +13,9 @@ import re
 
 import pytest
 
-from common import folders, io, written
-from common.folders import Outputs
+from common import io
+from common.outputs import folders, written
+from common.outputs.folders import Outputs
 from common.io import InputError
 from conftest import (SHORT_TRAIN, file_tree, full_disk, linked_articles, script_error, script_main,
                       short_teachers, write_linked_articles)
@@ -55,7 +56,7 @@ def test_outputs_never_opens_a_path_outside_its_folder(tmp_path):
 def test_an_output_folder_records_its_start_and_finish_writes_its_manifest_last(tmp_path, monkeypatch):
     import argparse
 
-    from common import provenance
+    from common.outputs import provenance
     times = iter(["2026-01-02T03:04:05+00:00", "2026-01-02T03:04:09+00:00"])
     monkeypatch.setattr(provenance, "now", lambda: next(times))
     src = tmp_path / "in.txt"
@@ -147,7 +148,7 @@ def test_a_folder_that_is_not_this_scripts_own_run_is_refused(tmp_path):
 
 
 def test_a_folder_in_use_by_another_run_is_refused_and_the_lock_goes_with_the_run(tmp_path, capsys):
-    from common.folder_lock import FolderLock
+    from common.outputs.folder_lock import FolderLock
     src = write_articles(tmp_path)
     out = tmp_path / "data"
     out.mkdir()

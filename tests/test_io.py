@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from common import folders, io
+from common import io
+from common.outputs import folders
 from common.io import InputError, safe_name
 from conftest import SHORT_TRAIN, script_error
 

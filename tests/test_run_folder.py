@@ -15,7 +15,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from common import folders, io, written
+from common import io
+from common.outputs import folders, written
 from common.io import InputError
 from common.train import run_entries, run_identity, run_log, run_status
 from conftest import (SHORT_TRAIN, file_tree, full_disk, read_jsonl, script_error, script_main, script_module,

@@ -20,7 +20,7 @@ from common.data import topic_labels, wikitext
 from common.data.dump import DumpReader
 from common.io import InputError
 from common.jsontext import dumps_line
-from common.folders import create
+from common.outputs.folders import create
 from common.pool import ordered_map
 from common.data.titles import ARTICLE, OTHER, REDIRECT, TitleIndex, title_hash
 

@@ -6,9 +6,10 @@ with (``RunFolder.identity``). A run resumes only from a checkpoint of its own."
 
 import os
 
-from common import folders, io
-from common.folder_lock import LOCK
-from common.folders import STAGING
+from common import io
+from common.outputs import folders
+from common.outputs.folder_lock import LOCK
+from common.outputs.folders import STAGING
 from common.io import InputError
 from common.train.replacement import complete_replacement
 from common.train.run_entries import CACHE, NEXT, RUN_FILE, STATE, checkpoints, finished_in, links
