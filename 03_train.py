@@ -69,7 +69,7 @@ def train(args, script=__file__):
     from transformers import get_scheduler
 
     from common.models import cpu, precision
-    from common.train import replacement, run_folder, run_log, run_status
+    from common.train.run import replacement, run_folder, run_log, run_status
     from common.distributed import check_joined, joins_on_cpu, stop_agreed
     from common.train.optimization import parameter_groups, warmup_steps
     from common.models.encoder import checkpoint_activations

@@ -321,7 +321,7 @@ def queries(data, work):
 
 def log(data, work):
     """A run's log.jsonl as a resume trims it (its first ``keep`` records) and as curves read it."""
-    from common.train.run_log import read_log
+    from common.train.run.run_log import read_log
     path = _write(work, "log.jsonl", data)
     records = read_log(path)
     read_log(path, keep=len(records) // 2)
@@ -332,7 +332,7 @@ def manifest(data, work):
     from common import io
     from common.eval import wikispecter
     from common.eval.retrieval import read_manifest_args
-    from common.train.run_identity import data_fingerprint
+    from common.train.run.run_identity import data_fingerprint
     _write(work, "manifest.json", data)
     _jsonl(work, "docs.jsonl", DOCS)
     _jsonl(work, "triplets.train.jsonl", [])

@@ -268,7 +268,7 @@ class MLMObjective(Objective):
     def _cache_dir(self):
         """Where tokenised texts and a learnt vocabulary are kept: ``--cache-dir``, else the run's own folder
         (``run_entries.CACHE`` in ``--out``), so that a run writes nothing outside the places it is given."""
-        from common.train.run_entries import CACHE
+        from common.train.run.run_entries import CACHE
         return self.args.cache_dir or os.path.join(self.args.out, CACHE)
 
     def _split(self, n):

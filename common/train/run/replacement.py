@@ -7,7 +7,7 @@ import os
 import time
 
 from common.outputs import folders
-from common.train.run_entries import NEXT, finished_in, recorded_files, run_entry
+from common.train.run.run_entries import NEXT, finished_in, recorded_files, run_entry
 from common.outputs.written import remove_entry, remove_written
 
 

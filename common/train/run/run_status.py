@@ -11,11 +11,11 @@ from common.outputs import folders
 from common.outputs.folder_lock import LOCK
 from common.outputs.folders import STAGING
 from common.io import InputError
-from common.train.replacement import complete_replacement
-from common.train.run_entries import CACHE, NEXT, RUN_FILE, STATE, checkpoints, finished_in, links
+from common.train.run.replacement import complete_replacement
+from common.train.run.run_entries import CACHE, NEXT, RUN_FILE, STATE, checkpoints, finished_in, links
 from common.distributed import launched_processes
-from common.train.run_identity import run_identity
-from common.train.run_log import LARGEST
+from common.train.run.run_identity import run_identity
+from common.train.run.run_log import LARGEST
 
 
 def finished(args, script):
