@@ -125,7 +125,7 @@ def _text(data):
 # -- 01's readers --------------------------------------------------------------------------------------------------
 
 def dump(data, work, name="dump.xml"):
-    from common.data.dump import DumpReader
+    from common.extract.dump import DumpReader
     for page in DumpReader(_write(work, name, data)):
         pass
 
@@ -137,8 +137,8 @@ def dump_bz2(data, work):
 def wikitext(data, work):
     """A page's wikitext as 01 wiki cleans it (``process_article``): the lead (first paragraph or section) or the
     full text, its links and categories, on English Wikipedia's namespaces."""
-    from common.data.wiki import ExtractConfig, process_article
-    from common.data.wikitext import Namespaces
+    from common.extract.wiki import ExtractConfig, process_article
+    from common.extract.wikitext import Namespaces
     mode = data[0] if data else 0
     names = {-2: "Media", -1: "Special", 1: "Talk", 2: "User", 4: "Wikipedia", 6: "File", 10: "Template",
              14: "Category"}
@@ -148,13 +148,13 @@ def wikitext(data, work):
 
 
 def arxiv(data, work):
-    from common.data.arxiv import extract_arxiv
+    from common.extract.arxiv import extract_arxiv
     out = _io.StringIO()
     extract_arxiv(_write(work, "arxiv.json", data), out, ("cs",) if len(data) % 2 else (), collections.Counter())
 
 
 def dictd(data, work):
-    from common.data.dictd import extract_dictd
+    from common.extract.dictd import extract_dictd
     index, body = _parts(data, 2)
     extract_dictd(_write(work, "d.index", index), _write(work, "d.dict", body), _io.StringIO(),
                   collections.Counter(), min_chars=5)
@@ -182,18 +182,18 @@ def _tree(data, work, suffix, labels):
 
 
 def rst(data, work):
-    from common.data.rst import extract_rst
+    from common.extract.rst import extract_rst
     extract_rst(_tree(data, work, ".rst", ["", "guide"]), _io.StringIO(), collections.Counter(), min_chars=5)
 
 
 def folder(data, work):
-    from common.data.plaintext import extract_folder
+    from common.extract.plaintext import extract_folder
     extract_folder(_tree(data, work, ".txt", ["sport", "tiede"]), _io.StringIO(), collections.Counter(),
                    min_chars=5)
 
 
 def csv(data, work):
-    from common.data.plaintext import extract_csv
+    from common.extract.plaintext import extract_csv
     flags, body = data[:1], data[1:]
     options = {}
     if flags and flags[0] & 1:
@@ -206,7 +206,7 @@ def csv(data, work):
 def sentences(data, work):
     """01 sentences' input (``{"id", "text", "key_sentences"}``) and 02 sentences' (``sentences.jsonl``)."""
     from common.data.keysent_splits import read_sentences
-    from common.data.sentences import extract_sentences
+    from common.extract.sentences import extract_sentences
     path = _write(work, "in.jsonl", data)
     quiet = {"say": lambda text: None}
     for reader in (lambda: extract_sentences(path, _io.StringIO(), "punkt", collections.Counter(), **quiet),
@@ -296,7 +296,7 @@ def qrels(data, work):
 def topics(data, work):
     """topics.<level>.{train,test}.jsonl (05 topics), a classification split (05 classify), the ratings of a
     similarity test set, and 01's --topic-map TSV."""
-    from common.data.topic_labels import read_topic_map
+    from common.extract.topic_labels import read_topic_map
     from common.eval import classify, similarity, wikispecter
     train, test = _parts(data, 2)
     _write(work, "topics.top.train.jsonl", train)

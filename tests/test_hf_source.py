@@ -1,4 +1,4 @@
-"""01_extract.py hf (common/data/hf_source.py): one split of a dataset as Hugging Face datasets reads it — a
+"""01_extract.py hf (common/extract/hf_source.py): one split of a dataset as Hugging Face datasets reads it — a
 save_to_disk folder, parquet, JSON lines and CSV written here, and a hub name (the hub replaced by a local dataset)
 — into articles.jsonl or pairs.jsonl, with one-line errors naming the row."""
 

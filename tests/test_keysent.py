@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from common.data.sentences import clean, label, split, splitter
+from common.extract.sentences import clean, label, split, splitter
 from conftest import read_jsonl, run_main, script_error, script_main
 
 def test_split_cuts_at_span_ends_with_offsets_into_the_text():
@@ -20,7 +20,7 @@ def test_split_cuts_at_span_ends_with_offsets_into_the_text():
 
 
 def test_split_reads_a_long_text_a_window_at_a_time_with_the_same_sentences(monkeypatch):
-    from common.data import sentences as module
+    from common.extract import sentences as module
     text = " ".join(f"Sentence number {i} is here (e.g. this one)." for i in range(40))
     whole = split(text, splitter())
     monkeypatch.setattr(module, "PUNKT_WINDOW", 100)

@@ -27,7 +27,7 @@ import os
 import numpy as np
 import torch
 
-from common.data.arxiv import text_key
+from common.extract.arxiv import text_key
 from common.data.docs_jsonl import Documents
 from common.data.retrieval import read_qrels, read_queries
 from common import cli
