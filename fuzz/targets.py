@@ -241,8 +241,9 @@ def splits(data, work):
 
 
 def triplets(data, work):
-    from common.data.docs_jsonl import read_triplets
-    read_triplets(_write(work, "triplets.train.jsonl", data), INDEX)
+    from common.data.docs_jsonl import Documents, read_triplets
+    _jsonl(work, "docs.jsonl", DOCS)
+    read_triplets(_write(work, "triplets.train.jsonl", data), Documents(work))
 
 
 def pairs(data, work):

@@ -10,6 +10,9 @@ import errno
 import json
 import os
 import re
+import socket
+import subprocess
+import sys
 
 import pytest
 
@@ -154,9 +157,136 @@ def test_a_folder_in_use_by_another_run_is_refused_and_the_lock_goes_with_the_ru
     out.mkdir()
     with FolderLock(out):
         assert script_error("02_build_graph.py", "--articles", src, "--out", out) == \
-            f"error: {out}: in use by another run (process {os.getpid()}); wait for it to end or give another folder"
+            (f"error: {out}: in use by another run (process {os.getpid()} on {socket.gethostname()}); wait for it "
+             "to end or give another folder")
         assert sorted(p.name for p in out.iterdir()) == [".lock"]
     assert ".lock" not in graph(tmp_path, out, ["top"])
+
+
+def no_flock(code):
+    """A test double of ``fcntl.flock`` on a filesystem without it, as Lustre mounted without ``-o flock`` (ENOSYS)
+    or NFS mounted ``nolock`` (ENOLCK) answer."""
+    def flock(fd, operation):
+        raise OSError(code, os.strerror(code))
+    return flock
+
+
+HOLD = """
+import errno, fcntl, os, sys, time
+sys.path.insert(0, {root!r})
+if {code}:
+    def flock(fd, operation):
+        raise OSError({code}, os.strerror({code}))
+    fcntl.flock = flock
+from common.outputs.folder_lock import FolderLock
+FolderLock({folder!r}).acquire()
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+def holding(folder, code=0):
+    """Another process holding ``folder``'s lock (flock failing with ``code``, where not 0), once it says so."""
+    from conftest import ENV, ROOT
+    proc = subprocess.Popen([sys.executable, "-c", HOLD.format(root=ROOT, code=code, folder=str(folder))], env=ENV,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "held\n"
+    return proc
+
+
+@pytest.mark.parametrize("code", [errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP])
+def test_without_flock_a_folder_in_use_is_refused_by_its_lock_files_exclusive_creation(code, tmp_path, monkeypatch):
+    import fcntl
+    from common.outputs.folder_lock import FolderLock
+    monkeypatch.setattr(fcntl, "flock", no_flock(code))
+    src = write_articles(tmp_path)
+    out = tmp_path / "data"
+    out.mkdir()
+    with FolderLock(out):
+        assert (out / ".lock").read_text().split()[:2] == [socket.gethostname(), str(os.getpid())]
+        assert script_error("02_build_graph.py", "--articles", src, "--out", out) == (
+            f"error: {out}: in use by another run (process {os.getpid()} on {socket.gethostname()}); wait for it to "
+            f"end or give another folder (a filesystem without flock: if that run is gone, remove {out / '.lock'})")
+        assert sorted(p.name for p in out.iterdir()) == [".lock"]
+    assert ".lock" not in graph(tmp_path, out, ["top"])
+
+
+def test_without_flock_a_second_process_is_refused_and_takes_the_lock_once_the_first_is_killed(tmp_path, monkeypatch):
+    import fcntl
+    from common.outputs.folder_lock import FolderLock
+    monkeypatch.setattr(fcntl, "flock", no_flock(errno.ENOSYS))
+    proc = holding(tmp_path, errno.ENOSYS)
+    try:
+        with pytest.raises(InputError, match=rf"in use by another run \(process {proc.pid} on "
+                                             rf"{re.escape(socket.gethostname())}\)"):
+            FolderLock(tmp_path).acquire()
+    finally:
+        proc.kill()
+        proc.wait()
+    with FolderLock(tmp_path):  # the killed process left its lock file; on its own host it is stale
+        assert (tmp_path / ".lock").read_text().split()[:2] == [socket.gethostname(), str(os.getpid())]
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_flock_held_by_another_process_names_its_host_and_process(tmp_path):
+    from common.outputs.folder_lock import FolderLock
+    proc = holding(tmp_path)
+    try:
+        with pytest.raises(InputError) as refused:
+            FolderLock(tmp_path).acquire()
+        assert str(refused.value) == (f"{tmp_path}: in use by another run (process {proc.pid} on "
+                                      f"{socket.gethostname()}); wait for it to end or give another folder")
+    finally:
+        proc.kill()
+        proc.wait()
+    FolderLock(tmp_path).acquire().release()
+
+
+def dead_pid():
+    """The id of a process of this host that has ended (and been reaped)."""
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    return int(proc.stdout)
+
+
+@pytest.mark.parametrize("record, taken", [
+    ("{host} {dead} -", True),  # this host's process, gone
+    ("{host} {me} 1", True),  # this host's process id, now another process's (started at another time)
+    ("n2 {dead} -", False),  # another node's: out of sight, never taken over
+    ("n2 1 -", False),
+    ("", False),  # its owner made it and has not written its record yet
+    ("{me}", False),  # an earlier version's bare process id
+], ids=["dead", "id-reused", "other-host", "other-host-live-id", "no-record", "bare-id"])
+def test_without_flock_a_lock_is_taken_over_only_from_a_process_of_this_host_that_is_gone(record, taken, tmp_path,
+                                                                                           monkeypatch):
+    import fcntl
+    from common.outputs.folder_lock import FolderLock
+    monkeypatch.setattr(fcntl, "flock", no_flock(errno.ENOLCK))
+    line = record.format(host=socket.gethostname(), dead=dead_pid(), me=os.getpid())
+    (tmp_path / ".lock").write_text(line + "\n")
+    if taken:
+        with FolderLock(tmp_path):
+            assert (tmp_path / ".lock").read_text().split()[:2] == [socket.gethostname(), str(os.getpid())]
+        assert not (tmp_path / ".lock").exists()
+        return
+    owner = f"process {line.split()[1]} on {line.split()[0]}" if line.count(" ") == 2 else "process unknown"
+    with pytest.raises(InputError) as refused:
+        FolderLock(tmp_path).acquire()
+    assert str(refused.value) == (f"{tmp_path}: in use by another run ({owner}); wait for it to end or give another "
+                                  f"folder (a filesystem without flock: if that run is gone, remove "
+                                  f"{tmp_path / '.lock'})")
+    assert (tmp_path / ".lock").read_text() == line + "\n"
+
+
+def test_a_released_lock_removes_only_its_own_file(tmp_path, monkeypatch):
+    import fcntl
+    from common.outputs.folder_lock import FolderLock
+    monkeypatch.setattr(fcntl, "flock", no_flock(errno.ENOSYS))
+    lock = FolderLock(tmp_path).acquire()
+    os.remove(tmp_path / ".lock")  # removed by hand, and another run's made since
+    (tmp_path / ".lock").write_text("n2 7 -\n")
+    lock.release()
+    assert (tmp_path / ".lock").read_text() == "n2 7 -\n"
 
 
 def test_a_rerun_removes_what_the_previous_run_wrote_and_this_one_does_not(tmp_path, capsys):
@@ -733,3 +863,25 @@ def test_a_file_written_whole_or_not_at_all_has_a_private_folder_named_after_it(
         with open(staged, "w") as f:
             f.write("x")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["base.flat.faiss"]
+
+
+def test_without_flock_every_command_refuses_an_out_another_run_holds(tmp_path, tiny_data, tiny_model, monkeypatch):
+    """01, 04 teachers and 05 take their --out through the same lock as 02 and 03 (their own tests), without flock
+    too; the holder's lock file is left as it was."""
+    import fcntl
+    from common.outputs.folder_lock import FolderLock
+    monkeypatch.setattr(fcntl, "flock", no_flock(errno.EOPNOTSUPP))
+    (tmp_path / "a.csv").write_text('id,title,text\n1,T,"' + "words " * 20 + '"\n', encoding="utf-8")
+    commands = {"01": ["01_extract.py", "csv", "--input", tmp_path / "a.csv"],
+                "04": ["04_distill.py", "teachers", "--data", tiny_data, "--teacher", tiny_model],
+                "05": ["05_evaluate.py", "--data", tiny_data, "--model", f"base={tiny_model}", "--task", "crossref"]}
+    for name, command in commands.items():
+        out = tmp_path / name
+        out.mkdir()
+        with FolderLock(out):
+            record = (out / ".lock").read_text()
+            assert script_error(*command, "--out", out) == (
+                f"error: {out}: in use by another run (process {os.getpid()} on {socket.gethostname()}); wait for it "
+                f"to end or give another folder (a filesystem without flock: if that run is gone, remove "
+                f"{out / '.lock'})"), name
+            assert os.listdir(out) == [".lock"] and (out / ".lock").read_text() == record, name

@@ -3,6 +3,7 @@ vocabulary are kept inside the run's --out unless --cache-dir names another plac
 
 import os
 import sys
+import socket
 
 import pytest
 
@@ -200,7 +201,8 @@ def test_a_run_folder_another_run_takes_after_the_finished_check_is_refused_befo
     try:
         assert script_error("03_train.py", "--data", tiny_data, "--model", tiny_model, "--out", run, *MLM,
                             *(["--cache-dir", cache] if cache_dir else [])) == \
-            f"error: {run}: in use by another run (process {os.getpid()}); wait for it to end or give another folder"
+            (f"error: {run}: in use by another run (process {os.getpid()} on {socket.gethostname()}); wait for it "
+             "to end or give another folder")
         assert os.listdir(run) == [".lock"]
     finally:
         for lock in held:

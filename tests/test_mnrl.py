@@ -65,7 +65,7 @@ def train(data, model, out, objective, *extra):
     return train_in_process(argv)
 
 
-def test_mnrl_with_gradcache_has_the_gradients_of_the_plain_loss(tiny_model, paper_data):
+def test_mnrl_with_gradcache_has_the_gradients_of_the_plain_loss(tiny_model, paper_data, tmp_path):
     from types import SimpleNamespace
 
     from common.train.objectives.mnrl import MNRLObjective
@@ -73,7 +73,7 @@ def test_mnrl_with_gradcache_has_the_gradients_of_the_plain_loss(tiny_model, pap
     for chunk in (0, 3):
         args = SimpleNamespace(model=str(tiny_model), data=str(paper_data), pooling="mean", normalize=False,
                                max_length=32, query_max_length=16, length_groups=2, cache_chunk=chunk, gather=True,
-                               scale=20.0, symmetric=True, mask_duplicates=True)
+                               scale=20.0, symmetric=True, mask_duplicates=True, out=str(tmp_path / "run"))
         objective = MNRLObjective(args, None)
         model = objective.build()
         objective.load_data()

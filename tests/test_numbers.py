@@ -310,11 +310,11 @@ def test_a_document_whose_id_title_or_text_is_not_a_string_is_one_line_for_train
 
 @pytest.mark.parametrize("value", [[1], {"a": 1}, 5, None])
 def test_a_triplet_naming_a_document_by_anything_but_a_string_is_one_line(value, tmp_path, tiny_data, tiny_model):
-    from common.data.docs_jsonl import read_triplets
+    from common.data.docs_jsonl import Documents, read_triplets
     path = tmp_path / "triplets.train.jsonl"
     path.write_text(json.dumps({"query": "d1", "pos": value, "neg": "d2"}) + "\n")
     with pytest.raises(InputError) as e:
-        read_triplets(str(path), {"d1": 0, "d2": 1})
+        read_triplets(str(path), Documents(tiny_data))
     assert str(e.value) == f"{path}:1: fields 'query', 'pos' and 'neg' must be ids (strings)"
 
 

@@ -31,7 +31,7 @@ def test_every_flag_of_every_objective_is_in_the_resume_identity_or_among_the_sp
 
     from common.train import objectives
     training = script_module("03_train.py")
-    place = {"data", "out", "overwrite", "seeds"}  # the identity holds the data's path and content; --out is where
+    place = {"data", "out", "overwrite", "seeds"}  # the identity holds the data's content; --out is where
     # it runs, --overwrite whether it starts afresh there
     for name in objectives.REGISTRY:
         cls = objectives.get(name)
@@ -184,6 +184,64 @@ def test_a_rebuilt_data_directory_does_not_resume_an_old_run(toy, tiny_model, ti
         toy(data, tiny_model, out, "--max-steps", "5")
 
 
+def test_the_same_data_and_model_staged_at_other_paths_resume_their_checkpoints_and_are_found_finished(
+        toy, toy_run, tiny_model, tiny_data, tmp_path, capsys):
+    """A job that copies its data and model to node-local scratch (a new path each job) resumes the checkpoints an
+    earlier job wrote, to the weights of a run not stopped, and a finished run is found finished there."""
+    ref, counts = toy_run
+    out, data, model = tmp_path / "run", tmp_path / "scratch" / "data", tmp_path / "scratch" / "model"
+    shutil.copytree(ref, out)
+    shutil.copytree(tiny_data, data)
+    shutil.copytree(tiny_model, model)
+    unfinish(out)
+    shutil.rmtree(out / "checkpoints" / "step_20")
+    capsys.readouterr()
+    toy(data, model, out)
+    assert f"resuming from {out / 'checkpoints' / 'step_15'} (step 15 of 20)" in capsys.readouterr().out
+    for a, b in zip(_weights(ref), _weights(out)):
+        assert all(torch.equal(a[k], b[k]) for k in a)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["paths"] == {"data": str(data), "model": str(model)}
+    assert "data" not in manifest["identity"] and "model" not in manifest["identity"]
+    finished = file_tree(out)
+    data, model = tmp_path / "next-job" / "data", tmp_path / "next-job" / "model"
+    shutil.copytree(tiny_data, data)
+    shutil.copytree(tiny_model, model)
+    assert toy(data, model, out) == counts
+    assert "finished with these settings already" in capsys.readouterr().out and file_tree(out) == finished
+
+
+def test_a_model_folder_holding_other_files_does_not_resume_and_the_refusal_names_where_the_model_was(
+        toy, toy_run, tiny_model, tiny_data, tmp_path):
+    ref, _ = toy_run
+    out, model = tmp_path / "run", tmp_path / "model"
+    shutil.copytree(ref, out)
+    shutil.copytree(tiny_model, model)
+    unfinish(out)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "attention_probs_dropout_prob": 0.0}))
+    with pytest.raises(InputError) as refused:
+        toy(tiny_data, model, out)
+    assert str(refused.value) == (f"{out}: its checkpoints come from a run with other settings (model_content: "
+                                  f"--model {tiny_model} then); use another --out or remove "
+                                  f"{out / 'checkpoints' / 'step_20'}")
+
+
+def test_a_checkpoint_of_another_number_of_processes_is_one_line_naming_both(toy_run):
+    ref, _ = toy_run
+    checkpoint = ref / "checkpoints" / "step_20"
+    identity = json.loads((checkpoint / run_entries.STATE).read_text())["identity"]
+    assert identity["processes"] == 1
+    with pytest.raises(InputError) as refused:
+        run_status.resumable_state(str(ref), str(checkpoint), {**identity, "processes": 4})
+    assert str(refused.value) == (f"{ref}: its checkpoints come from a run on 1 processes, and this launch starts 4; "
+                                  "launch 1 to resume it, or use another --out")
+    with pytest.raises(InputError) as refused:
+        run_status.resumable_state(str(ref), str(checkpoint), {**identity, "processes": 4, "lr": 1.0})
+    assert str(refused.value) == (f"{ref}: its checkpoints come from a run with other settings (lr; processes: 1 "
+                                  f"then, 4 now); use another --out or remove {checkpoint}")
+
+
 # -- finished, or resumed from its newest readable checkpoint ------------------------------------------------------
 
 def test_a_run_folder_is_owned_foreign_folders_refused_and_a_run_killed_before_its_first_checkpoint_restarts_clean(
@@ -261,8 +319,8 @@ def test_a_finished_run_is_done_only_to_a_launch_of_as_many_processes(tmp_path, 
     parse = script_module("03_train.py").parse_args
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["identity"]["processes"] == 1
-    other = (f"{run}: holds a finished 03_train.py run with other settings (processes); give --overwrite to train it "
-             "again (only what the run wrote is removed), or another --out")
+    other = (f"{run}: holds a 03_train.py run finished on 1 processes, and this launch starts 2; launch 1 to find it "
+             "finished, or give --overwrite to train it again on these, or another --out")
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(InputError) as e:
         run_status.finished(parse(argv), "03_train.py")
@@ -273,7 +331,7 @@ def test_a_finished_run_is_done_only_to_a_launch_of_as_many_processes(tmp_path, 
     (run / "manifest.json").write_text(json.dumps({**manifest, "counts": {**manifest["counts"], "processes": 2}}))
     with pytest.raises(InputError) as e:
         run_status.finished(parse(argv), "03_train.py")
-    assert str(e.value) == other
+    assert str(e.value) == other.replace("on 1", "on 2").replace("starts 2; launch 1", "starts 1; launch 2")
 
 
 def test_a_run_of_several_seeds_killed_in_its_second_goes_on_there_and_keeps_the_first(tmp_path, tiny_data,

@@ -18,6 +18,7 @@ import math
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -233,8 +234,8 @@ def test_two_processes_launched_without_a_gpu_join_into_one_run(launcher, tiny_m
     assert manifest["counts"]["processes"] == manifest["identity"]["processes"] == 2
     assert (run / "checkpoints" / "step_2" / "random_states_1.pkl").exists()
     assert script_error("03_train.py", *args) == (
-        f"error: {run}: holds a finished 03_train.py run with other settings (processes); give --overwrite to train "
-        "it again (only what the run wrote is removed), or another --out")
+        f"error: {run}: holds a 03_train.py run finished on 2 processes, and this launch starts 1; launch 2 to find it "
+        "finished, or give --overwrite to train it again on these, or another --out")
 
 
 def test_processes_of_a_launch_that_accelerate_does_not_join_are_refused_before_any_work(tiny_model, tiny_data,
@@ -283,7 +284,8 @@ def test_a_run_folder_in_use_is_refused_before_anything_is_removed(tiny_model, t
     (out / "manifest.json").unlink()  # an unfinished run: a finished one is refused before its lock is tried
     with FolderLock(out):
         assert script_error("03_train.py", *train_args(tiny_data, tiny_model, out, "--lr", "1e-3")) == \
-            f"error: {out}: in use by another run (process {os.getpid()}); wait for it to end or give another folder"
+            (f"error: {out}: in use by another run (process {os.getpid()} on {socket.gethostname()}); wait for it "
+             "to end or give another folder")
     assert (out / "log.jsonl").read_text() == (reference_run / "log.jsonl").read_text()
     assert (out / "model").is_dir()
 
@@ -315,7 +317,7 @@ def part_gradients(objective, rows, budgets):
     return found
 
 
-def test_a_triplet_batch_run_in_parts_has_the_loss_and_gradients_of_the_whole_batch(tiny_model, tiny_data):
+def test_a_triplet_batch_run_in_parts_has_the_loss_and_gradients_of_the_whole_batch(tiny_model, tiny_data, tmp_path):
     from types import SimpleNamespace
 
     import numpy as np
@@ -323,7 +325,7 @@ def test_a_triplet_batch_run_in_parts_has_the_loss_and_gradients_of_the_whole_ba
 
     from common.train.objectives.triplet import TripletObjective
     args = SimpleNamespace(model=str(tiny_model), data=str(tiny_data), pooling="mean", normalize=False, max_length=32,
-                           length_groups=2, margin=1.0)
+                           length_groups=2, margin=1.0, out=str(tmp_path / "run"))
     objective = TripletObjective(args, None)
     (whole, grads, sizes), *cut = part_gradients(objective, slice(0, 10), [0, 150, 1])
     assert sizes is None

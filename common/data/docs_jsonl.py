@@ -7,24 +7,36 @@ import numpy as np
 from common.io import InputError, read_jsonl
 from common.models.encoder import document_text
 
+def read_documents(path):
+    """Yield ``(line_number, id, title, text)`` of each document of a docs.jsonl, its fields checked as strings (ids
+    are checked unique by the reader that keeps them)."""
+    for lineno, obj in read_jsonl(path, required=("id", "title", "text")):
+        if not (type(obj["id"]) is str and type(obj["title"]) is str and type(obj["text"]) is str):
+            field = next(k for k in ("id", "title", "text") if type(obj[k]) is not str)
+            raise InputError(f"{path}:{lineno}: field {field!r} must be a string")
+        yield lineno, obj["id"], obj["title"], obj["text"]
+
+
 class Documents:
     """docs.jsonl: ids, their positions, titles and texts (``texts=False``: not kept, None; the texts are most of a
-    corpus's memory, and searching saved vectors needs only ids and titles)."""
+    corpus's memory, and searching saved vectors needs only ids and titles). Training maps one copy for all its
+    processes instead (``shared_docs.SharedDocuments``)."""
 
     def __init__(self, data_dir, texts=True):
         path = self.path = os.path.join(data_dir, "docs.jsonl")
         self.ids, self.titles, self.texts, self.index = [], [], [] if texts else None, {}
-        for lineno, obj in read_jsonl(path, required=("id", "title", "text")):
-            if not (type(obj["id"]) is str and type(obj["title"]) is str and type(obj["text"]) is str):
-                field = next(k for k in ("id", "title", "text") if type(obj[k]) is not str)
-                raise InputError(f"{path}:{lineno}: field {field!r} must be a string")
-            if obj["id"] in self.index:
-                raise InputError(f"{path}:{lineno}: duplicate id {obj['id']!r}")
-            self.index[obj["id"]] = len(self.ids)
-            self.ids.append(obj["id"])
-            self.titles.append(obj["title"])
+        for lineno, doc, title, text in read_documents(path):
+            if doc in self.index:
+                raise InputError(f"{path}:{lineno}: duplicate id {doc!r}")
+            self.index[doc] = len(self.ids)
+            self.ids.append(doc)
+            self.titles.append(title)
             if texts:
-                self.texts.append(obj["text"])
+                self.texts.append(text)
+
+    def rows(self, ids):
+        """The positions of ``ids``, -1 for an id that is not in docs.jsonl."""
+        return np.array([self.index.get(doc, -1) for doc in ids], dtype=np.int64)
 
     def subset(self, keep):
         """The documents whose ids are in ``keep``, in docs.jsonl's order (their texts kept)."""
@@ -56,13 +68,17 @@ class Documents:
         return [document_text(self.titles[i], self.texts[i], sep_token) for i in which]
 
 
-def read_triplets(path, index):
-    rows = []
+def read_triplets(path, docs):
+    """``(query, positive, negative)`` positions of a triplet file's rows in ``docs`` (its ``rows``: one lookup of
+    all the file's ids)."""
+    lines, ids = [], []
     for lineno, obj in read_jsonl(path, required=("query", "pos", "neg")):
         if not all(type(obj[k]) is str for k in ("query", "pos", "neg")):
             raise InputError(f"{path}:{lineno}: fields 'query', 'pos' and 'neg' must be ids (strings)")
-        try:
-            rows.append((index[obj["query"]], index[obj["pos"]], index[obj["neg"]]))
-        except KeyError as e:
-            raise InputError(f"{path}:{lineno}: id {e.args[0]!r} is not in docs.jsonl") from None
-    return np.array(rows, dtype=np.int64).reshape(-1, 3)
+        lines.append(lineno)
+        ids += (obj["query"], obj["pos"], obj["neg"])
+    rows = docs.rows(ids).reshape(-1, 3)
+    missing = np.flatnonzero(rows.ravel() < 0)
+    if len(missing):
+        raise InputError(f"{path}:{lines[missing[0] // 3]}: id {ids[missing[0]]!r} is not in docs.jsonl")
+    return rows

@@ -8,9 +8,10 @@ import os
 from common.io import InputError
 from common.models import card
 
-# what a run's identity holds besides the flags its cards list: where the data is and what it holds, the model it
-# started from (the card names it on its own) and the number of processes (the card's training line says it)
-NOT_SETTINGS = ("objective", "data", "data_content", "model", "processes")
+# what a run's identity holds besides the flags its cards list: what the data holds, the model it started from (the
+# card names it on its own), what a local model and teachers hold, and the number of processes (the card's training
+# line says it)
+NOT_SETTINGS = ("objective", "data_content", "model", "model_content", "teachers_content", "processes")
 
 
 def run_facts(objective, script):

@@ -46,6 +46,13 @@ class TokenStore:
         self.offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         self.pad_id = tokenizer.pad_token_id or 0
 
+    @classmethod
+    def of_arrays(cls, ids, offsets, pad_id):
+        """A store of token ``ids`` and ``offsets`` already made (mapped from a file: ``shared_docs.shared_store``)."""
+        store = cls.__new__(cls)
+        store.ids, store.offsets, store.pad_id = ids, offsets, pad_id
+        return store
+
     def __len__(self):
         return len(self.offsets) - 1
 

@@ -1,5 +1,7 @@
 """The class every objective extends: what an objective declares and does; 03_train.py's loop does the rest."""
 
+import os
+
 from common.io import InputError
 
 
@@ -26,7 +28,8 @@ class Objective:
       ``build()``           load the encoder (``self.encoder``, ``self.tokenizer``, ``self.max_length``) and return
                             the ``nn.Module`` to train: the encoder, or a module holding it with heads and loss state
                             (buffers). Everything in it is optimised, checkpointed and resumed.
-      ``load_data()``       tokenise and set ``train_rows`` / ``val_rows`` (run under ``main_process_first``)
+      ``load_data()``       tokenise and set ``train_rows`` / ``val_rows`` (run under ``main_process_first``: what
+                            the first process writes in ``cache_dir()`` the others map)
       ``set_epoch(epoch)``  before each epoch (and on resume): per-example randomness is drawn from
                             (seed, epoch, example), never from a global stream
       ``collate(rows)``     a batch from a list of rows; ``losses(model, batch)`` → loss per example (or a scalar)
@@ -105,6 +108,13 @@ class Objective:
 
     def load_data(self):
         raise NotImplementedError
+
+    def cache_dir(self):
+        """Where what is made from the data is kept for later runs and mapped by every process of a node (the
+        documents, their tokens): ``--cache-dir`` where the objective has it, else the run's own folder
+        (``run_entries.CACHE`` in ``--out``), so that a run writes nothing outside the places it is given."""
+        from common.train.run.run_entries import CACHE
+        return getattr(self.args, "cache_dir", None) or os.path.join(self.args.out, CACHE)
 
     def set_epoch(self, epoch):
         pass

@@ -261,15 +261,9 @@ class MLMObjective(Objective):
         train = np.sort(self._split(len(texts))[0])
         with self.accelerator.main_process_first() if self.accelerator else contextlib.nullcontext():
             tokenizer = train_wordpiece([texts[i] for i in train.tolist()], args.vocab_size, args.lowercase,
-                                        model_max_length=length, cache_dir=self._cache_dir())
+                                        model_max_length=length, cache_dir=self.cache_dir())
         self.say(f"new WordPiece vocabulary of {len(tokenizer)} entries learnt from {len(train)} texts")
         return tokenizer
-
-    def _cache_dir(self):
-        """Where tokenised texts and a learnt vocabulary are kept: ``--cache-dir``, else the run's own folder
-        (``run_entries.CACHE`` in ``--out``), so that a run writes nothing outside the places it is given."""
-        from common.train.run.run_entries import CACHE
-        return self.args.cache_dir or os.path.join(self.args.out, CACHE)
 
     def _split(self, n):
         """(training, validation) text positions: a seeded permutation, the first ``--validation-split`` held out."""
@@ -301,7 +295,7 @@ class MLMObjective(Objective):
             parts = self._pairs(texts)
         else:
             ids, word_start, offsets = tokenize(texts, self.tokenizer, self.max_length, args.line_by_line,
-                                                self._cache_dir())
+                                                self.cache_dir())
             parts = [Part.of_texts(ids, word_start, offsets, np.sort(p)) for p in self._split(len(texts))]
             if not args.line_by_line:
                 parts = [p.blocks(self.max_length) for p in parts]
@@ -317,7 +311,7 @@ class MLMObjective(Objective):
     def _pairs(self, texts):
         """``--nsp``: the training and validation parts as next-sentence pairs of their own documents."""
         args = self.args
-        ids, word_start, sentences, per_text = nsp.tokenize_sentences(texts, self.tokenizer, self._cache_dir())
+        ids, word_start, sentences, per_text = nsp.tokenize_sentences(texts, self.tokenizer, self.cache_dir())
         parts = [nsp.Pairs(ids, word_start, nsp.pairs(sentences, per_text, np.sort(p), self.max_length - 3,
                                                      args.short_seq_prob, args.seed),
                            self.tokenizer.cls_token_id, self.tokenizer.sep_token_id)

@@ -28,8 +28,8 @@ import numpy as np
 import torch
 
 from common.extract.arxiv import text_key
-from common.data.docs_jsonl import Documents
 from common.data.retrieval import read_qrels, read_queries
+from common.data.shared_docs import SharedDocuments, shared_store, store_key
 from common import cli
 from common.io import InputError, read_jsonl
 from common.models.card import Method
@@ -119,27 +119,31 @@ class MNRLObjective(Objective):
 
     def load_data(self):
         args, data_dir = self.args, self.args.data
-        docs = Documents(data_dir)
-        queries, doc_rows = [], []
+        cache = self.cache_dir()
+        docs = SharedDocuments(data_dir, cache, self.say)
+        queries, doc_ids, lines = [], [], []
         path = os.path.join(data_dir, "pairs.train.jsonl")
         for lineno, obj in read_jsonl(path, required=("query", "doc")):
             if type(obj["query"]) is not str or type(obj["doc"]) is not str:
                 raise InputError(f"{path}:{lineno}: fields 'query' and 'doc' must be strings")
-            if obj["doc"] not in docs.index:
-                raise InputError(f"{path}:{lineno}: document {obj['doc']!r} is not in docs.jsonl")
             queries.append(obj["query"])
-            doc_rows.append(docs.index[obj["doc"]])
+            doc_ids.append(obj["doc"])
+            lines.append(lineno)
         if not queries:
             raise InputError(f"{path}: no pairs to train on")
+        doc_rows = docs.rows(doc_ids)
+        missing = np.flatnonzero(doc_rows < 0)
+        if len(missing):
+            raise InputError(f"{path}:{lines[missing[0]]}: document {doc_ids[missing[0]]!r} is not in docs.jsonl")
         val_path = os.path.join(data_dir, "queries.val.jsonl")
         self.val_qids, val_texts = read_queries(val_path) if os.path.exists(val_path) else ([], [])
         self.val_qrels = read_qrels(os.path.join(data_dir, "retrieval.val.qrels")) if val_texts else {}
         self.doc_ids = docs.ids
         # the document is its abstract alone: with titles as queries, title + text would hold the query
-        self.docs = TokenStore(self.tokenizer, docs.texts, self.max_length)
+        self.docs = shared_store(cache, store_key(docs, self.tokenizer, self.max_length, "texts"),
+                                 lambda: TokenStore(self.tokenizer, docs.texts, self.max_length))
         self.queries = TokenStore(self.tokenizer, queries, args.query_max_length)
         self.val_queries = TokenStore(self.tokenizer, val_texts, args.query_max_length)
-        doc_rows = np.array(doc_rows, dtype=np.int64)
         # keys per pair: the paper, its abstract's text, its query's text
         self.keys = torch.from_numpy(np.stack([doc_rows, group_keys(docs.texts)[doc_rows], group_keys(queries)], 1))
         self.train_rows = np.stack([np.arange(len(queries)), doc_rows], axis=1)

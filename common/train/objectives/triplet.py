@@ -14,7 +14,8 @@ import numpy as np
 import torch
 
 from common import cli
-from common.data.docs_jsonl import Documents, read_triplets
+from common.data.docs_jsonl import read_triplets
+from common.data.shared_docs import SharedDocuments, shared_store, store_key
 from common.io import InputError
 from common.models.card import Method
 from common.models.tokens import TokenStore
@@ -50,19 +51,21 @@ class TripletObjective(Objective):
         return encoder
 
     def load_data(self):
-        data_dir = self.args.data
-        docs = Documents(data_dir)
-        train = read_triplets(os.path.join(data_dir, "triplets.train.jsonl"), docs.index)
+        data_dir, cache = self.args.data, self.cache_dir()
+        docs = SharedDocuments(data_dir, cache, self.say)
+        train = read_triplets(os.path.join(data_dir, "triplets.train.jsonl"), docs)
         val_path = os.path.join(data_dir, "triplets.val.jsonl")
-        val = read_triplets(val_path, docs.index) if os.path.exists(val_path) else np.zeros((0, 3), dtype=np.int64)
+        val = read_triplets(val_path, docs) if os.path.exists(val_path) else np.zeros((0, 3), dtype=np.int64)
         if not len(train):
             raise InputError(f"{os.path.join(data_dir, 'triplets.train.jsonl')}: no triplets to train on")
-        # tokenise each needed document once; rows refer to positions in the store
+        # tokenise each needed document once, in the first process; rows refer to positions in the store
         needed = np.unique(np.concatenate([train.ravel(), val.ravel()]))
-        position = np.full(len(docs.ids), -1, dtype=np.int64)
+        position = np.full(len(docs), -1, dtype=np.int64)
         position[needed] = np.arange(len(needed))
-        self.store = TokenStore(self.tokenizer, docs.inputs(self.tokenizer.sep_token or "", needed.tolist()),
-                                self.max_length)
+        sep = self.tokenizer.sep_token or ""
+        self.store = shared_store(cache, store_key(docs, self.tokenizer, self.max_length, sep, needed),
+                                  lambda: TokenStore(self.tokenizer, docs.inputs(sep, needed.tolist()),
+                                                     self.max_length))
         self.train_rows, self.val_rows = position[train], position[val]
 
     def row_tokens(self, rows):

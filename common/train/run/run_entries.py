@@ -12,8 +12,9 @@ its complete checkpoints (``checkpoints``). What a run removes is what a run wro
 | ``trackers``          | what ``--report-to``'s local trackers write                                           |
 | ``manifest.json``     | written by ``RunFolder.commit`` after everything else: the run is finished; ``files``    |
 |                       | lists what the run wrote, by name                                                     |
-| ``cache``             | the masked LM's tokenised texts and learnt vocabulary (``--cache-dir``'s default), kept |
-|                       | from run to run                                                                       |
+| ``cache``             | the documents and token stores every process maps (``shared_docs.py``), the masked     |
+|                       | LM's tokenised texts and learnt vocabulary (``--cache-dir``'s default), kept from run  |
+|                       | to run                                                                                |
 | ``.next-run``         | a run that replaces a finished one (``--overwrite``): a run folder of its own until it  |
 |                       | is committed, so that the finished run stays whole until then (``replacement.py``)      |
 
@@ -37,7 +38,7 @@ WRITTEN = ("model", "checkpoints", "log.jsonl", "curves.png", "trackers", "manif
 EPOCH_MODEL = re.compile(r"epoch_\d+")  # --save-epochs: the model at the end of epoch K
 STEP = re.compile(r"step_\d+")  # a checkpoint in RUN/checkpoints
 NEXT = folders.REPLACING  # where a run that replaces a finished one (--overwrite) trains until it is committed
-CACHE = "cache"  # the masked LM's cache (--cache-dir's default), kept from run to run: no run's result
+CACHE = "cache"  # what is made from the data (--cache-dir's default), kept from run to run: no run's result
 
 
 def run_entry(name):

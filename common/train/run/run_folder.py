@@ -19,7 +19,7 @@ from common.io import InputError
 from common.train.run import run_status
 from common.train.run.replacement import move_into_place, work_folder
 from common.train.run.run_entries import NEXT, RUN_FILE, STATE, checkpoints, finished_in, run_files
-from common.train.run.run_identity import run_identity
+from common.train.run.run_identity import input_paths, run_identity
 from common.train.run.run_log import log_line, read_log
 from common.outputs.written import remove_entry, remove_written
 
@@ -37,6 +37,7 @@ class RunFolder:
         self.args, self.out, self.accelerator, overwrite = args, args.out, accelerator, args.overwrite
         self.path = work_folder(args)  # --out, or --out/.next-run for a run that replaces a finished one
         self.identity = None  # known once the model is loaded (``start``)
+        self.paths = None  # where the inputs the identity holds by content are (``run_identity.input_paths``)
         self.overwrite = overwrite  # start afresh: what an earlier run wrote here is removed first
         self.tracked = tracked  # the accelerator has trackers: each log record goes to them too
         self.log = []
@@ -89,11 +90,12 @@ class RunFolder:
         self.identity = {**run_identity(self.args, self.accelerator.num_processes),
                          "max_length": objective.max_length, "pooling": objective.encoder.pooling,
                          "normalize": objective.encoder.normalize}
+        self.paths = input_paths(self.args)
         if self.accelerator.is_main_process:
             if not checkpoints(self.path) or (self.overwrite and not run_status.own_checkpoints(self.path,
                                                                                                self.identity)):
                 remove_written(self.path, run_files(self.path))
-            folders.write_json(os.path.join(self.path, RUN_FILE), {"identity": self.identity})
+            folders.write_json(os.path.join(self.path, RUN_FILE), {"identity": self.identity, "paths": self.paths})
         self.accelerator.wait_for_everyone()
         return self.resume()
 
@@ -106,8 +108,8 @@ class RunFolder:
         args, acc = self.args, self.accelerator
         inputs = [os.path.join(args.data, name) for name in sorted(os.listdir(args.data)) if name.endswith(".jsonl")]
         manifest = provenance.manifest(script, args, started, inputs=inputs, counts=counts, seed=args.seed,
-                                       identity=run_identity(args, acc.num_processes), precision=acc.mixed_precision,
-                                       device=acc.device.type)
+                                       identity=run_identity(args, acc.num_processes), paths=input_paths(args),
+                                       precision=acc.mixed_precision, device=acc.device.type)
         folders.write_json(os.path.join(self.path, "manifest.json"), {**manifest, "files": run_files(self.path)})
         if self.path != self.out:
             move_into_place(self.out)
@@ -124,7 +126,7 @@ class RunFolder:
             return None
         for path in reversed(found):  # a checkpoint damaged after it was written falls back to the one before
             try:
-                state = run_status.resumable_state(self.path, path, self.identity)
+                state = run_status.resumable_state(self.path, path, self.identity, self.paths)
             except ValueError as e:
                 self.accelerator.print(f"note: checkpoint {path} cannot be read ({e}); trying the one before")
                 continue
@@ -165,7 +167,8 @@ class RunFolder:
             acc.wait_for_everyone()
             if acc.is_main_process:
                 with folders.create(os.path.join(tmp, STATE)) as f:
-                    json.dump({**state, "log_lines": self.log_lines, "identity": self.identity}, f, indent=1)
+                    json.dump({**state, "log_lines": self.log_lines, "identity": self.identity, "paths": self.paths},
+                              f, indent=1)
                 folders.put(tmp, final)
                 for old in self.checkpoints()[:-keep] if keep > 0 else []:
                     shutil.rmtree(old, ignore_errors=True)

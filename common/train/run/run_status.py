@@ -1,8 +1,8 @@
 """Whether an ``--out`` holds a finished run, a run to resume, or nothing of this project's, decided from the run's
 identity (``run_identity.py``): every flag of the command that changes the result (``RESULT_ARGS`` and the
-objective's ``result_args``), the data's path and content (``command_identity``, which a finished run's manifest
-records) and the number of processes (``run_identity``), and, for a checkpoint, the settings the model was loaded
-with (``RunFolder.identity``). A run resumes only from a checkpoint of its own."""
+objective's ``result_args``), what the data and a local model hold, wherever they are (``command_identity``, which a
+finished run's manifest records), and the number of processes (``run_identity``), and, for a checkpoint, the settings
+the model was loaded with (``RunFolder.identity``). A run resumes only from a checkpoint of its own."""
 
 import os
 
@@ -14,7 +14,7 @@ from common.io import InputError
 from common.train.run.replacement import complete_replacement
 from common.train.run.run_entries import CACHE, NEXT, RUN_FILE, STATE, checkpoints, finished_in, links
 from common.distributed import launched_processes
-from common.train.run.run_identity import run_identity
+from common.train.run.run_identity import changed_settings, input_paths, recorded_identity, run_identity
 from common.train.run.run_log import LARGEST
 
 
@@ -36,7 +36,7 @@ def finished(args, script):
         raise folders.finished_error(args.out, f"{os.path.basename(script)} run whose manifest.json cannot be "
                                                "read") from None
     what = f"{manifest.get('script') or os.path.basename(script)} run"
-    recorded, wanted = manifest.get("identity"), run_identity(args, launched_processes())
+    recorded, wanted = recorded_identity(manifest.get("identity")), run_identity(args, launched_processes())
     counts = manifest.get("counts") if isinstance(manifest.get("counts"), dict) else {}
     if isinstance(recorded, dict) and "processes" not in recorded:  # a manifest of an earlier version: in its counts
         recorded = {**recorded, "processes": counts.get("processes")}
@@ -44,10 +44,21 @@ def finished(args, script):
         return counts
     if not isinstance(recorded, dict):  # a run of an earlier version, or a manifest edited by hand
         raise folders.finished_error(args.out, f"{what} whose settings its manifest.json does not record")
-    changed = sorted(k for k in set(recorded) | set(wanted) if recorded.get(k) != wanted.get(k))
-    raise InputError(f"{args.out}: holds a finished {what} with other settings ({', '.join(changed[:8])}"
+    if other_processes(recorded, wanted):
+        raise InputError(f"{args.out}: holds a {what} finished on {recorded['processes']} processes, and this launch "
+                         f"starts {wanted['processes']}; launch {recorded['processes']} to find it finished, or give "
+                         "--overwrite to train it again on these, or another --out")
+    changed = changed_settings(recorded, wanted, manifest.get("paths"), input_paths(args))
+    raise InputError(f"{args.out}: holds a finished {what} with other settings ({'; '.join(changed[:8])}"
                      f"{' and more' if len(changed) > 8 else ''}); give --overwrite to train it again (only what "
                      "the run wrote is removed), or another --out")
+
+
+def other_processes(recorded, wanted):
+    """Whether two identities differ in the number of processes alone (each process's share of the data depends on
+    it, so only a launch of as many goes on with that run)."""
+    return recorded.get("processes") != wanted.get("processes") and \
+        {k: v for k, v in recorded.items() if k != "processes"} == {k: v for k, v in wanted.items() if k != "processes"}
 
 
 def check_run_folder(out):
@@ -96,19 +107,25 @@ def read_state(path):
     return state
 
 
-def resumable_state(run_dir, path, identity):
+def resumable_state(run_dir, path, identity, paths=None):
     """The trainer state of the checkpoint ``path`` (``step_N``) in ``run_dir``, for a run of ``identity`` to resume
     from: a ValueError says why it cannot be (unreadable, of another step than N, or beyond this run's epochs or
-    steps: the one before is tried); an InputError refuses a checkpoint of a run with other settings."""
+    steps: the one before is tried); an InputError refuses a checkpoint of a run with other settings, or of another
+    number of processes (``paths``: where this run's inputs are, ``input_paths``, named where the data or model is
+    another's)."""
     try:
         state = read_state(os.path.join(path, STATE))
     except OSError as e:
         raise ValueError(str(e)) from None
-    if state["identity"] != identity:
-        changed = sorted(k for k in set(state["identity"]) | set(identity)
-                         if state["identity"].get(k) != identity.get(k))
+    recorded = recorded_identity(state["identity"])
+    if other_processes(recorded, identity):
+        raise InputError(f"{run_dir}: its checkpoints come from a run on {recorded['processes']} processes, and this "
+                         f"launch starts {identity['processes']}; launch {recorded['processes']} to resume it, or use "
+                         f"another --out")
+    if recorded != identity:
+        changed = changed_settings(recorded, identity, state.get("paths"), paths)
         raise InputError(f"{run_dir}: its checkpoints come from a run with other settings "
-                         f"({', '.join(changed)}); use another --out or remove {path}")
+                         f"({'; '.join(changed)}); use another --out or remove {path}")
     named = int(os.path.basename(path).removeprefix("step_"))
     if state["step"] != named:  # resumed as its own step, an optimizer step would be skipped or taken twice
         raise ValueError(f"{STATE}: step {state['step']}, where its folder names step {named}")
@@ -123,6 +140,6 @@ def own_checkpoints(run_dir, identity):
     it: a run resumed trains to the weights of one that was not stopped)."""
     found = checkpoints(run_dir)
     try:
-        return bool(found) and read_state(os.path.join(found[-1], STATE))["identity"] == identity
+        return bool(found) and recorded_identity(read_state(os.path.join(found[-1], STATE))["identity"]) == identity
     except (OSError, ValueError):
         return False
