@@ -175,7 +175,7 @@ def run_hf(args):
                                      outputs.scratch("datasets-cache"), args.csv_columns)
         with outputs.open(name) as out:
             hf_source.write_rows(split, fields, args.split, out, counts, f"{args.dataset} [{args.split}]")
-        outputs.finish(args, inputs=hf_source.input_files(args.dataset), counts=dict(counts),
+        outputs.finish(args, inputs=split.files, counts=dict(counts),
                        dataset={**split.record, "rows": counts["rows"]})
     labels = sum(1 for k in counts if k.startswith("label_"))
     print(f"{counts['rows']} rows of {args.dataset} [{args.split}]"

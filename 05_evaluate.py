@@ -8,6 +8,8 @@
   python 05_evaluate.py extract --model runs/keysent/model --input new.jsonl --top 1 --out keys.jsonl
   [accelerate launch] python 05_evaluate.py --data work/arxiv/data --model mnrl=runs/mnrl/model --out work/arxiv/eval
   python 05_evaluate.py search --model runs/mnrl/model --data work/arxiv/data --index work/arxiv/eval "query"
+  python 05_evaluate.py mteb --model specter=runs/wikispecter/model --task SCIDOCS --task corpora/scifact \
+      --out work/mteb
 """
 
 import os
@@ -130,6 +132,19 @@ def add_search_arguments(p):
     add_precision_arguments(p)
 
 
+def add_mteb_arguments(p):
+    p.add_argument("--model", action="append", required=True, metavar="NAME=MODEL", type=cli.reads_named,
+                   help="name=hub-name-or-folder (repeatable), as sentence-transformers loads it, read as trained")
+    p.add_argument("--task", action="append", required=True, metavar="TASK", type=cli.reads,
+                   help="an MTEB task name (data from the hub or its cache), or a local BEIR folder as 02 beir reads "
+                        "it, run offline as an MTEB retrieval task (repeatable)")
+    p.add_argument("--out", required=True, help="folder to write: MTEB's result files under OUT/NAME/, report.md")
+    p.add_argument("--batch-size", type=cli.number(int, cli.COUNT), default=32, help="texts a forward pass (MTEB's)")
+    p.add_argument("--resamples", type=cli.number(int, cli.between(0, uncertainty.MAX_RESAMPLES)), default=1000,
+                   help="a local BEIR task's 95 %% interval: percentile bootstrap over its queries, as 05 draws it")
+    p.add_argument("--seed", type=cli.number(int, cli.SEED), default=42, help="seed of the bootstrap")
+
+
 def embedding_of(args):
     """The flags that say how every model embeds, as the value the library takes."""
     return embedding.Embedding(pooling=args.pooling, normalize=getattr(args, "normalize", {}), max_length=args.max_length,
@@ -189,7 +204,7 @@ def run_extract(args):
 
 
 def run_search(args):
-    """Print the top documents of each query: rank, id, cosine score, title."""
+    """Print the top documents of each query: rank, id, score (the model's similarity), title."""
     check_here(args.precision)
     queries = retrieval.search_queries(args.query, args.queries)
     args.pooling = {"model": args.pooling} if args.pooling else {}
@@ -201,13 +216,33 @@ def run_search(args):
             print(f"{rank:3d}. {docs.ids[j]}\t{score:.4f}\t{docs.titles[j]}")
 
 
+def run_mteb(args):
+    """MTEB on every --model and --task; each model's result files under OUT/NAME, report.md with the table."""
+    from common.eval import mteb_run
+    from common.train.objectives.base import document_reader
+    models = tasks.model_names(args.model)
+    mteb_run.check_models(models)  # a model or task that cannot be had stops before any work
+    loaded = mteb_run.load_tasks(args.task)
+    readers = {name: document_reader(path) for name, path in models.items()}
+    with folders.Outputs(args.out, __file__, "mteb", overwrite=args.overwrite) as outputs:
+        scores, notes, wrappers = mteb_run.run_models(models, readers, loaded, outputs.tmp_path, args.batch_size,
+                                                      args.resamples, args.seed)
+        table = mteb_run.report(scores, loaded, wrappers, notes)
+        with outputs.open("report.md") as f:
+            f.write(table)
+        outputs.finish(args, inputs=mteb_run.beir_inputs(args.task), seed=args.seed, scores=scores, wrapper=wrappers)
+    print(table, end="")
+
+
 COMMANDS = {
     "evaluate": ("embed a data directory's documents with each --model and score every task the data supports "
                  "(the default command)", add_evaluate_arguments, run_evaluate),
     "extract": ("key sentences of new articles, each sentence scored by its cosine similarity to the model's "
                 "query (the thesis's confidence)", add_extract_arguments, run_extract),
-    "search": ("the top documents of a data directory for free-text queries, by cosine similarity (paper search; "
-               "related articles for a new text)", add_search_arguments, run_search),
+    "mteb": ("MTEB (hub task names or local BEIR folders) on each model, read as it was trained: MTEB's result "
+             "files and a table of each task's main score", add_mteb_arguments, run_mteb),
+    "search": ("the top documents of a data directory for free-text queries, by the model's similarity (paper "
+               "search; related articles for a new text)", add_search_arguments, run_search),
 }
 
 

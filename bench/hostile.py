@@ -36,7 +36,10 @@ CPU processes started by torchrun and by accelerate launch --multi_gpu; one docu
 classifiers on a split too small for their grid search, one of them killed from outside, and 05 killed with SIGKILL
 beside them (its folder free for the rerun), the masked LM's cache where a file stands and truncated, 03 mlm on an
 --out another process holds (refused before any cache is made), WORLD_SIZE and MPI's process counts of -1,
-convert-long to a length that holds only the special tokens, and --warmup past the run (docs/reliability.md).
+convert-long to a length that holds only the special tokens, and --warmup past the run; 01 hf on a save_to_disk
+folder and a README whose paths lead outside, a CSV row short of --csv-columns, a truncated .csv.gz and a folder
+holding a dataset script, 02 classify with a task named twice, 05 on a docs.jsonl id holding a space
+(docs/reliability.md).
 """
 
 import argparse
@@ -670,6 +673,66 @@ def hardening_cases(root, model, data, train):
     return results
 
 
+def dataset_cases(root, model, data, train):
+    """01 hf on datasets that name files outside themselves, that its libraries cannot read, and CSV rows that
+    pandas would shift; 02 classify with a task named twice; 05 on a docs.jsonl id holding a space."""
+    import gzip
+    import datasets
+    results = []
+    outside = root / "outside.csv"
+    outside.write_text("text,label\nsecret,1\n")
+    saved = root / "saved"
+    datasets.Dataset.from_dict({"text": ["a text", "another"]}).save_to_disk(str(saved))
+    datasets.Dataset.from_dict({"text": ["secret"]}).save_to_disk(str(root / "other"))
+    state = json.loads((saved / "state.json").read_text())
+    (saved / "state.json").write_text(json.dumps({**state, "_data_files": [
+        {"filename": "../other/data-00000-of-00001.arrow"}]}))
+    readme = root / "readme"
+    readme.mkdir()
+    (readme / "train.csv").write_text("text\nmine\n")
+    (readme / "README.md").write_text('---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n'
+                                      '    path: "../outside.csv"\n---\n')
+    ragged = root / "ragged.csv"
+    ragged.write_text("1,one,two\n0,three\n")
+    cut = root / "cut.csv.gz"
+    cut.write_bytes(gzip.compress(b"text\n" + b"".join(b"row %d\n" % k for k in range(1000)))[:-100])
+    scripted = root / "scripted"
+    scripted.mkdir()
+    (scripted / "scripted.py").write_text(f"open({str(root / 'ran')!r}, 'w')\n")
+    (scripted / "train.csv").write_text("text\na\n")
+    hf = ["01_extract.py", "hf", "--dataset"]
+    for name, args, words in (
+            ("01 hf: state.json names an Arrow file outside", [saved], "outside"),
+            ("01 hf: README configs name a file outside", [readme], "outside"),
+            ("01 hf: a CSV row short of --csv-columns", [ragged, "--csv-columns", "label", "a", "b", "--text-field",
+                                                         "a", "b"], "ragged.csv:2: 2 fields"),
+            ("01 hf: a truncated .csv.gz", [cut], "truncated or corrupt compressed file"),
+            ("01 hf: a folder holding a dataset script", [scripted], "a dataset script")):
+        out = root / "hf-out"
+        rc, line = script(*hf, *args, "--out", out)
+        results.append(report(name, rc, line, rc == 2 and words in line and not (root / "ran").exists()
+                              and (not out.exists() or not os.listdir(out))))
+    articles = root / "labelled.jsonl"
+    articles.write_text("".join(json.dumps({"id": f"d{k}", "title": "", "text": f"text {k}", "labels": {
+        "top": "ab"[k % 2]}}) + "\n" for k in range(4)))
+    rc, line = script("02_build_graph.py", "classify", "--name", "t", "--train", articles, "--test", articles,
+                      "--name", "t", "--train", articles, "--test", articles, "--out", root / "twice-task")
+    results.append(report("02 classify with one --name twice", rc, line, rc == 2 and "given 2 times" in line))
+    spaced = root / "spaced-data"
+    shutil.copytree(data, spaced)
+    manifest = json.loads((spaced / "manifest.json").read_text())
+    manifest.pop("sha256")
+    (spaced / "manifest.json").write_text(json.dumps(manifest))
+    lines = (spaced / "docs.jsonl").read_text().splitlines()
+    lines[0] = json.dumps({**json.loads(lines[0]), "id": "a b"})
+    (spaced / "docs.jsonl").write_text("\n".join(lines) + "\n")
+    rc, line = script("05_evaluate.py", "--data", spaced, "--model", f"b={model}", "--out", root / "spaced-eval")
+    results.append(report("05 on a docs.jsonl id holding a space", rc, line,
+                          rc == 2 and "docs.jsonl:1: id" in line
+                          and (not (root / "spaced-eval").exists() or not os.listdir(root / "spaced-eval"))))
+    return results
+
+
 def safety(work):
     from conftest import build_tiny_model, linked_articles, paper_articles
     from pathlib import Path
@@ -790,6 +853,7 @@ def safety(work):
     results += resume_cases(root, model, data, train)
     results += launch_cases(root, model, data, train)
     results += hardening_cases(root, model, data, train)
+    results += dataset_cases(root, model, data, train)
     shutil.rmtree(root, ignore_errors=True)
     print(f"{sum(results)} of {len(results)} cases as expected")
     return 0 if all(results) else 1

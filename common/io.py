@@ -48,14 +48,17 @@ def safe_name(name, what):
 class TextInput:
     """An input file's text, decoded a line at a time from its bytes, so that bytes that are not UTF-8 are an
     InputError naming the file and the line (a text wrapper decodes ahead and would name neither). Lines end in
-    "\n" ("\r\n" is read as "\n"); iteration, ``readline`` and ``read`` as a text file's."""
+    "\n" ("\r\n" is read as "\n"), and a byte-order mark that starts the file is no text (a headerless qrels
+    file's first judgement kept whole); iteration, ``readline`` and ``read`` as a text file's."""
 
     def __init__(self, binary, path):
-        self._f, self._path, self._line = binary, path, 0
+        self._f, self._path, self._line, self._start = binary, path, 0, True
 
     def _decode(self, raw, first_line):
+        start, self._start = self._start, self._start and not raw
         try:
-            return raw.decode("utf-8").replace("\r\n", "\n")
+            text = raw.decode("utf-8").replace("\r\n", "\n")
+            return text.removeprefix("\ufeff") if start else text
         except UnicodeDecodeError as e:
             line = first_line + raw.count(b"\n", 0, e.start)
             raise InputError(f"{self._path}:{line}: not UTF-8 text (bytes {raw[e.start:e.start + 4]!r}); give the "

@@ -19,7 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULTS = ["-timeout=10", "-rss_limit_mb=2048", "-max_len=4096"]
 # targets whose files are JSON: their mutations also insert JSON tokens and field names (fuzz/dicts/json.dict)
 JSON = ("arxiv", "sentences", "articles", "splits", "triplets", "pairs", "topics", "queries", "log", "manifest",
-        "manifest_files", "safetensors_header")
+        "manifest_files", "safetensors_header", "hf_disk")
 
 
 def main(argv):

@@ -41,6 +41,17 @@ def npy(array):
     return f.getvalue()
 
 
+def hf_disk_metadata():
+    """The state.json and dataset_info.json that save_to_disk writes for hf_disk's dataset of two rows."""
+    import tempfile
+    import datasets
+    with tempfile.TemporaryDirectory() as folder:
+        datasets.Dataset.from_dict({"text": ["one text", "another"]}).save_to_disk(folder)
+        with open(os.path.join(folder, "state.json"), "rb") as s, open(os.path.join(folder, "dataset_info.json"),
+                                                                        "rb") as i:
+            return s.read(), i.read()
+
+
 def seeds():
     pages = [(1, "Amsterdam", 0, "'''Amsterdam''' is the [[capital]] of the {{country|Netherlands}}.\n\n== History ==\n"
                                  "[[Category:Cities]] Text with <ref>a note</ref> and a [[File:x.jpg|thumb|pic]]."),
@@ -76,6 +87,23 @@ def seeds():
              b'8,Short one,Too short,bbc\n')
     yield "csv", "news.csv", b"\x00" + table
     yield "csv", "labelled.csv", b"\x03id,title,text,label\n1,A,First text here.,x\n2,B,Second text.,y\n"
+    configs = ("---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n    path: {}\n---\n# A "
+               "dataset\n")
+    table = b"data/train.csv\x01text,label\nA first text.,1\n\"A second, quoted\",0\n"
+    yield "hf_repository", "files", b"---\nlicense: mit\n---\n" + SEP + table
+    yield "hf_repository", "configs", configs.format("data/*.csv").encode() + SEP + table
+    yield "hf_repository", "outside", configs.format("../../outside.csv").encode() + SEP + table
+    yield "hf_repository", "splits", b"---\n---\n" + SEP + table + SEP + b"data/test.csv\x01text\nA test text.\n"
+    yield "hf_csv", "header.csv", b"\x00text,label\nA text.,1\nAnother,0\n"
+    yield "hf_csv", "pairs.csv", b"\x02" + b'1,one text,two text\n0,"two  text","three\x01text"\n'
+    yield "hf_csv", "labelled.csv.gz", b"\x01" + gzip.compress(b"1,a text\n0,another\n", mtime=0)
+    yield "hf_csv", "twice.csv", b"\x03a,b\n"
+    state, info = hf_disk_metadata()
+    yield "hf_disk", "dataset", state + SEP + info
+    yield "hf_disk", "dict", state + SEP + info + SEP + json.dumps({"splits": ["train"]}).encode()
+    outside = json.loads(state)
+    outside["_data_files"] = [{"filename": "../../outside.arrow"}]
+    yield "hf_disk", "outside", json.dumps(outside).encode() + SEP + info
     with open(os.path.join(ROOT, "data", "keysent-demo.jsonl"), "rb") as f:
         yield "sentences", "demo.jsonl", b"".join(f.readlines()[:2])
     yield "sentences", "split.jsonl", jsonl([{"id": "a", "sentences": ["One.", "Two."], "labels": [0, 1]}])

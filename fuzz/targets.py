@@ -286,6 +286,52 @@ def similar_articles(data, work):
     reader.write_qrels(reader.read_targets(_write(work, "gt", targets)), ids, _io.StringIO(), counts)
 
 
+def _hf_rows(dataset, work, split="train", csv_columns=None, fields=("text",), label=None):
+    """01 hf's reading of ``dataset`` (``open_split``, then every row as ``write_rows`` writes it), the library's
+    cache in the work folder as 01 keeps it in its output folder."""
+    from common.extract import hf_source
+    opened = hf_source.open_split(dataset, None, split, "main", os.path.join(work, "cache"), csv_columns)
+    hf_source.write_rows(opened, hf_source.Fields(None, None, fields, label), split, _io.StringIO(),
+                         collections.Counter(), dataset)
+
+
+def hf_repository(data, work):
+    """01 hf on a folder laid out as a hub dataset's repository: its README's front matter (``configs``, which
+    name the data files and may name any path) and its data files (``_tree``'s parts, CSV files)."""
+    readme, files = _parts(data, 2)
+    root = _tree(files, work, ".csv", ["data"])
+    _write(root, "README.md", readme)
+    _hf_rows(root, work)
+
+
+_COLUMNS = {0: None, 1: ["label", "text"], 2: ["label", "text", "other"], 3: ["text", "text"]}
+
+
+def hf_csv(data, work):
+    """01 hf on a CSV file (plain, or gzip where the body starts so), with its header row or without one
+    (``--csv-columns``, chosen by the first byte: none, two or three names, or one given twice)."""
+    flags, body = data[:1], data[1:]
+    columns = _COLUMNS[flags[0] & 3] if flags else None
+    name = "table.csv.gz" if body[:2] == b"\x1f\x8b" else "table.csv"
+    _hf_rows(_write(work, name, body), work, csv_columns=columns, label="label" if columns else None)
+
+
+def hf_disk(data, work):
+    """01 hf on a ``save_to_disk`` folder whose metadata is the input: ``state.json`` and ``dataset_info.json``
+    of a dataset of two rows (its Arrow file real), and a ``dataset_dict.json`` where the input has a third part
+    (the folder then one split's, ``train``, of a ``DatasetDict``); their paths may name any file."""
+    import datasets
+    state, info, listing = _parts(data, 3)
+    root = os.path.join(work, "saved")
+    folder = os.path.join(root, "train") if listing else root
+    datasets.Dataset.from_dict({"text": ["one text", "another"]}).save_to_disk(folder)
+    _write(folder, "state.json", state)
+    _write(folder, "dataset_info.json", info)
+    if listing:
+        _write(root, "dataset_dict.json", listing)
+    _hf_rows(root, work)
+
+
 def qrels(data, work):
     from common.data.retrieval import read_qrels
     from common.eval import wikispecter
@@ -540,9 +586,10 @@ def projection(data, work):
 
 
 TARGETS = {f.__name__: f for f in (dump, dump_bz2, wikitext, arxiv, dictd, rst, folder, csv, sentences, articles,
-                                   splits, triplets, pairs, beir, classify_splits, similar_articles, qrels, topics,
-                                   queries, log, manifest, manifest_files, teacher_ids, npy,
-                                   safetensors_header, card_front_matter, training_flags, name_values, projection)}
+                                   hf_repository, hf_csv, hf_disk, splits, triplets, pairs, beir, classify_splits,
+                                   similar_articles, qrels, topics, queries, log, manifest, manifest_files, teacher_ids,
+                                   npy, safetensors_header, card_front_matter, training_flags, name_values,
+                                   projection)}
 
 
 def run_one(name, data, work_root):

@@ -24,7 +24,7 @@ def beir_folder(root, gz=False, qrels=None):
     (root / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": f"query {q}", "metadata": {}}) + "\n"
                                                 for q in ("1", "2", "3", "7", "8")))
     for split, lines in (qrels or {
-            "test": ["1\t1\t2", "1\t4\t1", "1\t5\t0", "2\t2\t1", "2\t99\t1", "42\t2\t1"],
+            "test": ["1\t1\t2", "1\t4\t1", "1\t5\t0", "2\t2\t1", "2\t99\t1", "42\t2\t1", "8\t3\t0", "8\t4\t-1"],
             "dev": ["3\t3\t1"],
             "train": ["7\t5\t1", "7\t6\t2", "8\t6\t0"]}).items():
         (root / "qrels" / f"{split}.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(f"{x}\n" for x in lines))
@@ -47,8 +47,8 @@ def test_a_beir_folder_becomes_retrieval_data_with_query_ids_apart_and_graded_re
     assert read_jsonl(out / "pairs.train.jsonl") == [{"query": "query 7", "doc": "5"}, {"query": "query 7", "doc": "6"}]
     counts = json.loads((out / "manifest.json").read_text())["counts"]
     assert counts == {"empty_documents": 0, "documents": 6, "qrels_test_unknown_document": 1,
-                      "qrels_test_unknown_query": 1, "queries_test": 2, "qrels_test": 4, "queries_val": 1,
-                      "qrels_val": 1, "queries_train": 2, "pairs_train": 2}
+                      "qrels_test_unknown_query": 1, "queries_test_none_relevant": 1, "queries_test": 2,
+                      "qrels_test": 4, "queries_val": 1, "qrels_val": 1, "queries_train": 2, "pairs_train": 2}
 
 
 def test_mnrl_trains_on_the_training_qrels_and_selects_on_dev(tiny_model, tmp_path):
@@ -95,6 +95,6 @@ def test_bad_beir_folders_are_one_line_and_nothing_is_written(tmp_path, case):
               "files cannot carry it)",
         "duplicate": f"error: {corpus}:7: duplicate _id \"2\"",
         "query is a document": f"error: {test_qrels}:2: query id q:1 equals a document id; rename that document",
-        "nothing judged": f"error: {test_qrels}: judges no query of queries.jsonl against a document of the corpus",
+        "nothing judged": f"error: {test_qrels}: judges no query of queries.jsonl relevant to a document of the corpus",
     }[case]
     assert not (tmp_path / "data").exists() or os.listdir(tmp_path / "data") == []

@@ -48,16 +48,19 @@ def test_documents_and_pairs_of_two_tasks_become_one_data_directory(tmp_path):
         "imdb_train": 2, "imdb_test": 1, "aan_train": 2, "aan_test": 1, "documents": 6}
 
 
-@pytest.mark.parametrize("case", ["id in both splits", "mixed", "kinds differ", "no label", "counts"])
+@pytest.mark.parametrize("case", ["id in both splits", "mixed", "kinds differ", "no label", "counts", "name twice",
+                                  "id with a tab"])
 def test_bad_splits_are_one_line_and_nothing_is_written(tmp_path, case):
     train = write(tmp_path / "train.jsonl", [article("a", "one", "x"), article("b", "two", "y")])
     test_rows = {"id in both splits": [article("a", "another text", "x")],
                  "mixed": [article("c", "three", "x"), pair("p", ("h1", "x"), ("h2", "y"), "1")],
                  "kinds differ": [pair("p", ("h1", "x"), ("h2", "y"), "1")],
                  "no label": [{"id": "c", "title": "", "text": "three", "links": []}],
-                 "counts": [article("c", "three", "x")]}[case]
+                 "counts": [article("c", "three", "x")], "name twice": [article("c", "three", "x")],
+                 "id with a tab": [article("c\td", "three", "x")]}[case]
     test = write(tmp_path / "test.jsonl", test_rows)
-    extra = ["--name", "second"] if case == "counts" else []
+    extra = {"counts": ["--name", "second"], "name twice": ["--name", "t", "--train", train, "--test", test]}.get(
+        case, [])
     error = script_error("02_build_graph.py", "classify", "--name", "t", *extra, "--train", train, "--test", test,
                          "--out", tmp_path / "data")
     assert error == {
@@ -67,6 +70,8 @@ def test_bad_splits_are_one_line_and_nothing_is_written(tmp_path, case):
         "kinds differ": f"error: {test}: holds pairs, {train} single documents (task t)",
         "no label": f"error: {test}:1: no label (a non-empty string in labels.top)",
         "counts": "error: 2 --name, 1 --train and 1 --test: give each task its name, training split and test split",
+        "name twice": "error: --name t: given 2 times; each task has a name of its own",
+        "id with a tab": f"error: {test}:1: id \"c\\td\" is empty or holds whitespace or a control character",
     }[case]
     assert not (tmp_path / "data").exists() or os.listdir(tmp_path / "data") == []
 
@@ -92,8 +97,14 @@ def test_01_hf_to_02_classify_to_05_scores_each_task(tiny_model, tmp_path):
              "--test", tmp_path / "aan-test" / "pairs.jsonl", "--out", tmp_path / "data")
     # a text of the pair set in both splits is one document: 48 distinct texts, 48 topic documents
     assert len(read_jsonl(tmp_path / "data" / "docs.jsonl")) == 96
-    run_main("05_evaluate.py", "--data", tmp_path / "data", "--model", f"tiny={tiny_model}", "--task", "classify",
-             "--resamples", "0", "--head-epochs", "1", "--out", tmp_path / "eval")
+    printed = run_main("05_evaluate.py", "--data", tmp_path / "data", "--model", f"tiny={tiny_model}", "--task",
+                       "classify", "--resamples", "0", "--head-epochs", "2", "--out", tmp_path / "eval").stdout
     metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())["tiny"]
     assert sorted(metrics) == ["classify.aan", "classify.topics"]
     assert all(sorted(m) == ["acc_10k", "acc_1k", "acc_all"] for m in metrics.values())
+    # two epochs of 32 documents: the loss still falls at the last, one note a task (its three heads are one)
+    notes = [line for line in printed.splitlines() if line.startswith("note: tiny: classify.")]
+    assert [note.split(" (")[0] for note in notes] == [
+        f"note: tiny: classify.{task}: the heads of acc_1k, acc_10k, acc_all have not converged"
+        for task in ("aan", "topics")]
+    assert all(note.endswith("more --head-epochs train it further") for note in notes)

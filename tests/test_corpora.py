@@ -215,6 +215,9 @@ def test_corpus_joins_sources_under_prefixed_ids_and_drops_repeated_texts(tmp_pa
     assert script_error("02_build_graph.py", "corpus", "--articles", f"a={a}", f"a={b}", "--out",
                         tmp_path / "x") == f"error: --articles 'a={b}': NAME must be unique, 1-40 letters, digits, " \
                                            "'_', '-', '.'"
+    spaced = write("c.jsonl", [{"id": "page 4", "title": "Four", "text": "Fourth text", "links": []}])
+    assert script_error("02_build_graph.py", "corpus", "--articles", f"c={spaced}", "--out", tmp_path / "y") == (
+        f"error: {spaced}:1: id \"page 4\" is empty or holds whitespace or a control character (docs/contract.md)")
 
 
 def test_a_wordpiece_vocabulary_is_learnt_once_and_read_from_the_cache_after(tmp_path):

@@ -29,12 +29,33 @@ def test_the_head_separates_separable_documents_and_pairs_are_concatenated():
     order = rng.permutation(60)
     train = (order[:40, None], [labels[i] for i in order[:40]])
     test = (order[40:, None], [labels[i] for i in order[40:]])
-    accuracy, sample = classify.classify(emb, train, test)
+    accuracy, sample, _ = classify.classify(emb, train, test)
     assert accuracy == {"acc_1k": 1.0, "acc_10k": 1.0, "acc_all": 1.0}
     assert sample.names == ("acc_1k", "acc_10k", "acc_all") and sample.values.tolist() == [[1.0] * 3] * 20
     pairs = np.array([[0, 1], [2, 3]])
     assert classify.features(emb, pairs).tolist() == [emb[0].tolist() + emb[1].tolist(),
                                                       emb[2].tolist() + emb[3].tolist()]
+
+
+@pytest.mark.parametrize("losses, moving", [
+    ([2.20, 2.15, 2.10, 2.05], True),  # the second half's fall (0.10) twice the first's (0.05)
+    ([2.20, 1.00, 0.90, 0.88], False),  # 0.12 after 1.20: a tenth
+    ([0.50, 0.50, 0.50, 0.50], False),
+    ([0.48, 0.54, 0.52, 0.50], True),  # rose, then fell
+    ([0.9], False),
+])
+def test_a_head_is_unsettled_while_its_loss_falls_late_by_a_quarter_of_its_early_fall(losses, moving):
+    assert classify.unsettled(losses) is moving
+
+
+def test_a_head_of_too_few_epochs_is_reported_and_the_same_head_trained_longer_is_not():
+    rng = np.random.default_rng(0)
+    emb = np.concatenate([rng.normal(-2, 0.3, (30, 4)), rng.normal(2, 0.3, (30, 4))]).astype(np.float32)
+    labels = ["neg"] * 30 + ["pos"] * 30
+    train, test = (np.arange(0, 60, 2)[:, None], labels[::2]), (np.arange(1, 60, 2)[:, None], labels[1::2])
+    _, _, moving = classify.classify(emb, train, test, epochs=10)
+    assert list(moving) == ["acc_1k", "acc_10k", "acc_all"]  # 30 documents: the three heads are one
+    assert classify.classify(emb, train, test, epochs=400)[2] == {}
 
 
 def test_similarity_ranks_the_corpus_without_the_source_and_scores_map_and_mrr():

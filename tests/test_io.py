@@ -99,3 +99,31 @@ def test_a_line_longer_than_the_bound_names_file_and_line_without_being_read_who
     assert script_error("01_extract.py", "arxiv", "--input", "/dev/zero", "--out", tmp_path / "out",
                         "--max-line-mb", "1") == "error: /dev/zero:1: line longer than 1 MB (--max-line-mb)"
     assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_a_byte_order_mark_is_read_as_no_text(tmp_path):
+    """A headerless qrels file saved with a byte-order mark keeps its first judgement, as every text input does."""
+    plain, marked = tmp_path / "plain.qrels", tmp_path / "marked.qrels"
+    plain.write_bytes(b"q1 0 d1 1\nq1 0 d2 0\n")
+    marked.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
+    assert io.read_trec_qrels(marked) == io.read_trec_qrels(plain) == {"q1": {"d1": 1, "d2": 0}}
+    with io.open_input(marked) as f:
+        assert f.read() == plain.read_text()
+
+
+@pytest.mark.parametrize("doc_id", ["a b", "a\x1fb", ""])
+def test_an_id_the_run_files_cannot_carry_is_refused_where_docs_and_queries_are_read(tmp_path, doc_id):
+    """05 wrote a run line of seven fields for a docs.jsonl id holding a space; every id obeys io.plain_id."""
+    from common.data.docs_jsonl import Documents
+    from common.data.retrieval import read_queries
+    (tmp_path / "docs.jsonl").write_text(json.dumps({"id": "d0", "title": "", "text": "x"}) + "\n"
+                                         + json.dumps({"id": doc_id, "title": "", "text": "y"}) + "\n")
+    with pytest.raises(InputError) as e:
+        Documents(str(tmp_path))
+    assert str(e.value) == (f"{tmp_path / 'docs.jsonl'}:2: id {io.shown(doc_id)} is empty or holds whitespace or a "
+                            "control character (docs/contract.md)")
+    (tmp_path / "queries.test.jsonl").write_text(json.dumps({"qid": doc_id, "text": "a query"}) + "\n")
+    with pytest.raises(InputError) as e:
+        read_queries(str(tmp_path / "queries.test.jsonl"))
+    assert str(e.value) == (f"{tmp_path / 'queries.test.jsonl'}:1: qid {io.shown(doc_id)} is empty or holds whitespace "
+                            "or a control character")

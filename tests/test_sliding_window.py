@@ -223,3 +223,15 @@ def test_embedding_a_longformer_equals_sentence_transformers_and_pads_nothing_to
     theirs = SentenceTransformer(str(tmp_path / "long"), device="cpu").encode(texts, batch_size=4)
     assert any("padded to be a multiple of `config.attention_window`" in m for m in said)
     np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-5)
+
+
+def test_an_encoder_freezes_exactly_the_parameters_no_gradient_reaches_in_a_longformer_without_global_tokens():
+    model = tiny_longformer().train()
+    ids, mask = padded([5, 12, 30])
+    S.hidden_states(model, ids, mask).sum().backward()
+    unused = {name for name, p in model.named_parameters() if p.grad is None}
+    assert {name for name in unused if not name.startswith("pooler.")} == {
+        f"encoder.layer.{i}.attention.self.{kind}_global.{part}" for i in range(2)
+        for kind in ("query", "key", "value") for part in ("weight", "bias")}
+    Encoder(model)  # what DDP on several processes needs: every trainable parameter takes part in each step
+    assert {name for name, p in model.named_parameters() if not p.requires_grad} == unused

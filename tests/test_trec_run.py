@@ -42,7 +42,8 @@ def trec_eval(qrels, run):
 @pytest.fixture(scope="module")
 def beir_eval(tiny_model, tmp_path_factory):
     """A BEIR folder of 40 documents and 12 test queries with graded relevance (2 for the document a query was
-    cut from, 1 for two others), imported by 02 beir and scored by 05 with the tiny model and BM25."""
+    cut from, 1 for two others) and a 13th of stop words only, imported by 02 beir and scored by 05 with the tiny
+    model and BM25."""
     root = tmp_path_factory.mktemp("beir")
     texts = corpus_text(5, 40)
     folder = root / "toy"
@@ -50,11 +51,12 @@ def beir_eval(tiny_model, tmp_path_factory):
     (folder / "corpus.jsonl").write_text("".join(
         json.dumps({"_id": str(i), "title": WORDS[i].capitalize(), "text": t}) + "\n" for i, t in enumerate(texts)))
     (folder / "queries.jsonl").write_text("".join(
-        json.dumps({"_id": str(q), "text": " ".join(texts[q].split()[:4])}) + "\n" for q in range(12)))
+        json.dumps({"_id": str(q), "text": " ".join(texts[q].split()[:4]) if q < 12 else "the of and"}) + "\n"
+        for q in range(13)))
     lines = ["query-id\tcorpus-id\tscore"]
     for q in range(12):
         lines += [f"{q}\t{q}\t2", f"{q}\t{(q + 13) % 40}\t1", f"{q}\t{(q + 27) % 40}\t1", f"{q}\t{(q + 5) % 40}\t0"]
-    (folder / "qrels" / "test.tsv").write_text("\n".join(lines) + "\n")
+    (folder / "qrels" / "test.tsv").write_text("\n".join(lines + ["12\t3\t1"]) + "\n")
     run_main("02_build_graph.py", "beir", "--input", folder, "--out", root / "data")
     run_main("05_evaluate.py", "--data", root / "data", "--model", f"tiny={tiny_model}", "--task", "retrieval",
              "bm25", "--resamples", "0", "--out", root / "eval")
@@ -65,7 +67,7 @@ def beir_eval(tiny_model, tmp_path_factory):
 def test_retrieval_run_files_give_trec_evals_figures_equal_to_05s(beir_eval, row):
     metrics = json.loads((beir_eval / "eval" / "metrics.json").read_text())[row]["retrieval"]
     run = read_run(beir_eval / "eval" / f"{row}.retrieval.trec")
-    assert len(run) == 12 and all(len(docs) == 40 for docs in run.values())
+    assert len(run) == 13 and all(len(docs) == 40 for docs in run.values())
     found = trec_eval(read_qrels(beir_eval / "data" / "retrieval.test.qrels"), run)
     assert found == pytest.approx({m: metrics[m] for m in found}, abs=1e-12)
 
@@ -105,3 +107,12 @@ def test_crossref_run_files_give_trec_evals_map_and_ndcg_equal_to_05s(tiny_model
         for measure in ("map", "ndcg"):
             mean = sum(q[measure] for q in per_query.values()) / len(per_query)
             assert metrics[row]["crossref"][measure] == pytest.approx(mean, abs=1e-12)
+
+
+def test_a_query_without_terms_ranks_every_document_alike_in_the_table_and_the_run_file(beir_eval):
+    """bm25s gives such a query the empty string as its token, which matched the empty and stop-word-only
+    documents with a positive score; now every score is 0, in trec_eval's order of ties (ids descending)."""
+    with open(beir_eval / "eval" / "bm25.retrieval.trec", encoding="utf-8") as f:
+        lines = [line.split() for line in f if line.startswith("q:12 ")]
+    assert [(doc, float(score)) for _, _, doc, _, score, _ in lines] == [
+        (doc, 0.0) for doc in sorted(map(str, range(40)), reverse=True)]

@@ -13,7 +13,9 @@ as SciFact, SCIDOCS, TREC-COVID and NFCorpus are published) → the project's re
 Query ids take the prefix ``q:``: BEIR's query and corpus ids may share values (SciFact's do), and the project
 keeps a query apart from every document. Graded relevance is kept as the score BEIR gives (nDCG uses it as the
 gain). A judgement of a query or a document the folder does not hold is dropped and counted (05 refuses qrels
-that name a document docs.jsonl lacks).
+that name a document docs.jsonl lacks), and so is a test or dev query no judgement of which is above 0: it has no
+relevant document, so every figure of it is 0 whatever the ranking (recall and MAP divide by none), and the pinned
+pytrec_eval crashes on a query judged only below 0.
 """
 
 import os
@@ -56,8 +58,9 @@ def read_qrels_tsv(path):
     return found
 
 
-def write_corpus(path, out, counts):
-    """docs.jsonl from corpus.jsonl; returns the set of document ids."""
+def corpus_rows(path):
+    """``(id, title, text)`` of every document of a BEIR ``corpus.jsonl``, each id checked once and plain, title and
+    text strings (a missing title is "")."""
     ids = set()
     for lineno, obj in read_jsonl(path, required=("_id", "text")):
         at = f"{path}:{lineno}"
@@ -68,6 +71,14 @@ def write_corpus(path, out, counts):
         for field, value in (("title", title), ("text", text)):
             if not isinstance(value, str):
                 raise InputError(f"{at}: field {field!r} must be a string, not {shown(value)}")
+        ids.add(doc_id)
+        yield doc_id, title, text
+
+
+def write_corpus(path, out, counts):
+    """docs.jsonl from corpus.jsonl; returns the set of document ids."""
+    ids = set()
+    for doc_id, title, text in corpus_rows(path):
         ids.add(doc_id)
         joined = f"{title} {text}".strip()
         counts["empty_documents"] += not joined
@@ -113,8 +124,12 @@ def write_beir(folder, outputs, counts):
             if f"q:{qid}" in doc_ids:
                 raise InputError(f"{path}:{lineno}: query id q:{qid} equals a document id; rename that document")
             judged.setdefault(qid, []).append((doc, score))
+        if split != "train":
+            for qid in [qid for qid, docs in judged.items() if all(score <= 0 for _, score in docs)]:
+                del judged[qid]
+                counts[f"queries_{SPLITS[split]}_none_relevant"] += 1
         if split == "test" and not judged:
-            raise InputError(f"{path}: judges no query of queries.jsonl against a document of the corpus")
+            raise InputError(f"{path}: judges no query of queries.jsonl relevant to a document of the corpus")
         _write_split(SPLITS[split], judged, queries, outputs, counts)
     return [corpus, queries_path, *qrels.values()]
 

@@ -10,7 +10,7 @@ refused, with the line that gives the second.
 
 import hashlib
 
-from common.io import InputError, read_jsonl, safe_name, shown
+from common.io import InputError, plain_id, read_jsonl, safe_name, shown
 from common.jsontext import dumps_line
 
 PARTS = ("train", "test")
@@ -33,8 +33,8 @@ def read_split(path):
             for field in ("id", "title", "text"):
                 if not isinstance(doc.get(field), str):
                     raise InputError(f"{at}: field {field!r} must be a string, not {shown(doc.get(field))}")
-            if doc["id"].split() != [doc["id"]]:
-                raise InputError(f"{at}: id {shown(doc['id'])} is empty or holds whitespace")
+            if plain_id(doc["id"]) != doc["id"]:
+                raise InputError(f"{at}: id {shown(doc['id'])} is empty or holds whitespace or a control character")
         labels = {"top": obj.get("label")} if pair else obj.get("labels")
         label = labels.get("top") if isinstance(labels, dict) else None
         if not isinstance(label, str) or not label:
@@ -46,9 +46,13 @@ def write_tasks(tasks, outputs, counts):
     """``tasks``: ``[(name, train path, test path)]``. Writes docs.jsonl (every document once, in the order first
     read) and each task's two split files into ``outputs``."""
     texts = {}  # a written document's id → the SHA-256 of its title and text
+    names = [name for name, *_ in tasks]
+    for name in names:
+        safe_name(name, "--name")
+        if names.count(name) > 1:
+            raise InputError(f"--name {name}: given {names.count(name)} times; each task has a name of its own")
     with outputs.open("docs.jsonl") as docs_out:
         for name, *paths in tasks:
-            safe_name(name, "--name")
             kinds = {}
             for part, path in zip(PARTS, paths):
                 with outputs.open(f"classify.{name}.{part}.jsonl") as out:

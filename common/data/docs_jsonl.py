@@ -4,16 +4,19 @@ import os
 
 import numpy as np
 
-from common.io import InputError, read_jsonl
+from common.io import InputError, plain_id, read_jsonl, shown
 from common.models.encoder import document_text
 
 def read_documents(path):
-    """Yield ``(line_number, id, title, text)`` of each document of a docs.jsonl, its fields checked as strings (ids
-    are checked unique by the reader that keeps them)."""
+    """Yield ``(line_number, id, title, text)`` of each document of a docs.jsonl, its fields checked as strings and
+    its id by the id rule (ids are checked unique by the reader that keeps them)."""
     for lineno, obj in read_jsonl(path, required=("id", "title", "text")):
         if not (type(obj["id"]) is str and type(obj["title"]) is str and type(obj["text"]) is str):
             field = next(k for k in ("id", "title", "text") if type(obj[k]) is not str)
             raise InputError(f"{path}:{lineno}: field {field!r} must be a string")
+        if plain_id(obj["id"]) != obj["id"]:  # the run files and qrels carry it among whitespace-split fields
+            raise InputError(f"{path}:{lineno}: id {shown(obj['id'])} is empty or holds whitespace or a control "
+                             "character (docs/contract.md)")
         yield lineno, obj["id"], obj["title"], obj["text"]
 
 

@@ -2,7 +2,7 @@
 
 import re
 
-from common.io import InputError, read_jsonl
+from common.io import InputError, plain_id, read_jsonl, shown
 
 
 def named_sources(values):
@@ -29,6 +29,9 @@ def write_corpus(sources, out, counts):
             for field in ("id", "title", "text"):
                 if not isinstance(obj[field], str):
                     raise InputError(f"{path}:{lineno}: field {field!r} must be a string")
+            if plain_id(obj["id"]) != obj["id"]:
+                raise InputError(f"{path}:{lineno}: id {shown(obj['id'])} is empty or holds whitespace or a control "
+                                 "character (docs/contract.md)")
             doc_id = f"{name}:{obj['id']}"
             if doc_id in ids:
                 raise InputError(f"{path}:{lineno}: duplicate id {obj['id']!r}")

@@ -13,7 +13,7 @@ import numpy as np
 
 from common.extract.arxiv import normalise, text_key
 from common.data.splits import refuse_empty_splits
-from common.io import InputError, loads, open_input, read_jsonl, read_trec_qrels
+from common.io import InputError, loads, open_input, plain_id, read_jsonl, read_trec_qrels, shown
 from common.jsontext import dumps_line
 
 SPLITS = ("train", "val", "test")
@@ -156,6 +156,9 @@ def read_queries(path):
             raise InputError(f"{path}:{lineno}: field 'text' must be a non-empty string")
         if type(obj["qid"]) is not str:  # qrels name queries by their text: a number is no id
             raise InputError(f"{path}:{lineno}: field 'qid' must be a string")
+        if plain_id(obj["qid"]) != obj["qid"]:  # the qrels and run files carry it among whitespace-split fields
+            raise InputError(f"{path}:{lineno}: qid {shown(obj['qid'])} is empty or holds whitespace or a control "
+                             "character")
         qids.append(obj["qid"])
         texts.append(obj["text"])
     return qids, texts

@@ -116,11 +116,14 @@ def embed_queries(encoder, tokenizer, settings, texts, how):
 
 
 def embedding_settings(settings):
-    """How a model embedded the documents, for the manifest and the report: pooling, normalisation, length (and
-    the precision that ran where it was not float32, with its mean cosine to float32 where that was measured: on a
-    GPU, float32 itself runs under bfloat16 autocast, so there is nothing to measure against)."""
+    """How a model embedded the documents, for the manifest and the report: pooling, normalisation, length, the
+    similarity it is ranked by where its folder states one (``config_sentence_transformers.json``), and the
+    precision that ran where it was not float32, with its mean cosine to float32 where that was measured: on a
+    GPU, float32 itself runs under bfloat16 autocast, so there is nothing to measure against."""
     found = {"pooling": settings["pooling"], "normalize": bool(settings["normalize"]),
              "max_length": int(settings["max_length"])}
+    if settings.get("similarity"):
+        found["similarity"] = settings["similarity"]
     if settings.get("precision", "float32") != "float32":
         found.update({"precision": settings["precision"],
                       "mean_cosine_to_float32": settings.get("mean_cosine_to_float32")})

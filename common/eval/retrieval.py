@@ -1,4 +1,5 @@
-"""Paper search evaluation: exact cosine search over the whole corpus, the ranking metrics, and the BM25 baseline.
+"""Paper search evaluation: exact search over the whole corpus by each model's similarity (cosine where its folder
+states none), the ranking metrics, and the BM25 baseline.
 
 Metrics (mean over every query of the qrels; a query with no relevant document retrieved scores 0), with R = the
 query's number of relevant documents (relevance above 0) and a document's gain its relevance (1 in paper search;
@@ -39,21 +40,33 @@ K = 100
 CUTOFFS = {"mrr": (10,), "ndcg": (10,), "recall": (1, 5, 10, 100), "map": (100,)}
 
 
-def search(queries, docs, k=K, chunk=65536, query_chunk=1024):
-    """Top ``k`` documents per query by cosine: ``(indices [Q, k], scores [Q, k])``, best first, equal scores by
-    document position descending. Documents are scored ``chunk`` rows at a time and merged into a running top k
-    (``torch.topk``, linear in the chunk), so memory is O(query_chunk × chunk) besides the vectors, which may be
-    a read-only memory map (a chunk is copied as it is scored); an exact tie across the k-th place is resolved
-    arbitrarily."""
+def search(queries, docs, k=K, chunk=65536, query_chunk=1024, similarity=None):
+    """Top ``k`` documents per query by the model's ``similarity`` (``similarity_fn_name``; None, a model that states
+    none: cosine): ``(indices [Q, k], scores [Q, k])``, best first, equal scores by document position descending.
+    Documents are scored ``chunk`` rows at a time and merged into a running top k (``torch.topk``, linear in the
+    chunk), so memory is O(query_chunk × chunk) besides the vectors, which may be a read-only memory map (a chunk is
+    copied as it is scored); an exact tie across the k-th place is resolved arbitrarily."""
     import torch
 
     def rows(start):
         return torch.from_numpy(np.array(docs[start:start + chunk], dtype=np.float32))
 
-    queries = torch.nn.functional.normalize(torch.as_tensor(np.asarray(queries), dtype=torch.float32), dim=1)
-    # cosine = dot product scaled by each document's inverse norm: no normalised copy of the documents
-    inverse_norm = torch.cat([1 / torch.linalg.vector_norm(rows(s), dim=1).clamp_min(1e-12)
-                              for s in range(0, len(docs), chunk)]) if len(docs) else torch.empty(0)
+    queries = torch.as_tensor(np.asarray(queries), dtype=torch.float32)
+    cosine = similarity in (None, "cosine")
+    if cosine:
+        queries = torch.nn.functional.normalize(queries, dim=1)
+        # cosine = dot product scaled by each document's inverse norm: no normalised copy of the documents
+        inverse_norm = torch.cat([1 / torch.linalg.vector_norm(rows(s), dim=1).clamp_min(1e-12)
+                                  for s in range(0, len(docs), chunk)]) if len(docs) else torch.empty(0)
+
+    def scored(q, start):
+        if cosine:
+            return (q @ rows(start).T) * inverse_norm[start:start + chunk]
+        if similarity == "dot":
+            return q @ rows(start).T
+        return -torch.cdist(q, rows(start), p=1 if similarity == "manhattan" else 2,
+                            compute_mode="donot_use_mm_for_euclid_dist")
+
     k = min(k, len(docs))
     all_idx, all_scores = [], []
     for qs in range(0, len(queries), query_chunk):
@@ -61,7 +74,7 @@ def search(queries, docs, k=K, chunk=65536, query_chunk=1024):
         best_s = torch.empty((len(q), 0))
         best_i = torch.empty((len(q), 0), dtype=torch.long)
         for ds in range(0, len(docs), chunk):
-            scores = (q @ rows(ds).T) * inverse_norm[ds:ds + chunk]
+            scores = scored(q, ds)
             top_s, top_i = torch.topk(scores, min(k, scores.shape[1]), dim=1)
             best_s, best_i = torch.cat([best_s, top_s], 1), torch.cat([best_i, top_i + ds], 1)
             keep = torch.topk(best_s, k, dim=1).indices if best_s.shape[1] > k else None
@@ -127,14 +140,14 @@ def ranked_ids(ranked):
     return {qid: [doc for doc, _ in docs] for qid, docs in ranked.items()}
 
 
-def dense_ranking(query_vecs, doc_vecs, qids, doc_ids):
-    """``ranking`` of an exact cosine search."""
-    return ranking(*search(query_vecs, doc_vecs), doc_ids, qids)
+def dense_ranking(query_vecs, doc_vecs, qids, doc_ids, similarity=None):
+    """``ranking`` of an exact search by ``similarity`` (cosine where None)."""
+    return ranking(*search(query_vecs, doc_vecs, similarity=similarity), doc_ids, qids)
 
 
-def dense_run(query_vecs, doc_vecs, qids, doc_ids):
-    """{qid: ranked document ids} of an exact cosine search."""
-    return ranked_ids(dense_ranking(query_vecs, doc_vecs, qids, doc_ids))
+def dense_run(query_vecs, doc_vecs, qids, doc_ids, similarity=None):
+    """{qid: ranked document ids} of an exact search by ``similarity`` (cosine where None)."""
+    return ranked_ids(dense_ranking(query_vecs, doc_vecs, qids, doc_ids, similarity))
 
 
 def dense_retrieval(query_vecs, doc_vecs, qids, doc_ids, qrels):
@@ -161,6 +174,14 @@ def bm25(doc_texts, doc_ids, query_texts, qids, qrels, language="english", k=K):
     tokens = tokenizer.tokenize(list(query_texts), update_vocab=False, return_as="ids", show_progress=False)
     k = min(k, len(doc_ids))
     indices, scores = retriever.retrieve(tokens, k=k, show_progress=False, n_threads=1)
+    # bm25s gives a text without terms the empty string as its one token, so that a query of stop words or of
+    # words no document holds would match the empty and stop-word-only documents, with a positive score; such a
+    # query scores every document 0, and its ties fall in trec_eval's order (ids descending)
+    empty = {tokenizer.get_vocab_dict().get("")} - {None}
+    last = np.array(tie_order(list(doc_ids), [0.0] * len(doc_ids))[:k], dtype=indices.dtype)
+    for row, query in enumerate(tokens):
+        if set(query) <= empty:
+            indices[row], scores[row] = last, 0.0
     ranked = ranking(indices, scores, doc_ids, qids)
     settings = {**BM25_SETTINGS, "stemmer": f"snowball-{language}"}
     return (*retrieval_scores(ranked_ids(ranked), qrels), settings, ranked)
@@ -194,7 +215,7 @@ def evaluate_retrieval(models, data_dir, how, outputs, wanted, say=print):
             counts.setdefault("embedding", {})[name] = embedding_settings(settings)
             queries = embed_queries(encoder, tokenizer, settings, texts, how)
             counts.setdefault("embedding_seconds", {})[name] = time.perf_counter() - started
-            ranked = dense_ranking(queries, emb, qids, docs.ids)
+            ranked = dense_ranking(queries, emb, qids, docs.ids, settings.get("similarity"))
             trec_run.write_run(outputs, name, "retrieval", ranked)
             found, sample = retrieval_scores(ranked_ids(ranked), qrels)
             metrics.setdefault(name, {})["retrieval"] = found
@@ -322,7 +343,8 @@ def read_manifest_args(directory):
 
 
 def search_documents(model_path, data_dir, queries, how, top, index_dir=None, index_type="exact", say=print):
-    """The top ``top`` documents of ``data_dir`` for each query, by cosine: ``(docs, indices, scores)``. With
+    """The top ``top`` documents of ``data_dir`` for each query, by the model's similarity (cosine where it states
+    none; a faiss index, by cosine only): ``(docs, indices, scores)``. With
     ``index_dir`` (an evaluation directory of 05) the vectors 05 wrote for this model are reused, searched exactly
     or through a faiss index of ``index_type`` built beside them, and the queries embedded as its manifest says the
     documents were; without it every document is embedded. A ``data_dir`` that is no directory is one line."""
@@ -345,8 +367,12 @@ def search_documents(model_path, data_dir, queries, how, top, index_dir=None, in
     if query_vecs.shape[1] != doc_vecs.shape[1]:
         raise InputError(f"{index_dir}: its vectors have {doc_vecs.shape[1]} dimensions, {model_path} makes "
                          f"{query_vecs.shape[1]} (vectors of another model?)")
+    similarity = settings.get("similarity")
+    if index_type != "exact" and similarity not in (None, "cosine"):
+        raise InputError(f"--index-type {index_type}: a faiss index ranks by cosine, and {model_path} states "
+                         f"{similarity} (config_sentence_transformers.json); search it with --index-type exact")
     if index_type == "exact":
-        indices, scores = search(query_vecs, doc_vecs, k=top)
+        indices, scores = search(query_vecs, doc_vecs, k=top, similarity=similarity)
     else:
         index = ann.open_index(doc_vecs, doc_vecs.filename, index_type)
         indices, scores = ann.search(index, query_vecs, top)

@@ -177,11 +177,12 @@ class Tasks:
         self.index = docs.index
         return docs
 
-    def crossref(self, emb):
-        """The cross-reference task's scores, and its ranking ({qid: [(candidate, score)]}, for its run file)."""
+    def crossref(self, emb, similarity=None):
+        """The cross-reference task's scores, and its ranking ({qid: [(candidate, score)]}, for its run file), the
+        candidates ranked by the model's ``similarity`` (``wikispecter.crossref_run``)."""
         if "crossref" not in self.wanted or not self.qrels:
             return {}, {}
-        run = wikispecter.crossref_run(emb, self.index, self.qrels)
+        run = wikispecter.crossref_run(emb, self.index, self.qrels, similarity)
         found, sample = wikispecter.scored(self.qrels, run)
         return {"crossref": (found, [sample])}, {qid: trec_run.ranked(scores) for qid, scores in run.items()}
 
@@ -215,12 +216,20 @@ class Tasks:
         return self.start_topics(emb, seed)()
 
     def classification(self, emb, seed, head_epochs):
+        """Each classification task's scores, and a note for each task whose heads have not converged."""
         from common.eval import classify
-        scores = {}
+        scores, notes = {}, []
         for task, (train, test) in self.classify.items():
-            found, sample = classify.classify(emb, train, test, seed, head_epochs)
+            found, sample, moving = classify.classify(emb, train, test, seed, head_epochs)
             scores[task] = (found, [sample])
-        return scores
+            if moving:
+                figure, (start, half, end) = list(moving.items())[-1]
+                notes.append(f"{task}: the head{'s' * (len(moving) > 1)} of {', '.join(moving)} "
+                             f"{'have' if len(moving) > 1 else 'has'} not converged (training loss {start:.3f}, "
+                             f"{half:.3f}, {end:.3f} at the first, middle and last of {head_epochs} epochs"
+                             f"{f' for {figure}' if len(moving) > 1 else ''}: still falling); its accuracy may stand "
+                             "far below what the vectors allow, and more --head-epochs train it further")
+        return scores, notes
 
     def similarity(self, emb):
         from common.eval import similarity
@@ -286,10 +295,13 @@ def evaluate_documents(models, data_dir, how, outputs, wanted, seed, head_epochs
             figures.token_lengths(outputs.tmp_path("token_lengths.png"), lengths, settings["max_length"], name)
             written.append((f"Token counts of the documents under {name}'s tokenizer, the cut at "
                             f"{settings['max_length']} marked", "token_lengths.png"))
-        crossref, ranking = tasks.crossref(emb)
+        crossref, ranking = tasks.crossref(emb, settings.get("similarity"))
         if ranking:
             trec_run.write_run(outputs, name, "crossref", ranking)
-        others = {**tasks.classification(emb, seed, head_epochs), **tasks.similarity(emb)}
+        classified, notes = tasks.classification(emb, seed, head_epochs)
+        for note in notes:
+            say(f"note: {name}: {note}")
+        others = {**classified, **tasks.similarity(emb)}
         scoring.append((name, crossref, others, running))
     for name, crossref, others, running in scoring:
         for level, coordinates in running["tsne"].items():

@@ -34,21 +34,33 @@ def scored(qrels, run):
                                 ("query", "queries"))
 
 
-def crossref_run(emb, index, qrels):
-    """{qid: {candidate: score}}: each query's candidates scored by their negative L2 distance to it (closest
-    first)."""
+def pair_scores(query, candidates, similarity="euclidean"):
+    """Each candidate vector's score against the query vector under a similarity of sentence-transformers'
+    (``similarity_fn_name``), higher closer: cosine, dot product, or the negative euclidean or manhattan
+    distance."""
+    if similarity == "cosine":
+        unit = candidates / np.maximum(np.linalg.norm(candidates, axis=1, keepdims=True), 1e-12)
+        return unit @ (query / max(np.linalg.norm(query), 1e-12))
+    if similarity == "dot":
+        return candidates @ query
+    return -np.linalg.norm(candidates - query, axis=1, ord=1 if similarity == "manhattan" else 2)
+
+
+def crossref_run(emb, index, qrels, similarity=None):
+    """{qid: {candidate: score}}: each query's candidates scored against it by the model's ``similarity``
+    (``pair_scores``; None, a model that states none: SPECTER's negative L2 distance), closest first."""
     run = {}
     for qid, judged in qrels.items():
         docs = list(judged)
-        dist = np.linalg.norm(emb[[index[d] for d in docs]] - emb[index[qid]], axis=1)
-        run[qid] = {d: -float(x) for d, x in zip(docs, dist)}
+        found = pair_scores(emb[index[qid]], emb[[index[d] for d in docs]], similarity or "euclidean")
+        run[qid] = {d: float(x) for d, x in zip(docs, found)}
     return run
 
 
-def crossref(emb, index, qrels):
-    """Candidates ranked by L2 distance to the query (closest first); MAP and nDCG as trec_eval computes them, and
-    their per-query values (``scored``)."""
-    return scored(qrels, crossref_run(emb, index, qrels))
+def crossref(emb, index, qrels, similarity=None):
+    """Candidates ranked by the model's similarity to the query (L2 distance where it states none), closest first;
+    MAP and nDCG as trec_eval computes them, and their per-query values (``scored``)."""
+    return scored(qrels, crossref_run(emb, index, qrels, similarity))
 
 
 class Stemmer:

@@ -115,6 +115,16 @@ LONGFORMER = Method(  # 04_distill.py convert-long's models
     ("longformer", "long-documents"), ("longformer",), similarity=False)
 
 
+# what the card says of each similarity_fn_name a model is saved with (config_sentence_transformers.json)
+SIMILARITY = {
+    "cosine": "cosine (`model.similarity`, as its loss compares vectors and 05 ranks them)",
+    "dot": "dot product (`model.similarity`, as its loss compares vectors and 05 ranks them)",
+    "euclidean": "negative L2 distance (`model.similarity`, as its loss compares vectors and 05 ranks them; "
+                 "cosine would rank otherwise)",
+    None: "not stated: not trained for similarity (sentence-transformers compares by cosine)",
+}
+
+
 def hub_name(name):
     """``name`` where it is a valid hub repository name (``owner/model`` or ``model``, at most 96 characters of
     letters, digits, ``-``, ``_`` and ``.``), else None: the one check of a value that enters a card's front matter
@@ -253,6 +263,7 @@ def model_card(method, where, model, settings=(), training=None, validation=(), 
             ("pooling", f"{model['pooling']}: {pooling}"),
             ("normalised", "yes (unit vectors: cosine = dot product)" if model["normalize"] else "no"),
             ("maximum length", f"{model['max_length']} tokens"),
+            ("similarity", SIMILARITY[model.get("similarity")]),
             ("dimensions", model["dimensions"]),
             ("parameters", f"{model['parameters']:,}"),
             ("input", m.inputs),
@@ -347,14 +358,14 @@ def _usage(where, model):
             f"return_tensors=\"pt\")\nhidden = model(**batch).last_hidden_state\n{pool}\n```")
 
 
-def model_facts(encoder, max_length):
+def model_facts(encoder, max_length, similarity=None):
     """The card's ``model`` dict of an ``Encoder``: its transformer's parameters only (a head saved beside it is
-    not counted)."""
+    not counted), and the ``similarity`` its vectors are compared by (its ``similarity_fn_name``)."""
     config = encoder.transformer.config
     return {"architecture": type(encoder.transformer).__name__, "model_type": config.model_type,
             "layers": getattr(config, "num_hidden_layers", "?"), "dimensions": encoder.dimension,
             "parameters": sum(p.numel() for p in encoder.transformer.parameters()), "pooling": encoder.pooling,
-            "normalize": bool(encoder.normalize), "max_length": int(max_length)}
+            "normalize": bool(encoder.normalize), "max_length": int(max_length), "similarity": similarity}
 
 
 def data_summary(path, manifest, source=None):

@@ -47,10 +47,13 @@ class Encoder(nn.Module):
         self.pooling = pooling
         self.normalize = normalize
         # A model's own pooler (BERT's dense + tanh over [CLS]) is not our pooling: it gets no gradient, which
-        # DDP would reject, so it is frozen and saved as it was loaded.
+        # DDP would reject, so it is frozen and saved as it was loaded; so are a Longformer's global-attention
+        # projections, since ``embed`` gives no token global attention.
         for name, param in transformer.named_parameters():
             if name.startswith("pooler."):
                 param.requires_grad_(False)
+        if sliding_window.is_longformer(transformer):
+            sliding_window.freeze_global_attention(transformer)
 
     @property
     def dimension(self):

@@ -29,9 +29,18 @@ def model_file(name_or_path, filename):
         return None
 
 
+# sentence-transformers' similarity functions (``SimilarityFunction``), as a model's config names them
+SIMILARITIES = ("cosine", "dot", "euclidean", "manhattan")
+# the modules of a sentence-transformers model that this project's Encoder computes (Transformer, Pooling, Normalize)
+ENCODER_MODULES = ("Transformer", "Pooling", "Normalize")
+
+
 def st_config(name_or_path):
-    """What a sentence-transformers model (folder or hub name) says about pooling, normalisation and length (empty
-    if it is not one); a file of its configuration that is damaged is one line naming it."""
+    """What a sentence-transformers model (folder or hub name) says about pooling, normalisation and length, how its
+    vectors are compared (``similarity``: ``config_sentence_transformers.json``'s ``similarity_fn_name``, where it
+    names one), its ``prompts`` and ``default_prompt_name``, and the modules after its pooling that the project's
+    ``Encoder`` does not compute (``left_out``: a Dense layer, by their folders); empty if it is not one. A file of
+    its configuration that is damaged is one line naming it."""
     name_or_path = str(name_or_path)
     modules_path = model_file(name_or_path, "modules.json")
     if modules_path is None:
@@ -40,7 +49,12 @@ def st_config(name_or_path):
     if not all(isinstance(m, dict) and isinstance(m.get("type"), str) and isinstance(m.get("path", ""), str)
                for m in modules):
         raise InputError(f"{modules_path}: a module without a \"type\" or \"path\" string; save the model again")
-    found = {"normalize": any(m["type"].rsplit(".", 1)[-1] == "Normalize" for m in modules)}
+    kinds = [m["type"].rsplit(".", 1)[-1] for m in modules]
+    found = {"normalize": "Normalize" in kinds}
+    left_out = [f"{kind} ({m.get('path') or m.get('name', '')})" for kind, m in zip(kinds, modules)
+                if kind not in ENCODER_MODULES]
+    if left_out:
+        found["left_out"] = left_out
     for module in modules:
         if module["type"].rsplit(".", 1)[-1] != "Pooling":
             continue
@@ -58,9 +72,46 @@ def st_config(name_or_path):
     length = read_json(sbert).get("max_seq_length") if sbert else None
     if length is not None and (not isinstance(length, int) or isinstance(length, bool) or length < 1):
         raise InputError(f"{sbert}: max_seq_length {length!r} is not a positive whole number; save the model again")
+    if length is None and sbert and "Transformer" in kinds:
+        length = _tokenizer_length(name_or_path)
     if length:
         found["max_length"] = length
-    return found
+    return {**found, **_compared(model_file(name_or_path, "config_sentence_transformers.json"))}
+
+
+def _tokenizer_length(name_or_path):
+    """The length sentence-transformers 6 reads a model at when its ``sentence_bert_config.json`` names none (the
+    form it saves in): the tokenizer's ``model_max_length``, where that is a limit (a whole number below 100,000;
+    tokenizers without one say 10^30); None otherwise."""
+    path = model_file(name_or_path, "tokenizer_config.json")
+    length = read_json(path).get("model_max_length") if path else None
+    return length if type(length) is int and 0 < length < 100_000 else None
+
+
+def _compared(path):
+    """A ``config_sentence_transformers.json``'s similarity, prompts and default prompt name, those it states ({}
+    without the file: a model saved before sentence-transformers 3, or before this project wrote one)."""
+    if path is None:
+        return {}
+    config = read_json(path)
+    similarity, prompts = config.get("similarity_fn_name"), config.get("prompts") or {}
+    default = config.get("default_prompt_name")
+    if similarity is not None and similarity not in SIMILARITIES:
+        raise InputError(f"{path}: similarity_fn_name {similarity!r} is not one of {', '.join(SIMILARITIES)}")
+    if not isinstance(prompts, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in prompts.items()):
+        raise InputError(f"{path}: prompts is not an object of prompt names to strings")
+    if default is not None and default not in prompts:
+        raise InputError(f"{path}: default_prompt_name {default!r} is not one of its prompts")
+    found = {"similarity": similarity, "prompts": prompts, "default_prompt_name": default}
+    return {key: value for key, value in found.items() if value}
+
+
+def left_out(st):
+    """What embedding with the project's ``Encoder`` leaves out of a sentence-transformers model whose ``st_config``
+    is ``st``: the modules after its pooling other than Normalize, and its non-empty prompts (a text is embedded as
+    it is); [] where nothing is."""
+    prompts = [f"prompt {name!r}" for name, text in sorted((st.get("prompts") or {}).items()) if text]
+    return [*st.get("left_out", []), *prompts]
 
 
 def load_errors():
@@ -257,23 +308,44 @@ def _tokenizer_files(name_or_path, tokenizer):
 DEFAULT_MAX_LENGTH = 128
 
 
-def load_encoder(name_or_path, pooling=None, normalize=None, max_length=None, default_pooling="cls", say=print):
-    """Model, tokenizer and the settings used: explicit arguments win, then the model's sentence-transformers
-    config, then ``default_pooling`` and ``DEFAULT_MAX_LENGTH`` (said through ``say``: ``accelerator.print`` prints
-    once). A model that cannot be found, or whose tokenizer is not saved beside it, is an InputError."""
-    from transformers import AutoModel, AutoTokenizer
-    name_or_path = str(name_or_path)
+def require_model(name_or_path):
+    """Refuse, in one line, a folder that holds no model (no config.json), or a name that is neither a folder nor a
+    model in the local Hugging Face cache."""
     if model_file(name_or_path, "config.json") is None:
         raise InputError(f"{name_or_path}: no model there (no config.json)" if os.path.isdir(name_or_path) else
                          f"{name_or_path}: no such model folder, nor a model of that name in the local Hugging Face "
                          "cache")
+
+
+def check_model_files(name_or_path):
+    """A model's files checked before a library loads them, each failure one line naming the file (``load_encoder``
+    checks them as it loads): the model is there, its JSON files, ``tokenizer.json`` and safetensors headers."""
+    require_model(name_or_path)
+    check_model_json(name_or_path)
+    check_tokenizer_file(name_or_path)
+    stored_weights(name_or_path)
+
+
+def load_encoder(name_or_path, pooling=None, normalize=None, max_length=None, default_pooling="cls", say=print):
+    """Model, tokenizer and the settings used: explicit arguments win, then the model's sentence-transformers
+    config, then ``default_pooling`` and ``DEFAULT_MAX_LENGTH`` (said through ``say``: a run's main process prints).
+    A model that cannot be found, or whose tokenizer is not saved beside it, is an InputError."""
+    from transformers import AutoModel, AutoTokenizer
+    name_or_path = str(name_or_path)
+    require_model(name_or_path)
     st = st_config(name_or_path)
     settings = {
         "pooling": pooling or st.get("pooling") or default_pooling,
         "normalize": st.get("normalize", False) if normalize is None else normalize,
         "max_length": max_length or st.get("max_length") or DEFAULT_MAX_LENGTH,
+        "similarity": st.get("similarity"),
         "st_config": st,
     }
+    missed = left_out(st)
+    if missed:
+        say(f"note: {name_or_path}: embedded without its {', '.join(missed)}: the project's encoder is the "
+            "transformer, its pooling and normalisation; `05_evaluate.py mteb` embeds it as sentence-transformers "
+            "loads it, whole")
     fallen = [key for key, given in (("pooling", pooling), ("max_length", max_length)) if not given and not st.get(key)]
     if fallen:
         say(f"note: {name_or_path}: no flag and no sentence-transformers config gives its {' or '.join(fallen)}; "

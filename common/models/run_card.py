@@ -59,5 +59,5 @@ def model_card(objective, model, path, identity, log, facts):
     settings = [("objective", objective.name)] + [(k, v) for k, v in identity.items() if k not in NOT_SETTINGS]
     training = {**facts["training"], "steps": last["step"], "epoch": last["epoch"]}
     return card.model_card(objective.card_method(), path,
-                           card.model_facts(objective.encoder_of(model), objective.max_length), settings, training,
-                           validation, chosen, **facts["card"])
+                           card.model_facts(objective.encoder_of(model), objective.max_length, objective.similarity),
+                           settings, training, validation, chosen, **facts["card"])

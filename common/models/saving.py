@@ -9,6 +9,7 @@ from common.outputs.folders import create, private_dir, put_written
 from common.outputs.written import entries
 
 INFO = "docembed.json"
+ST_CONFIG = "config_sentence_transformers.json"  # how sentence-transformers compares the vectors, with its prompts
 CARD = "README.md"  # the model card, as the hub and sentence-transformers name it
 
 
@@ -28,37 +29,42 @@ def read_run_info(path):
     return read_json_or_empty(os.path.join(path, INFO))
 
 
-def save_model(encoder, tokenizer, path, max_length, info=None, extra=None, card=None):
+def save_model(encoder, tokenizer, path, max_length, info=None, extra=None, card=None, similarity=None,
+               prompts=None):
     """Hugging Face ``save_pretrained`` + tokenizer + sentence-transformers files, so that both
     ``AutoModel.from_pretrained(path)`` and ``SentenceTransformer(path)`` load it with the pooling, normalisation
-    and length it was trained with. ``extra(folder)`` may add files (an objective's heads); ``card``, a
-    ``huggingface_hub.ModelCard`` (``common/models/card.py``), is written as ``README.md``. Written to a private
-    folder beside it (``folders.private_dir``: in the run folder, for RUN/model and RUN/epoch_K) and moved into
-    place: whole where the folder held only the files this save writes, else file by file, so that a file it does
-    not write (a user's notes) stays (``folders.put_written``); a folder that is not a model saved here is never
-    replaced. A model folder that is a command's whole ``--out`` is saved with ``save_model_files`` instead."""
+    and length it was trained with, and compare its vectors by ``similarity`` (``config_sentence_transformers.json``'s
+    ``similarity_fn_name``, as its objective declares it; None: sentence-transformers' default, cosine), with the
+    start model's ``prompts`` (``st_config``'s ``prompts`` and ``default_prompt_name``) kept. ``extra(folder)``
+    may add files (an objective's heads); ``card``, a ``huggingface_hub.ModelCard`` (``common/models/card.py``), is
+    written as ``README.md``. Written to a private folder beside it (``folders.private_dir``: in the run folder, for
+    RUN/model and RUN/epoch_K) and moved into place: whole where the folder held only the files this save writes,
+    else file by file, so that a file it does not write (a user's notes) stays (``folders.put_written``); a folder
+    that is not a model saved here is never replaced. A model folder that is a command's whole ``--out`` is saved
+    with ``save_model_files`` instead."""
     check_replaceable(path)
     parent, name = os.path.split(os.path.abspath(path))
     private = private_dir(parent)
     try:
         staged = os.path.join(private, name)
-        _save(encoder, tokenizer, staged, max_length, info, extra, card)
+        _save(encoder, tokenizer, staged, max_length, info, extra, card, similarity, prompts)
         written = entries(staged)
         put_written(staged, path, written, written)
     finally:
         shutil.rmtree(private, ignore_errors=True)
 
 
-def save_model_files(outputs, encoder, tokenizer, max_length, info=None, extra=None, card=None):
+def save_model_files(outputs, encoder, tokenizer, max_length, info=None, extra=None, card=None, similarity=None,
+                     prompts=None):
     """``save_model``'s files as the files of ``outputs`` (a ``folders.Outputs`` whose folder is the model folder):
     made in its private folder, inside the model folder, and committed with its manifest."""
     staged = outputs.scratch("model")
-    _save(encoder, tokenizer, staged, max_length, info, extra, card)
+    _save(encoder, tokenizer, staged, max_length, info, extra, card, similarity, prompts)
     for name in sorted(os.listdir(staged)):
         os.replace(os.path.join(staged, name), outputs.tmp_path(name))
 
 
-def _save(encoder, tokenizer, tmp, max_length, info, extra, card):
+def _save(encoder, tokenizer, tmp, max_length, info, extra, card, similarity, prompts):
     from common.models.loading import quiet_transformers
     with quiet_transformers(warnings=True):  # no progress bar for each file written
         encoder.transformer.save_pretrained(tmp)
@@ -78,6 +84,7 @@ def _save(encoder, tokenizer, tmp, max_length, info, extra, card):
         "pooling_mode_max_tokens": False,
         "pooling_mode_mean_sqrt_len_tokens": False})
     _dump(os.path.join(tmp, "sentence_bert_config.json"), {"max_seq_length": int(max_length), "do_lower_case": False})
+    _dump(os.path.join(tmp, ST_CONFIG), st_model_config(similarity, prompts))
     _dump(os.path.join(tmp, INFO), {"pooling": encoder.pooling, "normalize": encoder.normalize,
                                                "max_length": int(max_length), **(info or {})})
     if extra is not None:
@@ -86,6 +93,20 @@ def _save(encoder, tokenizer, tmp, max_length, info, extra, card):
     if card is not None:
         with create(os.path.join(tmp, CARD)) as f:
             f.write(str(card))
+
+
+def st_model_config(similarity, prompts=None):
+    """``config_sentence_transformers.json`` as sentence-transformers writes it: the versions that saved the model,
+    the prompts (``{"prompts": {...}, "default_prompt_name": ...}``, a start model's, else none), and the
+    similarity its vectors are compared by (None: sentence-transformers' default, cosine)."""
+    import sentence_transformers
+    import torch
+    import transformers
+    prompts = prompts or {}
+    return {"__version__": {"sentence_transformers": sentence_transformers.__version__,
+                            "transformers": transformers.__version__, "pytorch": torch.__version__},
+            "model_type": "SentenceTransformer", "prompts": dict(prompts.get("prompts") or {}),
+            "default_prompt_name": prompts.get("default_prompt_name"), "similarity_fn_name": similarity}
 
 
 def _dump(path, obj):

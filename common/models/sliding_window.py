@@ -39,6 +39,17 @@ def is_longformer(transformer):
     return getattr(transformer.config, "model_type", None) == "longformer"
 
 
+def freeze_global_attention(transformer):
+    """A Longformer's global-attention projections (``query_global``, ``key_global``, ``value_global``) left out of
+    training, where no token has global attention: they receive no gradient, and DDP on several processes refuses a
+    step whose trainable parameters did not all take part (one process trains the same weights: AdamW skips a
+    parameter without gradient)."""
+    for layer in transformer.encoder.layer:
+        attention = layer.attention.self
+        for projection in (attention.query_global, attention.key_global, attention.value_global):
+            projection.requires_grad_(False)
+
+
 class Batch:
     """What every layer's attention needs of one padded batch, made once a forward: which tokens are real and which
     global, and, per window and dtype, the additive masks (0 where a query sees a key, the dtype's minimum where

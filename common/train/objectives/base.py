@@ -21,6 +21,13 @@ class Objective:
                             logging
       ``selection``         a validation metric (higher is better) whose best value picks RUN/model; None: the final
                             model is RUN/model
+      ``similarity``        how its models' vectors are compared, as its loss compares them and 05 ranks by
+                            (``config_sentence_transformers.json``'s ``similarity_fn_name``: ``cosine``, ``dot``,
+                            ``euclidean``; None for a model not trained for similarity: sentence-transformers'
+                            default, and 05's own per task)
+      ``document_input``    how its models read a document (title, text, the tokenizer's sep_token) → one text, and
+                            ``documents`` says so in words: SPECTER's ``title + sep_token + text`` unless the
+                            objective reads documents otherwise (``05_evaluate.py mteb`` joins an MTEB corpus so)
       ``method``            what its models' cards say of it (a ``card.Method``: title, paragraph with its paper,
                             hub tags, citation keys); ``card_method`` the method of a run whose flags change it,
                             ``card_details`` the notes, tags, citations and teachers a run's flags add
@@ -51,6 +58,8 @@ class Objective:
     presets = {}
     preset = None
     selection = None
+    similarity = "cosine"
+    documents = "title + sep_token + text (SPECTER's input)"
     method = None
     independent = False  # each example's loss depends on that example alone (no in-batch negatives or statistics)
     in_parts = None  # a dependent loss's own way to run a batch in parts, named where --chunk-tokens is refused
@@ -60,6 +69,11 @@ class Objective:
     @classmethod
     def add_arguments(cls, parser):
         pass
+
+    @staticmethod
+    def document_input(title, text, sep_token):
+        from common.models.encoder import document_text
+        return document_text(title, text, sep_token)
 
     @classmethod
     def defaults_for(cls, argv):
@@ -90,7 +104,8 @@ class Objective:
 
     def __init__(self, args, accelerator):
         self.args, self.accelerator = args, accelerator
-        self.say = print if accelerator is None else accelerator.print  # notes once, not once per process
+        # notes once per run (Accelerator.print prints once per node)
+        self.say = print if accelerator is None else accelerator.on_main_process(print)
         self.info = {"objective": self.name}
         self.train_rows = self.val_rows = None
         self._facts = None
@@ -170,7 +185,8 @@ class Objective:
         from common.models.saving import save_model
         save_model(self.encoder_of(model), self.tokenizer, path, self.max_length, self.info,
                    extra=lambda directory: self.save_extra(model, directory),
-                   card=run_card.model_card(self, model, path, identity, log, self.card_facts()))
+                   card=run_card.model_card(self, model, path, identity, log, self.card_facts()),
+                   similarity=self.similarity, prompts=self.settings["st_config"])
 
     def card_facts(self):
         """What every card of the run shares, read once, after ``build`` and before the first step (the loop asks
@@ -181,3 +197,14 @@ class Objective:
             from common.train.objectives import REGISTRY
             self._facts = run_card.run_facts(self, REGISTRY[self.name].script)
         return self._facts
+
+
+def document_reader(model):
+    """How the model at ``model`` read a document in training: ``(document_input, documents)`` of the objective its
+    ``docembed.json`` names, or of ``Objective`` (SPECTER's input) for a model not trained here."""
+    import os
+    from common.models.saving import read_run_info
+    from common.train.objectives import REGISTRY, get
+    name = read_run_info(model).get("objective") if os.path.isdir(model) else None
+    objective = get(name) if name in REGISTRY else Objective
+    return objective.document_input, objective.documents

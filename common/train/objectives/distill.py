@@ -134,6 +134,8 @@ class DistillObjective(Objective):
     def build(self):
         encoder = super().build()
         args = self.args
+        # the student's vectors are compared as its structural loss compares them with the teacher's
+        self.similarity = "cosine" if args.structural_loss.endswith("cos") else "euclidean"
         self.docs = Documents(args.data)
         self.structural = teachers.read_vectors(args.teachers, teachers.STRUCTURAL, self.docs.ids)
         hidden = encoder.transformer.config.hidden_size

@@ -49,7 +49,7 @@ from common.data.retrieval import read_split_ids
 from common.io import InputError
 from common.markdown import escape
 from common.models.card import Method
-from common.models.loading import load_pretrained, load_weights
+from common.models.loading import load_pretrained, load_weights, st_config
 from common.train import losses, nsp
 from common.models.masked_lm import MaskedLM, check_nsp
 from common.train.masking import IGNORE, Part, mask_batch, tokenize
@@ -81,6 +81,7 @@ class MLMObjective(Objective):
     paper = "transformers' run_mlm_no_trainer.py (BERT's masked-LM pre-training)"
     defaults = {"lr": 5e-5, "batch_size": 8, "epochs": 3, "warmup": 0, "weight_decay": 0.0, "schedule": "linear",
                 "pooling": "mean", "max_length": None, "normalize": False, "drop_last": False}
+    similarity = None  # not trained for similarity
     result_args = ("mlm_probability", "mask_replace_prob", "random_replace_prob", "whole_word_mask", "line_by_line",
                    "mlm_docs", "validation_split", "model_type", "config_name", "config_overrides", "tokenizer_name",
                    "vocab_size", "lowercase", "nsp", "short_seq_prob")
@@ -203,7 +204,7 @@ class MLMObjective(Objective):
             raise InputError(f"{args.model or 'the new model'}: takes at most {self.max_length} tokens; --nsp needs at "
                              f"least {NSP_MIN_LENGTH} ([CLS] A [SEP] B [SEP], a token in each segment)")
         self.settings = {"pooling": args.pooling, "normalize": bool(args.normalize), "max_length": self.max_length,
-                         "st_config": {}}
+                         "st_config": st_config(args.model) if args.model else {}}
         model = MaskedLM(mlm, args.pooling, bool(args.normalize), nsp=args.nsp)
         self.masked_lm = type(mlm).__name__
         self.encoder = model.encoder

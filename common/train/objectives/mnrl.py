@@ -77,6 +77,7 @@ class MNRLObjective(Objective):
     in_parts = "--cache-chunk runs it in GradCache chunks"
     result_args = ("scale", "symmetric", "query_max_length", "gather", "mask_duplicates", "cache_chunk")
     speed_args = ("eval_batch_size",)
+    documents = "title and text joined by a space, as 02_build_graph.py beir writes a corpus's docs.jsonl text"
     method = Method(
         "Multiple Negatives Ranking",
         "fine-tuned as a bi-encoder with the Multiple Negatives Ranking loss (Henderson et al. 2017; "
@@ -85,6 +86,12 @@ class MNRLObjective(Objective):
         "cross-entropy over scaled cosine similarities.",
         ("mnrl", "loss:MultipleNegativesRankingLoss"), ("henderson", "sbert"),
         inputs="a document's text alone (the abstract) and a query (a title or any free text), both as they are")
+
+    @staticmethod
+    def document_input(title, text, sep_token):
+        """A paper-search document is its docs.jsonl text, read whole (05 embeds it so): for a corpus with titles,
+        the title and text joined as ``common/data/beir.py`` joins them."""
+        return f"{title} {text}".strip()
 
     @classmethod
     def add_arguments(cls, parser):

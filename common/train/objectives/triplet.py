@@ -29,6 +29,7 @@ class TripletObjective(Objective):
     defaults = {"lr": 3e-5, "batch_size": 16, "epochs": 2, "warmup": 0.1, "pooling": "cls", "max_length": 128,
                 "normalize": False}
     result_args = ("margin",)
+    similarity = "euclidean"  # the margin is on L2 distance, and 05 ranks cross-references by it
     independent = True
     method = Method(
         "SPECTER triplet objective",

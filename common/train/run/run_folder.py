@@ -124,18 +124,19 @@ class RunFolder:
         found = self.checkpoints()
         if not found:
             return None
+        say = self.accelerator.on_main_process(print)
         for path in reversed(found):  # a checkpoint damaged after it was written falls back to the one before
             try:
                 state = run_status.resumable_state(self.path, path, self.identity, self.paths)
             except ValueError as e:
-                self.accelerator.print(f"note: checkpoint {path} cannot be read ({e}); trying the one before")
+                say(f"note: checkpoint {path} cannot be read ({e}); trying the one before")
                 continue
             try:
                 self.accelerator.load_state(path)
                 break
             except Exception as e:  # noqa: BLE001 (any unreadable file: the previous checkpoint is tried next)
-                self.accelerator.print(f"note: checkpoint {path} cannot be read ({type(e).__name__}: "
-                                       f"{str(e)[:200]}); trying the one before")
+                say(f"note: checkpoint {path} cannot be read ({type(e).__name__}: {str(e)[:200]}); trying the one "
+                    "before")
         else:
             raise InputError(f"{self.path}: no checkpoint can be read; remove "
                              f"{os.path.join(self.path, 'checkpoints')} to start again")
