@@ -178,7 +178,7 @@ def bm25(doc_texts, doc_ids, query_texts, qids, qrels, language="english", k=K):
     # words no document holds would match the empty and stop-word-only documents, with a positive score; such a
     # query scores every document 0, and its ties fall in trec_eval's order (ids descending)
     empty = {tokenizer.get_vocab_dict().get("")} - {None}
-    last = np.array(tie_order(list(doc_ids), [0.0] * len(doc_ids))[:k], dtype=indices.dtype)
+    last = np.array(trec_order([0.0] * len(doc_ids), list(doc_ids))[:k], dtype=indices.dtype)
     for row, query in enumerate(tokens):
         if set(query) <= empty:
             indices[row], scores[row] = last, 0.0
