@@ -8,7 +8,8 @@ import os
 
 import numpy as np
 
-from common import folders, io
+from common import io
+from common.outputs import folders
 from common.data.docs_jsonl import Documents, read_documents
 from common.io import InputError
 from common.models.encoder import document_text
