@@ -15,9 +15,10 @@ import os
 from dataclasses import fields
 import sys
 
-from common import cli, folders
-from common.data import sources, topic_labels
-from common.data.wiki import DISAMBIGUATION_MARKERS, DISAMBIGUATION_TEMPLATES, WikiSettings, extract_wiki
+from common import cli
+from common.outputs import folders
+from common.extract import sources, topic_labels
+from common.extract.wiki import DISAMBIGUATION_MARKERS, DISAMBIGUATION_TEMPLATES, WikiSettings, extract_wiki
 
 
 def add_wiki_arguments(p):
@@ -127,7 +128,7 @@ def run_wiki(args):
 
 
 def run_sentences(args):
-    from common.data.sentences import extract_sentences
+    from common.extract.sentences import extract_sentences
     counts = collections.Counter()
     with folders.Outputs(args.out, __file__, overwrite=args.overwrite) as outputs:
         with outputs.open("sentences.jsonl") as out:
@@ -138,7 +139,7 @@ def run_sentences(args):
 
 
 def run_arxiv(args):
-    from common.data.arxiv import extract_arxiv
+    from common.extract.arxiv import extract_arxiv
     counts = collections.Counter()
     prefixes = tuple(p.strip() for p in args.categories.split(",") if p.strip())
     with folders.Outputs(args.out, __file__, overwrite=args.overwrite) as outputs:
@@ -165,7 +166,7 @@ def run_source(args):
 
 
 def run_hf(args):
-    from common.data import hf_source
+    from common.extract import hf_source
     fields = hf_source.Fields(args.id_field, args.title_field, args.text_field, args.label_field)
     name = "pairs.jsonl" if fields.pairs else "articles.jsonl"
     counts = collections.Counter()

@@ -28,7 +28,8 @@ import os
 import signal
 import sys
 
-from common import cli, provenance
+from common import cli
+from common.outputs import provenance
 from common.io import InputError, Preempted
 from common.train import objectives
 from common.train.training_flags import add_training_arguments
@@ -68,8 +69,8 @@ def train(args, script=__file__):
 
     from common.models import cpu, precision
     from common.models.saving import drop_tied_copies
-    from common.train import replacement, run_folder, run_log, run_status
-    from common.train.distributed import check_joined, joins_on_cpu, stop_agreed
+    from common.train.run import replacement, run_folder, run_log, run_status
+    from common.distributed import check_joined, joins_on_cpu, stop_agreed
     from common.train.optimization import parameter_groups, warmup_steps
     from common.models.encoder import checkpoint_activations
     from common.train.batches import loaders
@@ -304,7 +305,7 @@ def train_runs(args, script=__file__):
     """``train(args)``, or with ``--seeds`` the same run once per seed, into OUT/seed_SEED (each run's counts)."""
     if not args.seeds:
         return train(args, script)
-    from common.train.distributed import launched_processes
+    from common.distributed import launched_processes
     if launched_processes() > 1:
         raise InputError("--seeds runs one process; under several processes launch once per --seed")
     return [train(argparse.Namespace(**{**vars(args), "seed": seed, "seeds": None,

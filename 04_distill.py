@@ -10,7 +10,8 @@ Transformers"); what each command does and writes: docs/distill.md, docs/contrac
 import os
 import sys
 
-from common import cli, folders, provenance
+from common import cli
+from common.outputs import folders, provenance
 from common.io import InputError
 from common.models.batching import BATCH_TOKENS
 from common.distill.paragraph_vector import MAX_WORDS, PRESETS

@@ -16,7 +16,8 @@ import os
 import sys
 import time
 
-from common import cli, folders, io
+from common import cli, io
+from common.outputs import folders
 from common.eval import ann, embedding, keysent, report, retrieval, tasks, uncertainty
 from common.models.batching import BATCH_TOKENS
 from common.models.precision import check_here

@@ -1,8 +1,8 @@
 # make demo — set up .venv (requirements-lock.txt) and run 01 → 05 on the embedded sample; make demo-keysent, make
-# demo-distill — the other methods' demos, make demo-search the paper-search one; make test — the test suite; make
-# test-slurm — the Slurm templates on a Slurm cluster it starts on this machine (root); make test-lower-bounds — the
-# suite on requirements.txt's lower bounds; make fuzz — every reader and flag parser fuzzed
-# (fuzz/, docs/reliability.md).
+# demo-distill — the other methods' demos, make demo-search the paper-search one; make test — the test suite, make
+# test-slow its slow tests; make test-slurm — the Slurm templates on a Slurm cluster it starts on this machine
+# (root); make test-lower-bounds — the suite on requirements.txt's lower bounds; make fuzz — every reader and flag
+# parser fuzzed (fuzz/, docs/reliability.md).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -27,9 +27,9 @@ DISTILL_MODELS = --model longformer=$(DISTILL)/student --model sbert="$(MINILM)"
 SEARCH := $(DEMO)/search
 SEARCH_MNRL := --batch-size 16 --max-length 128 --max-steps 4 --checkpoint-every 0
 
-.PHONY: demo demo-keysent demo-distill demo-search test test-slurm test-lower-bounds fuzz bench-deps clean corpora pretrain \
-	reproduce-wikispecter reproduce-wikispecter-topics reproduce-wikispecter-ablation reproduce-keysent reproduce-distill \
-	reproduce-search
+.PHONY: demo demo-keysent demo-distill demo-search test test-slow test-slurm test-lower-bounds fuzz bench-deps clean \
+	corpora pretrain reproduce-wikispecter reproduce-wikispecter-topics reproduce-wikispecter-ablation reproduce-keysent \
+	reproduce-distill reproduce-search
 
 # the exact versions the tests pass with (requirements-lock.txt); requirements.txt holds the ranges, whose lower
 # bounds make test-lower-bounds installs and tests
@@ -171,6 +171,11 @@ reproduce-search: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests
+
+# the tests marked slow, which make test leaves out (tests/conftest.py): real launchers, runs killed and resumed,
+# the pipeline end to end, reference libraries that compile first
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider -m slow tests
 
 # the Slurm templates submitted to a real Slurm cluster of two nodes on this machine, which the tests start and stop
 # (as root; Debian's slurm-wlm and munge installed with apt-get where missing): tests/slurm

@@ -53,7 +53,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
-from common import written  # noqa: E402
+from common.outputs import written  # noqa: E402
 from conftest import make_dump  # noqa: E402
 
 NORMAL = "'''Normaali''' on tavallinen artikkeli, jossa on tarpeeksi tekstiä johdannoksi ja [[linkki]] toiseen."
@@ -427,14 +427,14 @@ def resume_cases(root, model, data, train):
     (run / "manifest.json").write_text(json.dumps({**manifest, "counts": {**manifest["counts"], "processes": 2}}))
     rc, line = script(*quick)
     results.append(report("03 on one process over a run finished on two", rc, line,
-                          rc == 2 and "with other settings (processes)" in line))
+                          rc == 2 and "finished on 2 processes, and this launch starts 1; launch 2" in line))
     return results
 
 
 def launch_cases(root, model, data, train):
     """Two processes launched on a machine without a GPU, by a bare torchrun and by accelerate launch --multi_gpu:
     one run of two processes (not two runs on one --out, the second refused as in use), which the same command on one
-    process then finds finished with other settings (processes)."""
+    process then finds finished on two processes, not one."""
     import socket
     results = []
     launchers = (("torchrun", ["torch.distributed.run", "--nproc_per_node", "2", "--master_port"]),
@@ -453,7 +453,7 @@ def launch_cases(root, model, data, train):
         rc, line = script(*train, "--data", data, "--out", run)
         results.append(report(f"03 under {name}, 2 CPU processes; then 1", proc.returncode,
                               (proc.stderr.strip().splitlines() or [""])[-1] if not joined else line,
-                              joined and rc == 2 and "with other settings (processes)" in line))
+                              joined and rc == 2 and "finished on 2 processes, and this launch starts 1" in line))
     return results
 
 
@@ -556,8 +556,8 @@ def hardening_cases(root, model, data, train):
     import signal
     import time
     import numpy as np
-    from common.folder_lock import LOCK, FolderLock
-    from common.train.distributed import LAUNCH_SIZES
+    from common.outputs.folder_lock import LOCK, FolderLock
+    from common.distributed import LAUNCH_SIZES
     results = []
     twice = root / "twice-data"
     shutil.copytree(data, twice)

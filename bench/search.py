@@ -104,7 +104,7 @@ def sentence_vectors(work):
     from bench.extract import sample_path
     from bench.train import ensure_arxiv, minilm
     from common.data.docs_jsonl import Documents
-    from common.data.sentences import split, splitter
+    from common.extract.sentences import split, splitter
     from common.models.inference import embed
     from common.models.loading import load_encoder
     from common.models.tokens import TokenStore

@@ -8,7 +8,8 @@ import os
 import signal
 import sys
 
-from common import io, write_errors
+from common import io
+from common.outputs import write_errors
 from common.io import InputError, Preempted
 
 

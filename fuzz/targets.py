@@ -125,7 +125,7 @@ def _text(data):
 # -- 01's readers --------------------------------------------------------------------------------------------------
 
 def dump(data, work, name="dump.xml"):
-    from common.data.dump import DumpReader
+    from common.extract.dump import DumpReader
     for page in DumpReader(_write(work, name, data)):
         pass
 
@@ -137,8 +137,8 @@ def dump_bz2(data, work):
 def wikitext(data, work):
     """A page's wikitext as 01 wiki cleans it (``process_article``): the lead (first paragraph or section) or the
     full text, its links and categories, on English Wikipedia's namespaces."""
-    from common.data.wiki import ExtractConfig, process_article
-    from common.data.wikitext import Namespaces
+    from common.extract.wiki import ExtractConfig, process_article
+    from common.extract.wikitext import Namespaces
     mode = data[0] if data else 0
     names = {-2: "Media", -1: "Special", 1: "Talk", 2: "User", 4: "Wikipedia", 6: "File", 10: "Template",
              14: "Category"}
@@ -148,13 +148,13 @@ def wikitext(data, work):
 
 
 def arxiv(data, work):
-    from common.data.arxiv import extract_arxiv
+    from common.extract.arxiv import extract_arxiv
     out = _io.StringIO()
     extract_arxiv(_write(work, "arxiv.json", data), out, ("cs",) if len(data) % 2 else (), collections.Counter())
 
 
 def dictd(data, work):
-    from common.data.dictd import extract_dictd
+    from common.extract.dictd import extract_dictd
     index, body = _parts(data, 2)
     extract_dictd(_write(work, "d.index", index), _write(work, "d.dict", body), _io.StringIO(),
                   collections.Counter(), min_chars=5)
@@ -182,18 +182,18 @@ def _tree(data, work, suffix, labels):
 
 
 def rst(data, work):
-    from common.data.rst import extract_rst
+    from common.extract.rst import extract_rst
     extract_rst(_tree(data, work, ".rst", ["", "guide"]), _io.StringIO(), collections.Counter(), min_chars=5)
 
 
 def folder(data, work):
-    from common.data.plaintext import extract_folder
+    from common.extract.plaintext import extract_folder
     extract_folder(_tree(data, work, ".txt", ["sport", "tiede"]), _io.StringIO(), collections.Counter(),
                    min_chars=5)
 
 
 def csv(data, work):
-    from common.data.plaintext import extract_csv
+    from common.extract.plaintext import extract_csv
     flags, body = data[:1], data[1:]
     options = {}
     if flags and flags[0] & 1:
@@ -206,7 +206,7 @@ def csv(data, work):
 def sentences(data, work):
     """01 sentences' input (``{"id", "text", "key_sentences"}``) and 02 sentences' (``sentences.jsonl``)."""
     from common.data.keysent_splits import read_sentences
-    from common.data.sentences import extract_sentences
+    from common.extract.sentences import extract_sentences
     path = _write(work, "in.jsonl", data)
     quiet = {"say": lambda text: None}
     for reader in (lambda: extract_sentences(path, _io.StringIO(), "punkt", collections.Counter(), **quiet),
@@ -256,7 +256,7 @@ def pairs(data, work):
 
 def beir(data, work):
     """02 beir: a BEIR folder's corpus.jsonl, queries.jsonl and qrels/test.tsv."""
-    from common import folders
+    from common.outputs import folders
     from common.data.beir import write_beir
     corpus, queries, test = _parts(data, 3)
     folder = os.path.join(work, "beir")
@@ -269,7 +269,7 @@ def beir(data, work):
 
 def classify_splits(data, work):
     """02 classify: a task's training and test splits (01 hf's articles.jsonl or pairs.jsonl)."""
-    from common import folders
+    from common.outputs import folders
     from common.data.classify_splits import write_tasks
     train, test = _parts(data, 2)
     with folders.Outputs(os.path.join(work, "out"), "02_build_graph.py", "classify") as outputs:
@@ -289,7 +289,7 @@ def similar_articles(data, work):
 def _hf_rows(dataset, work, split="train", csv_columns=None, fields=("text",), label=None):
     """01 hf's reading of ``dataset`` (``open_split``, then every row as ``write_rows`` writes it), the library's
     cache in the work folder as 01 keeps it in its output folder."""
-    from common.data import hf_source
+    from common.extract import hf_source
     opened = hf_source.open_split(dataset, None, split, "main", os.path.join(work, "cache"), csv_columns)
     hf_source.write_rows(opened, hf_source.Fields(None, None, fields, label), split, _io.StringIO(),
                          collections.Counter(), dataset)
@@ -343,7 +343,7 @@ def qrels(data, work):
 def topics(data, work):
     """topics.<level>.{train,test}.jsonl (05 topics), a classification split (05 classify), the ratings of a
     similarity test set, and 01's --topic-map TSV."""
-    from common.data.topic_labels import read_topic_map
+    from common.extract.topic_labels import read_topic_map
     from common.eval import classify, similarity, wikispecter
     train, test = _parts(data, 2)
     _write(work, "topics.top.train.jsonl", train)
@@ -368,7 +368,7 @@ def queries(data, work):
 
 def log(data, work):
     """A run's log.jsonl as a resume trims it (its first ``keep`` records) and as curves read it."""
-    from common.train.run_log import read_log
+    from common.train.run.run_log import read_log
     path = _write(work, "log.jsonl", data)
     records = read_log(path)
     read_log(path, keep=len(records) // 2)
@@ -379,7 +379,7 @@ def manifest(data, work):
     from common import io
     from common.eval import wikispecter
     from common.eval.retrieval import read_manifest_args
-    from common.train.run_identity import data_fingerprint
+    from common.train.run.run_identity import data_fingerprint
     _write(work, "manifest.json", data)
     _jsonl(work, "docs.jsonl", DOCS)
     _jsonl(work, "triplets.train.jsonl", [])
@@ -415,7 +415,7 @@ def manifest_files(data, work):
     manifest, or (a JSON list) its ``files``; its ``script`` is the run's, so that the run reads its names."""
     from argparse import Namespace
 
-    from common.folders import Outputs
+    from common.outputs.folders import Outputs
     try:
         value = json.loads(data)
     except (ValueError, RecursionError):

@@ -24,8 +24,22 @@ ENV = dict(os.environ, PYTHONHASHSEED="0")
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA device, skipped without one (pytest -m gpu runs them)")
+    config.addinivalue_line("markers", "slow: seconds to a minute each, of a whole that nothing shorter tests (a "
+                                       "launcher's processes, a run killed and resumed, the pipeline end to end, a "
+                                       "reference library's compile); left out unless -m names them: make test-slow")
     config.addinivalue_line("markers", "slurm: needs a Slurm cluster it starts as root, skipped unless chosen (make "
                             "test-slurm: pytest -m slurm tests/slurm)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The slow suite runs where ``-m`` selects it (``make test-slow`` runs ``-m slow``, and CI runs it after ``make
+    test``) or a test is named by its id; otherwise it is deselected, so that ``make test`` stays the quick suite."""
+    if config.option.markexpr or any("::" in arg for arg in config.args):
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if not item.get_closest_marker("slow")]
 
 
 def forget_hashes(folder):

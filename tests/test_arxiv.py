@@ -1,4 +1,4 @@
-"""01_extract.py arxiv (common/data/arxiv.py): the snapshot's whitespace collapsed, LaTeX kept, withdrawn, empty and
+"""01_extract.py arxiv (common/extract/arxiv.py): the snapshot's whitespace collapsed, LaTeX kept, withdrawn, empty and
 duplicate abstracts dropped and counted; a bad record or a truncated gzip is one line naming the file and line, with
 nothing written."""
 

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import corpus_text, read_jsonl, run_main, script_error, script_main, train_in_process
 
-from common.data.dictd import B64, b64_number
+from common.extract.dictd import B64, b64_number
 
 
 def b64(n):

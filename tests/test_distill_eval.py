@@ -10,7 +10,8 @@ import pytest
 
 from conftest import ROOT, script_error
 
-from common import folders, io
+from common import io
+from common.outputs import folders
 from common.data import testsets
 from common.eval import classify, similarity
 

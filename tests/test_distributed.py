@@ -1,4 +1,4 @@
-"""Processes of one training run (common/train/distributed.py): their number as the launcher's variables give it, one
+"""Processes of one training run (common/distributed.py): their number as the launcher's variables give it, one
 that is no whole number from 1 refused in one line naming the variable; the differentiable all-gather on two
 processes has the gradients of one process holding both shards; and agreeing to stop (``stop_agreed``, as 03's loop
 calls it): two processes (DDP over gloo on the CPU, each a ``torch.multiprocessing`` worker that runs 03's ``train``)
@@ -129,7 +129,7 @@ def test_a_sigterm_to_one_process_stops_both_at_the_next_log_record_and_resumes_
 @pytest.fixture
 def launch_env(monkeypatch):
     """Sets a launch's variables (``LAUNCH_SIZES``) to what a test gives, none other set."""
-    from common.train.distributed import LAUNCH_SIZES
+    from common.distributed import LAUNCH_SIZES
     for name in LAUNCH_SIZES:
         monkeypatch.delenv(name, raising=False)
     return lambda **values: [monkeypatch.setenv(name, value) for name, value in values.items()]
@@ -142,7 +142,7 @@ def test_the_number_of_processes_is_the_first_launch_variable_set_as_accelerate_
                                                                                         launch_env):
     from accelerate.utils import get_int_from_env
 
-    from common.train.distributed import LAUNCH_SIZES, launched_processes
+    from common.distributed import LAUNCH_SIZES, launched_processes
     launch_env(**values)
     assert launched_processes() == get_int_from_env(list(LAUNCH_SIZES), 1) == processes
 
@@ -152,7 +152,7 @@ def test_the_number_of_processes_is_the_first_launch_variable_set_as_accelerate_
                                          ("MV2_COMM_WORLD_SIZE", "٢"), ("WORLD_SIZE", "9" * 50)])
 def test_a_launch_variable_that_is_no_whole_number_from_1_is_one_line_naming_it(name, value, launch_env):
     from common.io import InputError
-    from common.train.distributed import launched_processes
+    from common.distributed import launched_processes
     launch_env(**{name: value})
     shown = repr(value) if len(value) <= 40 else repr(value[:37]) + "..."
     with pytest.raises(InputError) as e:
@@ -177,7 +177,7 @@ def test_03_refuses_a_launch_variable_that_is_no_number_in_one_line_before_any_w
 def _gather_worker(rank, world, store, shards, out):
     import torch.distributed as dist
 
-    from common.train.distributed import all_gather_with_grad
+    from common.distributed import all_gather_with_grad
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     queries = shards[rank][0].clone().requires_grad_(True)
     docs = shards[rank][1].clone().requires_grad_(True)

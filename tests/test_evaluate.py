@@ -102,6 +102,7 @@ def test_hub_named_sentence_transformer_is_scored_with_its_own_pooling_and_lengt
     np.testing.assert_allclose(np.load(tmp_path / "eval" / "hub.npy"), expected, atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("documents", ["all", "scored"])
 def test_two_processes_evaluate_with_the_vectors_and_metrics_of_one(tiny_model, tiny_data, tmp_path, documents):
     """Under `accelerate launch`, each process embeds one shard of the documents (every one, or those scored: each

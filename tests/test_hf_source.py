@@ -1,4 +1,4 @@
-"""01_extract.py hf (common/data/hf_source.py): one split of a dataset as Hugging Face datasets reads it — a
+"""01_extract.py hf (common/extract/hf_source.py): one split of a dataset as Hugging Face datasets reads it — a
 save_to_disk folder, parquet, JSON lines and CSV written here, and a hub name (the hub replaced by a local dataset)
 — into articles.jsonl or pairs.jsonl, with one-line errors naming the row."""
 
@@ -297,7 +297,7 @@ def test_one_pair_text_under_two_titles_is_refused_where_02_would_refuse_it(tmp_
 def test_a_row_past_memory_is_one_line_naming_the_dataset_and_no_flag_it_lacks(tmp_path, monkeypatch):
     """A compressed file that expands past memory ends in a MemoryError, in the library or in 01's own hands; cli's
     advice of smaller --batch-size and --max-length names flags 01 hf does not have."""
-    from common.data import hf_source
+    from common.extract import hf_source
 
     def rows():
         yield {"text": "a"}

@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from common import folders, io
+from common import io
+from common.outputs import folders
 from common.io import InputError, safe_name
 from conftest import SHORT_TRAIN, script_error
 
@@ -55,7 +56,7 @@ def test_a_file_rewritten_with_its_old_size_and_date_is_refused_in_the_same_proc
 def test_every_text_input_names_the_line_that_is_not_utf8(tmp_path):
     path = tmp_path / "map.tsv"
     path.write_bytes("ok\tTiede\t\n".encode() * 3 + b"bad \xc3\x28\tTiede\t\n")
-    from common.data.topic_labels import read_topic_map
+    from common.extract.topic_labels import read_topic_map
     with pytest.raises(InputError) as e:
         read_topic_map(path)
     assert str(e.value) == f"{path}:4: not UTF-8 text (bytes b'\\xc3(\\tT'); give the file in UTF-8"

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from common.data.sentences import clean, label, split, splitter
-from conftest import one_error_line, read_jsonl, run_main, run_script, script_error, script_main
+from common.extract.sentences import clean, label, split, splitter
+from conftest import read_jsonl, run_main, script_error, script_main
 
 def test_split_cuts_at_span_ends_with_offsets_into_the_text():
     text = "We knocked out TP53 in HeLa cells.  The cells (e.g. clone 3) grew.\nFig. 2 shows it."
@@ -20,7 +20,7 @@ def test_split_cuts_at_span_ends_with_offsets_into_the_text():
 
 
 def test_split_reads_a_long_text_a_window_at_a_time_with_the_same_sentences(monkeypatch):
-    from common.data import sentences as module
+    from common.extract import sentences as module
     text = " ".join(f"Sentence number {i} is here (e.g. this one)." for i in range(40))
     whole = split(text, splitter())
     monkeypatch.setattr(module, "PUNKT_WINDOW", 100)
@@ -229,11 +229,10 @@ def test_extract_writes_top_sentences_with_offsets_and_scores(keysent_runs, tmp_
 
 
 def test_extract_with_a_model_not_trained_for_key_sentences_needs_a_query(tiny_model, tmp_path):
-    """05's exit status for bad input, as a user meets it: 2, one line, nothing written."""
+    """One line, nothing written (05's exit status for it as a user meets it: test_evaluate.py)."""
     src = write(tmp_path / "new.jsonl", [{"id": "n1", "text": "A sentence."}])
-    proc = run_script("05_evaluate.py", "extract", "--model", tiny_model, "--input", src, "--out",
-                      tmp_path / "k.jsonl", check=False)
-    assert proc.returncode == 2 and one_error_line(proc.stderr).endswith("give --query TEXT")
+    assert script_error("05_evaluate.py", "extract", "--model", tiny_model, "--input", src, "--out",
+                        tmp_path / "k.jsonl").endswith("give --query TEXT")
     assert not (tmp_path / "k.jsonl").exists()
 
 

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from common.data import sentences, wikitext
-from common.data.dump import redirect_target
-from common.data.wiki import ExtractConfig, process_article
+from common.extract import sentences, wikitext
+from common.extract.dump import redirect_target
+from common.extract.wiki import ExtractConfig, process_article
 
 FI = wikitext.Namespaces({6: "Tiedosto", 10: "Malline", 14: "Luokka"})
 CONFIG = ExtractConfig(FI, links="all", min_chars=0)  # every page goes through every step

@@ -2,9 +2,9 @@
 triplet margin to torch's ``TripletMarginLoss`` and sentence-transformers' ``TripletLoss``, the key-sentence pair
 losses to sentence-transformers' ``ContrastiveLoss`` and ``CosineSimilarityLoss``, MNRL to sentence-transformers'
 ``MultipleNegativesRankingLoss`` (one direction and both), BERT's masked-LM and next-sentence losses to transformers'
-``BertForPreTraining``; and each computed in float32 from half-precision inputs (``in_fp32``). Distillation's
-losses (common/distill/) are held to theirs in test_distill_losses.py; the masked LM's predictions to
-``BertForMaskedLM``'s in test_masked_lm.py."""
+``BertForPreTraining``; and each computed in float32 from half-precision inputs (``precision.in_fp32``, itself
+tested in test_precision.py). Distillation's losses (common/distill/) are held to theirs in test_distill_losses.py;
+the masked LM's predictions to ``BertForMaskedLM``'s in test_masked_lm.py."""
 
 import pytest
 import torch
@@ -33,19 +33,7 @@ def check(got, expected):
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
-# -- in_fp32 ----------------------------------------------------------------------------------------------------------
-
-def test_in_fp32_computes_a_loss_head_in_float32_under_bf16_autocast():
-    @losses.in_fp32
-    def logsumexp(x):
-        return torch.logsumexp(x @ x.T * 20, dim=1)
-
-    x = torch.randn(16, 8)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        y = logsumexp(x.bfloat16())
-    assert y.dtype == torch.float32
-    torch.testing.assert_close(y, torch.logsumexp(x.bfloat16().float() @ x.bfloat16().float().T * 20, dim=1))
-
+# -- in float32 under autocast ----------------------------------------------------------------------------------------
 
 def test_losses_leave_autocast_and_compute_in_float32():
     q, p, n = (x.float() for x in halves(16, 64))

@@ -1,13 +1,14 @@
 """Metrics against trec_eval's reference implementation (pytrec_eval) and hand-computed values: the ranking and
-key-sentence metrics (common/eval/metrics.py) and paper search's retrieval metrics (common/eval/retrieval.py), those
-also against sentence-transformers' InformationRetrievalEvaluator."""
+key-sentence metrics (common/eval/metrics.py), whole and cut at a rank, and paper search's retrieval metrics, which
+score with them (common/eval/retrieval.py), those also against sentence-transformers' InformationRetrievalEvaluator."""
 
 import random
 
 import numpy as np
 import pytest
 
-from common.eval.metrics import average_precision, average_r_precision, ndcg, r_precision, ranking_metrics
+from common.eval.metrics import (average_precision, average_r_precision, ndcg, r_precision, ranking_metrics,
+                                 trec_order)
 
 
 def test_average_precision_and_ndcg_by_hand():
@@ -41,6 +42,20 @@ def test_map_and_ndcg_equal_pytrec_eval(seed, ties):
     assert means["map"] == pytest.approx(sum(r["map"] for r in reference.values()) / len(reference), abs=1e-12)
 
 
+@pytest.mark.parametrize("cutoff", [1, 5, 10])
+def test_map_and_ndcg_at_a_cutoff_equal_pytrec_eval_on_graded_qrels(cutoff):
+    import pytrec_eval
+    qrels, run = random_qrels_and_run(3)
+    qrels = {qid: {d: i % 3 for i, d in enumerate(judged)} for qid, judged in qrels.items()}
+    reference = pytrec_eval.RelevanceEvaluator(qrels, {f"map_cut_{cutoff}", f"ndcg_cut_{cutoff}"}).evaluate(run)
+    for qid, judged in qrels.items():
+        docs = list(run[qid])
+        gains = [judged.get(docs[i], 0) for i in trec_order([run[qid][d] for d in docs], docs)]
+        n_rel = sum(1 for r in judged.values() if r > 0)
+        assert average_precision(gains, n_rel, cutoff) == pytest.approx(reference[qid][f"map_cut_{cutoff}"], abs=1e-12)
+        assert ndcg(gains, judged.values(), cutoff) == pytest.approx(reference[qid][f"ndcg_cut_{cutoff}"], abs=1e-12)
+
+
 def test_average_r_precision_thesis_example():
     # R = 3 with 2 of the top 3 key, and R = 6 with 3 of the top 6 key: (2/3 + 3/6) / 2 = 7/12
     first = ([0.9, 0.8, 0.7, 0.1], [1, 0, 1, 1])
@@ -64,9 +79,9 @@ def random_run(seed, n_queries=12, n_docs=30, ties=False):
 def test_retrieval_metrics_equal_pytrec_eval(ties):
     import pytrec_eval
 
-    from common.eval.retrieval import retrieval_metrics, tie_order
+    from common.eval.retrieval import retrieval_metrics
     doc_ids, qrels, scores = random_run(0, ties=ties)
-    run = {qid: [doc_ids[j] for j in tie_order(doc_ids, list(row))] for qid, row in zip(qrels, scores)}
+    run = {qid: [doc_ids[j] for j in trec_order(list(row), doc_ids)] for qid, row in zip(qrels, scores)}
     ours = retrieval_metrics(run, qrels)
     judged = {q: {d: 1 for d in rel} for q, rel in qrels.items()}
     full = {q: {d: float(s) for d, s in zip(doc_ids, row)} for q, row in zip(qrels, scores)}
@@ -85,13 +100,13 @@ def test_retrieval_metrics_equal_pytrec_eval(ties):
 def test_retrieval_metrics_equal_sentence_transformers_evaluator_without_ties_and_with_few_relevant():
     from sentence_transformers.sentence_transformer.evaluation import InformationRetrievalEvaluator
 
-    from common.eval.retrieval import retrieval_metrics, tie_order
+    from common.eval.retrieval import retrieval_metrics
     doc_ids, qrels, scores = random_run(1)
     evaluator = InformationRetrievalEvaluator({q: "x" for q in qrels}, {d: "x" for d in doc_ids}, qrels,
                                               precision_recall_at_k=[1, 5, 10], accuracy_at_k=[1])
     results = [[{"corpus_id": d, "score": float(s)} for d, s in zip(doc_ids, row)] for row in scores]
     theirs = evaluator.compute_metrics(results)
-    run = {qid: [doc_ids[j] for j in tie_order(doc_ids, list(row))] for qid, row in zip(qrels, scores)}
+    run = {qid: [doc_ids[j] for j in trec_order(list(row), doc_ids)] for qid, row in zip(qrels, scores)}
     ours = retrieval_metrics(run, qrels)
     assert ours["mrr@10"] == pytest.approx(theirs["mrr@k"][10])
     assert ours["ndcg@10"] == pytest.approx(theirs["ndcg@k"][10])

@@ -85,7 +85,7 @@ def test_embedding_equals_sentence_transformers_encode_in_fp32_under_any_batchin
 
 
 def test_embed_writes_its_rows_into_a_memory_mapped_npy_with_the_bytes_of_np_save(tiny_model, tmp_path):
-    from common.folders import Outputs
+    from common.outputs.folders import Outputs
     from common.vectors import open_npy
     from conftest import corpus_text
     encoder, tokenizer, _ = load_encoder(str(tiny_model), pooling="mean")
@@ -124,10 +124,11 @@ def test_rows_embedded_first_are_in_when_ready_is_called_and_the_whole_equals_on
     assert not seen[0][np.setdiff1d(np.arange(30), rows)].any()
 
 
-def test_triplet_batch_embeds_each_document_once_in_query_positive_negative_order(tiny_model, tiny_data):
+def test_triplet_batch_embeds_each_document_once_in_query_positive_negative_order(tiny_model, tiny_data,
+                                                                                 tmp_path):
     from common.train.objectives.triplet import TripletObjective
     args = script_module("03_train.py").parse_args(["--data", str(tiny_data), "--model", str(tiny_model), "--out",
-                                                    "unused", "--pooling", "mean", "--max-length", "32"])
+                                                    str(tmp_path / "run"), "--pooling", "mean", "--max-length", "32"])
     objective = TripletObjective(args, None)
     encoder = objective.build()
     encoder.eval()

@@ -19,8 +19,8 @@ def triplet_model(tiny_model, tiny_data, tmp_path_factory):
 
 
 def beir_folder(root, n_docs=14, n_queries=8):
-    """A BEIR folder with graded qrels, a query judged only 0, a document without a title, and judgements of things
-    it lacks."""
+    """A BEIR folder with graded qrels, a query judged only 0 (02 beir leaves it out), a document without a title,
+    and judgements of things it lacks."""
     (root / "qrels").mkdir(parents=True)
     texts = corpus_text(21, n_docs)
     (root / "corpus.jsonl").write_text("".join(

@@ -5,6 +5,7 @@ import json
 import random
 
 import numpy as np
+import pytest
 
 from conftest import WORDS, corpus_text, read_jsonl, run_main
 
@@ -34,6 +35,7 @@ def finnish_wiki(n=45, seed=0):
     return pages
 
 
+@pytest.mark.slow
 def test_dump_to_report_with_a_tiny_model(tmp_path, write_dump, tiny_model):
     dump = write_dump(finnish_wiki(), name="fiwiki.xml.bz2")
     run_main("01_extract.py", "wiki", "--dump", dump, "--out", tmp_path / "wiki", "--workers", "0", "--min-chars", "40")

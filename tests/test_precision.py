@@ -1,5 +1,6 @@
-"""Precision: a model loaded in bfloat16 pools float32 vectors, and a run says which precision it trains under. Each
-loss computing in float32 from half-precision inputs: test_losses.py and test_distill_losses.py."""
+"""Precision (common/models/precision.py): a model loaded in bfloat16 pools float32 vectors, a loss wrapped in
+``in_fp32`` computes in float32 under autocast, and a run says which precision it trains under. Each loss computing
+in float32 from half-precision inputs: test_losses.py and test_distill_losses.py."""
 
 from types import SimpleNamespace
 
@@ -7,6 +8,7 @@ import pytest
 import torch
 
 from conftest import run_main
+from common.models.precision import in_fp32
 
 
 def test_a_half_precision_model_pools_float32_vectors(tiny_model):
@@ -22,6 +24,18 @@ def test_a_half_precision_model_pools_float32_vectors(tiny_model):
         assert got.dtype == torch.float32
         pooled = hidden[:, 0] if pooling == "cls" else (hidden * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
         torch.testing.assert_close(got, pooled / pooled.norm(dim=1, keepdim=True), rtol=1e-5, atol=1e-6)
+
+
+def test_in_fp32_computes_a_loss_head_in_float32_under_bf16_autocast():
+    @in_fp32
+    def logsumexp(x):
+        return torch.logsumexp(x @ x.T * 20, dim=1)
+
+    x = torch.randn(16, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = logsumexp(x.bfloat16())
+    assert y.dtype == torch.float32
+    torch.testing.assert_close(y, torch.logsumexp(x.bfloat16().float() @ x.bfloat16().float().T * 20, dim=1))
 
 
 @pytest.mark.parametrize("mode, expected", [

@@ -1,9 +1,10 @@
-"""A training run's folder (common/train/run_folder.py, what it holds by name: run_entries.py, finished or resumable:
-run_status.py, a replacement moved into place: replacement.py): the resume identity (every flag in it or among the
-flags that change only speed, which train the same weights), a finished run done, refused with other settings or
-trained again with --overwrite, a resume from the newest readable checkpoint, the log (damaged, half-written, sent to
-the trackers), several seeds, and a full disk while saving. Under --overwrite, the finished run stays whole until the
-new one is committed, a killed replacement resumes, and only what a run wrote is ever removed."""
+"""A training run's folder (common/train/run/run_folder.py, what it holds by name: run_entries.py, finished or
+resumable: run_status.py, a replacement moved into place: replacement.py): the resume identity (every flag in it or
+among the flags that change only speed, which train the same weights), a finished run done, refused with other
+settings or trained again with --overwrite, a resume from the newest readable checkpoint, the log (damaged,
+half-written, sent to the trackers), several seeds, and a full disk while saving. Under --overwrite, the finished run
+stays whole until the new one is committed, a killed replacement resumes, and only what a run wrote is ever
+removed."""
 
 import json
 import os
@@ -15,9 +16,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from common import folders, io, written
+from common import io
+from common.outputs import folders, written
 from common.io import InputError
-from common.train import run_entries, run_identity, run_log, run_status
+from common.train.run import run_entries, run_identity, run_log, run_status
 from conftest import (SHORT_TRAIN, file_tree, full_disk, read_jsonl, script_error, script_main, script_module,
                       unfinish)
 

@@ -109,6 +109,7 @@ def test_learning_rate_warms_up_for_a_tenth_then_decays_linearly_to_zero(referen
     assert log[-1]["lr"] == 0
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_to_bit_identical_weights(tiny_model, tiny_data, reference_run, tmp_path):
     out = tmp_path / "run"
     proc = start(train_args(tiny_data, tiny_model, out))
@@ -124,6 +125,7 @@ def test_killed_run_resumes_to_bit_identical_weights(tiny_model, tiny_data, refe
     assert losses(out) == losses(reference_run)
 
 
+@pytest.mark.slow
 def test_sigterm_saves_a_checkpoint_and_exits_143(tiny_model, tiny_data, reference_run, tmp_path):
     out = tmp_path / "run"
     proc = start(train_args(tiny_data, tiny_model, out))
@@ -185,6 +187,7 @@ def start_two_processes(args):
                             start_new_session=True)
 
 
+@pytest.mark.slow
 def test_two_processes_stop_together_on_sigterm_and_resume_bit_identically(tiny_model, tiny_data, tmp_path):
     reference = tmp_path / "ref"
     proc = start_two_processes(train_args(tiny_data, tiny_model, reference))
@@ -210,6 +213,7 @@ def test_two_processes_stop_together_on_sigterm_and_resume_bit_identically(tiny_
     assert all((ref[k] == ours[k]).all() for k in ref)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("launcher", [["torch.distributed.run", "--nproc_per_node", "2", "--master_port"],
                                       ["accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
                                        "--main_process_port"]])
@@ -238,7 +242,7 @@ def test_processes_of_a_launch_that_accelerate_does_not_join_are_refused_before_
                                                                                           tmp_path, monkeypatch):
     """Where Accelerate leaves a launch's processes apart (here: two launched, as WORLD_SIZE says, on a device it
     joins none on), each is refused in one line before the model loads, and nothing is written."""
-    from common.train import distributed
+    from common import distributed
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setattr(distributed, "joins_on_cpu", lambda: False)
     run = tmp_path / "run"
@@ -273,7 +277,7 @@ def test_a_non_finite_loss_stops_the_run_in_one_line_keeping_the_good_checkpoint
 
 
 def test_a_run_folder_in_use_is_refused_before_anything_is_removed(tiny_model, tiny_data, reference_run, tmp_path):
-    from common.folder_lock import FolderLock
+    from common.outputs.folder_lock import FolderLock
     out = tmp_path / "run"
     shutil.copytree(reference_run, out)
     shutil.rmtree(out / "checkpoints")  # a rerun without checkpoints would remove the log and the model

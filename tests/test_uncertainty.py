@@ -1,6 +1,6 @@
 """05's 95 % intervals and paired comparisons: the bootstrap against scipy's on the same resamples, the paired
-permutation test against scipy's exact enumeration and ranx's Fisher randomization test, the topic re-splits
-against scikit-learn's own pipeline, and --compare end to end."""
+permutation test against scipy's exact enumeration and random swaps and ranx's Fisher randomization test (slow), the
+topic re-splits against scikit-learn's own pipeline, and --compare end to end."""
 
 import json
 
@@ -74,30 +74,50 @@ def test_the_paired_permutation_p_is_scipys_exact_enumeration_on_few_units():
     assert found["spearman"] == pytest.approx(ref.pvalue, abs=1e-12)
 
 
-def test_the_ranking_comparison_agrees_with_ranx_fisher_randomization_test():
-    """Over more than 16 queries the swaps are drawn at random; the p-value of nDCG@10 between two runs agrees with
-    ranx's ``compare(stat_test="fisher")`` within the noise of 20,000 permutations each, and so do the per-query
-    figures it starts from."""
-    from ranx import Qrels, Run, compare
+def two_rankings():
+    """60 queries with 3 relevant documents of 40 each, and two runs of random scores, the second ranking the
+    relevant documents a little higher: (qrels, the runs' scores, their nDCG@10 means, their per-query samples)."""
     from common.eval.retrieval import retrieval_scores
     rng = np.random.default_rng(2)
     qrels = {f"q{i}": {f"d{j}": 1 for j in rng.choice(40, 3, replace=False)} for i in range(60)}
     runs = []
-    for boost in (0.0, 0.03):  # the second run ranks the relevant documents a little higher
+    for boost in (0.0, 0.03):
         runs.append({q: {f"d{j}": float(rng.random() + boost * (f"d{j}" in qrels[q])) for j in range(40)}
                      for q in qrels})
     ranked = [{q: sorted(run[q], key=run[q].get, reverse=True) for q in run} for run in runs]
     means, samples = zip(*(retrieval_scores(r, {q: set(d) for q, d in qrels.items()}) for r in ranked))
+    return qrels, runs, means, samples
+
+
+def test_the_ranking_comparison_past_16_queries_agrees_with_scipys_random_swaps():
+    """Over more than 16 queries the swaps are drawn at random; the p-value of nDCG@10 between two runs agrees with
+    ``scipy.stats.permutation_test(permutation_type="samples")``'s within the noise of 20,000 swaps each."""
+    _, _, means, samples = two_rankings()
     column = samples[0].names.index("ndcg@10")
+    x, y = samples[0].values[:, column], samples[1].values[:, column]
+    ours = uncertainty.permutation_p(samples[0].values, samples[1].values, samples[0].statistic, 20000, 42)
+    ref = stats.permutation_test((x, y), mean_difference, permutation_type="samples", n_resamples=20000,
+                                 vectorized=True, rng=np.random.default_rng(42))
+    assert 0.01 < ref.pvalue < 0.5  # a difference neither obvious nor absent, where the two tests could part
+    assert ours["ndcg@10"] == pytest.approx(ref.pvalue, abs=0.015)
+    assert x.mean() == means[0]["ndcg@10"]
+
+
+@pytest.mark.slow
+def test_the_ranking_comparison_agrees_with_ranx_fisher_randomization_test():
+    """The same two runs through ranx's ``compare(stat_test="fisher")``, the IR field's Fisher randomization test:
+    its nDCG@10 of each run is ours, and its p-value ours within the noise of 20,000 permutations each (ranx
+    compiles its functions with numba first: about 20 s)."""
+    from ranx import Qrels, Run, compare
+    qrels, runs, means, samples = two_rankings()
     ours = uncertainty.permutation_p(samples[0].values, samples[1].values, samples[0].statistic, 20000, 42)
     theirs = compare(Qrels(qrels), [Run(runs[0], name="a"), Run(runs[1], name="b")], ["ndcg@10"],
                      stat_test="fisher", n_permutations=20000, random_seed=42).to_dict()
     assert [m["ndcg@10"] for m in means] == pytest.approx([theirs[n]["scores"]["ndcg@10"] for n in "ab"],
                                                           abs=1e-12)
     p = theirs["a"]["comparisons"]["b"]["ndcg@10"]
-    assert 0.01 < p < 0.5  # a difference neither obvious nor absent, where the two tests could part
+    assert 0.01 < p < 0.5
     assert ours["ndcg@10"] == pytest.approx(p, abs=0.015)
-    assert samples[0].values[:, column].mean() == means[0]["ndcg@10"]
 
 
 def test_topic_resplits_are_scikit_learns_pipeline_on_stratified_shuffle_splits():

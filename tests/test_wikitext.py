@@ -3,8 +3,8 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.data.wikitext import (LANGUAGE_LINK, Namespaces, all_links, categories, clean, lead, normalize_title,
-                             strip_templates)
+from common.extract.wikitext import (LANGUAGE_LINK, Namespaces, all_links, categories, clean, lead, normalize_title,
+                                     strip_templates)
 
 FI = Namespaces({6: "Tiedosto", 10: "Malline", 14: "Luokka"})
 EN = Namespaces({6: "File", 10: "Template", 14: "Category"})

@@ -1,6 +1,6 @@
 """Whole-article text (``01_extract.py wiki --text full``): every section's prose, nothing but prose."""
 
-from common.data.wikitext import Namespaces, full_text
+from common.extract.wikitext import Namespaces, full_text
 
 EN = Namespaces({6: "File", 10: "Template", 14: "Category"})
 

@@ -22,7 +22,7 @@ from common import cli
 from common.data.docs_jsonl import Documents
 from common.models.card import Method
 from common.models.tokens import TokenStore
-from common.train.losses import in_fp32
+from common.models.precision import in_fp32
 from common.train.objectives.base import Objective
 
 

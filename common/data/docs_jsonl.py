@@ -7,6 +7,7 @@ import numpy as np
 from common.io import InputError, plain_id, read_jsonl, shown
 from common.models.encoder import document_text
 
+
 def read_documents(path):
     """Yield ``(line_number, id, title, text)`` of each document of a docs.jsonl, its fields checked as strings and
     its id by the id rule (ids are checked unique by the reader that keeps them)."""

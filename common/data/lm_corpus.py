@@ -21,7 +21,7 @@ def write_corpus(sources, out, counts):
     document ``{"id": "name:id", "title", "text"}`` written to ``out`` (binary), in the sources' order; a text
     already written (the same words after whitespace collapse and lower-casing) is dropped and counted; sources
     without a document are refused."""
-    from common.data.arxiv import text_key
+    from common.extract.arxiv import text_key
     from common.jsontext import dumps_line
     seen, ids = set(), set()
     for name, path in sources:

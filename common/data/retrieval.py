@@ -11,7 +11,7 @@ counted (``queries_inside_document``), in every split.
 
 import numpy as np
 
-from common.data.arxiv import normalise, text_key
+from common.extract.arxiv import normalise, text_key
 from common.data.splits import refuse_empty_splits
 from common.io import InputError, loads, open_input, plain_id, read_jsonl, read_trec_qrels, shown
 from common.jsontext import dumps_line

@@ -23,7 +23,7 @@ from torch import nn
 
 from common import cli
 from common.io import InputError
-from common.train.distributed import all_gather_with_grad
+from common.distributed import all_gather_with_grad
 
 _BLOCK = re.compile(r"(\d+)(?:\((relu)\))?")
 

@@ -18,7 +18,7 @@ negatives: its term is ``d(y_i, t_i)`` alone.
 import torch
 import torch.nn.functional as F
 
-from common.train.losses import in_fp32
+from common.models.precision import in_fp32
 
 STRUCTURAL_LOSSES = ("cos", "mse", "mm-cos", "mm-mse")
 

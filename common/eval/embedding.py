@@ -26,7 +26,7 @@ class Embedding:
 def process_state():
     """Accelerate's process state when started by ``accelerate launch`` on several processes, else None (the
     number of processes read as 03 reads it: a value that is no whole number from 1 is one line)."""
-    from common.train.distributed import launched_processes
+    from common.distributed import launched_processes
     if launched_processes() <= 1:
         return None
     import torch

@@ -7,7 +7,7 @@ import numpy as np
 
 from common import io
 from common.data.keysent_splits import read_sentences
-from common.data.sentences import clean, split, splitter
+from common.extract.sentences import clean, split, splitter
 from common.eval import uncertainty
 from common.eval.metrics import average_r_precision, r_precision
 from common.io import InputError

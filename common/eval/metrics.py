@@ -1,4 +1,6 @@
-"""Ranking and extraction metrics, computed as their reference tools do (held against them in the tests)."""
+"""Ranking and extraction metrics, computed as their reference tools do (held against them in the tests): trec_eval's
+ranking order, average precision and nDCG, which WikiSpecter's tasks and paper search (``retrieval.py``) both score
+with, and the key-sentence R-precision."""
 
 import math
 
@@ -10,22 +12,24 @@ def trec_order(scores, docnos):
     return sorted(range(len(scores)), key=lambda i: (scores[i], docnos[i]), reverse=True)
 
 
-def average_precision(ranked_relevance, n_relevant):
-    """trec_eval ``map`` for one query: mean precision at each relevant document, over all relevant ones."""
+def average_precision(ranked_relevance, n_relevant, cutoff=None):
+    """trec_eval ``map`` for one query (``map_cut_k`` with ``cutoff`` k): the precision at each relevant document of
+    the first ``cutoff`` ranks, summed over all ``n_relevant`` relevant ones."""
     if n_relevant == 0:
         return 0.0
     hits, total = 0, 0.0
-    for rank, rel in enumerate(ranked_relevance, 1):
+    for rank, rel in enumerate(ranked_relevance[:cutoff], 1):
         if rel > 0:
             hits += 1
             total += hits / rank
     return total / n_relevant
 
 
-def ndcg(ranked_gains, ideal_gains):
-    """trec_eval ``ndcg`` for one query: gains discounted by log2(rank + 1), over the ideal ordering."""
-    dcg = sum(g / math.log2(r + 1) for r, g in enumerate(ranked_gains, 1) if g > 0)
-    ideal = sorted((g for g in ideal_gains if g > 0), reverse=True)
+def ndcg(ranked_gains, ideal_gains, cutoff=None):
+    """trec_eval ``ndcg`` for one query (``ndcg_cut_k`` with ``cutoff`` k): gains discounted by log2(rank + 1), over
+    the ideal ordering's, both summed over the first ``cutoff`` ranks."""
+    dcg = sum(g / math.log2(r + 1) for r, g in enumerate(ranked_gains[:cutoff], 1) if g > 0)
+    ideal = sorted((g for g in ideal_gains if g > 0), reverse=True)[:cutoff]
     best = sum(g / math.log2(r + 1) for r, g in enumerate(ideal, 1))
     return dcg / best if best > 0 else 0.0
 

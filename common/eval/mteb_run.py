@@ -60,8 +60,8 @@ def beir_inputs(tasks):
 
 def read_beir(folder):
     """A BEIR folder's test split as ``02_build_graph.py beir`` reads it: ``(corpus {id: {"title", "text"}}, queries
-    {id: text}, qrels {query id: {doc id: score}})``, the queries its test qrels judge, and judgements of a query or
-    a document the folder lacks left out, as 02 leaves them out."""
+    {id: text}, qrels {query id: {doc id: score}})``, the queries its test qrels judge, those without a judgement
+    above 0 and judgements of a query or a document the folder lacks left out, as 02 leaves them out."""
     corpus_path, queries_path, qrels_path = beir_files(folder)
     corpus = {doc: {"title": title, "text": text} for doc, title, text in beir.corpus_rows(corpus_path)}
     queries = beir.read_queries(queries_path)
@@ -69,8 +69,9 @@ def read_beir(folder):
     for _, qid, doc, score in beir.read_qrels_tsv(qrels_path):
         if qid in queries and doc in corpus:
             qrels.setdefault(qid, {})[doc] = score
+    qrels = {qid: judged for qid, judged in qrels.items() if any(score > 0 for score in judged.values())}
     if not qrels:
-        raise InputError(f"{qrels_path}: judges no query of queries.jsonl against a document of the corpus")
+        raise InputError(f"{qrels_path}: judges no query of queries.jsonl relevant to a document of the corpus")
     return corpus, {qid: queries[qid] for qid in qrels}, qrels
 
 

@@ -30,6 +30,7 @@ from common.data.retrieval import read_queries
 from common.eval import ann, trec_run, uncertainty
 from common.eval.embedding import (embed_corpus, embed_queries, embedding_settings, is_retrieval_data,
                                   load_model)
+from common.eval.metrics import average_precision, ndcg, trec_order
 from common.io import InputError, open_input, read_trec_qrels
 from common.models.encoder import POOLINGS
 from common.models.precision import PRECISIONS
@@ -88,31 +89,22 @@ def search(queries, docs, k=K, chunk=65536, query_chunk=1024, similarity=None):
     return torch.cat(all_idx).numpy(), torch.cat(all_scores).numpy()
 
 
-def tie_order(ids, scores):
-    """Positions of ``ids`` in trec_eval's order: score descending, then id descending."""
-    return sorted(range(len(ids)), key=lambda j: (scores[j], ids[j]), reverse=True)
-
-
 def query_metrics(ranked, relevant):
     """The metrics of one query from its ranked document ids (best first) and its relevant ids: a set (each gains
     1), or {id: relevance} of graded qrels, where nDCG@10 gains the relevance, as trec_eval's does, and the other
     metrics count every relevance above 0."""
     gain = {doc: rel for doc, rel in relevant.items() if rel > 0} if isinstance(relevant, dict) else \
         dict.fromkeys(relevant, 1)
-    hits = np.array([doc in gain for doc in ranked[:K]], dtype=bool)
+    gains = [gain.get(doc, 0) for doc in ranked[:K]]
+    hits = np.array(gains, dtype=np.float64) > 0
     r = len(gain)
     out = {}
     first = np.flatnonzero(hits[:10])
     out["mrr@10"] = 1.0 / (first[0] + 1) if len(first) else 0.0
-    discounts = 1.0 / np.log2(np.arange(2, 12))
-    best = np.array(sorted(gain.values(), reverse=True)[:10], dtype=np.float64)
-    ideal = (best * discounts[:len(best)]).sum()
-    gains = np.array([gain.get(doc, 0) for doc in ranked[:10]], dtype=np.float64)
-    out["ndcg@10"] = float((gains * discounts[:len(gains)]).sum() / ideal) if ideal else 0.0
+    out["ndcg@10"] = ndcg(gains, gain.values(), cutoff=10)
     for k in CUTOFFS["recall"]:
         out[f"recall@{k}"] = float(hits[:k].sum() / r) if r else 0.0
-    ranks = np.flatnonzero(hits[:100]) + 1
-    out["map@100"] = float((np.arange(1, len(ranks) + 1) / ranks).sum() / r) if r else 0.0
+    out["map@100"] = average_precision(gains, r, cutoff=100)
     return out
 
 
@@ -139,7 +131,7 @@ def ranking(indices, scores, doc_ids, qids):
     run = {}
     for qid, row, row_scores in zip(qids, indices, scores):  # a row at a time: no Python copy of the whole arrays
         ids, values = [doc_ids[j] for j in row.tolist()], row_scores.tolist()
-        run[qid] = [(ids[j], values[j]) for j in tie_order(ids, values)]
+        run[qid] = [(ids[j], values[j]) for j in trec_order(values, ids)]
     return run
 
 
@@ -186,7 +178,7 @@ def bm25(doc_texts, doc_ids, query_texts, qids, qrels, language="english", k=K):
     # words no document holds would match the empty and stop-word-only documents, with a positive score; such a
     # query scores every document 0, and its ties fall in trec_eval's order (ids descending)
     empty = {tokenizer.get_vocab_dict().get("")} - {None}
-    last = np.array(tie_order(list(doc_ids), [0.0] * len(doc_ids))[:k], dtype=indices.dtype)
+    last = np.array(trec_order([0.0] * len(doc_ids), list(doc_ids))[:k], dtype=indices.dtype)
     for row, query in enumerate(tokens):
         if set(query) <= empty:
             indices[row], scores[row] = last, 0.0

@@ -14,10 +14,11 @@
 under bf16 autocast (``Encoder.bf16``: a shallow copy sharing every weight), or an int8 copy. Any precision but
 float32 prints, and where the command writes a manifest records, the mean cosine of its vectors to float32's over
 the first ``AGREEMENT_SAMPLE`` texts (``agreement``). A training run's precision is Accelerate's; ``training_line``
-says it at the run's start.
+says it at the run's start, and its losses compute in float32 under it (``in_fp32``).
 """
 
 import copy
+import functools
 
 from common.io import InputError
 
@@ -79,6 +80,21 @@ def agreement(encoder, vectors, store, batch_size=64, batch_tokens=None, sample=
     from common.models.quantize import mean_cosine
     rows = range(min(len(store), sample))
     return mean_cosine(vectors[:len(rows)], embed(encoder, store, batch_size, batch_tokens, rows=rows))
+
+
+def in_fp32(loss):
+    """Compute ``loss`` in float32 under bf16/fp16 autocast: autocast off, floating-point tensor arguments cast up.
+    Every training loss is wrapped: a difference of two distances (triplet margin), a softmax over a batch or a
+    cosine near 1 loses its signal in half precision (bf16 keeps 8 significant bits), while the cast is free in
+    float32 (``.float()`` of a float32 tensor is the tensor itself), so CPU float32 training is unchanged."""
+    import torch
+
+    @functools.wraps(loss)
+    def wrapper(*args, **kwargs):
+        device = next((a.device.type for a in args if torch.is_tensor(a)), "cpu")
+        with torch.autocast(device_type=device, enabled=False):
+            return loss(*[a.float() if torch.is_tensor(a) and a.is_floating_point() else a for a in args], **kwargs)
+    return wrapper
 
 
 def add_precision_arguments(p, what):

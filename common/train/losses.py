@@ -1,23 +1,9 @@
 """The training losses, written out so that tests can hold them against torch's and sentence-transformers' own."""
 
-import functools
-
 import torch
 import torch.nn.functional as F
 
-
-def in_fp32(loss):
-    """Compute ``loss`` in float32 under bf16/fp16 autocast: autocast off, floating-point tensor arguments cast up.
-    Every loss here is wrapped: a difference of two distances (triplet margin), a softmax over a batch or a
-    cosine near 1 loses its signal in half precision (bf16 keeps 8 significant bits), while the cast is free in
-    float32 (``.float()`` of a float32 tensor is the tensor itself), so CPU float32 training is unchanged."""
-
-    @functools.wraps(loss)
-    def wrapper(*args, **kwargs):
-        device = next((a.device.type for a in args if torch.is_tensor(a)), "cpu")
-        with torch.autocast(device_type=device, enabled=False):
-            return loss(*[a.float() if torch.is_tensor(a) and a.is_floating_point() else a for a in args], **kwargs)
-    return wrapper
+from common.models.precision import in_fp32
 
 
 @in_fp32

@@ -5,8 +5,8 @@ continuation half of the time and a span of another document otherwise.
 | step      | what                                                                                          |
 |-----------|-----------------------------------------------------------------------------------------------|
 | sentences | each document split by the project's sentence splitter (untrained NLTK Punkt, no downloaded   |
-|           | data: ``common/data/sentences.py``), each sentence tokenised without special tokens; empty    |
-|           | documents dropped                                                                             |
+|           | data: ``common/extract/sentences.py``), each sentence tokenised without special tokens;       |
+|           | empty documents dropped                                                                       |
 | target    | per document, ``max_tokens`` (the model's length − 3 for ``[CLS]``, ``[SEP]``, ``[SEP]``),    |
 |           | or with ``short_seq_prob`` a length drawn uniformly from 2 … ``max_tokens``                   |
 | chunk     | sentences gathered until they reach the target or the document ends                           |
@@ -43,7 +43,7 @@ def tokenize_sentences(texts, tokenizer, cache_dir):
     from datasets.fingerprint import Hasher
 
     def encode(batch):
-        from common.data.sentences import split, splitter
+        from common.extract.sentences import split, splitter
         punkt = splitter("punkt")
         per_text = [[s for s, _, _ in split(text, punkt)] for text in batch["text"]]
         flat = [s for sentences in per_text for s in sentences]

@@ -23,7 +23,7 @@ import os
 import numpy as np
 import torch
 
-from common.data.arxiv import text_key
+from common.extract.arxiv import text_key
 from common.data.retrieval import read_qrels, read_queries
 from common.data.shared_docs import SharedDocuments, shared_store, store_key
 from common import cli
@@ -31,7 +31,7 @@ from common.io import InputError, read_jsonl
 from common.models.card import Method
 from common.models.tokens import TokenStore
 from common.train import losses
-from common.train.distributed import all_gather, all_gather_with_grad, process_rank
+from common.distributed import all_gather, all_gather_with_grad, process_rank
 from common.train.objectives.base import Objective
 
 

@@ -13,7 +13,7 @@ import zlib
 from typing import NamedTuple
 
 from common.io import InputError
-from common.data.wikitext import Namespaces
+from common.extract.wikitext import Namespaces
 
 # possessive blanks: "\s*:?\s*" alone backtracks quadratically on "#REDIRECT" and a long run of spaces
 _REDIRECT_TEXT = re.compile(r"^\s*+#(?:REDIRECT|OHJAUS|UUDELLEENOHJAUS)\s*+:?\s*+\[\[([^\]|]++)", re.I)

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm import tqdm
 
-from common.data import topic_labels, wikitext
-from common.data.dump import DumpReader
+from common.extract import topic_labels, wikitext
+from common.extract.dump import DumpReader
 from common.io import InputError
 from common.jsontext import dumps_line
-from common.folders import create
+from common.outputs.folders import create
 from common.pool import ordered_map
-from common.data.titles import ARTICLE, OTHER, REDIRECT, TitleIndex, title_hash
+from common.extract.titles import ARTICLE, OTHER, REDIRECT, TitleIndex, title_hash
 
 DISAMBIGUATION_MARKERS = ("(täsmennyssivu)", "(disambiguation)")
 DISAMBIGUATION_TEMPLATES = ("täsmennyssivu", "disambiguation", "disambig", "dab", "disamb", "hndis", "geodis",

@@ -21,7 +21,7 @@ def reader(kind, path, min_chars, columns=None):
 
 
 def _extractor(kind, path, min_chars, columns):
-    from common.data import dictd, plaintext, rst
+    from common.extract import dictd, plaintext, rst
     if kind == "dictd":
         index = path + ".index"
         body = next((path + s for s in (".dict.dz", ".dict") if os.path.exists(path + s)), path + ".dict.dz")

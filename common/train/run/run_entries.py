@@ -26,9 +26,10 @@ folder stays, and one in a folder a finished run wrote.
 import os
 import re
 
-from common import folders, io
+from common import io
+from common.outputs import folders
 from common.io import InputError
-from common.written import entries, written_name
+from common.outputs.written import entries, written_name
 
 STATE = "trainer_state.json"
 RUN_FILE = "run.json"
