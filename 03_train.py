@@ -264,10 +264,9 @@ def backward_in_parts(acc, model, objective, batch):
 def backward_cached(acc, model, objective, batch):
     """``--cache-chunk``'s backward, GradCache (Gao et al. 2021): every chunk of the batch embedded without gradient,
     its random state kept; the loss of those embeddings and its gradient with respect to them; then each chunk
-    embedded again under its random state (the same dropout) and that gradient back-propagated through it. The whole
-    batch's loss and gradient (each query still meets every document) with one chunk's activations alive at a time;
-    ``acc.backward`` scales each chunk's as it would the loss (accumulation, the fp16 scaler). Under DDP only the
-    last chunk synchronises."""
+    embedded again under its random state (the same dropout) and that gradient back-propagated through it: the whole
+    batch's loss and gradient with one chunk's activations alive at a time, ``acc.backward`` scaling each chunk's as
+    it would the loss (accumulation, the fp16 scaler). Under DDP only the last chunk synchronises."""
     import torch
 
     from common.train import grad_cache
