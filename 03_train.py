@@ -27,7 +27,6 @@ import math
 import os
 import signal
 import sys
-import time
 
 from common import cli
 from common.outputs import provenance
@@ -69,6 +68,7 @@ def train(args, script=__file__):
     from transformers import get_scheduler
 
     from common.models import cpu, precision
+    from common.models.saving import drop_tied_copies
     from common.train.run import replacement, run_folder, run_log, run_status
     from common.distributed import check_joined, joins_on_cpu, stop_agreed
     from common.train.optimization import parameter_groups, warmup_steps
@@ -89,6 +89,7 @@ def train(args, script=__file__):
     acc = Accelerator(cpu=joins_on_cpu(), gradient_accumulation_steps=args.grad_accum, log_with=log_with or None,
                       project_config=ProjectConfiguration(work, os.path.join(work, "trackers")))
     check_joined(acc)
+    acc.register_save_state_pre_hook(drop_tied_copies)  # a checkpoint stores a tied weight once, by its own name
     set_seed(args.seed)
     say = acc.on_main_process(print)  # once per run: Accelerator.print prints once per node
     say(precision.training_line(acc))
@@ -105,11 +106,12 @@ def train(args, script=__file__):
         # the model, as the objective builds it: the encoder, or a module holding it with heads and loss state
         objective = objectives.get(args.objective)(args, acc)
         model = objective.build()
-        if acc.device.type == "cpu":
-            # the CPU's faster dropout, packed rows and masked-LM last layer; a GPU runs the model
-            cpu.install(model, say=say)
+        if acc.device.type == "cpu":  # the CPU's kernels (cpu.py); a GPU runs the model as transformers wrote it:
+            # dropout masks from NumPy, attention with them, a BERT masked LM's last layer at its masked positions,
+            # and a batch's texts packed end to end in one row, which collate then makes
+            objective.packed = cpu.packs_rows(cpu.install(model, say=say))
         if args.gradient_checkpointing:
-            checkpoint_activations(objective.encoder_of(model).transformer)
+            checkpoint_activations(objective.encoder.transformer)
 
         # the data: tokenised once; rows drawn in a permutation of (seed, epoch), optionally in batches of like length
         with acc.main_process_first():
@@ -134,11 +136,11 @@ def train(args, script=__file__):
 
         say(f"effective batch {args.batch_size * acc.num_processes * args.grad_accum} = {args.batch_size} per "
                   f"process × {acc.num_processes} processes × {args.grad_accum} accumulation; {total_steps} steps")
-        # resumed from the newest checkpoint of the same settings, the model's as loaded among them
-        state = folder.start(objective) or {"step": 0, "epoch": 0, "batch_in_epoch": 0, "best": None}
-        step, epoch, batch_in_epoch, best = state["step"], state["epoch"], state["batch_in_epoch"], state["best"]
-        if step:
-            say(f"resuming from {state['path']} (step {step} of {total_steps})")
+        # the loop's state (step, epoch, best, the loss window): resumed whole from the newest checkpoint of the same
+        # settings, the model's as loaded among them
+        state = folder.start(objective)
+        if state.step:
+            say(f"resuming from {folder.checkpoint_path(state.step)} (step {state.step} of {total_steps})")
         if folder.tracked:
             acc.init_trackers("docembed", config={k: v for k, v in folder.identity.items()
                                                   if isinstance(v, (int, float, str, bool))})
@@ -148,35 +150,34 @@ def train(args, script=__file__):
         # processes at the next log record or checkpoint, where they agree
         stop = []
         previous = signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
-        bar = tqdm(total=total_steps, initial=step, desc="train", unit=" steps", disable=not acc.is_main_process,
-                   mininterval=1.0)
+        bar = tqdm(total=total_steps, initial=state.step, desc="train", unit=" steps",
+                   disable=not acc.is_main_process, mininterval=1.0)
         model.train()
-        # (step, loss) of each micro-batch since the last log record, the losses on the device, read only at log
-        # records and saves (run_folder.check_finite) so that no step waits for them; a resumed run's first record
-        # averages what the uninterrupted run's would (the checkpoint keeps them)
-        window = [(at, torch.tensor(loss, device=acc.device)) for at, loss in state.get("window", ())]
-        objective.restore_log_state(state.get("log_window", ()))
-        logged, micro, validated = (step, time.perf_counter()), step * args.grad_accum, None
         try:
-            while epoch < args.epochs and step < total_steps:
-                sampler.epoch = epoch
-                objective.set_epoch(epoch)
-                for batch in acc.skip_first_batches(train_dl, batch_in_epoch) if batch_in_epoch else train_dl:
+            while state.epoch < args.epochs and state.step < total_steps:
+                sampler.epoch = state.epoch
+                objective.set_epoch(state.epoch)
+                skipped = state.batch_in_epoch
+                for batch in acc.skip_first_batches(train_dl, skipped) if skipped else train_dl:
                     # dropout noise from (seed, micro-step, process): a resumed run draws the masks it would have
                     # (torch.manual_seed would also seed every other kind of device, at a quarter of a millisecond)
-                    seed = (args.seed * 1_000_003 + micro) * acc.num_processes + acc.process_index
+                    seed = (args.seed * 1_000_003 + state.micro) * acc.num_processes + acc.process_index
                     torch.default_generator.manual_seed(seed)
                     if acc.device.type == "cuda":
                         torch.cuda.manual_seed(seed)
-                    micro += 1
-                    batch_in_epoch += 1
+                    state.micro += 1
+                    state.batch_in_epoch += 1
                     with acc.accumulate(model):
-                        if args.chunk_tokens and "parts" in batch:  # --chunk-tokens cut this batch into parts
-                            loss = backward_in_parts(acc, model, objective, batch)
+                        # the backward: the whole batch's, or a strategy that bounds its memory
+                        if "parts" in batch:  # --chunk-tokens: the batch cut into parts of independent examples
+                            loss, logs = backward_in_parts(acc, model, objective, batch)
+                        elif "chunks" in batch:  # --cache-chunk: GradCache over chunks of the batch's embeddings
+                            loss, logs = backward_cached(acc, model, objective, batch)
                         else:
-                            loss = objective.losses(model, batch).mean()
+                            losses, logs = objective.losses(model, batch)
+                            loss = losses.mean()
                             acc.backward(loss)
-                        window.append((step + 1, loss.detach()))
+                        state.record(loss, logs)
                         if acc.sync_gradients and args.clip > 0:
                             acc.clip_grad_norm_(model.parameters(), args.clip)
                         optimizer.step()
@@ -184,60 +185,57 @@ def train(args, script=__file__):
                         optimizer.zero_grad()
                     if not acc.sync_gradients:
                         continue
-                    step += 1
+                    state.step += 1
                     bar.update(1)
-                    logs = step % args.log_every == 0 or step == total_steps
-                    saves = bool(args.checkpoint_every) and step % args.checkpoint_every == 0
-                    if logs:
-                        mean = folder.mean_loss(window, step)
-                        folder.write_log({"step": step, "epoch": round(step / steps_per_epoch, 4), "loss": mean,
-                                          **objective.log_metrics(acc), "lr": scheduler.get_last_lr()[0],
-                                          "steps_per_s": (step - logged[0]) / (time.perf_counter() - logged[1])})
-                        bar.set_postfix(loss=f"{mean:.4f}")
-                        window, logged = [], (step, time.perf_counter())
-                    if args.eval_every and step % args.eval_every == 0:
-                        best, validated = validate(acc, model, objective, val_dl, folder, window, step,
-                                                   steps_per_epoch, best), step
+                    records = state.step % args.log_every == 0 or state.step == total_steps
+                    saves = bool(args.checkpoint_every) and state.step % args.checkpoint_every == 0
+                    if records:
+                        means = folder.window_means(state)
+                        folder.write_log({"step": state.step, "epoch": round(state.step / steps_per_epoch, 4), **means,
+                                          "lr": scheduler.get_last_lr()[0], "steps_per_s": state.steps_per_second()})
+                        bar.set_postfix(loss=f"{means['loss']:.4f}")
+                        state.logged()
+                    # validated every --eval-every steps and at an epoch's end (or --max-steps inside one)
+                    if (args.eval_every and state.step % args.eval_every == 0) or state.step >= total_steps or \
+                            state.batch_in_epoch == len(train_dl):
+                        metrics = validate(acc, model, objective, val_dl, folder, state, steps_per_epoch)
+                        if objective.selection in metrics and (state.best is None or
+                                                               metrics[objective.selection] > state.best):
+                            state.best = metrics[objective.selection]  # the best model so far is RUN/model
+                            folder.save_model("model", model, objective, state)
                     if saves:
-                        folder.save_checkpoint(model, window, objective.log_state(), step=step, epoch=epoch,
-                                               batch_in_epoch=batch_in_epoch, best=best)
-                    if step >= total_steps:
+                        folder.save_checkpoint(model, state)
+                    if state.step >= total_steps:
                         break
-                    if stop_agreed(acc, bool(stop), boundary=logs or saves):
+                    if stop_agreed(acc, bool(stop), boundary=records or saves):
                         if not saves:
-                            folder.save_checkpoint(model, window, objective.log_state(), step=step, epoch=epoch,
-                                                   batch_in_epoch=batch_in_epoch, best=best)
+                            folder.save_checkpoint(model, state)
                         bar.close()
-                        say(f"stopped by SIGTERM at step {step}; checkpoint saved in "
+                        say(f"stopped by SIGTERM at step {state.step}; checkpoint saved in "
                                   f"{os.path.join(folder.path, 'checkpoints')}; run the same command to resume")
                         acc.end_training()
-                        raise Preempted(step)
-                # an epoch's end, or --max-steps inside one: validated once at this step
-                if validated != step:
-                    best, validated = validate(acc, model, objective, val_dl, folder, window, step, steps_per_epoch,
-                                               best), step
-                if step >= total_steps and batch_in_epoch < len(train_dl):
+                        raise Preempted(state.step)
+                if state.step >= total_steps and state.batch_in_epoch < len(train_dl):
                     break
-                epoch, batch_in_epoch = epoch + 1, 0
+                state.epoch, state.batch_in_epoch = state.epoch + 1, 0
                 if args.save_epochs:
-                    folder.save_model(f"epoch_{epoch}", model, objective, window, step)
+                    folder.save_model(f"epoch_{state.epoch}", model, objective, state)
         finally:
             signal.signal(signal.SIGTERM, previous)
             bar.close()
 
         # the save: the last checkpoint, the model (unless validation chose one), the curves, the manifest
-        if args.checkpoint_every and not folder.has_checkpoint(step):
-            folder.save_checkpoint(model, window, objective.log_state(), step=step, epoch=epoch,
-                                   batch_in_epoch=batch_in_epoch, best=best)
-        if not objective.selection or best is None:
-            folder.save_model("model", model, objective, window, step)
+        if args.checkpoint_every and not folder.has_checkpoint(state.step):
+            folder.save_checkpoint(model, state)
+        if not objective.selection or state.best is None:
+            folder.save_model("model", model, objective, state)
         if acc.is_main_process:
             folder.draw_curves()
         acc.end_training()
         counts = {"train_examples": len(objective.train_rows), "val_examples": len(objective.val_rows),
                   "steps": total_steps, "warmup_steps": warmup, "processes": acc.num_processes}
-        if best is not None:
-            counts[f"best_{objective.selection}"] = best
+        if state.best is not None:
+            counts[f"best_{objective.selection}"] = state.best
         if acc.is_main_process:
             folder.commit(script, started, counts)
             print(f"model → {os.path.join(args.out, 'model')}")
@@ -247,38 +245,59 @@ def train(args, script=__file__):
 
 
 def backward_in_parts(acc, model, objective, batch):
-    """The loss of a batch ``--chunk-tokens`` cut into parts (``batches.BatchParts``), back-propagated: each part
-    forward and backward in turn, its summed loss divided by the whole batch's example count, so that the gradient is
-    the batch mean's with the activations of one part alive at a time (a memory bound, not a speed-up: parts lose the
-    batch's shared documents). Under DDP only the last part synchronises."""
-    total, examples, last = 0.0, sum(batch["sizes"]), len(batch["parts"]) - 1
-    for n, part in enumerate(batch["parts"]):
+    """``--chunk-tokens``'s backward: the loss of a batch cut into parts (``batches.BatchParts``), each part forward
+    and backward in turn, its summed loss divided by the whole batch's example count, so that the gradient is the
+    batch mean's with the activations of one part alive at a time (a memory bound, not a speed-up: parts lose the
+    batch's shared documents). Under DDP only the last part synchronises. Returns the loss and the log values, each
+    part's weighted by its examples."""
+    total, logs, examples, last = 0.0, {}, sum(batch["sizes"]), len(batch["parts"]) - 1
+    for n, (part, size) in enumerate(zip(batch["parts"], batch["sizes"])):
         with acc.no_sync(model) if n < last else contextlib.nullcontext():
-            loss = objective.losses(model, part).sum() / examples
+            losses, part_logs = objective.losses(model, part)
+            loss = losses.sum() / examples
             acc.backward(loss)
         total = total + loss.detach()
-    return total
+        logs = {name: logs.get(name, 0) + value * (size / examples) for name, value in part_logs.items()}
+    return total, logs
 
 
-def validate(acc, model, objective, loader, folder, window, step, steps_per_epoch, best):
-    """The objective's validation at ``step``, written to the log and printed; returns the best value of its
-    selection metric so far, RUN/model saved when this one is it (``best`` as it was: no metric selects, or no
-    validation rows)."""
+def backward_cached(acc, model, objective, batch):
+    """``--cache-chunk``'s backward, GradCache (Gao et al. 2021): every chunk of the batch embedded without gradient,
+    its random state kept; the loss of those embeddings and its gradient with respect to them; then each chunk
+    embedded again under its random state (the same dropout) and that gradient back-propagated through it: the whole
+    batch's loss and gradient with one chunk's activations alive at a time, ``acc.backward`` scaling each chunk's as
+    it would the loss (accumulation, the fp16 scaler). Under DDP only the last chunk synchronises."""
+    import torch
+
+    from common.train import grad_cache
+    states, embeddings = grad_cache.embed_chunks(model, objective, batch["chunks"])
+    losses, logs = objective.loss_from_embeddings(embeddings, batch)
+    loss = losses.mean()
+    grads = torch.autograd.grad(loss, embeddings)
+    start, last = 0, len(states) - 1
+    for n, (chunk, state) in enumerate(zip(batch["chunks"], states)):
+        state.restore()
+        with acc.no_sync(model) if n < last else contextlib.nullcontext():
+            chunk_embeddings = objective.embed(model, chunk)
+            acc.backward(grad_cache.surrogate(chunk_embeddings, grads, start))
+        start += len(chunk_embeddings[0])
+    return loss.detach(), logs
+
+
+def validate(acc, model, objective, loader, folder, state, steps_per_epoch):
+    """The objective's validation metrics at ``state.step``, written to the log and printed (none without validation
+    rows), once the losses since the last log record are checked finite."""
     if not len(objective.val_rows):
-        return best
-    folder.check_finite(window, step)
+        return {}
+    folder.check_finite(state)
     model.eval()
     metrics = objective.validate(model, loader, acc)
     model.train()
-    record = {"step": step, "epoch": round(step / steps_per_epoch, 4), **metrics}
+    record = {"step": state.step, "epoch": round(state.step / steps_per_epoch, 4), **metrics}
     folder.write_log(record)
     line = " ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items())
     acc.on_main_process(print)(line)
-    key = objective.selection
-    if key and key in metrics and (best is None or metrics[key] > best):
-        folder.save_model("model", model, objective, window, step)
-        return metrics[key]
-    return best
+    return metrics
 
 
 def train_runs(args, script=__file__):

@@ -63,7 +63,9 @@ def main():
 
     def step(name, i):
         objective, model, optimizer = sides[name]
-        objective.losses(model, objective.collate(rows[8 * i:8 * i + 8])).mean().backward()
+        found = objective.losses(model, objective.collate(rows[8 * i:8 * i + 8]))
+        # a checkout from before losses returned (losses, log values) returns the loss alone
+        (found[0] if isinstance(found, tuple) else found).mean().backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 

@@ -1,5 +1,5 @@
 """Seconds a masked-LM training step takes with BERT's last layer and the vocabulary projection on the masked
-positions only (03's masked LM on a CPU, ``cpu_masked_lm.MaskedPositionsLM``) and with the model's own forward, which
+positions only (03's masked LM on a CPU, ``MaskedLM.masked_positions``) and with the model's own forward, which
 computes both at every position (as ``BertForMaskedLM`` and transformers' Trainer do), interleaved in one process.
 
     python bench/mlm_step.py                      # all-MiniLM-L6-v2, 8 blocks of 256 tokens, 15 % masked
@@ -31,12 +31,12 @@ def main():
     from transformers import AutoModelForMaskedLM
     from transformers.utils import logging
     from bench.train import minilm
-    from common.models import cpu, cpu_masked_lm
+    from common.models import cpu
     from common.models.masked_lm import IGNORE, MaskedLM
     from common.train import losses
     logging.set_verbosity_error()  # MiniLM has no masked-LM head: it starts untrained, as in 03
     model = cpu.install(MaskedLM(AutoModelForMaskedLM.from_pretrained(minilm()), "mean", False)).train()
-    if type(model) is not cpu_masked_lm.MaskedPositionsLM:
+    if not model.masked_positions:
         raise SystemExit("error: cpu.install did not compute this model's last layer at the masked positions")
     optimizer = torch.optim.AdamW(model.parameters(), lr=5e-5, fused=True)
     generator = torch.Generator().manual_seed(0)
@@ -52,7 +52,7 @@ def main():
         optimizer.zero_grad(set_to_none=True)
 
     def timed(every_position):
-        model.__class__ = MaskedLM if every_position else cpu_masked_lm.MaskedPositionsLM
+        model.masked_positions = not every_position
         try:
             for _ in range(3):
                 step()
@@ -61,7 +61,7 @@ def main():
                 step()
             return (time.perf_counter() - start) / args.steps
         finally:
-            model.__class__ = cpu_masked_lm.MaskedPositionsLM
+            model.masked_positions = True
 
     results = {"masked positions only": [], "every position": []}
     for _ in range(args.rounds):

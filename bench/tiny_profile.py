@@ -19,7 +19,7 @@ outermost one where they nest), the same calls on both sides where the two loops
 | backward  | ``Accelerator.backward``, both sides                                                               |
 | optimizer | gradient clipping, the optimizer's ``step`` and ``zero_grad`` (or the module's), the schedule's     |
 |           | ``step``; theirs also ``Trainer._get_grad_norm``                                                   |
-| logging   | ours ``RunFolder.write_log``, tqdm, ``Accelerator.reduce``, the objective's ``log_metrics``; theirs |
+| logging   | ours ``RunFolder.write_log``, tqdm, ``Accelerator.reduce``; theirs                                 |
 |           | ``Trainer._maybe_log_save_evaluate`` and the callbacks                                             |
 | other     | the step's time less the above: each loop's own Python, seeding, checks, Accelerate's data-loader   |
 |           | wrapper                                                                                            |
@@ -123,8 +123,6 @@ def run_ours(args, objective, data, timers):
     from bench.train import minilm
     cls = objectives.get(objective)
     timers.wrap(cls, "losses", "forward")
-    if "log_metrics" in cls.__dict__:
-        timers.wrap(cls, "log_metrics", "logging")
     timers.wrap(RunFolder, "write_log", "logging")
     timers.wrap(tqdm, "update", "logging")
     timers.wrap(tqdm, "set_postfix", "logging")

@@ -1,9 +1,9 @@
 """The CPU's speed work (common/models/cpu.py and its mechanisms, cpu_*.py), each piece against PyTorch's or
 transformers' own: dropout masks (distribution, seeding, threads, a forked child), the dropped attention (value and
-gradient), ``install`` (every dropout swapped, evaluation unchanged, plain SDPA saved), and the packed rows with one
-word lookup (the per-group embeddings and gradients). The masked-LM's last layer at the masked positions is held to
-BertForMaskedLM in tests/test_masked_lm.py; the thread count a CPU embedding runs each batch with
-(common/models/threads.py) in tests/test_threads.py."""
+gradient), ``install`` (every dropout module replaced, evaluation unchanged, plain SDPA saved), and the packed rows
+with one word lookup (the per-group embeddings and gradients of the texts collate packs). The masked-LM's last layer
+at the masked positions is held to BertForMaskedLM in tests/test_masked_lm.py; the thread count a CPU embedding runs
+each batch with (common/models/threads.py) in tests/test_threads.py."""
 
 import os
 import time
@@ -13,7 +13,9 @@ import torch
 from torch import nn
 
 from common.models import cpu, cpu_attention, cpu_dropout, cpu_packing
-from common.models.encoder import Encoder, pool_packed
+from common.models.encoder import Encoder
+from common.models.pooling import pool_packed
+from common.models.tokens import Packed
 
 def test_keep_mask_is_bernoulli_p_scaled_follows_torchs_seed_and_not_the_thread_count():
     torch.manual_seed(7)
@@ -121,7 +123,7 @@ def test_install_swaps_every_dropout_leaves_evaluation_bit_identical_and_saves_p
     encoder.eval()
     with torch.no_grad():
         before = encoder.embed(batch["input_ids"], batch["attention_mask"])
-    assert cpu.install(encoder) is encoder and type(encoder) is cpu_packing.PackedEncoder
+    assert cpu.install(encoder) is encoder and type(encoder) is Encoder and cpu.packs_rows(encoder)
     assert not [m for m in encoder.modules() if type(m) is nn.Dropout]
     assert sum(isinstance(m, cpu_dropout.Dropout) for m in encoder.modules()) == 1 + 2 * 3  # embeddings + 3 a layer
     assert encoder.transformer.config._attn_implementation == cpu_attention.ATTENTION
@@ -148,6 +150,11 @@ def tiny_encoder(kind):
     return Encoder(RobertaModel(RobertaConfig(max_position_embeddings=34, pad_token_id=1, **common)), "cls"), 1
 
 
+def packed(groups):
+    """The padded groups' texts as collate lays them out on a CPU (``TokenStore.groups(..., packed=True)``)."""
+    return [Packed(ids[mask.bool()], mask.sum(1)) for ids, mask in groups]
+
+
 def groups_of(pad):
     torch.manual_seed(1)
     out = []
@@ -170,7 +177,7 @@ def test_training_forward_looks_words_up_once_with_the_per_group_embeddings_and_
     (expected * weights).sum().backward()
     reference = {name: p.grad.clone() for name, p in encoder.named_parameters() if p.grad is not None}
     encoder.zero_grad(set_to_none=True)
-    out = encoder(groups)
+    out = encoder(packed(groups))
     assert torch.allclose(out, expected, rtol=0, atol=1e-6)
     (out * weights).sum().backward()
     for name, p in encoder.named_parameters():
@@ -182,28 +189,27 @@ def test_training_forward_looks_words_up_once_with_the_per_group_embeddings_and_
     assert words.grad.data_ptr() == encoder._word_grad.data_ptr()
     first = words.grad.clone()
     encoder.zero_grad(set_to_none=True)
-    (encoder(groups) * weights).sum().backward()
+    (encoder(packed(groups)) * weights).sum().backward()
     assert torch.equal(words.grad, first) and words.grad.data_ptr() == encoder._word_grad.data_ptr()
-    (encoder(groups) * weights).sum().backward()
+    (encoder(packed(groups)) * weights).sum().backward()
     assert torch.allclose(words.grad, 2 * first, rtol=1e-6, atol=1e-7)
 
 
 @pytest.mark.parametrize("kind,grad", [("bert", True), ("bert", False), ("roberta", True)])
 def test_the_single_lookup_runs_only_with_gradient_and_where_positions_ignore_the_ids(kind, grad, monkeypatch):
-    """RoBERTa numbers positions by skipping padding ids (one sits inside the first text here): ``install`` leaves
-    its encoder the model's own, bit for bit; a packed forward without gradient looks its words up as the model
-    does."""
+    """RoBERTa numbers positions by skipping padding ids (one sits inside the first text here): its texts are not
+    packed, and its padded forward is the model's own, bit for bit; a packed forward without gradient looks its
+    words up as the model does."""
     calls = []
     apply = cpu_packing.WordLookup.apply
     monkeypatch.setattr(cpu_packing.WordLookup, "apply", lambda *a: calls.append(1) or apply(*a))
     encoder, pad = tiny_encoder(kind)
-    plain = Encoder.forward
     cpu.install(encoder)
-    assert type(encoder) is (cpu_packing.PackedEncoder if kind == "bert" else Encoder)
+    assert cpu.packs_rows(encoder) == (kind == "bert")
     groups = groups_of(pad)
     with torch.set_grad_enabled(grad):
-        out = encoder(groups)
-        expected = plain(encoder, groups)
+        out = encoder(packed(groups) if kind == "bert" else groups)
+        expected = torch.cat([encoder.embed(ids, mask) for ids, mask in groups])
     assert len(calls) == int(kind == "bert" and grad)
     if kind == "roberta":
         assert torch.equal(out, expected)
@@ -356,7 +362,7 @@ def test_the_packed_training_forward_gives_the_per_group_embeddings_and_gradient
     init = cpu_packing.Packing.__init__
     monkeypatch.setattr(cpu_packing.Packing, "__init__",
                         lambda self, *a, **k: plans.append(self) or init(self, *a, **k))
-    out = encoder(batch)
+    out = encoder(packed(batch))
     assert len(plans) == 1 and plans[0].lengths.tolist() == [4, 6, 9, 5, 5, 3]
     assert torch.allclose(out, expected, rtol=0, atol=1e-5)
     (out * weights).sum().backward()
@@ -366,11 +372,21 @@ def test_the_packed_training_forward_gives_the_per_group_embeddings_and_gradient
             assert torch.allclose(p.grad, reference[name], rtol=1e-4, atol=1e-5), name
 
 
+def test_a_packed_batch_for_an_encoder_without_the_cpus_attention_is_refused():
+    """Texts packed in one row attend to each other unless the attention reads the packing plan: an encoder that
+    ``install`` did not reach refuses them rather than mix them."""
+    encoder = tiny("bert", "mean")
+    with pytest.raises(ValueError) as e:
+        encoder(packed(groups()))
+    assert str(e.value) == ("texts packed in one row need a bert/distilbert/electra model with the CPU's attention "
+                            "(sdpa_cpu_dropout: cpu.install)")
+
+
 def test_packed_training_with_dropout_repeats_under_a_seed_with_or_without_gradient():
     """GradCache embeds a chunk without gradient, then again with gradient under the same random state: both
     forwards must take the packed path and draw the same masks."""
     encoder = cpu.install(tiny("bert", "mean")).train()
-    batch = groups()
+    batch = packed(groups())
     torch.manual_seed(3)
     a = encoder(batch)
     torch.manual_seed(3)
@@ -403,7 +419,7 @@ def test_where_transformers_attention_interface_differs_the_encoder_stays_as_tra
     plain = copy.deepcopy(encoder)
     monkeypatch.delattr(transformers.integrations.sdpa_attention, "sdpa_attention_forward")
     notes = []
-    assert cpu.install(encoder, say=notes.append) is encoder and type(encoder) is Encoder
+    assert cpu.install(encoder, say=notes.append) is encoder and not cpu.packs_rows(encoder)
     assert notes == [note("transformers.integrations.sdpa_attention.sdpa_attention_forward")]
     assert not [m for m in encoder.modules() if isinstance(m, cpu_dropout.Dropout)]
     assert encoder.transformer.config._attn_implementation == "sdpa"
@@ -432,7 +448,7 @@ def test_a_bert_masked_lm_whose_last_layer_lacks_a_part_stays_a_masked_lm_with_t
     del model.mlm.base_model.encoder.layer[-1].attention.self.num_attention_heads
     plain = copy.deepcopy(model)
     notes = []
-    assert cpu.install(model, say=notes.append) is model and type(model) is MaskedLM
+    assert cpu.install(model, say=notes.append) is model and not model.masked_positions
     assert notes == [note("BertLayer.attention.self.num_attention_heads")]
     ids = torch.randint(5, model.mlm.config.vocab_size, (3, 24))
     labels = torch.where(torch.rand(3, 24) < 0.3, ids, torch.full_like(ids, IGNORE))
@@ -457,4 +473,4 @@ def test_a_module_that_hands_the_attention_mask_down_without_keywords_is_a_diffe
     monkeypatch.setattr(modeling_bert.BertLayer, "forward", without_keywords)
     assert cpu.differences(encoder) == ["BertLayer.forward(**kwargs)"]
     notes = []
-    assert type(cpu.install(encoder, say=notes.append)) is Encoder and notes == [note("BertLayer.forward(**kwargs)")]
+    assert not cpu.packs_rows(cpu.install(encoder, say=notes.append)) and notes == [note("BertLayer.forward(**kwargs)")]

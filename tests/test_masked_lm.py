@@ -1,5 +1,5 @@
-"""The masked LM (common/models/masked_lm.py, and on a CPU ``cpu_masked_lm.MaskedPositionsLM``, which runs BERT's
-last layer on the masked positions only) against transformers' ``BertForMaskedLM``: its logits at the masked
+"""The masked LM (common/models/masked_lm.py, and on a CPU at ``masked_positions``, where it runs BERT's last layer
+on the masked positions only) against transformers' ``BertForMaskedLM``: its logits at the masked
 positions and the gradients of its loss, and a batch with nothing masked."""
 
 import argparse
@@ -16,7 +16,7 @@ def test_the_masked_lm_predicts_as_bert_for_masked_lm_with_its_last_layer_on_mas
     and the loss matches the reference's."""
     import torch
     from transformers import BertForMaskedLM
-    from common.models import cpu, cpu_masked_lm
+    from common.models import cpu
     from common.train import losses
     from common.models.masked_lm import MaskedLM
     from common.train.masking import IGNORE
@@ -25,7 +25,7 @@ def test_the_masked_lm_predicts_as_bert_for_masked_lm_with_its_last_layer_on_mas
     reference = BertForMaskedLM.from_pretrained(tiny_model)  # its masked-LM head newly initialised: copied as it is
     plain = MaskedLM(copy.deepcopy(reference), "mean", False)
     model = cpu.install(MaskedLM(copy.deepcopy(reference), "mean", False))
-    assert type(model) is cpu_masked_lm.MaskedPositionsLM and type(plain) is MaskedLM
+    assert model.masked_positions and not plain.masked_positions
     ids = torch.randint(5, reference.config.vocab_size, (3, 24))
     attention_mask = torch.ones_like(ids)
     if padded:
@@ -89,9 +89,10 @@ def test_a_masked_lm_batch_with_nothing_masked_gives_no_logits_and_keeps_every_p
         assert model(ids, attention_mask, nothing).logits.shape == (0, reference.config.vocab_size)
     model.train()
     objective = MLMObjective(argparse.Namespace(nsp=False), None)
-    loss = objective.losses(model, {"input_ids": ids, "attention_mask": attention_mask,
-                                    "labels": torch.full_like(ids, -100)})
+    loss, logs = objective.losses(model, {"input_ids": ids, "attention_mask": attention_mask,
+                                          "labels": torch.full_like(ids, -100)})
     loss.backward()
+    assert logs == {}
     assert float(loss) == 0.0
     assert all(p.grad is not None for p in model.mlm.bert.encoder.layer[-1].parameters())
     one_row = nothing.clone()

@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import free_port, read_jsonl, train_in_process, unfinish
+from conftest import free_port, read_jsonl, script_module, train_in_process, unfinish
 
 
 def _two_process_worker(rank, world, port, queries, docs, keys, out):
@@ -24,7 +24,7 @@ def _two_process_worker(rank, world, port, queries, docs, keys, out):
     half = len(queries) // world
     q = queries[rank * half:(rank + 1) * half].clone().requires_grad_(True)
     d = docs[rank * half:(rank + 1) * half].clone().requires_grad_(True)
-    objective._loss(q, d, keys[rank * half:(rank + 1) * half]).mean().backward()
+    objective.loss_from_embeddings((q, d), {"keys": keys[rank * half:(rank + 1) * half]})[0].mean().backward()
     torch.save({"q": q.grad, "d": d.grad}, os.path.join(out, f"rank_{rank}.pt"))
     dist.barrier()  # neither process tears gloo down while the other is still in a collective
     dist.destroy_process_group()
@@ -52,7 +52,7 @@ def test_mnrl_gathered_on_two_processes_has_the_gradients_of_one_process_with_th
     objective.args = SimpleNamespace(gather=True, scale=20.0, symmetric=True, mask_duplicates=True)
     q = two_processes["queries"].clone().requires_grad_(True)
     d = two_processes["docs"].clone().requires_grad_(True)
-    objective._loss(q, d, two_processes["keys"]).mean().backward()
+    objective.loss_from_embeddings((q, d), {"keys": two_processes["keys"]})[0].mean().backward()
     grads = two_processes["ranks"]
     # DDP averages the two processes' parameter gradients
     torch.testing.assert_close(torch.cat([g["q"] for g in grads]) / 2, q.grad)
@@ -65,31 +65,46 @@ def train(data, model, out, objective, *extra):
     return train_in_process(argv)
 
 
-def test_mnrl_with_gradcache_has_the_gradients_of_the_plain_loss(tiny_model, paper_data, tmp_path):
+def test_mnrl_with_gradcache_has_the_loss_and_gradients_of_the_plain_loss(tiny_model, paper_data, tmp_path):
+    """03's GradCache backward (``--cache-chunk``) over chunks of 3 of a batch of 10 pairs, each chunk padded to its
+    own longest document: the loss and gradients of the whole batch's plain backward."""
     from types import SimpleNamespace
 
+    from accelerate import Accelerator
+
+    from common.train.batches import CacheChunks
     from common.train.objectives.mnrl import MNRLObjective
-    grads = []
+    backward_cached = script_module("03_train.py").backward_cached
+    found = []
     for chunk in (0, 3):
         args = SimpleNamespace(model=str(tiny_model), data=str(paper_data), pooling="mean", normalize=False,
-                               max_length=32, query_max_length=16, length_groups=2, cache_chunk=chunk, gather=True,
-                               scale=20.0, symmetric=True, mask_duplicates=True, out=str(tmp_path / "run"))
+                               max_length=32, query_max_length=16, length_groups=2, gather=True, scale=20.0,
+                               symmetric=True, mask_duplicates=True, out=str(tmp_path / "run"))
         objective = MNRLObjective(args, None)
         model = objective.build()
         objective.load_data()
         model.eval()  # dropout off: the two computations then see the same network
         rows = objective.train_rows[:10]
-        batch = objective.collate(rows)
-        for n, part in enumerate(batch.get("chunks", [])):  # each chunk padded to its own longest document
-            mine = rows[n * chunk:(n + 1) * chunk]
-            documents = part["groups"][min(args.length_groups, len(mine)):]
-            assert max(ids.shape[1] for ids, _ in documents) == objective.docs.lengths()[mine[:, 1]].max()
-        objective.losses(model, batch).mean().backward()
-        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
-    assert grads[0].keys() == grads[1].keys()
-    for name in grads[0]:
+        if chunk:
+            batch = CacheChunks(objective, chunk)(rows)
+            assert [len(part["q_index"]) for part in batch["chunks"]] == [3, 3, 3, 1]
+            for n, part in enumerate(batch["chunks"]):
+                mine = rows[n * chunk:(n + 1) * chunk]
+                documents = part["groups"][min(args.length_groups, len(mine)):]
+                assert max(ids.shape[1] for ids, _ in documents) == objective.docs.lengths()[mine[:, 1]].max()
+            loss, logs = backward_cached(Accelerator(cpu=True), model, objective, batch)
+        else:
+            losses, logs = objective.losses(model, objective.collate(rows))
+            loss = losses.mean()
+            loss.backward()
+        assert logs == {}
+        found.append((loss.item(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
+    (whole, grads), (cached, cached_grads) = found
+    assert cached == pytest.approx(whole, rel=1e-6)
+    assert cached_grads.keys() == grads.keys()
+    for name in grads:
         # fp32 sums in another order: torch's own float32 atol
-        torch.testing.assert_close(grads[1][name], grads[0][name], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(cached_grads[name], grads[name], rtol=1e-4, atol=1e-5)
 
 
 def test_mnrl_trains_selects_on_validation_ndcg_and_resumes_bit_identically(tiny_model, paper_data, tmp_path):

@@ -183,3 +183,21 @@ def test_unpadded_embedding_pools_each_text_as_the_padded_one(pooling, normalize
         packed = encoder.embed_packed(ids, lengths)
         padded = encoder.embed(*store.pad(rows))
     torch.testing.assert_close(packed, padded, rtol=1e-6, atol=1e-6)
+
+
+def test_a_packed_batch_holds_the_padded_groups_texts_end_to_end_in_their_order_with_the_same_rows():
+    """``TokenStore.groups(..., packed=True)``, what collate makes on a CPU: the texts of the length-sorted padded
+    groups in the same order, unpadded, as one ``Packed`` group, and the same row of each input position."""
+    from common.models.tokens import Packed
+    texts = [[2, 7, 9, 3], [2, 5, 3], [2, 11, 12, 13, 14, 15, 16, 3], [2, 3]]
+    store = TokenStore.__new__(TokenStore)
+    store.ids = np.concatenate(texts).astype(np.int32)
+    store.offsets = np.concatenate([[0], np.cumsum([len(t) for t in texts])]).astype(np.int64)
+    store.pad_id = 0
+    rows = [2, 0, 3, 1]
+    padded, row = store.groups(rows, 2)
+    (packed,), packed_row = store.groups(rows, 2, packed=True)
+    assert isinstance(packed, Packed) and torch.equal(packed_row, row) and row.tolist() == [3, 2, 0, 1]
+    assert packed.lengths.tolist() == [2, 3, 4, 8]
+    assert packed.ids.tolist() == texts[3] + texts[1] + texts[0] + texts[2] == \
+        torch.cat([ids[mask.bool()] for ids, mask in padded]).tolist()

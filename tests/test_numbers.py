@@ -339,7 +339,8 @@ def test_a_query_id_that_is_not_a_string_is_one_line(tmp_path):
 
 STATES = {"a step of true": {"step": True}, "a step of 1e30": {"step": 10 ** 30}, "a step of 2.0": {"step": 2.0},
           "a negative epoch": {"epoch": -1}, "a best that is text": {"best": "abc"}, "a best that is a list":
-          {"best": [1]}, "a log count of null": {"log_lines": None}}
+          {"best": [1]}, "a log count of null": {"log_lines": None}, "a micro-step of -1": {"micro": -1},
+          "a window's log value that is text": {"window": [[2, 0.5, {"accuracy": "abc"}]]}}
 
 
 @pytest.mark.parametrize("damage", list(STATES))

@@ -43,7 +43,7 @@ def test_every_flag_of_every_objective_is_in_the_resume_identity_or_among_the_sp
         assert not result & speed, name
         assert flags == (result | speed | place) - {"objective"}, (name, flags ^ (result | speed | place))
         assert set(cls.speed_args) == set(OWN_SPEED_PROBES.get(name, {})), name
-    assert "cache_chunk" in objectives.get("mnrl").result_args
+    assert "cache_chunk" in run_identity.RESULT_ARGS
 
 
 # a value other than the default for every shared flag that the resume identity leaves out (run_identity.py's

@@ -8,6 +8,7 @@ the run folder or in the card's assembly knows about it.
 |---------|--------------------------------------------------------------|
 | rows    | (document position in ``docs.jsonl``, its position mod 3)    |
 | loss    | cross-entropy of the head's logits against that label        |
+| logs    | the batch's accuracy, averaged by the loop into each record  |
 """
 
 import os
@@ -55,7 +56,7 @@ class ToyObjective(Objective):
         "toy classification objective",
         "fine-tuned with a test's toy objective: a linear head on the mean-pooled, running-mean-centred embedding "
         "learns three classes by cross-entropy.",
-        ("toy", "loss:CrossEntropyLoss"), ())
+        ("toy", "loss:CrossEntropyLoss"), ("sbert",))  # keys of common/models/card.py's CITATIONS
 
     @classmethod
     def add_arguments(cls, parser):
@@ -91,11 +92,13 @@ class ToyObjective(Objective):
         return {"groups": [(ids, mask)], "labels": torch.from_numpy(rows[:, 1])}
 
     def losses(self, model, batch):
-        return cross_entropy(model(batch["groups"]), batch["labels"], self.args.label_smoothing)
+        logits = model(batch["groups"])
+        accuracy = (logits.detach().argmax(-1) == batch["labels"]).float().mean()
+        return cross_entropy(logits, batch["labels"], self.args.label_smoothing), {"accuracy": accuracy}
 
     @torch.no_grad()
     def validate(self, model, loader, accelerator):
-        values = [accelerator.gather_for_metrics(self.losses(model, batch)) for batch in loader]
+        values = [accelerator.gather_for_metrics(self.losses(model, batch)[0]) for batch in loader]
         return {"val_loss": torch.cat(values).mean().item()}
 
     def save_extra(self, model, directory):

@@ -14,7 +14,7 @@ identity, log and manifests; ``04_distill.py convert-long``).
 
 import os
 import re
-from typing import NamedTuple
+from dataclasses import dataclass
 
 import yaml
 from huggingface_hub import ModelCard, ModelCardData
@@ -95,8 +95,17 @@ CITATIONS = {
 }
 
 
-class Method(NamedTuple):
-    """What a card says about a method: an objective declares its own (``Objective.method``)."""
+def check_citations(keys, where):
+    """Each of ``keys`` names an entry of ``CITATIONS`` (a ValueError names ``where`` and the key otherwise)."""
+    unknown = [key for key in keys if key not in CITATIONS]
+    if unknown:
+        raise ValueError(f"{where}: no citation {unknown[0]!r} in common/models/card.py's CITATIONS")
+
+
+@dataclass(frozen=True)
+class Method:
+    """What a card says about a method: an objective declares its own (``Objective.method``). Its citation keys are
+    checked as it is made, so that an objective naming an unknown one fails as it is defined."""
 
     title: str
     what: str  # one paragraph: the objective and its paper
@@ -104,6 +113,9 @@ class Method(NamedTuple):
     citations: tuple  # keys of CITATIONS
     similarity: bool = True  # trained for similarity (pipeline sentence-similarity), else feature-extraction
     inputs: str = "documents as `title + tokenizer.sep_token + text` (SPECTER's input)"
+
+    def __post_init__(self):
+        check_citations(self.citations, f"method {self.title!r}")
 
 
 LONGFORMER = Method(  # 04_distill.py convert-long's models

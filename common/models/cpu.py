@@ -1,18 +1,18 @@
-"""The CPU's speed work, one layer beside the model: ``install(model)`` puts it into a loaded model, and training calls
-it on a CPU only (a GPU runs the model as transformers wrote it). Every change computes what the model computes
-(tests/test_cpu.py holds each to PyTorch's or transformers' own), faster on a CPU, one mechanism a module:
+"""The CPU's speed work, chosen where the model is built: ``install(model)`` puts its kernels into a loaded model, and
+03 calls it on a CPU only (a GPU runs the model as transformers wrote it), then packs its batches' texts where
+``packs_rows`` says the model reads them so. Every kernel computes what the model computes (tests/test_cpu.py holds
+each to PyTorch's or transformers' own), faster on a CPU, one mechanism a module:
 
-- dropout (``cpu_dropout.py``): ``nn.Dropout`` becomes ``Dropout``, the same Bernoulli(p) mask drawn from NumPy's
-  SFC64 in blocks over torch's threads, not PyTorch's ``bernoulli_``;
+- dropout (``cpu_dropout.py``): each ``nn.Dropout`` module is replaced by ``Dropout``, the same Bernoulli(p) mask
+  drawn from NumPy's SFC64 in blocks over torch's threads, not PyTorch's ``bernoulli_``;
 - attention dropout (``cpu_attention.py``): where SDPA would leave its fused kernel for the composite one,
   ``DroppedAttention`` (softmax, mask and backward written out), through the attention function ``ATTENTION``; a
   Longformer's too (``dropped_attention``);
-- packed rows (``cpu_packing.py``): ``Encoder.forward`` (each padded group through the transformer) becomes
-  ``PackedEncoder``'s: every group's texts laid end to end in one row (``Packing``), their word vectors looked up
-  once (``WordLookup``);
-- the masked LM's last layer (``cpu_masked_lm.py``): ``MaskedLM.forward`` (logits at every position) becomes
-  ``MaskedPositionsLM``'s: the last layer's queries, feed-forward block and vocabulary projection at the masked
-  positions only.
+- packed rows (``cpu_packing.py``): a batch's texts laid end to end in one row (``tokens.Packed``, made by
+  ``collate``), which ``Encoder.embed_row`` runs with the attention plan ``Packing`` and one word lookup
+  (``WordLookup``);
+- the masked LM's last layer (``cpu_masked_lm.py``): ``MaskedLM.masked_positions``, the last layer's queries,
+  feed-forward block and vocabulary projection at the masked positions only.
 
 Why each is faster, with its figures: docs/benchmarks.md ("CPU dropout", "Packed rows", "One word lookup a step",
 "Masked-LM training"). Embedding's thread count on a CPU is ``common/models/threads.py``.
@@ -28,8 +28,8 @@ from torch import nn
 from common.models import cpu_attention, cpu_masked_lm, cpu_packing
 from common.models.cpu_attention import ATTENTION, dropped_attention, register_attention
 from common.models.cpu_dropout import Dropout
-from common.models.cpu_masked_lm import MaskedPositionsLM, bert_last_layer
-from common.models.cpu_packing import PackedEncoder, packs
+from common.models.cpu_masked_lm import bert_last_layer
+from common.models.cpu_packing import packs
 from common.models.encoder import Encoder
 from common.models.masked_lm import MaskedLM
 
@@ -53,9 +53,9 @@ def differences(model):
 
 
 def install(model, say=print):
-    """Put the CPU's speed work into ``model`` (an ``Encoder``, a ``MaskedLM`` or any module holding them), in
-    place; returns it. Saved folders stay what transformers saves: plain SDPA attention, ``nn.Dropout``'s
-    configuration.
+    """Put the CPU's kernels into ``model`` (an ``Encoder``, a ``MaskedLM`` or any module holding them), in place:
+    its dropout modules, its attention function, a BERT masked LM's ``masked_positions``; returns it. Saved folders
+    stay what transformers saves: plain SDPA attention, ``nn.Dropout``'s configuration.
 
     Where transformers' internals that it relies on differ (``differences``: a release after or before the one it
     was written against), it leaves the model as transformers wrote it, slower but computing what transformers
@@ -78,9 +78,13 @@ def install(model, say=print):
             module.set_attn_implementation(ATTENTION)
         if type(module).__name__ == "LongformerSelfAttention":
             module.dropped_attention = dropped_attention  # common/models/sliding_window.py calls it
-    for encoder in _encoders(model):
-        if type(encoder) is Encoder and packs(encoder.transformer):
-            encoder.__class__ = PackedEncoder
-    if type(model) is MaskedLM and bert_last_layer(model.mlm.base_model):
-        model.__class__ = MaskedPositionsLM
+    if type(model) is MaskedLM:
+        model.masked_positions = bert_last_layer(model.mlm.base_model)
     return model
+
+
+def packs_rows(model):
+    """Whether every encoder of ``model`` reads its batches' texts packed in one row (``Encoder.embed_row``): of an
+    architecture ``cpu_packing`` packs, with the attention ``install`` put in."""
+    encoders = _encoders(model)
+    return bool(encoders) and all(type(e) is Encoder and packs(e.transformer) for e in encoders)

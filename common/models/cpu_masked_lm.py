@@ -1,6 +1,7 @@
-"""The CPU layer's masked LM (``cpu.install``): ``MaskedLM.forward`` (logits at every position) becomes
-``MaskedPositionsLM``'s: the last layer's queries, feed-forward block and vocabulary projection at the masked
-positions only. Why it is faster, with its figures: docs/benchmarks.md ("Masked-LM training")."""
+"""The CPU's masked LM: a BERT's last layer at the masked positions only (``last_layer_at``: its queries and
+feed-forward block there, keys and values from every position), which ``MaskedLM`` runs at ``masked_positions``
+(``cpu.install`` sets it where ``bert_last_layer`` holds), and the vocabulary projection there alone. Why it is
+faster, with its figures: docs/benchmarks.md ("Masked-LM training")."""
 
 import operator
 
@@ -8,7 +9,6 @@ import torch
 from torch import nn
 
 from common.models.cpu_attention import ATTENTION, sdpa_cpu_dropout
-from common.models.masked_lm import IGNORE, MaskedLM, Predictions
 
 
 def bert_last_layer(base):
@@ -28,10 +28,10 @@ LAST_LAYER_PARTS = ("attention.self.query", "attention.self.key", "attention.sel
 
 
 def differences(base):
-    """What ``MaskedPositionsLM`` relies on that this BERT model (``model_type`` "bert"), as this release of
-    transformers writes it, lacks, one phrase each (none: an empty list): its layers as ``encoder.layer``, a
-    ``ModuleList`` (cut short to run every layer but the last through the model's own forward), the last of them a
-    ``BertLayer`` with ``LAST_LAYER_PARTS``."""
+    """What ``MaskedLM``'s ``masked_positions`` relies on that this BERT model (``model_type`` "bert"), as this
+    release of transformers writes it, lacks, one phrase each (none: an empty list): its layers as
+    ``encoder.layer``, a ``ModuleList`` (cut short to run every layer but the last through the model's own forward),
+    the last of them a ``BertLayer`` with ``LAST_LAYER_PARTS``."""
     layers = getattr(getattr(base, "encoder", None), "layer", None)
     if not isinstance(layers, nn.ModuleList):
         return [f"{type(base).__name__}.encoder.layer (a ModuleList)"]
@@ -74,36 +74,3 @@ def last_layer_at(layer, hidden, attention_mask, masked):
     context = context.reshape(batch, -1, heads * size)[rows, slots]
     attended = layer.attention.output(context, picked)
     return layer.output(layer.intermediate(attended), attended)
-
-
-class MaskedPositionsLM(MaskedLM):
-    """A BERT ``MaskedLM`` that computes only what its loss reads: every layer but the last through the model's own
-    forward, then the last layer at the masked positions (and ``[CLS]`` with next-sentence prediction) with
-    ``last_layer_at``, and the vocabulary projection there alone: on 8 blocks of 256 tokens of all-MiniLM-L6-v2
-    about a tenth of a step's arithmetic is left out (docs/benchmarks.md, "Masked-LM training"). Its predictions
-    are the masked positions', in the order of ``masked.nonzero()``."""
-
-    def forward(self, input_ids, attention_mask, labels, token_type_ids=None):
-        base = self.mlm.base_model
-        layers, pooler = base.encoder.layer, getattr(base, "pooler", None)
-        masked = labels != IGNORE
-        base.encoder.layer = layers[:-1]  # every layer but the last, through the model's own forward
-        if self.nsp:
-            base.pooler = None  # the pooler reads the last layer's [CLS], not this
-        try:
-            hidden = base(input_ids=input_ids, attention_mask=attention_mask,
-                          **({"token_type_ids": token_type_ids} if self.nsp else {})).last_hidden_state
-        finally:
-            base.encoder.layer, base.pooler = layers, pooler
-        at = masked
-        if self.nsp:
-            at = masked.clone()
-            at[:, 0] = True
-        states = last_layer_at(layers[-1], hidden, attention_mask, at)
-        rows = at.nonzero(as_tuple=True)[0]
-        relationship = None
-        if self.nsp:
-            first = at.nonzero(as_tuple=True)[1] == 0  # each row's [CLS], first of its row's positions
-            relationship = self.mlm.cls.seq_relationship(pooler(states[first][:, None]))
-            states, rows = states[masked[at]], rows[masked[at]]
-        return Predictions(self.head(states), labels[masked], rows, relationship)

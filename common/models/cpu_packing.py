@@ -1,7 +1,7 @@
-"""The CPU layer's packed rows (``cpu.install``): ``Encoder.forward`` (each padded group through the transformer)
-becomes ``PackedEncoder``'s: every group's texts laid end to end in one row (``Packing``), their word vectors looked
-up once (``WordLookup``). Why it is faster, with its figures: docs/benchmarks.md ("Packed rows", "One word lookup a
-step")."""
+"""The CPU's packed rows: a batch's texts laid end to end in one row (``tokens.Packed``, which ``collate`` makes where
+the loop packs rows), run by ``Encoder.embed_row`` with this module's attention plan (``Packing``) and its word vectors
+looked up once (``WordLookup``). Why it is faster, with its figures: docs/benchmarks.md ("Packed rows", "One word
+lookup a step")."""
 
 import inspect
 
@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from common.models.cpu_attention import ATTENTION
-from common.models.encoder import Encoder, pool_packed, text_offsets
+from common.models.pooling import text_offsets
 
 
 # Every layer but attention works token by token, so on the packed row its matrix products, GELU, layer norms and
@@ -100,15 +100,15 @@ PACKED_TYPES = ("bert", "distilbert", "electra")
 
 
 def packable(transformer):
-    """Whether this transformer's architecture is one ``PackedEncoder`` reads: of ``PACKED_TYPES``, with its plain
-    word embedding, not a decoder."""
+    """Whether ``Encoder.embed_row`` reads this transformer's architecture: of ``PACKED_TYPES``, with its plain word
+    embedding, not a decoder."""
     words = transformer.get_input_embeddings()
     return (transformer.config.model_type in PACKED_TYPES and type(words) is nn.Embedding
             and not getattr(transformer.config, "is_decoder", False))
 
 
 def differences(transformer):
-    """What ``PackedEncoder`` relies on that this packable transformer, as this release of transformers writes it,
+    """What ``Encoder.embed_row`` relies on that this packable transformer, as this release of transformers writes it,
     lacks, one phrase each (none: an empty list): attention functions from transformers' interface, which the
     packing plan reaches as a keyword; a forward that takes ``inputs_embeds`` and ``position_ids``; and ``**kwargs``
     on every module that hands the attention mask down, so that the plan travels beside it."""
@@ -126,7 +126,7 @@ def differences(transformer):
 
 
 def packs(transformer):
-    """Whether ``PackedEncoder`` reads this transformer: ``packable``, with this module's attention."""
+    """Whether ``Encoder.embed_row`` reads this transformer: ``packable``, with the CPU's attention."""
     return packable(transformer) and transformer.config._attn_implementation == ATTENTION
 
 
@@ -158,23 +158,3 @@ class WordLookup(torch.autograd.Function):
             grad = grad.masked_fill((rows == padding)[:, None], 0)
         buffer.zero_().index_add_(0, rows, grad)
         return None, buffer.view_as(buffer), None, None
-
-
-class PackedEncoder(Encoder):
-    """An ``Encoder`` whose ``forward`` lays the texts of every group end to end in one packed row, with or without
-    gradient and in evaluation too, so that a forward replayed under the same random state (GradCache) draws the
-    same dropout masks; with gradient, the row's word vectors are looked up once (``WordLookup``). Positions count
-    from each text's first token, so the model sees what it sees padded."""
-
-    def forward(self, groups):
-        transformer = self.transformer
-        words = transformer.get_input_embeddings()
-        lengths = torch.cat([mask.sum(1) for _, mask in groups])
-        ids = torch.cat([ids[mask.bool()] for ids, mask in groups])
-        plan = Packing(lengths.numpy())
-        lookup = (torch.is_grad_enabled() and words.weight.requires_grad and words.max_norm is None
-                  and not words.scale_grad_by_freq and not words.sparse)
-        vectors = WordLookup.apply(ids, words.weight, words, self) if lookup else words(ids)
-        hidden = transformer(inputs_embeds=vectors[None], position_ids=plan.positions[None],
-                             packing=plan).last_hidden_state[0]
-        return self.normalized(pool_packed(hidden, plan.lengths, plan.cu, self.pooling))

@@ -1,8 +1,9 @@
 """The encoder: a transformer with pooling (and optional L2 normalisation) on top, token ids → one vector per text;
 and the text it reads for a document (SPECTER's title + separator + abstract).
 
-Loading one is ``loading.py``, embedding a corpus with one ``inference.py``, saving one ``saving.py``. On a CPU,
-training replaces its ``forward`` with a faster way to the same vectors (``cpu_packing.PackedEncoder``).
+Loading one is ``loading.py``, embedding a corpus with one ``inference.py``, saving one ``saving.py``. Its forward
+reads a batch in either form ``collate`` makes it: padded groups, or on a CPU its texts laid end to end
+(``tokens.Packed``, through ``cpu_packing``'s plan and word lookup).
 """
 
 import torch
@@ -10,8 +11,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from common.models import sliding_window
-
-POOLINGS = ("cls", "mean")
+from common.models.cpu_attention import ATTENTION
+from common.models.cpu_packing import PACKED_TYPES, Packing, WordLookup, packs
+from common.models.pooling import POOLINGS, pool, pool_packed, text_offsets
+from common.models.tokens import Packed
 # Architectures that read a 4-D attention mask as it is. Given the 2-D padding mask, transformers first asks whether
 # the batch pads at all (``mask.all()``), a read of a device value that makes the host wait for a GPU before it can
 # queue the forward; the boolean mask it would build for SDPA, given instead, computes the same without that wait
@@ -33,8 +36,9 @@ class Encoder(nn.Module):
     """A transformer with pooling (and optional L2 normalisation) on top: token ids → one vector per text.
 
     ``embed`` is what it computes: one padded batch through the transformer, its last hidden states pooled.
-    ``forward`` takes one or several padded groups of sequences (length-sorted sub-batches pad less) and returns
-    their embeddings concatenated, in one call, so that a DDP wrapper sees a single forward per step.
+    ``forward`` takes a batch as ``collate`` makes it, in one call, so that a DDP wrapper sees a single forward per
+    step: padded groups of sequences (length-sorted sub-batches pad less), each through ``embed``, or on a CPU the
+    texts laid end to end in one row (``embed_row``).
     """
 
     bf16 = False  # embed under bfloat16 autocast on a CPU (precision.encoder_for's bf16 view sets it)
@@ -60,15 +64,7 @@ class Encoder(nn.Module):
         return self.transformer.config.hidden_size
 
     def pool(self, hidden, attention_mask):
-        """float32 vectors whatever the states' dtype (a half-precision model, or an autocast region that leaves
-        them in half): the mean's sum, the norm and every loss after it then keep float32's resolution."""
-        if self.pooling == "cls":
-            out = hidden[:, 0].float()
-        else:
-            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-            out = (hidden * mask).sum(dim=1, dtype=torch.float32) / torch.clamp(
-                mask.sum(dim=1, dtype=torch.float32), min=1e-9)
-        return self.normalized(out)
+        return self.normalized(pool(hidden, attention_mask, self.pooling))
 
     def normalized(self, vectors):
         return F.normalize(vectors, p=2, dim=1) if self.normalize else vectors
@@ -96,27 +92,33 @@ class Encoder(nn.Module):
                                   max_length_k=longest).last_hidden_state[0]
         return self.normalized(pool_packed(hidden, lengths, cu, self.pooling))
 
+    def embed_row(self, groups):
+        """``embed``'s vectors of the texts of packed groups (``Packed``, in order) laid end to end in one row, with
+        or without gradient and in evaluation too, so that a forward replayed under the same random state
+        (GradCache) draws the same dropout masks. Every layer but attention works token by token and sees only real
+        tokens; attention runs per bucket of texts (``cpu_packing.Packing``, the plan the CPU's attention function
+        reads as its ``packing`` keyword); positions count from each text's first token, so the model sees what it
+        sees padded. With gradient the row's word vectors are looked up once (``cpu_packing.WordLookup``)."""
+        transformer = self.transformer
+        if not packs(transformer):
+            raise ValueError(f"texts packed in one row need a {'/'.join(PACKED_TYPES)} model with the CPU's attention "
+                             f"({ATTENTION}: cpu.install)")
+        words = transformer.get_input_embeddings()
+        plan = Packing(torch.cat([group.lengths for group in groups]).numpy())
+        ids = torch.cat([group.ids for group in groups])
+        lookup = (torch.is_grad_enabled() and words.weight.requires_grad and words.max_norm is None
+                  and not words.scale_grad_by_freq and not words.sparse)
+        vectors = WordLookup.apply(ids, words.weight, words, self) if lookup else words(ids)
+        hidden = transformer(inputs_embeds=vectors[None], position_ids=plan.positions[None],
+                             packing=plan).last_hidden_state[0]
+        return self.normalized(pool_packed(hidden, plan.lengths, plan.cu, self.pooling))
+
     def forward(self, groups):
-        """Embeddings of padded groups ``[(input_ids, attention_mask), …]``, concatenated."""
+        """Embeddings of a batch's groups, concatenated: padded ``(input_ids, attention_mask)`` pairs each through
+        ``embed``, or ``Packed`` texts together through ``embed_row``."""
+        if isinstance(groups[0], Packed):
+            return self.embed_row(groups)
         return torch.cat([self.embed(ids, mask) for ids, mask in groups])
-
-
-def text_offsets(lengths):
-    """For texts of ``lengths`` (a 1-D integer tensor) laid end to end: their cumulative lengths ``[n + 1]`` and
-    each token's position in its own text ``[T]``, on the lengths' device."""
-    cu = F.pad(torch.cumsum(lengths, 0), (1, 0))
-    return cu, torch.arange(int(cu[-1]), device=lengths.device) - torch.repeat_interleave(cu[:-1], lengths)
-
-
-def pool_packed(hidden, lengths, cu, pooling):
-    """One float32 vector per text from packed ``[T, d]`` states: the first token's (``"cls"``), or the mean over the
-    text (summed in float32), as ``Encoder.pool``."""
-    if pooling == "cls":
-        return hidden[cu[:-1]].float()
-    segment = torch.repeat_interleave(torch.arange(len(lengths), device=hidden.device), lengths,
-                                      output_size=hidden.shape[0])
-    out = torch.zeros(len(lengths), hidden.shape[-1], dtype=torch.float32, device=hidden.device)
-    return out.index_add(0, segment, hidden.float()) / lengths[:, None].float()
 
 
 def document_text(title, text, sep_token):

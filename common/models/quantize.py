@@ -19,8 +19,8 @@ activations (``quantize_dynamic``'s defaults) 0.917; one scale per row, 7 bits 0
 The copy runs through ``inference.embed`` unchanged: on a CPU ``embed`` takes the padded path (``Encoder.embed``,
 transformers' SDPA attention), which calls each Linear as a module and reads no weight of it, and
 ``next(encoder.parameters())``, which ``embed`` uses to find the device, is the word embedding's float32 weight.
-The packed path CPU training takes (``Encoder.forward`` on a model prepared by ``attention.fast_dropout``) also
-calls the Linear layers only as modules; an int8 copy is for inference (it has no gradient).
+The packed path CPU training takes (``Encoder.embed_row``) also calls the Linear layers only as modules; an int8 copy
+is for inference (it has no gradient).
 
 ``mean_cosine(a, b)``: the mean cosine similarity of row-aligned vector arrays (for instance int8 and float32
 embeddings of the same texts), a block of rows at a time, so a memory-mapped NPY of any size can be compared.
@@ -76,11 +76,10 @@ def quantize_int8(encoder, per_channel=True, full_range=None):
         warnings.filterwarnings("ignore", message=r"(?s).*quantized tensor creation functions .* are deprecated")
         from torch.ao.quantization import default_dynamic_qconfig, per_channel_dynamic_qconfig, quantize_dynamic
         qconfig = per_channel_dynamic_qconfig if per_channel else default_dynamic_qconfig
-        model = quantize_dynamic(model, {nn.Linear: qconfig}, dtype=torch.qint8, inplace=True)
-    if full_range_ok() if full_range is None else full_range:
-        for module in model.modules():
-            if is_quantized_linear(module):
-                module.__class__ = FullRangeLinear
+        # the int8 Linear each nn.Linear becomes: activations at 8 bits, or PyTorch's own at 7
+        linear = FullRangeLinear if (full_range_ok() if full_range is None else full_range) else DynamicLinear
+        model = quantize_dynamic(model, {nn.Linear: qconfig}, dtype=torch.qint8, mapping={nn.Linear: linear},
+                                 inplace=True)
     return model
 
 

@@ -21,6 +21,7 @@ def run_facts(objective, script):
     from common import io
     from common.outputs import provenance
     args, notes = objective.args, objective.card_details()
+    card.check_citations(notes.get("citations", ()), f"the {objective.name} objective's card_details")
     run = provenance.manifest(script, args, None)
     accelerator = objective.accelerator
     training = {"script": script, "processes": accelerator.num_processes if accelerator else 1,
@@ -46,7 +47,7 @@ def run_facts(objective, script):
                  "notes": notes.get("notes", ())}}
 
 
-def model_card(objective, model, path, identity, log, facts):
+def model_card(objective, path, identity, log, facts):
     """The model card of ``path`` (RUN/model, RUN/epoch_K): the method, the run's settings (``identity``, as the
     run folder records it), the steps and validations of ``log`` (the run's records up to this model: the last is
     this model's step), and ``facts`` (``run_facts``). A model of a run that replaces a finished one is named where
@@ -59,5 +60,5 @@ def model_card(objective, model, path, identity, log, facts):
     settings = [("objective", objective.name)] + [(k, v) for k, v in identity.items() if k not in NOT_SETTINGS]
     training = {**facts["training"], "steps": last["step"], "epoch": last["epoch"]}
     return card.model_card(objective.card_method(), path,
-                           card.model_facts(objective.encoder_of(model), objective.max_length, objective.similarity),
+                           card.model_facts(objective.encoder, objective.max_length, objective.similarity),
                            settings, training, validation, chosen, **facts["card"])

@@ -1,12 +1,21 @@
-"""Token ids of many texts in one flat array: tokenise once, pad per batch, in length-sorted groups."""
+"""Token ids of many texts in one flat array: tokenise once, pad per batch, in length-sorted groups, or lay a batch's
+texts end to end (``Packed``)."""
 
 import functools
 import itertools
 import re
 import sys
+from typing import NamedTuple
 
 import numpy as np
 import torch
+
+
+class Packed(NamedTuple):
+    """Texts laid end to end without padding: their token ids ``[T]`` and lengths ``[n]`` (int64, on the host), the
+    form of a batch's group that ``Encoder.forward`` runs as one row on a CPU."""
+    ids: torch.Tensor
+    lengths: torch.Tensor
 
 
 class TokenStore:
@@ -76,14 +85,17 @@ class TokenStore:
             mask[row, :len(seq)] = 1
         return torch.from_numpy(ids), torch.from_numpy(mask)
 
-    def groups(self, indices, n_groups):
-        """Pad ``indices`` as up to ``n_groups`` length-sorted groups; returns the groups and, for each input
-        position, its row in the groups' concatenated output (to undo the sort)."""
+    def groups(self, indices, n_groups, packed=False):
+        """Pad ``indices`` as up to ``n_groups`` length-sorted groups, or with ``packed`` lay them end to end in the
+        same order as one ``Packed`` group; returns the groups and, for each input position, its row in the groups'
+        concatenated output (to undo the sort)."""
         indices = np.asarray(indices)
         order = np.argsort(self.lengths()[indices], kind="stable")
-        parts = [p for p in np.array_split(order, min(n_groups, len(order))) if len(p)]
         row = np.empty(len(order), dtype=np.int64)
         row[order] = np.arange(len(order))
+        if packed:
+            return [Packed(*self.packed(indices[order]))], torch.from_numpy(row)
+        parts = [p for p in np.array_split(order, min(n_groups, len(order))) if len(p)]
         return [self.pad(indices[p]) for p in parts], torch.from_numpy(row)
 
     def packed(self, indices):

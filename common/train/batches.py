@@ -1,10 +1,12 @@
 """How the training rows become batches: drawn in a permutation from (seed, epoch), the same in every process and on
 resume, optionally in batches of similar token length, collated ahead on a GPU (``loaders``); a batch cut into parts
-(``--chunk-tokens``), which 03's loop runs forward and backward one part at a time."""
+(``--chunk-tokens``), which 03's loop runs forward and backward one part at a time, or into the chunks its GradCache
+embeds one at a time (``--cache-chunk``)."""
 
 import signal
 
 import numpy as np
+import torch
 from torch.utils.data import DataLoader, Sampler
 
 from common.io import InputError
@@ -68,6 +70,23 @@ class BatchParts:
         return {"parts": [self.objective.collate(p) for p in parts], "sizes": [len(p) for p in parts]}
 
 
+class CacheChunks:
+    """``--cache-chunk``'s collate, for an objective whose loss is computed from the batch's embeddings together
+    (``Objective.embeds``): the batch of ``rows`` with its embedding inputs in chunks of ``size`` consecutive rows,
+    ``{"chunks": [inputs, ...], ...}``, each as ``objective.collate`` makes it for its rows (padded to its own
+    longest text), and the batch's per-example values joined; the loop's GradCache embeds a chunk at a time."""
+
+    def __init__(self, objective, size):
+        self.objective, self.size = objective, size
+
+    def __call__(self, rows):
+        rows = np.asarray(rows)
+        parts = [self.objective.collate(rows[s:s + self.size]) for s in range(0, len(rows), self.size)]
+        batch = {key: torch.cat([part[key] for part in parts]) for key in parts[0] if key != "inputs"}
+        batch["chunks"] = [part["inputs"] for part in parts]
+        return batch
+
+
 def ignore_sigterm(worker):
     """A data-loader worker lives on through SIGTERM (Slurm sends it to every process of the job), so that the loop,
     which checkpoints on it, is not stopped first by a worker's death."""
@@ -80,7 +99,8 @@ def loaders(objective, args, gpu):
     and copied while the kernels queued before run; the same batches (each example's randomness is its own), in the
     same order."""
     rows = objective.train_rows
-    collate = BatchParts(objective, args.chunk_tokens) if args.chunk_tokens else objective.collate
+    collate = BatchParts(objective, args.chunk_tokens) if args.chunk_tokens else \
+        CacheChunks(objective, args.cache_chunk) if args.cache_chunk else objective.collate
     ahead = {"pin_memory": gpu, "num_workers": args.loader_workers if gpu else 0}
     if ahead["num_workers"]:
         ahead["worker_init_fn"] = ignore_sigterm

@@ -89,6 +89,11 @@ def add_training_arguments(p, objective, argv):
                    help="objectives whose examples are independent (triplet, contrastive, cosine): run forward and "
                         "backward on parts of a batch of about this many tokens, one after another, so that only "
                         "one part's activations are in memory (the gradient is the same; 0: the whole batch)")
+    p.add_argument("--cache-chunk", type=cli.number(int, cli.COUNT_0), default=0,
+                   help="objectives whose loss is computed from the batch's embeddings together (mnrl): > 0 runs it "
+                        "with GradCache (Gao et al. 2021; sentence-transformers' Cached* losses), embedding this "
+                        "many examples at a time: the same loss, less memory; dropout draws other masks per chunk, "
+                        "so the count changes the trained weights and a resume must match it (0: the whole batch)")
     objective.add_arguments(p.add_argument_group(f"{objective.name} objective ({objective.paper}); the defaults "
                                                  "above are its own"))
     p.set_defaults(**objective.defaults_for(argv))

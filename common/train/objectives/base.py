@@ -29,8 +29,12 @@ class Objective:
                             ``documents`` says so in words: SPECTER's ``title + sep_token + text`` unless the
                             objective reads documents otherwise (``05_evaluate.py mteb`` joins an MTEB corpus so)
       ``method``            what its models' cards say of it (a ``card.Method``: title, paragraph with its paper,
-                            hub tags, citation keys); ``card_method`` the method of a run whose flags change it,
-                            ``card_details`` the notes, tags, citations and teachers a run's flags add
+                            hub tags, citation keys, checked as it is made); ``card_method`` the method of
+                            a run whose flags change it, ``card_details`` the notes, tags, citations and teachers a
+                            run's flags add
+      ``independent``       each example's loss depends on that example alone: ``--chunk-tokens`` may cut a batch
+                            into parts (``row_tokens`` gives each row's tokens), which the loop runs forward and
+                            backward one at a time (same gradient)
     Called by the loop, in this order:
       ``build()``           load the encoder (``self.encoder``, ``self.tokenizer``, ``self.max_length``) and return
                             the ``nn.Module`` to train: the encoder, or a module holding it with heads and loss state
@@ -39,17 +43,19 @@ class Objective:
                             the first process writes in ``cache_dir()`` the others map)
       ``set_epoch(epoch)``  before each epoch (and on resume): per-example randomness is drawn from
                             (seed, epoch, example), never from a global stream
-      ``collate(rows)``     a batch from a list of rows; ``losses(model, batch)`` → loss per example (or a scalar)
-      ``row_tokens(rows)``  tokens of each row, for an objective whose examples' losses do not depend on one another
-                            (``independent``): ``--chunk-tokens`` then cuts a batch into parts that the loop runs
-                            forward and backward one at a time (same gradient; ``batches.BatchParts``)
-      ``log_metrics(accelerator)`` → what the training log adds to the mean loss every ``--log-every`` steps (parts
-                            of a loss, an accuracy), means over the processes since the last record
+      ``collate(rows)``     a batch from a list of rows: the encoder's texts as padded groups, or where the loop
+                            sets ``packed`` (on a CPU) laid end to end (``TokenStore.groups`` makes either)
+      ``losses(model, batch)`` → (loss per example, or a scalar; a dict of detached log values, which the loop
+                            averages into its log records: parts of a loss, an accuracy). It never calls backward
+                            and keeps nothing from one step to the next: the loop owns the training state.
       ``validate(model, loader, accelerator)`` → metrics
       ``save(model, path, identity, log)`` RUN/model: the encoder in Hugging Face + sentence-transformers form,
                             heads beside it (``save_extra``), and its model card (``common/models/run_card.py``
                             assembles it from ``card_method``, ``card_details`` and the run's identity and log as
                             the run folder holds them)
+    A loss computed from the embeddings of the batch's rows together (in-batch negatives) can be run with GradCache
+    (``--cache-chunk``, the loop's): its ``collate`` puts what ``embed(model, inputs)`` reads under ``"inputs"`` and
+    one row per example in its other values, and ``losses`` is ``loss_from_embeddings(embed(model, inputs), batch)``.
     """
 
     name = None
@@ -62,9 +68,9 @@ class Objective:
     documents = "title + sep_token + text (SPECTER's input)"
     method = None
     independent = False  # each example's loss depends on that example alone (no in-batch negatives or statistics)
-    in_parts = None  # a dependent loss's own way to run a batch in parts, named where --chunk-tokens is refused
     result_args = ()
     speed_args = ()
+    packed = False  # collate lays a batch's texts end to end (tokens.Packed): the loop's choice on a CPU
 
     @classmethod
     def add_arguments(cls, parser):
@@ -88,13 +94,23 @@ class Objective:
 
     @classmethod
     def check_args(cls, args):
-        """Refuse, as the command line is read, flags that cannot go together: no model to start from, or parts of
-        a batch (``--chunk-tokens``) for a loss that is not a mean of independent per-example losses."""
+        """Refuse, as the command line is read, flags that cannot go together: no model to start from, parts of a
+        batch (``--chunk-tokens``) for a loss that is not a mean of independent per-example losses, or GradCache
+        (``--cache-chunk``) for a loss not computed from the batch's embeddings together."""
         cls.check_model(args)
         if args.chunk_tokens and not cls.independent:
             raise InputError(f"--chunk-tokens {args.chunk_tokens}: the {cls.name} objective's loss is not a mean of "
                              "independent per-example losses, so a batch cannot be run in parts"
-                             + (f" ({cls.in_parts})" if cls.in_parts else ""))
+                             + (" (--cache-chunk runs it in GradCache chunks)" if cls.embeds() else ""))
+        if args.cache_chunk and not cls.embeds():
+            raise InputError(f"--cache-chunk {args.cache_chunk}: the {cls.name} objective's loss is not computed from "
+                             "the batch's embeddings together, so GradCache does not apply"
+                             + (" (--chunk-tokens runs a batch in parts)" if cls.independent else ""))
+
+    @classmethod
+    def embeds(cls):
+        """Whether its loss is ``loss_from_embeddings`` of ``embed``'s embeddings (GradCache can run it)."""
+        return cls.loss_from_embeddings is not Objective.loss_from_embeddings
 
     @classmethod
     def check_model(cls, args):
@@ -109,9 +125,6 @@ class Objective:
         self.info = {"objective": self.name}
         self.train_rows = self.val_rows = None
         self._facts = None
-        if accelerator is not None:  # checkpoints store a tied weight once, under its own name
-            from common.models.saving import drop_tied_copies
-            accelerator.register_save_state_pre_hook(drop_tied_copies)
 
     def build(self):
         from common.models.loading import load_encoder
@@ -146,18 +159,17 @@ class Objective:
         raise NotImplementedError
 
     def losses(self, model, batch):
+        return self.loss_from_embeddings(self.embed(model, batch["inputs"]), batch)
+
+    def embed(self, model, inputs):
+        """The embeddings ``inputs`` (a batch's ``"inputs"``, or a GradCache chunk's) make: a tuple of tensors, one
+        row per example each."""
         raise NotImplementedError
 
-    def log_metrics(self, accelerator):
-        return {}
-
-    def log_state(self):
-        """What ``log_metrics`` has gathered since the last record, as a checkpoint keeps it (lists of numbers), so
-        that a resumed run's first record is the uninterrupted run's; ``restore_log_state`` takes it back."""
-        return []
-
-    def restore_log_state(self, rows):
-        pass
+    def loss_from_embeddings(self, embeddings, batch):
+        """``losses``'s result from the batch's ``embeddings`` (``embed``'s, each chunk's joined under GradCache)
+        and the batch's per-example values."""
+        raise NotImplementedError
 
     def validate(self, model, loader, accelerator):
         return {}
@@ -168,12 +180,9 @@ class Objective:
 
     def card_details(self):
         """What this run adds to its models' cards besides its method: ``notes`` (paragraphs under the model's
-        details), ``tags``, ``citations`` (keys of ``card.CITATIONS``), ``teachers`` (the data's teachers)."""
+        details), ``tags``, ``citations`` (keys of ``card.CITATIONS``, checked before the first step),
+        ``teachers`` (the data's teachers)."""
         return {}
-
-    def encoder_of(self, model):
-        """The ``Encoder`` inside the module ``build`` returned."""
-        return model if model is self.encoder or not hasattr(model, "encoder") else model.encoder
 
     def save_extra(self, model, directory):
         """Write what RUN/model holds besides the encoder (heads); ``directory`` becomes RUN/model."""
@@ -183,9 +192,9 @@ class Objective:
         run whose settings are ``identity`` and whose log records up to this model are ``log``."""
         from common.models import run_card
         from common.models.saving import save_model
-        save_model(self.encoder_of(model), self.tokenizer, path, self.max_length, self.info,
+        save_model(self.encoder, self.tokenizer, path, self.max_length, self.info,
                    extra=lambda directory: self.save_extra(model, directory),
-                   card=run_card.model_card(self, model, path, identity, log, self.card_facts()),
+                   card=run_card.model_card(self, path, identity, log, self.card_facts()),
                    similarity=self.similarity, prompts=self.settings["st_config"])
 
     def card_facts(self):

@@ -196,7 +196,7 @@ class DistillObjective(Objective):
 
     def collate(self, rows):
         rows = np.asarray(rows, dtype=np.int64)
-        groups, index = self.store.groups(rows, self.args.length_groups)
+        groups, index = self.store.groups(rows, self.args.length_groups, self.packed)
         batch = {"groups": groups, "index": index, "structural": torch.from_numpy(self.structural[rows]),
                  "mask": torch.from_numpy(self.mask[rows])}
         if self.contextual is not None:
@@ -207,7 +207,7 @@ class DistillObjective(Objective):
         args = self.args
         y, contextual = model(batch["groups"], batch["index"], batch.get("contextual"))
         structural = structural_loss(y, batch["structural"], batch["mask"], args.structural_loss, args.gamma)
-        return combine(structural, contextual, batch["mask"], args.lam, args.no_weighting)
+        return combine(structural, contextual, batch["mask"], args.lam, args.no_weighting), {}
 
     def save_extra(self, model, directory):
         from safetensors.torch import save_file

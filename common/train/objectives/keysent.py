@@ -106,7 +106,7 @@ class PairObjective(Objective):
 
     def collate(self, rows):
         rows = np.asarray(rows).reshape(-1, 2)
-        groups, row = self.store.groups(np.concatenate([[0], rows[:, 0]]), self.args.length_groups)
+        groups, row = self.store.groups(np.concatenate([[0], rows[:, 0]]), self.args.length_groups, self.packed)
         return {"groups": groups, "index": row, "labels": torch.from_numpy(rows[:, 1])}
 
     def _pairs(self, model, batch):
@@ -158,7 +158,7 @@ class ContrastiveObjective(PairObjective):
 
     def losses(self, model, batch):
         query, sentences = self._pairs(model, batch)
-        return losses.contrastive_cosine(query, sentences, batch["labels"], self.args.margin)
+        return losses.contrastive_cosine(query, sentences, batch["labels"], self.args.margin), {}
 
 
 class CosineObjective(PairObjective):
@@ -174,4 +174,4 @@ class CosineObjective(PairObjective):
 
     def losses(self, model, batch):
         query, sentences = self._pairs(model, batch)
-        return losses.cosine_mse(query, sentences, batch["labels"])
+        return losses.cosine_mse(query, sentences, batch["labels"]), {}

@@ -16,8 +16,8 @@ example), so a resumed run and any number of processes see the same masks. Valid
 "val", example), so validation losses of different steps compare the same task; perplexity is exp of the
 token-weighted mean loss.
 
-The model is ``common/models/masked_lm.py``'s ``MaskedLM`` (on a CPU, ``cpu_masked_lm.MaskedPositionsLM``: the
-vocabulary projection and, in a BERT, most of the last layer on the masked positions only); the blocks and the
+The model is ``common/models/masked_lm.py``'s ``MaskedLM`` (on a CPU at its ``masked_positions``: the vocabulary
+projection and, in a BERT, most of the last layer on the masked positions only); the blocks and the
 masking are ``common/train/masking.py``'s. RUN/model is the masked-LM model (encoder and head, ``save_pretrained``) with
 sentence-transformers files for mean pooling: ``AutoModel`` and ``SentenceTransformer`` load the encoder from it and
 drop the head, so 05 scores the adapted encoder and stage 2 starts from it.
@@ -210,7 +210,6 @@ class MLMObjective(Objective):
         self.encoder = model.encoder
         self.info.update({"mlm_probability": args.mlm_probability, "whole_word_mask": args.whole_word_mask,
                           "line_by_line": args.line_by_line, "mlm_docs": args.mlm_docs, "nsp": args.nsp})
-        self._window = []  # --nsp: each training batch's masked-LM loss, next-sentence loss and accuracy
         return model
 
     def card_method(self):
@@ -360,32 +359,19 @@ class MLMObjective(Objective):
 
     def losses(self, model, batch):
         """The mean masked-LM loss over the batch's masked tokens (a scalar); with ``--nsp`` plus the mean
-        next-sentence cross-entropy over its pairs, ``BertForPreTraining``'s loss, whose two parts and the
-        next-sentence accuracy are kept, detached, for the training log."""
+        next-sentence cross-entropy over its pairs, ``BertForPreTraining``'s loss, its two parts and the
+        next-sentence accuracy the log values."""
         out = model(batch["input_ids"], batch["attention_mask"], batch["labels"], batch.get("token_type_ids"))
         # a sum over the predicted positions divided by their count: no host synchronisation, and 0 with a
         # gradient through every parameter where nothing is masked
         masked_lm = losses.masked_lm(out.logits, out.labels).sum() / (out.labels != IGNORE).sum().clamp(min=1)
         if not self.args.nsp:
-            return masked_lm
+            return masked_lm, {}
         labels = batch["next_sentence_label"]
         next_sentence = losses.next_sentence(out.relationship, labels).mean()
-        self._window.append(torch.stack([masked_lm.detach(), next_sentence.detach(),
-                                         (out.relationship.detach().argmax(-1) == labels).float().mean()]))
-        return masked_lm + next_sentence
-
-    def log_state(self):
-        return [row.tolist() for row in self._window]
-
-    def restore_log_state(self, rows):
-        self._window = [torch.tensor(row, device=self.accelerator.device) for row in rows]
-
-    def log_metrics(self, accelerator):
-        if not self._window:
-            return {}
-        mean = accelerator.reduce(torch.stack(self._window).mean(0), reduction="mean").tolist()
-        self._window = []
-        return dict(zip(("mlm_loss", "nsp_loss", "nsp_accuracy"), mean))
+        return masked_lm + next_sentence, {
+            "mlm_loss": masked_lm.detach(), "nsp_loss": next_sentence.detach(),
+            "nsp_accuracy": (out.relationship.detach().argmax(-1) == labels).float().mean()}
 
     @torch.no_grad()
     def validate(self, model, loader, accelerator):

@@ -11,17 +11,13 @@ paper's abstract) among every other document of the batch (Henderson et al. 2017
 
 A document in the batch that is the same paper, or has the same normalised abstract, or whose query has the same
 normalised text as a row's is a false negative: its logit is masked (the keys travel with the embeddings).
+The loss is ``loss_from_embeddings`` of the queries' and documents' embeddings (``embed``), so the loop's
 ``--cache-chunk N`` computes the same loss and gradient with GradCache (Gao et al. 2021; sentence-transformers'
-``CachedMultipleNegativesRankingLoss``): the batch is embedded N pairs at a time without gradient, the loss is
-back-propagated to the embeddings, then each chunk is embedded again with gradient under the same random state.
-Dropout draws its masks per chunk, not over the whole batch, so a run with another N trains other weights: N is
-part of what a resume must match.
+``CachedMultipleNegativesRankingLoss``), N pairs embedded at a time.
 The model with the best validation nDCG@10 (validation titles against the whole corpus) becomes RUN/model.
 """
 
 import argparse
-import contextlib
-import functools
 import os
 
 import numpy as np
@@ -54,28 +50,13 @@ def false_negative_mask(row_keys, col_keys, offset):
     return mask
 
 
-class _RandomState:
-    """The CPU and CUDA generator states at a point, to replay a forward pass's dropout (GradCache)."""
-
-    def __init__(self):
-        self.cpu = torch.get_rng_state()
-        self.cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() \
-            else None
-
-    def restore(self):
-        torch.set_rng_state(self.cpu)
-        if self.cuda is not None:
-            torch.cuda.set_rng_state_all(self.cuda)
-
-
 class MNRLObjective(Objective):
     name = "mnrl"
     paper = "sentence-transformers MultipleNegativesRankingLoss and its trainer/examples"
     defaults = {"lr": 5e-5, "batch_size": 128, "epochs": 1, "warmup": 0.1, "weight_decay": 0.01, "pooling": "mean",
                 "max_length": 256, "normalize": None, "drop_last": True}
     selection = "val_ndcg@10"
-    in_parts = "--cache-chunk runs it in GradCache chunks"
-    result_args = ("scale", "symmetric", "query_max_length", "gather", "mask_duplicates", "cache_chunk")
+    result_args = ("scale", "symmetric", "query_max_length", "gather", "mask_duplicates")
     speed_args = ("eval_batch_size",)
     documents = "title and text joined by a space, as 02_build_graph.py beir writes a corpus's docs.jsonl text"
     method = Method(
@@ -108,10 +89,6 @@ class MNRLObjective(Objective):
         parser.add_argument("--mask-duplicates", action=argparse.BooleanOptionalAction, default=True,
                             help="mask in-batch documents that are the same paper, have the same abstract or whose "
                                  "query has the same text (false negatives)")
-        parser.add_argument("--cache-chunk", type=cli.number(int, cli.COUNT_0), default=0,
-                            help="> 0: GradCache with chunks of this many pairs (same loss, less memory; dropout draws "
-                                 "other masks per chunk, so a resume must keep it; sentence-transformers' "
-                                 "CachedMultipleNegativesRankingLoss)")
         parser.add_argument("--eval-batch-size", type=cli.number(int, cli.COUNT), default=64,
                             help="texts per forward pass in validation")
 
@@ -161,25 +138,22 @@ class MNRLObjective(Objective):
     def train_lengths(self):
         return self.queries.lengths()[self.train_rows[:, 0]] + self.docs.lengths()[self.train_rows[:, 1]]
 
-    def _embed_inputs(self, rows):
-        q_groups, q_row = self.queries.groups(rows[:, 0], self.args.length_groups)
-        d_groups, d_row = self.docs.groups(rows[:, 1], self.args.length_groups)
-        return {"groups": q_groups + d_groups, "q_index": q_row, "d_index": d_row + len(rows)}
-
     def collate(self, rows):
         rows = np.asarray(rows)
         if rows.ndim == 1:  # validation rows: validate() embeds its own queries and the corpus
             return {}
-        batch = {"keys": self.keys[rows[:, 0]]}
-        chunk = self.args.cache_chunk
-        if chunk > 0:
-            batch["chunks"] = [self._embed_inputs(rows[s:s + chunk]) for s in range(0, len(rows), chunk)]
-        else:
-            batch.update(self._embed_inputs(rows))
-        return batch
+        q_groups, q_row = self.queries.groups(rows[:, 0], self.args.length_groups, self.packed)
+        d_groups, d_row = self.docs.groups(rows[:, 1], self.args.length_groups, self.packed)
+        return {"inputs": {"groups": q_groups + d_groups, "q_index": q_row, "d_index": d_row + len(rows)},
+                "keys": self.keys[rows[:, 0]]}
 
-    def _loss(self, queries, docs, keys):
-        offset = 0
+    def embed(self, model, inputs):
+        emb = model(inputs["groups"])
+        return emb[inputs["q_index"]], emb[inputs["d_index"]]
+
+    def loss_from_embeddings(self, embeddings, batch):
+        queries, docs = embeddings
+        keys, offset = batch["keys"].to(queries.device), 0
         if self.args.gather:
             offset = process_rank() * len(queries)
             all_queries, docs = all_gather_with_grad(queries), all_gather_with_grad(docs)
@@ -188,57 +162,7 @@ class MNRLObjective(Objective):
             all_queries, col_keys = queries, keys
         mask = false_negative_mask(keys, col_keys, offset) if self.args.mask_duplicates else None
         return losses.multiple_negatives_ranking(queries, docs, all_queries, offset, self.args.scale, mask,
-                                                 self.args.symmetric)
-
-    def losses(self, model, batch):
-        if "chunks" in batch:
-            return self._cached_loss(model, batch)
-        emb = model(batch["groups"])
-        return self._loss(emb[batch["q_index"]], emb[batch["d_index"]], batch["keys"])
-
-    # -- GradCache -----------------------------------------------------------------------------------------------
-
-    def _cached_loss(self, model, batch):
-        """Step 1: embed every chunk without gradient, remembering its random state; step 2: the loss on those
-        embeddings and its gradient with respect to them. The loss returned is detached; its hook runs step 3
-        when the loop back-propagates, so the loop's scaling (accumulation, fp16 scaler) reaches every chunk."""
-        states, q_parts, d_parts = [], [], []
-        with torch.no_grad():
-            for chunk in batch["chunks"]:
-                states.append(_RandomState())
-                emb = model(chunk["groups"])
-                q_parts.append(emb[chunk["q_index"]])
-                d_parts.append(emb[chunk["d_index"]])
-        queries = torch.cat(q_parts).detach().requires_grad_()
-        docs = torch.cat(d_parts).detach().requires_grad_()
-        with torch.enable_grad():
-            loss = self._loss(queries, docs, batch["keys"].to(queries.device)).mean()
-            loss.backward()
-        out = loss.detach().requires_grad_()
-        out.register_hook(functools.partial(self._backward_chunks, model, batch["chunks"], states, queries.grad,
-                                            docs.grad))
-        return out
-
-    @staticmethod
-    def _backward_chunks(model, chunks, states, q_grad, d_grad, grad_output):
-        """Step 3: each chunk embedded again with gradient under its saved random state; the cached embedding
-        gradients (times the upstream gradient) are back-propagated through it. Under DDP only the last chunk
-        synchronises the parameter gradients."""
-        no_sync = getattr(model, "no_sync", None)
-        start = 0
-        for n, (chunk, state) in enumerate(zip(chunks, states)):
-            size = len(chunk["q_index"])
-            state.restore()
-            last = n == len(chunks) - 1
-            # the engine runs hooks with gradients off
-            with torch.enable_grad(), no_sync() if no_sync is not None and not last else contextlib.nullcontext():
-                emb = model(chunk["groups"])
-                surrogate = (emb[chunk["q_index"]].float() * q_grad[start:start + size]).sum() \
-                    + (emb[chunk["d_index"]].float() * d_grad[start:start + size]).sum()
-                (surrogate * grad_output).backward()
-            start += size
-
-    # -- validation ----------------------------------------------------------------------------------------------
+                                                 self.args.symmetric), {}
 
     @torch.no_grad()
     def validate(self, model, loader, accelerator):
@@ -248,8 +172,7 @@ class MNRLObjective(Objective):
         from common.models.inference import embed, embed_sharded
         if not len(self.val_queries):
             return {}
-        encoder = self.encoder_of(accelerator.unwrap_model(model))
-        docs = embed_sharded(encoder, self.docs, self.args.eval_batch_size)
-        queries = embed(encoder, self.val_queries, self.args.eval_batch_size)
+        docs = embed_sharded(self.encoder, self.docs, self.args.eval_batch_size)
+        queries = embed(self.encoder, self.val_queries, self.args.eval_batch_size)
         metrics = dense_retrieval(queries, docs, self.val_qids, self.doc_ids, self.val_qrels)
         return {f"val_{name}": value for name, value in metrics.items()}

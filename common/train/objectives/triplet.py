@@ -78,15 +78,15 @@ class TripletObjective(Objective):
     def collate(self, rows):
         rows = np.asarray(rows).reshape(-1, 3)
         unique, inverse = np.unique(rows.T.ravel(), return_inverse=True)  # [queries, positives, negatives]
-        groups, row = self.store.groups(unique, self.args.length_groups)
+        groups, row = self.store.groups(unique, self.args.length_groups, self.packed)
         return {"groups": groups, "index": row[torch.from_numpy(inverse)]}
 
     def losses(self, model, batch):
         emb = model(batch["groups"])[batch["index"]]
         query, positive, negative = emb.chunk(3)
-        return losses.triplet_margin(query, positive, negative, self.args.margin)
+        return losses.triplet_margin(query, positive, negative, self.args.margin), {}
 
     @torch.no_grad()
     def validate(self, model, loader, accelerator):
-        values = [accelerator.gather_for_metrics(self.losses(model, batch)) for batch in loader]
+        values = [accelerator.gather_for_metrics(self.losses(model, batch)[0]) for batch in loader]
         return {"val_loss": torch.cat(values).mean().item()} if values else {}

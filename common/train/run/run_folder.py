@@ -21,6 +21,7 @@ from common.train.run.replacement import move_into_place, work_folder
 from common.train.run.run_entries import NEXT, RUN_FILE, STATE, checkpoints, finished_in, run_files
 from common.train.run.run_identity import input_paths, run_identity
 from common.train.run.run_log import log_line, read_log
+from common.train.state import TrainState
 from common.outputs.written import remove_entry, remove_written
 
 # what saving a model or checkpoint raises on a full disk: torch's RuntimeError, safetensors' own error (no OSError)
@@ -86,7 +87,7 @@ class RunFolder:
         with ``overwrite`` and checkpoints of other settings, what an earlier run wrote there removed by name
         (``run_files``: a run killed before its first checkpoint leaves a log that would otherwise get its steps
         twice), and nothing else; with checkpoints, ``resume`` checks their settings (``overwrite`` resumes from
-        this run's own: they train to the same weights). Returns ``resume``'s trainer state, or None."""
+        this run's own: they train to the same weights). Returns the loop's state: ``resume``'s, or a fresh one."""
         self.identity = {**run_identity(self.args, self.accelerator.num_processes),
                          "max_length": objective.max_length, "pooling": objective.encoder.pooling,
                          "normalize": objective.encoder.normalize}
@@ -97,7 +98,7 @@ class RunFolder:
                 remove_written(self.path, run_files(self.path))
             folders.write_json(os.path.join(self.path, RUN_FILE), {"identity": self.identity, "paths": self.paths})
         self.accelerator.wait_for_everyone()
-        return self.resume()
+        return self.resume() or TrainState()
 
     def commit(self, script, started, counts):
         """The run's last file, in the main process: its manifest (``provenance.manifest``: the command, its
@@ -119,8 +120,8 @@ class RunFolder:
 
     def resume(self):
         """Load the newest readable checkpoint into every process's Accelerate state and keep the log records
-        written up to it; returns its trainer state (``step``, ``epoch``, ``batch_in_epoch``, ``best``), or None
-        where there is no checkpoint. One of a run with other settings is refused."""
+        written up to it; returns the loop's state it holds (``TrainState``), or None where there is no checkpoint.
+        One of a run with other settings is refused."""
         found = self.checkpoints()
         if not found:
             return None
@@ -142,20 +143,20 @@ class RunFolder:
                              f"{os.path.join(self.path, 'checkpoints')} to start again")
         self.log_lines = state["log_lines"]
         self._trim_log()  # a damaged log is refused here, before any step
-        state["path"] = path
-        return state
+        return TrainState.resumed(state, self.accelerator.device)
 
-    def save_checkpoint(self, model, window, log_state, step, epoch, batch_in_epoch, best):
-        """A checkpoint as ``checkpoints/step_N`` once ``window``'s losses and ``model``'s weights are finite: every
-        process's Accelerate state and the trainer's (``step``, ``epoch``, ``batch_in_epoch``, ``best``, the loss
-        window and the objective's ``log_state``, so that a resumed run's first log record is the uninterrupted
-        run's); the newest ``--keep`` are kept (0: all)."""
-        self.check_finite(window, step, model)
-        state = {"step": step, "epoch": epoch, "batch_in_epoch": batch_in_epoch, "best": best,
-                 "window": self.window_state(window), "log_window": log_state}
-        acc, keep = self.accelerator, self.args.keep
+    def checkpoint_path(self, step):
+        return os.path.join(self.path, "checkpoints", f"step_{step}")
+
+    def save_checkpoint(self, model, state):
+        """A checkpoint of the loop's ``state`` as ``checkpoints/step_N`` once its window's losses and ``model``'s
+        weights are finite: every process's Accelerate state and the loop's ``TrainState`` whole, its window read
+        from the device (``window_state``); the newest ``--keep`` are kept (0: all)."""
+        self.check_finite(state, model)
+        saved = state.checkpoint(self.window_state(state.window))
+        acc, keep, step = self.accelerator, self.args.keep, state.step
         root = os.path.join(self.path, "checkpoints")
-        final = os.path.join(root, f"step_{step}")
+        final = self.checkpoint_path(step)
         # every process writes its part into one private folder, made fresh by the main process, then moved into
         # place whole: a checkpoint is complete or absent
         tmp = os.path.join(root, f"{STAGING}step_{step}")
@@ -168,7 +169,7 @@ class RunFolder:
             acc.wait_for_everyone()
             if acc.is_main_process:
                 with folders.create(os.path.join(tmp, STATE)) as f:
-                    json.dump({**state, "log_lines": self.log_lines, "identity": self.identity, "paths": self.paths},
+                    json.dump({**saved, "log_lines": self.log_lines, "identity": self.identity, "paths": self.paths},
                               f, indent=1)
                 folders.put(tmp, final)
                 for old in self.checkpoints()[:-keep] if keep > 0 else []:
@@ -182,13 +183,13 @@ class RunFolder:
             raise error from None
         acc.wait_for_everyone()
 
-    def check_finite(self, window, step, model=None):
-        """Stop at the first non-finite loss of ``window`` (``(step, loss)`` of each micro-batch since the last log
-        record, on the device), or where ``model`` is given at its non-finite weights after ``step``, in one line
-        naming the step and the last good checkpoint; one read of the device for it all. Every process stops
-        together."""
+    def check_finite(self, state, model=None):
+        """Stop at the first non-finite loss of ``state``'s window, or where ``model`` is given at its non-finite
+        weights after ``state.step``, in one line naming the step and the last good checkpoint; one read of the
+        device for it all. Every process stops together."""
         import torch
-        losses = torch.stack([loss for _, loss in window]) if window else torch.zeros(0)
+        window, step = state.window, state.step
+        losses = torch.stack([loss for _, loss, _ in window]) if window else torch.zeros(0)
         losses = losses.to(self.accelerator.device)
         bad = (~torch.isfinite(losses)).to(torch.float32)
         weights = torch.zeros((), device=losses.device)
@@ -202,7 +203,7 @@ class RunFolder:
             return
         kept = self.checkpoints()
         kept = f"the last good checkpoint is {kept[-1]}" if kept else "no checkpoint was written"
-        local = [(at, value) for (at, _), value, wrong in zip(window, losses.tolist(), bad.tolist()) if wrong]
+        local = [(at, value) for (at, _, _), value, wrong in zip(window, losses.tolist(), bad.tolist()) if wrong]
         if local:
             what = f"step {local[0][0]}: training loss {local[0][1]}, not finite"
         elif found[0]:
@@ -211,23 +212,33 @@ class RunFolder:
             what = f"step {step}: the weights are not finite (a learning rate or weight decay too large?)"
         raise InputError(f"{what}; stopped, the model not saved ({kept})")
 
-    def mean_loss(self, window, step):
-        """The mean loss of ``window`` over every process, a log record's, once its losses are checked finite."""
+    def window_means(self, state):
+        """What a log record says of ``state``'s window once its losses are checked finite: the mean loss and the
+        mean of each of the objective's log values, over its micro-batches and every process."""
         import torch
-        self.check_finite(window, step)
-        return self.accelerator.reduce(torch.stack([loss for _, loss in window]).mean(), reduction="mean").item()
+        self.check_finite(state)
+        window = state.window
+        means = {"loss": self.accelerator.reduce(torch.stack([loss for _, loss, _ in window]).mean(),
+                                                 reduction="mean").item()}
+        names = list(window[0][2])
+        if names:
+            logs = torch.stack([torch.stack([logs[name] for name in names]) for _, _, logs in window]).mean(0)
+            means.update(zip(names, self.accelerator.reduce(logs, reduction="mean").tolist()))
+        return means
 
     def window_state(self, window):
-        """``window`` as a checkpoint keeps it: ``[step, loss]`` of each micro-batch, each loss the mean over the
-        processes (read from the device: a checkpoint is a wait anyway)."""
+        """``window`` as a checkpoint keeps it: ``[step, loss, logs]`` of each micro-batch, each value the mean over
+        the processes (read from the device: a checkpoint is a wait anyway)."""
         if not window:
             return []
         import torch
-        losses = self.accelerator.reduce(torch.stack([loss for _, loss in window]), reduction="mean")
-        return [[at, value] for (at, _), value in zip(window, losses.tolist())]
+        names = list(window[0][2])
+        values = torch.stack([torch.stack([loss, *(logs[name] for name in names)]) for _, loss, logs in window])
+        values = self.accelerator.reduce(values, reduction="mean").tolist()
+        return [[at, row[0], dict(zip(names, row[1:]))] for (at, _, _), row in zip(window, values)]
 
     def has_checkpoint(self, step):
-        return os.path.isdir(os.path.join(self.path, "checkpoints", f"step_{step}"))
+        return os.path.isdir(self.checkpoint_path(step))
 
     def write_log(self, record):
         """Append ``record`` to log.jsonl (and to the trackers)."""
@@ -250,12 +261,12 @@ class RunFolder:
         with folders.writing(self.path, "log.jsonl") as staged, folders.create(staged) as f:
             f.writelines(log_line(record) for record in self.log)
 
-    def save_model(self, name, model, objective, window, step):
-        """RUN/``name``, ``model`` as ``objective`` saves it with its card, written by the main process once
-        ``window``'s losses and the weights are finite (a model a NaN reached is never saved); a full disk is one
-        line."""
+    def save_model(self, name, model, objective, state):
+        """RUN/``name``, ``model`` as ``objective`` saves it with its card, written by the main process once the
+        losses of ``state``'s window and the weights are finite (a model a NaN reached is never saved); a full disk
+        is one line."""
         acc = self.accelerator
-        self.check_finite(window, step, model)
+        self.check_finite(state, model)
         unwrapped = acc.unwrap_model(model)
         acc.wait_for_everyone()
         if acc.is_main_process:

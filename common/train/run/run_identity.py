@@ -16,10 +16,10 @@ from common.train import objectives
 # flags that change the trained weights or which checkpoint becomes RUN/model: a resume must match them all
 RESULT_ARGS = ("model", "max_length", "pooling", "normalize", "lr", "weight_decay", "warmup", "schedule", "epochs",
                "max_steps", "batch_size", "grad_accum", "clip", "seed", "eval_every", "drop_last", "length_buckets",
-               "chunk_tokens", "length_groups")
+               "chunk_tokens", "cache_chunk", "length_groups")
 # flags that change only speed, memory or logging: tests/test_run_folder.py trains with them changed and checks that
-# the weights stay the same (--chunk-tokens and --length-groups do not: their parts and groups draw other dropout
-# masks, except where the CPU layer packs a batch's groups into one row)
+# the weights stay the same (--chunk-tokens, --cache-chunk and --length-groups do not: their parts, chunks and groups
+# draw other dropout masks, except where the CPU layer packs a batch's groups into one row)
 SPEED_ARGS = ("checkpoint_every", "keep", "log_every", "gradient_checkpointing", "report_to", "save_epochs",
               "loader_workers")
 # flags naming an input folder or file (the model to start from, 04's teacher vectors): a local one enters the

@@ -86,22 +86,20 @@ def read_state(path):
     if not isinstance(state, dict) or not isinstance(state.get("identity"), dict):
         raise ValueError(f"{STATE} lacks a field or holds a wrong value")
     try:
-        for key in ("step", "epoch", "batch_in_epoch", "log_lines"):
+        for key in ("step", "epoch", "batch_in_epoch", "micro", "log_lines"):
             io.number(state.get(key), f"{STATE}: {key}", int, 0, LARGEST)
         if state.get("best") is not None:
             io.number(state["best"], f"{STATE}: best", float)
-        # the losses since the last log record (a checkpoint of an earlier version has none)
-        window, log_window = state.setdefault("window", []), state.setdefault("log_window", [])
-        if not isinstance(window, list) or not all(isinstance(pair, list) and len(pair) == 2 for pair in window):
-            raise InputError(f"{STATE}: window is not a list of [step, loss] pairs")
-        for at, loss in window:
+        # the losses and log values since the last log record (TrainState.window)
+        window = state.get("window")
+        if not isinstance(window, list) or not all(isinstance(entry, list) and len(entry) == 3 and
+                                                   isinstance(entry[2], dict) for entry in window):
+            raise InputError(f"{STATE}: window is not a list of [step, loss, log values]")
+        for at, loss, logs in window:
             io.number(at, f"{STATE}: window's step", int, 0, LARGEST)
             io.number(loss, f"{STATE}: window's loss", float)
-        if not isinstance(log_window, list) or not all(isinstance(row, list) for row in log_window):
-            raise InputError(f"{STATE}: log_window is not a list of lists of numbers")
-        for row in log_window:
-            for value in row:
-                io.number(value, f"{STATE}: log_window's value", float)
+            for name, value in logs.items():
+                io.number(value, f"{STATE}: window's {name}", float)
     except InputError as e:
         raise ValueError(str(e)) from None
     return state
