@@ -16,7 +16,7 @@ from dataclasses import fields
 import sys
 
 from common import cli
-from common.outputs import folders
+from common.outdir import folders
 from common.extract import sources, topic_labels
 from common.extract.wiki import DISAMBIGUATION_MARKERS, DISAMBIGUATION_TEMPLATES, WikiSettings, extract_wiki
 

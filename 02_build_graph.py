@@ -19,7 +19,7 @@ import sys
 import numpy as np
 
 from common import cli, io
-from common.outputs import folders
+from common.outdir import folders
 from common.data import beir, classify_splits, crossref, heldout, keysent_splits, lm_corpus, retrieval, \
     similar_articles, testsets, triplets
 from common.data.articles import read_articles

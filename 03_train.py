@@ -29,7 +29,7 @@ import signal
 import sys
 
 from common import cli
-from common.outputs import provenance
+from common.outdir import provenance
 from common.io import InputError, Preempted
 from common.train import objectives
 from common.train.training_flags import add_training_arguments
@@ -69,7 +69,7 @@ def train(args, script=__file__):
 
     from common.models import cpu, precision
     from common.models.saving import drop_tied_copies
-    from common.train.run import replacement, run_folder, run_log, run_status
+    from common.train.rundir import replacement, run_folder, run_log, run_status
     from common.distributed import check_joined, joins_on_cpu, stop_agreed
     from common.train.optimization import parameter_groups, warmup_steps
     from common.models.encoder import checkpoint_activations

@@ -11,7 +11,7 @@ import os
 import sys
 
 from common import cli
-from common.outputs import folders, provenance
+from common.outdir import folders, provenance
 from common.io import InputError
 from common.models.batching import BATCH_TOKENS
 from common.distill.paragraph_vector import MAX_WORDS, PRESETS

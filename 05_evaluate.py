@@ -8,8 +8,7 @@
   python 05_evaluate.py extract --model runs/keysent/model --input new.jsonl --top 1 --out keys.jsonl
   [accelerate launch] python 05_evaluate.py --data work/arxiv/data --model mnrl=runs/mnrl/model --out work/arxiv/eval
   python 05_evaluate.py search --model runs/mnrl/model --data work/arxiv/data --index work/arxiv/eval "query"
-  python 05_evaluate.py mteb --model specter=runs/wikispecter/model --task SCIDOCS --task corpora/scifact \
-      --out work/mteb
+  python 05_evaluate.py mteb --model specter=runs/wikispecter/model --task SCIDOCS --task corpora/scifact --out mteb
 """
 
 import os
@@ -17,7 +16,7 @@ import sys
 import time
 
 from common import cli, io
-from common.outputs import folders
+from common.outdir import folders
 from common.eval import ann, embedding, keysent, report, retrieval, tasks, uncertainty
 from common.models.batching import BATCH_TOKENS
 from common.models.precision import check_here
@@ -222,14 +221,11 @@ def run_mteb(args):
     from common.train.objectives.base import document_reader
     models = tasks.model_names(args.model)
     mteb_run.check_models(models)  # a model or task that cannot be had stops before any work
-    loaded = mteb_run.load_tasks(args.task)
-    readers = {name: document_reader(path) for name, path in models.items()}
+    loaded, readers = mteb_run.load_tasks(args.task), {n: document_reader(p) for n, p in models.items()}
     with folders.Outputs(args.out, __file__, "mteb", overwrite=args.overwrite) as outputs:
         scores, notes, wrappers = mteb_run.run_models(models, readers, loaded, outputs.tmp_path, args.batch_size,
                                                       args.resamples, args.seed)
-        table = mteb_run.report(scores, loaded, wrappers, notes)
-        with outputs.open("report.md") as f:
-            f.write(table)
+        table = mteb_run.write_report(outputs, scores, loaded, wrappers, notes)
         outputs.finish(args, inputs=mteb_run.beir_inputs(args.task), seed=args.seed, scores=scores, wrapper=wrappers)
     print(table, end="")
 

@@ -18,13 +18,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from common import io  # noqa: E402
-from common.outputs import folders  # noqa: E402
+from common.outdir import folders  # noqa: E402
 
 
 def read_log(run):
     """A run's log.jsonl as the training loop reads it (``run_log.read_log``), every value a number (one line naming
     the file otherwise)."""
-    from common.train.run.run_log import read_log
+    from common.train.rundir.run_log import read_log
     path = os.path.join(run, "log.jsonl")
     records = read_log(path)
     for record in records:

@@ -89,7 +89,7 @@ def throughput(data, teach, student, args):
 
 def memory(data, teach, args):
     from common.data.docs_jsonl import Documents
-    from common.outputs.folders import Outputs
+    from common.outdir.folders import Outputs
     docs = Documents(data)
     with tempfile.TemporaryDirectory() as work:
         student = os.path.join(work, "student")

@@ -53,7 +53,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
-from common.outputs import written  # noqa: E402
+from common.outdir import written  # noqa: E402
 from conftest import make_dump  # noqa: E402
 
 NORMAL = "'''Normaali''' on tavallinen artikkeli, jossa on tarpeeksi tekstiä johdannoksi ja [[linkki]] toiseen."
@@ -556,7 +556,7 @@ def hardening_cases(root, model, data, train):
     import signal
     import time
     import numpy as np
-    from common.outputs.folder_lock import LOCK, FolderLock
+    from common.outdir.folder_lock import LOCK, FolderLock
     from common.distributed import LAUNCH_SIZES
     results = []
     twice = root / "twice-data"

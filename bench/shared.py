@@ -112,7 +112,7 @@ def ensure_distill(work, shape_path, size):
     from bench.project import texts_of
     from bench.train import ensure_arxiv
     from common.data.docs_jsonl import Documents
-    from common.outputs.folders import Outputs
+    from common.outdir.folders import Outputs
     root = os.path.join(work, "distill")
     if os.path.exists(os.path.join(root, "student", "config.json")):
         return root

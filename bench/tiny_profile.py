@@ -119,7 +119,7 @@ def install_shared(timers):
 def run_ours(args, objective, data, timers):
     from tqdm import tqdm
     from common.train import objectives
-    from common.train.run.run_folder import RunFolder
+    from common.train.rundir.run_folder import RunFolder
     from bench.train import minilm
     cls = objectives.get(objective)
     timers.wrap(cls, "losses", "forward")

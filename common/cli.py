@@ -9,7 +9,7 @@ import signal
 import sys
 
 from common import io
-from common.outputs import write_errors
+from common.outdir import write_errors
 from common.io import InputError, Preempted
 
 

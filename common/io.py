@@ -1,7 +1,7 @@
 """Reading what the numbered scripts pass each other: input files (JSONL, plain or gzip; TREC qrels; JSON) with
 errors that name the file and line, the SHA-256 of a file, a folder's manifest and the check of an input against it,
-and the errors a user can fix (``InputError``). Writing is ``common.outputs.folders``'s (an output folder), with
-``common.outputs.provenance`` (a manifest's record) and ``common.jsontext`` (JSON text)."""
+and the errors a user can fix (``InputError``). Writing is ``common.outdir.folders``'s (an output folder), with
+``common.outdir.provenance`` (a manifest's record) and ``common.jsontext`` (JSON text)."""
 
 import gzip
 import hashlib

@@ -4,7 +4,7 @@ written into an ``Outputs`` folder and read back checked against the documents' 
 import os
 import tokenize
 
-from common.outputs.write_errors import reserve
+from common.outdir.write_errors import reserve
 from common.io import InputError, open_input, verify_input
 
 

@@ -256,7 +256,7 @@ def pairs(data, work):
 
 def beir(data, work):
     """02 beir: a BEIR folder's corpus.jsonl, queries.jsonl and qrels/test.tsv."""
-    from common.outputs import folders
+    from common.outdir import folders
     from common.data.beir import write_beir
     corpus, queries, test = _parts(data, 3)
     folder = os.path.join(work, "beir")
@@ -269,7 +269,7 @@ def beir(data, work):
 
 def classify_splits(data, work):
     """02 classify: a task's training and test splits (01 hf's articles.jsonl or pairs.jsonl)."""
-    from common.outputs import folders
+    from common.outdir import folders
     from common.data.classify_splits import write_tasks
     train, test = _parts(data, 2)
     with folders.Outputs(os.path.join(work, "out"), "02_build_graph.py", "classify") as outputs:
@@ -368,7 +368,7 @@ def queries(data, work):
 
 def log(data, work):
     """A run's log.jsonl as a resume trims it (its first ``keep`` records) and as curves read it."""
-    from common.train.run.run_log import read_log
+    from common.train.rundir.run_log import read_log
     path = _write(work, "log.jsonl", data)
     records = read_log(path)
     read_log(path, keep=len(records) // 2)
@@ -379,7 +379,7 @@ def manifest(data, work):
     from common import io
     from common.eval import wikispecter
     from common.eval.retrieval import read_manifest_args
-    from common.train.run.run_identity import data_fingerprint
+    from common.train.rundir.run_identity import data_fingerprint
     _write(work, "manifest.json", data)
     _jsonl(work, "docs.jsonl", DOCS)
     _jsonl(work, "triplets.train.jsonl", [])
@@ -415,7 +415,7 @@ def manifest_files(data, work):
     manifest, or (a JSON list) its ``files``; its ``script`` is the run's, so that the run reads its names."""
     from argparse import Namespace
 
-    from common.outputs.folders import Outputs
+    from common.outdir.folders import Outputs
     try:
         value = json.loads(data)
     except (ValueError, RecursionError):

@@ -11,7 +11,7 @@ import pytest
 from conftest import ROOT, script_error
 
 from common import io
-from common.outputs import folders
+from common.outdir import folders
 from common.data import testsets
 from common.eval import classify, similarity
 

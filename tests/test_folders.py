@@ -1,4 +1,4 @@
-"""Output folders (common/outputs/folders.py) as the scripts use them: written in a private folder and committed whole,
+"""Output folders (common/outdir/folders.py) as the scripts use them: written in a private folder and committed whole,
 manifest last; a folder owned by its run, locked while in use, refused where it is not the script's own or holds a
 finished output (--overwrite replaces it and keeps the user's files); nothing written through a link planted in
 it; what a killed run left removed by the next; a full disk, a folder that cannot be made or any failing step is
@@ -17,8 +17,8 @@ import sys
 import pytest
 
 from common import io
-from common.outputs import folders, written
-from common.outputs.folders import Outputs
+from common.outdir import folders, written
+from common.outdir.folders import Outputs
 from common.io import InputError
 from conftest import (SHORT_TRAIN, file_tree, full_disk, linked_articles, script_error, script_main,
                       short_teachers, write_linked_articles)
@@ -59,7 +59,7 @@ def test_outputs_never_opens_a_path_outside_its_folder(tmp_path):
 def test_an_output_folder_records_its_start_and_finish_writes_its_manifest_last(tmp_path, monkeypatch):
     import argparse
 
-    from common.outputs import provenance
+    from common.outdir import provenance
     times = iter(["2026-01-02T03:04:05+00:00", "2026-01-02T03:04:09+00:00"])
     monkeypatch.setattr(provenance, "now", lambda: next(times))
     src = tmp_path / "in.txt"
@@ -151,7 +151,7 @@ def test_a_folder_that_is_not_this_scripts_own_run_is_refused(tmp_path):
 
 
 def test_a_folder_in_use_by_another_run_is_refused_and_the_lock_goes_with_the_run(tmp_path, capsys):
-    from common.outputs.folder_lock import FolderLock
+    from common.outdir.folder_lock import FolderLock
     src = write_articles(tmp_path)
     out = tmp_path / "data"
     out.mkdir()
@@ -178,7 +178,7 @@ if {code}:
     def flock(fd, operation):
         raise OSError({code}, os.strerror({code}))
     fcntl.flock = flock
-from common.outputs.folder_lock import FolderLock
+from common.outdir.folder_lock import FolderLock
 FolderLock({folder!r}).acquire()
 print("held", flush=True)
 time.sleep(120)
@@ -197,7 +197,7 @@ def holding(folder, code=0):
 @pytest.mark.parametrize("code", [errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP])
 def test_without_flock_a_folder_in_use_is_refused_by_its_lock_files_exclusive_creation(code, tmp_path, monkeypatch):
     import fcntl
-    from common.outputs.folder_lock import FolderLock
+    from common.outdir.folder_lock import FolderLock
     monkeypatch.setattr(fcntl, "flock", no_flock(code))
     src = write_articles(tmp_path)
     out = tmp_path / "data"
@@ -213,7 +213,7 @@ def test_without_flock_a_folder_in_use_is_refused_by_its_lock_files_exclusive_cr
 
 def test_without_flock_a_second_process_is_refused_and_takes_the_lock_once_the_first_is_killed(tmp_path, monkeypatch):
     import fcntl
-    from common.outputs.folder_lock import FolderLock
+    from common.outdir.folder_lock import FolderLock
     monkeypatch.setattr(fcntl, "flock", no_flock(errno.ENOSYS))
     proc = holding(tmp_path, errno.ENOSYS)
     try:
@@ -229,7 +229,7 @@ def test_without_flock_a_second_process_is_refused_and_takes_the_lock_once_the_f
 
 
 def test_a_flock_held_by_another_process_names_its_host_and_process(tmp_path):
-    from common.outputs.folder_lock import FolderLock
+    from common.outdir.folder_lock import FolderLock
     proc = holding(tmp_path)
     try:
         with pytest.raises(InputError) as refused:
@@ -260,7 +260,7 @@ def dead_pid():
 def test_without_flock_a_lock_is_taken_over_only_from_a_process_of_this_host_that_is_gone(record, taken, tmp_path,
                                                                                            monkeypatch):
     import fcntl
-    from common.outputs.folder_lock import FolderLock
+    from common.outdir.folder_lock import FolderLock
     monkeypatch.setattr(fcntl, "flock", no_flock(errno.ENOLCK))
     line = record.format(host=socket.gethostname(), dead=dead_pid(), me=os.getpid())
     (tmp_path / ".lock").write_text(line + "\n")
@@ -280,7 +280,7 @@ def test_without_flock_a_lock_is_taken_over_only_from_a_process_of_this_host_tha
 
 def test_a_released_lock_removes_only_its_own_file(tmp_path, monkeypatch):
     import fcntl
-    from common.outputs.folder_lock import FolderLock
+    from common.outdir.folder_lock import FolderLock
     monkeypatch.setattr(fcntl, "flock", no_flock(errno.ENOSYS))
     lock = FolderLock(tmp_path).acquire()
     os.remove(tmp_path / ".lock")  # removed by hand, and another run's made since
@@ -869,7 +869,7 @@ def test_without_flock_every_command_refuses_an_out_another_run_holds(tmp_path, 
     """01, 04 teachers and 05 take their --out through the same lock as 02 and 03 (their own tests), without flock
     too; the holder's lock file is left as it was."""
     import fcntl
-    from common.outputs.folder_lock import FolderLock
+    from common.outdir.folder_lock import FolderLock
     monkeypatch.setattr(fcntl, "flock", no_flock(errno.EOPNOTSUPP))
     (tmp_path / "a.csv").write_text('id,title,text\n1,T,"' + "words " * 20 + '"\n', encoding="utf-8")
     commands = {"01": ["01_extract.py", "csv", "--input", tmp_path / "a.csv"],

@@ -87,7 +87,7 @@ def distill_inputs(tiny_model, tiny_data, tmp_path_factory):
     """The tiny model as a Longformer and random teacher vectors (both losses on: every other document is short
     enough for the structural one)."""
     from common.data.docs_jsonl import Documents
-    from common.outputs.folders import Outputs
+    from common.outdir.folders import Outputs
     root = tmp_path_factory.mktemp("distill")
     run_script("04_distill.py", "convert-long", "--model", tiny_model, "--out", root / "student", "--max-length", "128",
                "--window", "16")

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from common import io
-from common.outputs import folders
+from common.outdir import folders
 from common.io import InputError, safe_name
 from conftest import SHORT_TRAIN, script_error
 

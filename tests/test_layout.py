@@ -65,7 +65,7 @@ def stated_order(path=os.path.join(ROOT, "docs", "pipeline.md")):
 def imports_against_order(root, order, package="common"):
     """Each import in ``package`` under ``root`` against ``order``, as sorted ``(module, line, imported module)``: a
     folder of ``order`` importing one on its right, or a module outside those folders (common/'s own modules and
-    packages such as ``outputs/``, which every folder may import) importing any of them."""
+    packages such as ``outdir/``, which every folder may import) importing any of them."""
     rank = {folder: i for i, folder in enumerate(order)}
     imports = module_imports(root, package)
 
@@ -105,19 +105,19 @@ def test_the_stated_order_is_read_from_the_docs():
 
 def test_an_import_against_the_order_is_found_inside_a_function_and_from_common_s_own_modules(tmp_path):
     package = tmp_path / "common"
-    for folder in ("models", "eval", "train", "outputs"):
+    for folder in ("models", "eval", "train", "outdir"):
         (package / folder).mkdir(parents=True)
     (package / "__init__.py").write_text("")
     (package / "io.py").write_text("def read():\n    from common.models import encoder\n")
-    (package / "outputs" / "folders.py").write_text("from common import io\nfrom common.train import loop\n")
-    (package / "models" / "encoder.py").write_text("from common import io\nfrom common.outputs import folders\n")
+    (package / "outdir" / "folders.py").write_text("from common import io\nfrom common.train import loop\n")
+    (package / "models" / "encoder.py").write_text("from common import io\nfrom common.outdir import folders\n")
     (package / "eval" / "embedding.py").write_text("from common.models import encoder\n\n\n"
                                                    "def launched():\n    from ..train.loop import SIZE\n")
     (package / "train" / "loop.py").write_text("from common.eval import embedding\nfrom . import steps\n")
     (package / "train" / "steps.py").write_text("import common.eval.embedding\n")
     assert imports_against_order(tmp_path, ["models", "eval", "train"]) == [
         ("common.eval.embedding", 5, "common.train.loop"), ("common.io", 2, "common.models.encoder"),
-        ("common.outputs.folders", 2, "common.train.loop")]
+        ("common.outdir.folders", 2, "common.train.loop")]
 
 
 def test_common_imports_only_along_the_stated_order():

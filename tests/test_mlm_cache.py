@@ -187,8 +187,8 @@ def test_an_entry_of_the_cache_that_is_no_file_and_a_damaged_vocabulary_are_one_
 @pytest.mark.parametrize("cache_dir", [False, True], ids=["cache-in-out", "cache-dir"])
 def test_a_run_folder_another_run_takes_after_the_finished_check_is_refused_before_any_cache_is_made(
         cache_dir, tmp_path, tiny_data, tiny_model, monkeypatch):
-    from common.outputs.folder_lock import FolderLock
-    from common.train.run import run_status
+    from common.outdir.folder_lock import FolderLock
+    from common.train.rundir import run_status
     run, cache, held = tmp_path / "run", tmp_path / "cache", []
     run.mkdir()
     finished = run_status.finished

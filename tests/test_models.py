@@ -85,7 +85,7 @@ def test_embedding_equals_sentence_transformers_encode_in_fp32_under_any_batchin
 
 
 def test_embed_writes_its_rows_into_a_memory_mapped_npy_with_the_bytes_of_np_save(tiny_model, tmp_path):
-    from common.outputs.folders import Outputs
+    from common.outdir.folders import Outputs
     from common.vectors import open_npy
     from conftest import corpus_text
     encoder, tokenizer, _ = load_encoder(str(tiny_model), pooling="mean")

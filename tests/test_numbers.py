@@ -397,7 +397,7 @@ LOG_RECORDS = {'{"step": true, "loss": 1.0}': "not a record of this run's log (d
 
 @pytest.mark.parametrize("record", list(LOG_RECORDS))
 def test_a_log_record_whose_numbers_are_damaged_is_one_line_naming_the_line_and_field(record, tmp_path):
-    from common.train.run.run_log import read_log
+    from common.train.rundir.run_log import read_log
     path = tmp_path / "log.jsonl"
     path.write_text('{"step": 1, "epoch": 0.5, "loss": 0.9, "lr": 1e-05}\n' + record + "\n")
     with pytest.raises(InputError) as e:
@@ -406,7 +406,7 @@ def test_a_log_record_whose_numbers_are_damaged_is_one_line_naming_the_line_and_
 
 
 def test_a_metric_past_floats_range_is_logged_as_null_and_read_back():
-    from common.train.run.run_log import log_line
+    from common.train.rundir.run_log import log_line
     assert log_line({"step": 1, "epoch": 0.5, "perplexity": float("inf"), "x": float("nan")}) == \
         '{"step": 1, "epoch": 0.5, "perplexity": null, "x": null}\n'
 

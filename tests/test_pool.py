@@ -84,13 +84,13 @@ def test_the_processes_end_with_a_parent_killed_by_sigkill_and_its_lock_is_free(
     """A parent holding an output folder's lock starts three Background processes (each forked after the
     others' pipes exist), then is killed with SIGKILL: every process ends within seconds (they inherit the lock),
     and the folder's lock can be taken again."""
-    from common.outputs.folder_lock import FolderLock
+    from common.outdir.folder_lock import FolderLock
     folder = str(tmp_path)
     parent = textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {ROOT!r})
         sys.path.insert(0, {os.path.join(ROOT, 'tests')!r})
-        from common.outputs.folder_lock import FolderLock
+        from common.outdir.folder_lock import FolderLock
         from common.pool import Background
         from test_pool import sleep_then
         lock = FolderLock({folder!r}).acquire()

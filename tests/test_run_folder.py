@@ -1,4 +1,4 @@
-"""A training run's folder (common/train/run/run_folder.py, what it holds by name: run_entries.py, finished or
+"""A training run's folder (common/train/rundir/run_folder.py, what it holds by name: run_entries.py, finished or
 resumable: run_status.py, a replacement moved into place: replacement.py): the resume identity (every flag in it or
 among the flags that change only speed, which train the same weights), a finished run done, refused with other
 settings or trained again with --overwrite, a resume from the newest readable checkpoint, the log (damaged,
@@ -17,9 +17,9 @@ import torch
 from safetensors.torch import load_file
 
 from common import io
-from common.outputs import folders, written
+from common.outdir import folders, written
 from common.io import InputError
-from common.train.run import run_entries, run_identity, run_log, run_status
+from common.train.rundir import run_entries, run_identity, run_log, run_status
 from conftest import (SHORT_TRAIN, file_tree, full_disk, read_jsonl, script_error, script_main, script_module,
                       unfinish)
 

@@ -277,7 +277,7 @@ def test_a_non_finite_loss_stops_the_run_in_one_line_keeping_the_good_checkpoint
 
 
 def test_a_run_folder_in_use_is_refused_before_anything_is_removed(tiny_model, tiny_data, reference_run, tmp_path):
-    from common.outputs.folder_lock import FolderLock
+    from common.outdir.folder_lock import FolderLock
     out = tmp_path / "run"
     shutil.copytree(reference_run, out)
     shutil.rmtree(out / "checkpoints")  # a rerun without checkpoints would remove the log and the model

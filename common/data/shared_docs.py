@@ -12,7 +12,7 @@ from common import io
 from common.data.docs_jsonl import Documents, read_documents
 from common.io import InputError
 from common.models.encoder import document_text
-from common.outputs import folders
+from common.outdir import folders
 
 BATCH = 65_536  # documents a record batch of the Arrow file holds (a reader's whole batch is read at once)
 FIELDS = ("id", "title", "text")

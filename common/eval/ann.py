@@ -15,9 +15,9 @@ import os
 import numpy as np
 
 from common.io import InputError, sha256
-from common.outputs.folders import create, writing
-from common.outputs.write_errors import saving_error
-from common.outputs.written import remove_entry
+from common.outdir.folders import create, writing
+from common.outdir.write_errors import saving_error
+from common.outdir.written import remove_entry
 
 KINDS = ("flat", "hnsw")
 HNSW_M, HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH = 32, 200, 128

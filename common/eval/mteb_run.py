@@ -257,9 +257,10 @@ def with_intervals(scores, samples, resamples, seed):
             for name, row in scores.items()}, notes
 
 
-def report(scores, tasks, wrappers, notes=()):
-    """report.md: one row a model, one column a task's main score (×100, as MTEB's leaderboard shows them), with
-    05's 95 % interval where the task is a local BEIR folder, the notes, and how each model was read."""
+def write_report(outputs, scores, tasks, wrappers, notes=()):
+    """report.md written into ``outputs`` and returned: one row a model, one column a task's main score (×100, as
+    MTEB's leaderboard shows them), with 05's 95 % interval where the task is a local BEIR folder, the notes, and how
+    each model was read."""
     def cell(found):
         ci = found.get(f"{FIGURE}_ci")
         return f"{found['main_score'] * 100:.2f}" + (f" [{ci[0] * 100:.2f}, {ci[1] * 100:.2f}]" if ci else "")
@@ -277,4 +278,7 @@ def report(scores, tasks, wrappers, notes=()):
     lines += [f"| {name} | {w['documents']} | {w['queries']} | {w['similarity']} | {w['max_seq_length']} | "
               f"{escape(', '.join(f'{k}: {v!r}' for k, v in w['prompts'].items())) or '–'} |"
               for name, w in wrappers.items()]
-    return "\n".join(lines) + "\n"
+    table = "\n".join(lines) + "\n"
+    with outputs.open("report.md") as f:
+        f.write(table)
+    return table

@@ -20,7 +20,7 @@ from common.extract import topic_labels, wikitext
 from common.extract.dump import DumpReader
 from common.io import InputError
 from common.jsontext import dumps_line
-from common.outputs.folders import create
+from common.outdir.folders import create
 from common.pool import ordered_map
 from common.extract.titles import ARTICLE, OTHER, REDIRECT, TitleIndex, title_hash
 

@@ -19,7 +19,7 @@ def run_facts(objective, script):
     only the log grows between saves. The start model's own card only adds to it: one that cannot be read is a
     note (``card.base_model``)."""
     from common import io
-    from common.outputs import provenance
+    from common.outdir import provenance
     args, notes = objective.args, objective.card_details()
     card.check_citations(notes.get("citations", ()), f"the {objective.name} objective's card_details")
     run = provenance.manifest(script, args, None)
@@ -52,7 +52,7 @@ def model_card(objective, path, identity, log, facts):
     run folder records it), the steps and validations of ``log`` (the run's records up to this model: the last is
     this model's step), and ``facts`` (``run_facts``). A model of a run that replaces a finished one is named where
     it will be (``folders.final_path``), not in ``RUN/.next-run`` where it is written."""
-    from common.outputs import folders
+    from common.outdir import folders
     path = folders.final_path(path)
     last = log[-1] if log else {"step": 0, "epoch": 0}
     validation = [r for r in log if "lr" not in r]

@@ -5,8 +5,8 @@ import os
 import shutil
 
 from common.io import InputError
-from common.outputs.folders import create, private_dir, put_written
-from common.outputs.written import entries
+from common.outdir.folders import create, private_dir, put_written
+from common.outdir.written import entries
 
 INFO = "docembed.json"
 ST_CONFIG = "config_sentence_transformers.json"  # how sentence-transformers compares the vectors, with its prompts

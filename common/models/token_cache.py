@@ -5,7 +5,7 @@ result, so a damaged file in it is made again; what is not a file the cache writ
 import os
 
 from common.io import InputError
-from common.outputs.write_errors import write_error
+from common.outdir.write_errors import write_error
 
 
 def cache_folder(path):

@@ -43,7 +43,7 @@ def train_wordpiece(texts, vocab_size, lowercase=True, min_frequency=2, model_ma
     if path is not None:
         import shutil
 
-        from common.outputs.folders import private_dir
+        from common.outdir.folders import private_dir
         private = private_dir(cache_dir)
         try:
             tokenizer.save_pretrained(os.path.join(private, "tokenizer"))

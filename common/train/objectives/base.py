@@ -141,7 +141,7 @@ class Objective:
         """Where what is made from the data is kept for later runs and mapped by every process of a node (the
         documents, their tokens): ``--cache-dir`` where the objective has it, else the run's own folder
         (``run_entries.CACHE`` in ``--out``), so that a run writes nothing outside the places it is given."""
-        from common.train.run.run_entries import CACHE
+        from common.train.rundir.run_entries import CACHE
         return getattr(self.args, "cache_dir", None) or os.path.join(self.args.out, CACHE)
 
     def set_epoch(self, epoch):

@@ -1,7 +1,7 @@
 """An output folder owned by one run: its lock, the private folder every file is made in and moved from, the
 all-or-nothing commit with a manifest that records the run's start and finish (``Outputs``), and the one-line
 errors of a folder that cannot be written (a full disk, no permission). Reading inputs and manifests is
-``common.io``'s; what a manifest records, ``common.outputs.provenance``'s."""
+``common.io``'s; what a manifest records, ``common.outdir.provenance``'s."""
 
 import contextlib
 import json
@@ -10,12 +10,12 @@ import re
 import shutil
 import tempfile
 
-from common.outputs import provenance
+from common.outdir import provenance
 from common.io import InputError, read_json_or_empty, sha256
-from common.outputs.folder_lock import LOCK, FolderLock
+from common.outdir.folder_lock import LOCK, FolderLock
 from common.jsontext import dumps_line
-from common.outputs.write_errors import WRITE_ERRNOS, write_error
-from common.outputs.written import entries, previous_files, remove_entry, remove_written
+from common.outdir.write_errors import WRITE_ERRNOS, write_error
+from common.outdir.written import entries, previous_files, remove_entry, remove_written
 
 
 STAGING = ".staging-"  # the prefix of a private folder a run writes its files in before they are moved into place

@@ -7,15 +7,15 @@ the model was loaded with (``RunFolder.identity``). A run resumes only from a ch
 import os
 
 from common import io
-from common.outputs import folders
-from common.outputs.folder_lock import LOCK
-from common.outputs.folders import STAGING
+from common.outdir import folders
+from common.outdir.folder_lock import LOCK
+from common.outdir.folders import STAGING
 from common.io import InputError
-from common.train.run.replacement import complete_replacement
-from common.train.run.run_entries import CACHE, NEXT, RUN_FILE, STATE, checkpoints, finished_in, links
+from common.train.rundir.replacement import complete_replacement
+from common.train.rundir.run_entries import CACHE, NEXT, RUN_FILE, STATE, checkpoints, finished_in, links
 from common.distributed import launched_processes
-from common.train.run.run_identity import changed_settings, input_paths, recorded_identity, run_identity
-from common.train.run.run_log import LARGEST
+from common.train.rundir.run_identity import changed_settings, input_paths, recorded_identity, run_identity
+from common.train.rundir.run_log import LARGEST
 
 
 def finished(args, script):

@@ -6,9 +6,9 @@ move (``complete_replacement``)."""
 import os
 import time
 
-from common.outputs import folders
-from common.train.run.run_entries import NEXT, finished_in, recorded_files, run_entry
-from common.outputs.written import remove_entry, remove_written
+from common.outdir import folders
+from common.train.rundir.run_entries import NEXT, finished_in, recorded_files, run_entry
+from common.outdir.written import remove_entry, remove_written
 
 
 def work_folder(args):

@@ -27,9 +27,9 @@ import os
 import re
 
 from common import io
-from common.outputs import folders
+from common.outdir import folders
 from common.io import InputError
-from common.outputs.written import entries, written_name
+from common.outdir.written import entries, written_name
 
 STATE = "trainer_state.json"
 RUN_FILE = "run.json"

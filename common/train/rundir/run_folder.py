@@ -13,16 +13,16 @@ import shutil
 
 from safetensors import SafetensorError
 
-from common.outputs import folders, provenance, write_errors
-from common.outputs.folders import STAGING
+from common.outdir import folders, provenance, write_errors
+from common.outdir.folders import STAGING
 from common.io import InputError
-from common.train.run import run_status
-from common.train.run.replacement import move_into_place, work_folder
-from common.train.run.run_entries import NEXT, RUN_FILE, STATE, checkpoints, finished_in, run_files
-from common.train.run.run_identity import input_paths, run_identity
-from common.train.run.run_log import log_line, read_log
+from common.train.rundir import run_status
+from common.train.rundir.replacement import move_into_place, work_folder
+from common.train.rundir.run_entries import NEXT, RUN_FILE, STATE, checkpoints, finished_in, run_files
+from common.train.rundir.run_identity import input_paths, run_identity
+from common.train.rundir.run_log import log_line, read_log
 from common.train.state import TrainState
-from common.outputs.written import remove_entry, remove_written
+from common.outdir.written import remove_entry, remove_written
 
 # what saving a model or checkpoint raises on a full disk: torch's RuntimeError, safetensors' own error (no OSError)
 SAVE_ERRORS = (OSError, RuntimeError, SafetensorError)
