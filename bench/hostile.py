@@ -148,6 +148,15 @@ def card_is_whole(path):
     return not html and len(headings) == body.count("\n## ") + body.count("\n### ") + 1
 
 
+def hand_edited(source, folder):
+    """A copy of the output folder ``source`` at ``folder`` whose files a case edits by hand: its manifest's own
+    digest dropped, so that the copy is read as a folder written elsewhere, not as a damaged one."""
+    shutil.copytree(source, folder)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest.pop("sha256")
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+
 def issue_cases(root, model, data, train):
     """An --out among the inputs, a finished run run again, a save killed with SIGKILL, a damaged card of the start
     model, damaged weights and tokenizers, text from outside in a card and a report, the reproduction scripts."""
@@ -502,21 +511,15 @@ def number_cases(root, model, data, train):
     results.append(report("a log.jsonl record whose epoch is 'abc' on resume", rc, line,
                           rc == 2 and f"{log}:1: field 'epoch'" in line))
     teach = root / "num-teach"
-    shutil.copytree(root / "ow-teach", teach)
+    hand_edited(root / "ow-teach", teach)
     vectors = __import__("numpy").load(teach / "sbert.npy").astype("float64")
     vectors[0, 0] = 1e300
     __import__("numpy").save(teach / "sbert.npy", vectors)
-    manifest = json.loads((teach / "manifest.json").read_text())
-    manifest.pop("sha256")
-    (teach / "manifest.json").write_text(json.dumps(manifest))
     rc, line = script("04_distill.py", "train", "--data", data, "--teachers", teach, "--model", model, "--out",
                       root / "x", "--max-length", "32", "--max-steps", "1", "--preset", "only-mse")
     results.append(report("teacher vectors past float32's range", rc, line, rc == 2 and "float32's range" in line))
     hand = root / "hand-data"
-    shutil.copytree(data, hand)
-    manifest = json.loads((hand / "manifest.json").read_text())
-    manifest.pop("sha256")
-    (hand / "manifest.json").write_text(json.dumps(manifest))
+    hand_edited(data, hand)
     lines = (hand / "docs.jsonl").read_text().splitlines()
     lines[2] = json.dumps({**json.loads(lines[2]), "id": ["d2"]})
     (hand / "docs.jsonl").write_text("\n".join(lines) + "\n")
@@ -560,10 +563,7 @@ def hardening_cases(root, model, data, train):
     from common.distributed import LAUNCH_SIZES
     results = []
     twice = root / "twice-data"
-    shutil.copytree(data, twice)
-    manifest = json.loads((twice / "manifest.json").read_text())
-    manifest.pop("sha256")
-    (twice / "manifest.json").write_text(json.dumps(manifest))
+    hand_edited(data, twice)
     lines = [json.loads(line) for line in (twice / "docs.jsonl").read_text().splitlines()]
     for k in (0, len(lines) - 1):  # first and last: the cut of one is checked, not the other's
         lines[k] = {**lines[k], "title": "Twice", "text": "war\x1f" * 40 + "peace " * 10}
@@ -592,10 +592,7 @@ def hardening_cases(root, model, data, train):
     results.append(report("search --index whose manifest records no embedding", rc, line,
                           rc == 2 and "records no embedding" in line))
     small = root / "small-topics"
-    shutil.copytree(data, small)
-    manifest = json.loads((small / "manifest.json").read_text())
-    manifest.pop("sha256")
-    (small / "manifest.json").write_text(json.dumps(manifest))
+    hand_edited(data, small)
     (small / "topics.top.train.jsonl").write_text('{"id": "d0", "label": "tiede"}\n{"id": "d3", "label": "tiede"}\n'
                                                   '{"id": "d1", "label": "taide"}\n{"id": "d4", "label": "taide"}\n')
     rc, line = script("05_evaluate.py", "--data", small, "--model", f"b={model}", "--out", root / "small-eval")
@@ -719,10 +716,7 @@ def dataset_cases(root, model, data, train):
                       "--name", "t", "--train", articles, "--test", articles, "--out", root / "twice-task")
     results.append(report("02 classify with one --name twice", rc, line, rc == 2 and "given 2 times" in line))
     spaced = root / "spaced-data"
-    shutil.copytree(data, spaced)
-    manifest = json.loads((spaced / "manifest.json").read_text())
-    manifest.pop("sha256")
-    (spaced / "manifest.json").write_text(json.dumps(manifest))
+    hand_edited(data, spaced)
     lines = (spaced / "docs.jsonl").read_text().splitlines()
     lines[0] = json.dumps({**json.loads(lines[0]), "id": "a b"})
     (spaced / "docs.jsonl").write_text("\n".join(lines) + "\n")

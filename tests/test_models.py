@@ -166,16 +166,22 @@ class _PositionalTokens(torch.nn.Module):
         return SimpleNamespace(last_hidden_state=self.tokens(input_ids) * 2 + self.positions(position_ids))
 
 
+def _store(texts):
+    """A TokenStore holding ``texts`` (token ids, special tokens included) as tokenising would, padded with 0."""
+    store = TokenStore.__new__(TokenStore)
+    store.ids = np.concatenate(texts).astype(np.int32)
+    store.offsets = np.concatenate([[0], np.cumsum([len(t) for t in texts])]).astype(np.int64)
+    store.pad_id = 0
+    return store
+
+
 @pytest.mark.parametrize("pooling,normalize", [("mean", False), ("mean", True), ("cls", False)])
 def test_unpadded_embedding_pools_each_text_as_the_padded_one(pooling, normalize):
     """``Encoder.embed_packed`` (the GPU's variable-length path): positions restart at each text and each text's
     states pool alone, so the vectors equal ``embed`` on padded batches."""
     encoder = Encoder(_PositionalTokens(), pooling, normalize)
     texts = [[2, 7, 9, 3], [2, 5, 3], [2, 11, 12, 13, 14, 15, 16, 3], [2, 3]]
-    store = TokenStore.__new__(TokenStore)
-    store.ids = np.concatenate(texts).astype(np.int32)
-    store.offsets = np.concatenate([[0], np.cumsum([len(t) for t in texts])]).astype(np.int64)
-    store.pad_id = 0
+    store = _store(texts)
     rows = [2, 0, 3, 1]
     ids, lengths = store.packed(rows)
     assert ids.tolist() == [t for r in rows for t in texts[r]] and lengths.tolist() == [8, 4, 2, 3]
@@ -190,10 +196,7 @@ def test_a_packed_batch_holds_the_padded_groups_texts_end_to_end_in_their_order_
     groups in the same order, unpadded, as one ``Packed`` group, and the same row of each input position."""
     from common.models.tokens import Packed
     texts = [[2, 7, 9, 3], [2, 5, 3], [2, 11, 12, 13, 14, 15, 16, 3], [2, 3]]
-    store = TokenStore.__new__(TokenStore)
-    store.ids = np.concatenate(texts).astype(np.int32)
-    store.offsets = np.concatenate([[0], np.cumsum([len(t) for t in texts])]).astype(np.int64)
-    store.pad_id = 0
+    store = _store(texts)
     rows = [2, 0, 3, 1]
     padded, row = store.groups(rows, 2)
     (packed,), packed_row = store.groups(rows, 2, packed=True)
