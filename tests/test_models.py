@@ -56,6 +56,18 @@ def test_saved_model_gives_the_same_embeddings_in_sentence_transformers(tiny_mod
     np.testing.assert_allclose(ours, theirs, atol=1e-5, rtol=0)
 
 
+def test_a_saved_tokenizer_is_the_same_files_whatever_it_tokenised_last(tiny_model, tmp_path):
+    import filecmp
+    encoder, tokenizer, _ = load_encoder(str(tiny_model))
+    save_model(encoder, tokenizer, str(tmp_path / "fresh"), max_length=12)
+    tokenizer(["joki meri vuori", "meri"], truncation=True, max_length=3, padding=True)
+    backend = tokenizer.backend_tokenizer
+    left = (backend.truncation, backend.padding)
+    save_model(encoder, tokenizer, str(tmp_path / "used"), max_length=12)
+    assert filecmp.cmp(tmp_path / "fresh" / "tokenizer.json", tmp_path / "used" / "tokenizer.json", shallow=False)
+    assert left[0]["max_length"] == 3 and (backend.truncation, backend.padding) == left  # put back as it was
+
+
 def test_length_batches_sort_once_and_cut_by_count_and_by_padded_tokens():
     lengths = [3, 10, 7, 10, 2, 5]
     assert [b.tolist() for b in length_batches(lengths, 3)] == [[1, 3, 2], [5, 0, 4]]

@@ -64,11 +64,32 @@ def save_model_files(outputs, encoder, tokenizer, max_length, info=None, extra=N
         os.replace(os.path.join(staged, name), outputs.tmp_path(name))
 
 
+def _save_tokenizer(tokenizer, folder):
+    """``tokenizer.save_pretrained(folder)`` without the truncation and padding its last call left in a fast
+    tokenizer's backend (tokenizer.json records them), so that a folder does not depend on what was tokenised last:
+    a run resumed on cached token ids saves the tokenizer.json of one that tokenised. transformers and
+    sentence-transformers set both on every call."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        tokenizer.save_pretrained(folder)
+        return
+    truncation, padding = backend.truncation, backend.padding
+    backend.no_truncation()
+    backend.no_padding()
+    try:
+        tokenizer.save_pretrained(folder)
+    finally:
+        if truncation is not None:
+            backend.enable_truncation(**truncation)
+        if padding is not None:
+            backend.enable_padding(**padding)
+
+
 def _save(encoder, tokenizer, tmp, max_length, info, extra, card, similarity, prompts):
     from common.models.loading import quiet_transformers
     with quiet_transformers(warnings=True):  # no progress bar for each file written
         encoder.transformer.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+        _save_tokenizer(tokenizer, tmp)
     modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
                {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
     if encoder.normalize:
