@@ -211,6 +211,24 @@ def test_the_same_data_and_model_staged_at_other_paths_resume_their_checkpoints_
     assert "finished with these settings already" in capsys.readouterr().out and file_tree(out) == finished
 
 
+def test_a_run_recorded_before_cache_chunk_entered_every_objectives_identity_is_found_finished(
+        toy, toy_run, tiny_model, tiny_data, tmp_path, capsys):
+    """--cache-chunk off is left out of the identity: a run recorded without it (an objective other than mnrl) or
+    with it off (mnrl's, as its own flag) is the run the same command finds finished."""
+    ref, counts = toy_run
+    out = tmp_path / "run"
+    shutil.copytree(ref, out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert "cache_chunk" not in manifest["identity"]
+    for recorded in (None, 0):
+        (out / "manifest.json").write_text(json.dumps({**manifest,
+                                                       "identity": {**manifest["identity"], "cache_chunk": recorded}}))
+        finished = file_tree(out)
+        capsys.readouterr()
+        assert toy(tiny_data, tiny_model, out) == counts
+        assert "finished with these settings already" in capsys.readouterr().out and file_tree(out) == finished
+
+
 def test_a_model_folder_holding_other_files_does_not_resume_and_the_refusal_names_where_the_model_was(
         toy, toy_run, tiny_model, tiny_data, tmp_path):
     ref, _ = toy_run

@@ -17,6 +17,10 @@ from common.train import objectives
 RESULT_ARGS = ("model", "max_length", "pooling", "normalize", "lr", "weight_decay", "warmup", "schedule", "epochs",
                "max_steps", "batch_size", "grad_accum", "clip", "seed", "eval_every", "drop_last", "length_buckets",
                "chunk_tokens", "cache_chunk", "length_groups")
+# flags of RESULT_ARGS that entered every objective's identity after runs had been recorded without them: left out
+# at their off value (None or 0), in what is recorded and in what is wanted, so that those runs are found finished
+# and resume
+LATER_ARGS = ("cache_chunk",)
 # flags that change only speed, memory or logging: tests/test_run_folder.py trains with them changed and checks that
 # the weights stay the same (--chunk-tokens, --cache-chunk and --length-groups do not: their parts, chunks and groups
 # draw other dropout masks, except where the CPU layer packs a batch's groups into one row)
@@ -75,6 +79,8 @@ def command_identity(args):
     found = {"objective": args.objective, "data_content": data_fingerprint(args.objective, args.data)}
     for key in RESULT_ARGS + objectives.get(args.objective).result_args:
         value = getattr(args, key)
+        if key in LATER_ARGS and not value:
+            continue
         if _is_content(key, value):
             found[f"{key}_content"] = content_fingerprint(value)
         else:
@@ -100,10 +106,11 @@ def run_identity(args, processes):
 
 def recorded_identity(identity):
     """An identity as an earlier version recorded it, as this one would: the data's path left out (its content is
-    there) and a local input folder's path replaced by what it holds, where it is still there."""
+    there), a local input folder's path replaced by what it holds, where it is still there, and a flag of
+    ``LATER_ARGS`` at its off value left out."""
     if not isinstance(identity, dict):
         return identity
-    found = {k: v for k, v in identity.items() if k != "data"}
+    found = {k: v for k, v in identity.items() if k != "data" and not (k in LATER_ARGS and not v)}
     for key in CONTENT_ARGS:
         if _is_content(key, found.get(key)) and f"{key}_content" not in found:
             found[f"{key}_content"] = content_fingerprint(found.pop(key))
