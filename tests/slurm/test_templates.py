@@ -89,7 +89,7 @@ def wait_state(cluster, job_id, *states, timeout=240):
 def finish(cluster, work, job_id):
     """Wait for the job to complete; its output."""
     fields = wait_state(cluster, job_id, "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
-    assert fields["JobState"] == "COMPLETED", output(work, job_id)
+    assert fields["JobState"] == "COMPLETED", f"{output(work, job_id)}\n{fields}\n{cluster.logs(20)}"
     return output(work, job_id)
 
 
@@ -143,10 +143,12 @@ def assert_same_weights(a, b):
 
 
 def resume_now(cluster, job_id, *changes):
-    """The requeued job started at once (a requeued job waits on a begin time of about two minutes), with
-    ``changes`` to its settings (``TimeLimit=10``)."""
+    """The requeued job, with ``changes`` to its settings (``TimeLimit=60``) made while it waits on its begin time:
+    the credential's lifetime and a second (cred_expire=20 on this cluster, 120 s by default), so that its nodes have
+    forgotten the credential revoked when it stopped (started before, its first node refuses it)."""
     wait(lambda: job(cluster, job_id)["JobState"] == "PENDING", f"job {job_id} requeued")
-    cluster.run("scontrol", "update", f"JobId={job_id}", "StartTime=now", *changes)
+    if changes:
+        cluster.run("scontrol", "update", f"JobId={job_id}", *changes)
 
 
 @pytest.fixture(scope="module")
