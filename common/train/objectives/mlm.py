@@ -16,6 +16,10 @@ example), so a resumed run and any number of processes see the same masks. Valid
 "val", example), so validation losses of different steps compare the same task; perplexity is exp of the
 token-weighted mean loss.
 
+The texts are read from docs.jsonl as every process of a node maps it (``shared_docs.SharedDocuments``); the first
+process tokenises them into a training and a validation part kept in the run's cache as .npy files, which every
+process then maps read-only (``shared_docs.shared_arrays``), so that a node holds one copy of the tokens.
+
 The model is ``common/models/masked_lm.py``'s ``MaskedLM`` (on a CPU at its ``masked_positions``: the vocabulary
 projection and, in a BERT, most of the last layer on the masked positions only); the blocks and the
 masking are ``common/train/masking.py``'s. RUN/model is the masked-LM model (encoder and head, ``save_pretrained``) with
