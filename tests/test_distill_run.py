@@ -135,6 +135,32 @@ def test_training_resumes_bit_identically_with_heads_and_running_covariances(tea
     np.testing.assert_allclose(st, ours, rtol=1e-4, atol=1e-5)
 
 
+def test_the_documents_and_their_tokens_are_made_once_in_the_runs_cache_and_a_resumed_run_maps_them(
+        teach, tiny_model, tiny_data, tmp_path, monkeypatch):
+    """What every process of a node maps (the first one makes it): docs.jsonl as one Arrow file and every document's
+    tokens, those of 04's TokenStore of the documents' inputs; a resumed run reads them, it tokenises nothing."""
+    from transformers import AutoTokenizer
+
+    from common.models.tokens import TokenStore
+    from common.train.objectives import distill as objective
+    main, out = distill(), tmp_path / "run"
+    args = ["train", "--data", str(tiny_data), "--teachers", str(teach), "--model", str(tiny_model), "--out", str(out),
+            *TRAIN, "--max-steps", "6"]
+    main(args)
+    assert len(list((out / "cache").glob("docs-*.arrow"))) == 1
+    [store] = (out / "cache").glob("tokens-*")
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model))
+    expected = TokenStore(tokenizer, Documents(tiny_data).inputs(tokenizer.sep_token), 64)
+    assert np.array_equal(np.load(store / "ids.npy"), expected.ids)
+    assert np.array_equal(np.load(store / "offsets.npy"), expected.offsets)
+    unfinish(out)
+
+    def tokenise(*_):
+        raise AssertionError("tokenised again")
+    monkeypatch.setattr(objective, "TokenStore", tokenise)
+    assert main(args)["steps"] == 6  # resumed from step 5
+
+
 def test_teacher_files_that_do_not_match_docs_jsonl_are_refused_before_anything_is_written(
         teach, tiny_model, tiny_data, tmp_path):
     main = distill()

@@ -21,7 +21,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from common.data.docs_jsonl import Documents
+from common.data.docs_jsonl import read_documents
+from common.data.shared_docs import SharedDocuments, shared_store, store_key
 from common.distill import teachers
 from common import io
 from common.io import InputError
@@ -136,17 +137,19 @@ class DistillObjective(Objective):
         args = self.args
         # the student's vectors are compared as its structural loss compares them with the teacher's
         self.similarity = "cosine" if args.structural_loss.endswith("cos") else "euclidean"
-        self.docs = Documents(args.data)
-        self.structural = teachers.read_vectors(args.teachers, teachers.STRUCTURAL, self.docs.ids)
+        # the teachers' rows checked against docs.jsonl's ids before anything is written (the documents are mapped
+        # in load_data)
+        ids = [doc for _, doc, _, _ in read_documents(os.path.join(args.data, "docs.jsonl"))]
+        self.structural = teachers.read_vectors(args.teachers, teachers.STRUCTURAL, ids)
         hidden = encoder.transformer.config.hidden_size
         sbert_path = os.path.join(args.teachers, f"{teachers.STRUCTURAL}.npy")
         if self.structural.shape[1] != hidden:
             raise InputError(f"{sbert_path}: {self.structural.shape[1]} dimensions, the student has {hidden}")
-        self.lengths = teachers.read_lengths(args.teachers, self.docs.ids)
+        self.lengths = teachers.read_lengths(args.teachers, ids)
         self.contextual = None
         student_head, teacher_head, softcca = nn.Identity(), nn.Identity(), nn.Identity()
         if self.uses_contextual():
-            self.contextual = teachers.read_vectors(args.teachers, teachers.CONTEXTUAL, self.docs.ids)
+            self.contextual = teachers.read_vectors(args.teachers, teachers.CONTEXTUAL, ids)
             student_head, dim = projection(args.student_projection, hidden)
             teacher_head, teacher_dim = projection(args.teacher_projection, self.contextual.shape[1])
             if dim != teacher_dim:
@@ -179,8 +182,12 @@ class DistillObjective(Objective):
         return found
 
     def load_data(self):
-        self.store = TokenStore(self.tokenizer, self.docs.inputs(self.tokenizer.sep_token or ""), self.max_length)
-        self.train_rows = np.arange(len(self.docs.ids))
+        # docs.jsonl mapped, and every document tokenised, once a node by the first process; the others map both
+        cache, sep = self.cache_dir(), self.tokenizer.sep_token or ""
+        docs = SharedDocuments(self.args.data, cache, self.say)
+        self.store = shared_store(cache, store_key(docs, self.tokenizer, self.max_length, sep),
+                                  lambda: TokenStore(self.tokenizer, docs.inputs(sep), self.max_length))
+        self.train_rows = np.arange(len(docs))
         self.val_rows = np.zeros(0, dtype=np.int64)
         limit = self.args.max_structural_length
         self.mask = self.lengths <= limit if limit > 0 else np.ones(len(self.lengths), dtype=bool)
