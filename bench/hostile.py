@@ -652,10 +652,10 @@ def hardening_cases(root, model, data, train):
                               and not (root / "sized").exists()))
     cached_run = root / "cached-run"
     script(*mlm, "--out", cached_run)
-    for cached in (cached_run / "cache").glob("mlm-tokens-*.arrow"):
+    for cached in (cached_run / "cache").glob("mlm-parts-*/*.npy"):
         cached.write_bytes(cached.read_bytes()[:100])
     rc, line = script(*mlm, "--out", cached_run, "--lr", "1e-3", "--overwrite")
-    results.append(report("03 mlm over a truncated token cache (made again)", rc, line, rc == 0))
+    results.append(report("03 mlm over truncated token parts (made again)", rc, line, rc == 0))
     rc, line = script("04_distill.py", "convert-long", "--model", model, "--out", root / "long1", "--max-length", "1",
                       "--window", "2")
     results.append(report("convert-long --max-length 1", rc, line,

@@ -1,8 +1,8 @@
 """The masked-LM objective's inputs (common/train/masking.py): tokens chosen and replaced as Hugging Face's collator
-does and never a special token, whole words masked together, blocks cut from the concatenated texts, and the
-tokenised texts read back from their cache; the draws pinned for one block, the same for one example and for a
-batch, and the same as the three separate draws the masking was first written with, so that a run resumed across the
-change (or a batch masked at once) sees the masks it saw before."""
+does and never a special token, whole words masked together, blocks cut from the concatenated texts, and the texts
+of each part tokenised as the tokenizer tokenises each alone; the draws pinned for one block, the same for one
+example and for a batch, and the same as the three separate draws the masking was first written with, so that a run
+resumed across the change (or a batch masked at once) sees the masks it saw before."""
 
 import numpy as np
 import pytest
@@ -59,28 +59,46 @@ def test_whole_word_masking_masks_every_token_of_a_chosen_word_with_mask():
 
 def test_blocks_are_cut_from_the_concatenated_texts_and_only_the_final_remainder_is_dropped():
     from common.train.masking import Part
-    ids, offsets = np.arange(12), np.array([0, 3, 7, 12])
-    part = Part.of_texts(ids, ids % 2 == 0, offsets, np.array([0, 2]))  # texts 0 and 2
-    assert part.ids.tolist() == [0, 1, 2, 7, 8, 9, 10, 11] and part.offsets.tolist() == [0, 3, 8]
+    ids = np.array([0, 1, 2, 7, 8, 9, 10, 11])
+    part = Part(ids, ids % 2 == 0, np.array([0, 3, 8]))  # texts of 3 and 5 tokens
     blocks = part.blocks(3)
     assert len(blocks) == 2 and [blocks.get(i)[0].tolist() for i in range(2)] == [[0, 1, 2], [7, 8, 9]]
     assert blocks.get(1)[1].tolist() == [False, True, False]
 
 
-def test_a_second_mlm_run_reads_the_tokenised_texts_from_the_cache_without_tokenising(tiny_model, tmp_path):
-    from unittest import mock
-
+@pytest.mark.parametrize("line_by_line", [False, True], ids=["whole", "line-by-line"])
+def test_the_texts_of_each_part_are_tokenised_in_their_order_as_the_tokenizer_tokenises_each_alone(
+        tiny_model, line_by_line, monkeypatch):
+    """2,500 texts, three calls of 1,000 at most, each text in the part ``part_of`` names (-1: none): a part's ids are
+    its texts' ids one after the other, a word start where the tokenizer's word id changes, at a special token and
+    at a text's first token; the texts are read as they come, never as a list."""
     from transformers import AutoTokenizer
 
     from common.train.masking import tokenize
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_model))
-    texts = corpus_text(3, 20)
-    first = tokenize(texts, tokenizer, 32, False, str(tmp_path / "cache"))
-    with mock.patch.object(type(tokenizer), "__call__", side_effect=AssertionError("tokenised again")):
-        second = tokenize(texts, tokenizer, 32, False, str(tmp_path / "cache"))
-    for a, b in zip(first, second):
-        np.testing.assert_array_equal(a, b)
-    assert len(first[2]) == len(texts) + 1 and first[2][-1] == len(first[0]) > 0
+    texts = (corpus_text(3, 50) * 50)[:2500]
+    part_of = np.random.default_rng(0).integers(-1, 2, len(texts))
+    monkeypatch.setattr(type(tokenizer), "__call__", counted(type(tokenizer).__call__, calls := []))
+    parts = tokenize(iter(texts), part_of, tokenizer, 12, line_by_line)
+    assert calls == [1000, 1000, 500]
+    for k, part in enumerate(parts):
+        mine = [i for i in range(len(texts)) if part_of[i] == k]
+        assert len(part) == len(mine) and part.ids.dtype == np.int32 and part.word_start.dtype == bool
+        assert (np.diff(part.offsets).max() > 12) != line_by_line  # whole texts, or each cut at 12
+        for example, i in enumerate(mine):
+            one = tokenizer(texts[i], truncation=line_by_line, max_length=12 if line_by_line else None)
+            words = one.word_ids()
+            ids, word_start = part.get(example)
+            assert ids.tolist() == one["input_ids"]
+            assert word_start.tolist() == [w is None or j == 0 or w != words[j - 1] for j, w in enumerate(words)]
+    assert [len(p) for p in parts] == [int((part_of == k).sum()) for k in range(2)]
+
+
+def counted(call, calls):
+    def count(self, texts, *args, **kwargs):
+        calls.append(len(texts))
+        return call(self, texts, *args, **kwargs)
+    return count
 
 
 # a block cut from concatenated texts, starting inside a word (its first token is no word start)

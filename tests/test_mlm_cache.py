@@ -1,10 +1,12 @@
-"""The masked LM's cache (``common/train/objectives/mlm.py``): tokenised texts, next-sentence pairs and a learnt
-vocabulary are kept inside the run's --out unless --cache-dir names another place, which is checked as --out is."""
+"""The masked LM's cache (``common/train/objectives/mlm.py``): the documents, the tokenised training and validation
+parts (made once, mapped by every process), next-sentence pairs and a learnt vocabulary are kept inside the run's
+--out unless --cache-dir names another place, which is checked as --out is."""
 
 import os
 import sys
 import socket
 
+import numpy as np
 import pytest
 
 from conftest import script_error, script_module, train_in_process
@@ -55,7 +57,7 @@ def test_a_masked_lm_run_writes_its_caches_inside_its_out_and_nothing_outside(ex
     argv = ["--data", tiny_data, *model, "--out", run, *MLM, *extra]
     assert _written_outside(run, argv) == []
     cached = sorted(os.listdir(run / "cache"))
-    prefix = {0: "mlm-tokens-", 1: "nsp-sentences-"}.get(len(extra), "wordpiece-")
+    prefix = {0: "mlm-parts-", 1: "nsp-sentences-"}.get(len(extra), "wordpiece-")
     assert any(name.startswith(prefix) for name in cached), cached
     assert not [n for n in __import__("json").loads((run / "manifest.json").read_text())["files"]
                 if n.startswith("cache")]
@@ -133,48 +135,121 @@ def test_a_file_where_the_cache_folder_should_be_is_one_line(case, tmp_path, tin
     assert a_file.read_text() == "mine" and sorted(os.listdir(tmp_path)) == ["a-file"]
 
 
-def arrow_rows(path):
-    import datasets
-    return datasets.Dataset.from_file(str(path)).to_dict()
+def parts_folder(run):
+    [folder] = (run / "cache").glob("mlm-parts-*")
+    return folder
 
 
-@pytest.mark.parametrize("damage", ["truncated", "empty", "garbage", "another's"])
-def test_a_damaged_cache_file_is_made_again_with_a_note(damage, tmp_path, tiny_data, tiny_model, capsys):
-    """The tokenised texts' Arrow file cut in half, emptied, overwritten, or replaced by a whole Arrow file of other
-    rows: the next run says so, tokenises again into the same file name, and trains."""
-    import datasets
+def mapped_file(array):
+    """The file ``array``'s pages are mapped from (None: it is in the process's own memory)."""
+    while array is not None and not isinstance(array, np.memmap):
+        array = array.base
+    return None if array is None else array.filename
+
+
+def expected_parts(data, tokenizer, mlm_docs, line_by_line, seed=42, validation_split=0.05):
+    """The training and validation parts' ids, word starts and offsets as they are made in one process's memory:
+    docs.jsonl's texts (``--mlm-docs train``: the training split's) in its order, held out by a permutation seeded by
+    ``seed``, each text tokenised by the tokenizer with a word start where its word id changes."""
+    from common.data.docs_jsonl import Documents
+    from common.data.retrieval import read_split_ids
+    docs = Documents(data)
+    train_ids = read_split_ids(os.path.join(data, "splits.json"), "train") if mlm_docs == "train" else None
+    texts = [t for d, t in zip(docs.ids, docs.texts) if train_ids is None or d in train_ids]
+    order = np.random.default_rng(seed).permutation(len(texts))
+    n_val = int(round(validation_split * len(texts)))
+    parts = []
+    for which in (np.sort(order[n_val:]), np.sort(order[:n_val])):
+        enc = tokenizer([texts[i] for i in which], truncation=line_by_line, max_length=16 if line_by_line else None)
+        starts = [[w is None or k == 0 or w != words[k - 1] for k, w in enumerate(words)]
+                  for words in map(enc.word_ids, range(len(which)))]
+        parts.append((sum(enc["input_ids"], []), sum(starts, []),
+                      np.cumsum([0] + [len(ids) for ids in enc["input_ids"]]).tolist()))
+    return parts
+
+
+@pytest.mark.parametrize("extra", [[], ["--line-by-line"], ["--mlm-docs", "train"]],
+                         ids=["blocks", "line-by-line", "training-split"])
+def test_the_parts_are_tokenised_once_and_every_process_maps_them_read_only_from_one_set_of_files(
+        extra, tmp_path, paper_data, tiny_model, monkeypatch):
+    """Two objectives of one run, as two processes make them (the first under ``main_process_first``): the first
+    tokenises the texts into the cache, the second calls no tokenizer; both hold, read-only and mapped from the same
+    six files, the parts that tokenising the texts in one process's memory gives."""
+    from transformers import PreTrainedTokenizerBase
+
+    from common.train import objectives
+    from common.train.masking import PARTS
+    run = tmp_path / "run"
+    args = script_module("03_train.py").parse_args([str(a) for a in [
+        "--data", paper_data, "--model", tiny_model, "--out", run, *MLM, *extra]])
+    calls, call = [], PreTrainedTokenizerBase.__call__
+    monkeypatch.setattr(PreTrainedTokenizerBase, "__call__",
+                        lambda self, *a, **k: calls.append(1) or call(self, *a, **k))
+    made = []
+    for _ in range(2):
+        objective = objectives.get("mlm")(args, None)
+        objective.build()
+        objective.load_data()
+        made.append((objective, len(calls)))
+    (first, tokenised), (second, after) = made
+    assert tokenised == after == 1  # 60 texts, one call of 1,000 at most
+    monkeypatch.setattr(PreTrainedTokenizerBase, "__call__", call)
+    folder = parts_folder(run)
+    assert sorted(os.listdir(folder)) == sorted(f"{name}-{field}.npy" for name in PARTS
+                                                for field in ("ids", "offsets", "word_start"))
+    expected = expected_parts(paper_data, first.tokenizer, extra[-1] if "--mlm-docs" in extra else "all",
+                              "--line-by-line" in extra)
+    for objective in (first, second):
+        for part, name, (ids, word_start, offsets) in zip(objective.parts, PARTS, expected):
+            assert part.ids.tolist() == ids and part.word_start.tolist() == word_start
+            assert part.offsets.tolist() == (offsets if extra == ["--line-by-line"] else
+                                             list(range(0, len(ids) + 1, 16)))  # blocks of 16, the rest dropped
+            for field in ("ids", "word_start"):
+                array = getattr(part, field)
+                assert mapped_file(array) == str(folder / f"{name}-{field}.npy") and not array.flags.writeable
+    # 5 % of 60 papers held out, or of the training split's 36
+    assert [len(offsets) - 1 for _, _, offsets in expected] == ([34, 2] if "--mlm-docs" in extra else [57, 3])
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty", "garbage", "missing", "another's"])
+def test_a_damaged_part_is_made_again_with_a_note(damage, tmp_path, tiny_data, tiny_model, capsys):
+    """One file of the cached parts cut in half, emptied, overwritten, removed, or replaced by a whole array that
+    does not fit the others: the next run says so, tokenises again into the same files, and trains."""
     run = tmp_path / "run"
     argv = ["--data", tiny_data, "--model", tiny_model, "--out", run, *MLM]
     train_in_process(argv)
-    [cached] = (run / "cache").glob("mlm-tokens-*.arrow")
-    rows, data = arrow_rows(cached), cached.read_bytes()
-    if damage == "another's":
-        cached.unlink()
-        datasets.Dataset.from_dict({"input_ids": [[1, 2]], "word_start": [[1, 0]]}).map(
-            lambda batch: batch, cache_file_name=str(cached))
+    folder = parts_folder(run)
+    arrays = {name: np.load(folder / name) for name in os.listdir(folder)}
+    damaged = folder / "train-offsets.npy"
+    data = damaged.read_bytes()
+    if damage == "missing":
+        damaged.unlink()
+    elif damage == "another's":
+        np.save(damaged, arrays["train-offsets.npy"][:-1])
     else:
-        cached.write_bytes({"truncated": data[:len(data) // 2], "empty": b"", "garbage": b"x" * len(data)}[damage])
+        damaged.write_bytes({"truncated": data[:len(data) // 2], "empty": b"", "garbage": b"x" * len(data)}[damage])
     capsys.readouterr()
     train_in_process(argv + ["--lr", "1e-3", "--overwrite"])
-    assert f"note: {cached}: a damaged cache file (not the rows of these texts); made again" in capsys.readouterr().out
-    assert arrow_rows(cached) == rows
+    assert f"note: {folder} cannot be read; made again" in capsys.readouterr().out
+    assert {name: np.load(folder / name).tolist() for name in os.listdir(folder)} == \
+        {name: array.tolist() for name, array in arrays.items()}
     assert (run / "manifest.json").is_file()
 
 
-def test_an_entry_of_the_cache_that_is_no_file_and_a_damaged_vocabulary_are_one_line(tmp_path, tiny_data, tiny_model,
-                                                                                     capsys):
-    """A folder at the tokenised texts' file name is not removed; a learnt vocabulary that cannot be read is not
-    learnt again (a resumed run must keep the vocabulary its checkpoints trained with)."""
+def test_an_entry_of_the_cache_that_is_no_folder_and_a_damaged_vocabulary_are_one_line(tmp_path, tiny_data,
+                                                                                       tiny_model, capsys):
+    """A file at the parts' folder name is not removed; a learnt vocabulary that cannot be read is not learnt
+    again (a resumed run must keep the vocabulary its checkpoints trained with)."""
+    import shutil
     run = tmp_path / "run"
     argv = ["--data", tiny_data, "--model", tiny_model, "--out", run, *MLM]
     train_in_process(argv)
-    [cached] = (run / "cache").glob("mlm-tokens-*.arrow")
-    cached.unlink()
-    cached.mkdir()
-    (cached / "mine.txt").write_text("mine")
+    folder = parts_folder(run)
+    shutil.rmtree(folder)
+    folder.write_text("mine")
     assert script_error("03_train.py", *argv, "--lr", "1e-3", "--overwrite") == \
-        f"error: {cached}: not a file of the masked LM's cache (a folder or a link); remove it"
-    assert (cached / "mine.txt").read_text() == "mine"
+        f"error: {folder}: not a folder of the cache (a file or a link); remove it"
+    assert folder.read_text() == "mine"
     fresh = tmp_path / "fresh"
     argv = ["--data", tiny_data, "--out", fresh, *MLM, *NEW_MODEL]
     train_in_process(argv)

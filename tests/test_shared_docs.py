@@ -1,6 +1,6 @@
 """The documents and token stores every training process of a node maps (common/data/shared_docs.py): what they
 read is what ``Documents`` and ``TokenStore`` read, made once and read again from the cache, made again where it
-cannot be read, and docs.jsonl's defects refused in the same one line."""
+cannot be read, and docs.jsonl's defects refused in the same one line; the arrays they are kept as likewise."""
 
 import os
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from common.data.docs_jsonl import Documents, read_triplets
-from common.data.shared_docs import SharedDocuments, shared_store, store_key
+from common.data.shared_docs import SharedDocuments, shared_arrays, shared_store, store_key
 from common.io import InputError
 from common.models.tokens import TokenStore
 
@@ -76,3 +76,40 @@ def test_a_shared_token_store_holds_the_tokens_of_its_build_made_once_and_mapped
         assert [a.tolist() for a in store.pad([0, 2])] == [a.tolist() for a in expected.pad([0, 2])]
     assert built == [True]
     assert key != store_key(docs, tokenizer, 16, "[SEP]", np.array([7, 2]))
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated", "missing", "refused"])
+def test_shared_arrays_are_made_once_and_made_again_with_a_note_where_a_file_cannot_be_read(damage, tmp_path):
+    """Arrays made by the first call and mapped read-only by every call after it (an empty one too); one of their
+    files emptied, cut, removed, or holding what ``check`` refuses: made again, with a note."""
+    built, said = [], []
+
+    def build():
+        built.append(True)
+        return {"a": np.arange(5, dtype=np.int32), "b": np.zeros(0, dtype=bool)}
+
+    def check(arrays):
+        return sorted(arrays) == ["a", "b"] and arrays["a"].sum() == 10
+    first, second = (shared_arrays(tmp_path, "x-key", build, check, said.append) for _ in range(2))
+    assert built == [True] and said == []
+    for arrays in (first, second):
+        assert arrays["a"].tolist() == [0, 1, 2, 3, 4] and arrays["a"].dtype == np.int32 and arrays["b"].shape == (0,)
+        assert not arrays["a"].flags.writeable and isinstance(arrays["a"].base, np.memmap)
+    damaged = tmp_path / "x-key" / "a.npy"
+    if damage == "missing":
+        damaged.unlink()
+    elif damage == "refused":
+        np.save(damaged, np.arange(4, dtype=np.int32))
+    else:
+        damaged.write_bytes(damaged.read_bytes()[:{"empty": 0, "truncated": 130}[damage]])
+    again = shared_arrays(tmp_path, "x-key", build, check, said.append)
+    assert built == [True, True] and said == [f"note: {tmp_path / 'x-key'} cannot be read; made again"]
+    assert again["a"].tolist() == [0, 1, 2, 3, 4] and sorted(os.listdir(tmp_path / "x-key")) == ["a.npy", "b.npy"]
+
+
+def test_a_file_at_the_name_of_shared_arrays_is_one_line_and_kept(tmp_path):
+    (tmp_path / "x-key").write_text("mine")
+    with pytest.raises(InputError) as e:
+        shared_arrays(tmp_path, "x-key", dict, bool)
+    assert str(e.value) == f"{tmp_path / 'x-key'}: not a folder of the cache (a file or a link); remove it"
+    assert (tmp_path / "x-key").read_text() == "mine"

@@ -129,31 +129,55 @@ def shared_store(cache_dir, key, build):
     """A ``TokenStore`` kept in ``cache_dir`` under ``key`` (a digest of what it is made from) and mapped by every
     process that asks: ``build()`` makes it where it is missing or cannot be read, once; its arrays are then read
     from the files, read-only, in every process."""
+    from common.models.tokens import TokenStore
+
+    def arrays():
+        made = build()
+        return {"ids": np.asarray(made.ids, dtype=np.int32), "offsets": np.asarray(made.offsets, dtype=np.int64),
+                "pad": np.asarray([made.pad_id], dtype=np.int64)}
+    found = shared_arrays(cache_dir, f"tokens-{key}", arrays, _is_store)
+    return TokenStore.of_arrays(found["ids"], found["offsets"], int(found["pad"][0]))
+
+
+def _is_store(arrays):
+    ids, offsets, pad = arrays.get("ids"), arrays.get("offsets"), arrays.get("pad")
+    return ids is not None and offsets is not None and pad is not None and ids.ndim == 1 and offsets.ndim == 1 and \
+        len(offsets) > 0 and offsets[0] == 0 and offsets[-1] == len(ids) and pad.shape == (1,)
+
+
+def shared_arrays(cache_dir, name, build, check, say=None):
+    """Arrays kept as .npy files in the folder ``cache_dir/name`` (``name`` holding a digest of what they are made
+    from) and mapped read-only by every process that asks, as a dictionary of file name (without .npy) to array.
+    ``build()`` returns that dictionary where the folder is missing, one of its files cannot be read or ``check``
+    (called with the mapped arrays) refuses them; it is then written whole or not at all, once, by the first
+    process to ask (``main_process_first``), and read back. A folder that was there is made again with a note
+    (``say``); a file or link at its name is refused in one line."""
     folders.make_folder(cache_dir)
-    name = f"tokens-{key}"
-    store = _read_store(os.path.join(cache_dir, name))
-    if store is None:
+    folder = os.path.join(cache_dir, name)
+    if os.path.islink(folder) or (os.path.lexists(folder) and not os.path.isdir(folder)):
+        raise InputError(f"{folder}: not a folder of the cache (a file or a link); remove it")
+    found = _read_arrays(folder, check)
+    if found is None:
+        if say is not None and os.path.lexists(folder):
+            say(f"note: {folder} cannot be read; made again")
         made = build()
         with folders.writing(cache_dir, name) as staged:
             os.mkdir(staged)
-            for array, file in ((made.ids, "ids"), (made.offsets, "offsets"), ([made.pad_id], "pad")):
-                np.save(os.path.join(staged, f"{file}.npy"), np.asarray(array, dtype=np.int64 if file != "ids"
-                                                                        else np.int32))
-        store = _read_store(os.path.join(cache_dir, name))
-    return store
+            for file, array in made.items():
+                np.save(os.path.join(staged, f"{file}.npy"), array, allow_pickle=False)
+        found = _read_arrays(folder, check)
+    return found
 
 
-def _read_store(folder):
-    """The ``TokenStore`` saved in ``folder``, its arrays mapped read-only, or None where it is missing or cannot be
-    read as one."""
-    from common.models.tokens import TokenStore
+def _read_arrays(folder, check):
+    """The arrays of ``folder``'s .npy files mapped read-only, or None where it is missing, one of them cannot be
+    read, or ``check`` refuses them."""
+    if not os.path.isdir(folder):
+        return None
     try:
-        ids, offsets, pad = (np.load(os.path.join(folder, f"{name}.npy"), mmap_mode="r", allow_pickle=False)
-                             for name in ("ids", "offsets", "pad"))
-    except (OSError, ValueError):
+        # plain arrays over the mapped pages: a memmap's slice is a memmap, slower to make in every batch
+        found = {file[:-len(".npy")]: np.load(os.path.join(folder, file), mmap_mode="r", allow_pickle=False)
+                 .view(np.ndarray) for file in os.listdir(folder) if file.endswith(".npy")}
+    except (OSError, ValueError, EOFError):  # EOFError: an empty file
         return None
-    if ids.ndim != 1 or offsets.ndim != 1 or not len(offsets) or offsets[0] != 0 or offsets[-1] != len(ids) or \
-            pad.shape != (1,):
-        return None
-    # plain arrays over the mapped pages: a memmap's slice is a memmap, slower to make in every batch
-    return TokenStore.of_arrays(ids.view(np.ndarray), offsets.view(np.ndarray), int(pad[0]))
+    return found if check(found) else None

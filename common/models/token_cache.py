@@ -1,5 +1,5 @@
-"""The masked LM's token cache: a folder of Arrow files that ``datasets.map`` writes (tokenised texts, sentences)
-and learnt vocabularies, keyed by their texts and settings and read again by later runs. A cache is no run's
+"""The masked LM's token cache: a folder of Arrow files that ``datasets.map`` writes (the sentences of next-sentence
+pairs) and learnt vocabularies, keyed by their texts and settings and read again by later runs. A cache is no run's
 result, so a damaged file in it is made again; what is not a file the cache writes is refused in one line."""
 
 import os

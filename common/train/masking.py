@@ -1,16 +1,16 @@
-"""The masked LM's examples: texts tokenised once into flat arrays (cached), cut into blocks of the model's length
-(or one truncated text each), and BERT's masking of one example or a batch of them
-(``DataCollatorForLanguageModeling``'s, each example drawn from a generator the caller seeds). Next-sentence pairs,
-the other kind of example, are ``common/train/nsp.py``'s.
+"""The masked LM's examples: texts tokenised once into flat arrays (a part for training and one for validation,
+kept in the run's cache), cut into blocks of the model's length (or one truncated text each), and BERT's masking of
+one example or a batch of them (``DataCollatorForLanguageModeling``'s, each example drawn from a generator the
+caller seeds). Next-sentence pairs, the other kind of example, are ``common/train/nsp.py``'s.
 """
 
-import os
+import itertools
 
 import numpy as np
 
-from common.models.token_cache import cache_folder, cached_map
-
 IGNORE = -100  # label of unmasked positions (Hugging Face's convention)
+PARTS = ("train", "val")
+TOKENIZE_BATCH = 1000  # texts a tokenizer call takes
 
 
 def mask_tokens(ids, special, word_start, rng, probability=0.15, mask_replace=0.8, random_replace=0.1,
@@ -91,14 +91,6 @@ class Part:
     def __len__(self):
         return len(self.offsets) - 1
 
-    @classmethod
-    def of_texts(cls, ids, word_start, offsets, which):
-        """The texts at positions ``which``, in that order, as one flat array."""
-        lengths = offsets[which + 1] - offsets[which]
-        new = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-        take = np.arange(new[-1]) - np.repeat(new[:-1], lengths) + np.repeat(offsets[which], lengths)
-        return cls(ids[take], word_start[take], new)
-
     def blocks(self, size):
         """Cut into blocks of ``size`` tokens, text boundaries ignored, the remainder dropped (once, at the end)."""
         n = len(self.ids) // size
@@ -109,34 +101,46 @@ class Part:
         return self.ids[s:e], self.word_start[s:e]
 
 
-def tokenize(texts, tokenizer, max_length, line_by_line, cache_dir):
-    """Token ids (int32) and word starts (int8) of ``texts`` as flat arrays plus offsets, tokenised with
-    ``datasets.map`` into an Arrow cache file keyed by the texts, tokenizer and settings, so a second run (or
-    every process after the first, under ``main_process_first``) reads it instead of tokenising again
-    (``token_cache.cached_map``: a damaged one is made again)."""
-    import datasets
-    from datasets.fingerprint import Hasher
-
-    def encode(batch):
-        # blocks are cut after concatenation, so whole texts are tokenised (no warning about their length)
-        enc = tokenizer(batch["text"], truncation=line_by_line, max_length=max_length if line_by_line else None,
+def tokenize(texts, part_of, tokenizer, max_length, line_by_line):
+    """The texts of each part as one flat ``Part``: token ids (int32), word starts (bool) and offsets, text
+    ``texts[i]`` in part ``part_of[i]``, in the order of ``texts``. ``texts`` is read once, 1,000 at a time, so that
+    no list of them is made; whole texts are tokenised (blocks are cut after concatenation), or with
+    ``line_by_line`` each truncated to ``max_length``."""
+    chunks = [[] for _ in range(int(part_of.max(initial=-1)) + 1)]
+    texts, start = iter(texts), 0
+    while batch := list(itertools.islice(texts, TOKENIZE_BATCH)):
+        enc = tokenizer(batch, truncation=line_by_line, max_length=max_length if line_by_line else None,
                         add_special_tokens=True, verbose=False)
-        starts = []
-        for i in range(len(batch["text"])):
-            words = enc.word_ids(i)
-            starts.append([int(w is None or k == 0 or w != words[k - 1]) for k, w in enumerate(words)])
-        return {"input_ids": enc["input_ids"], "word_start": starts}
+        lengths = np.array([len(row) for row in enc["input_ids"]], dtype=np.int64)
+        ids = np.fromiter(itertools.chain.from_iterable(enc["input_ids"]), np.int32, int(lengths.sum()))
+        word_start = np.fromiter((w is None or k == 0 or w != words[k - 1] for words in map(enc.word_ids, range(
+            len(batch))) for k, w in enumerate(words)), bool, len(ids))
+        owner = part_of[start:start + len(batch)]
+        start += len(batch)
+        for k, chunk in enumerate(chunks):
+            tokens = np.repeat(owner == k, lengths)
+            chunk.append((ids[tokens], word_start[tokens], lengths[owner == k]))
+    return [Part(np.concatenate([c[0] for c in chunk] or [np.zeros(0, np.int32)]),
+                 np.concatenate([c[1] for c in chunk] or [np.zeros(0, bool)]),
+                 np.concatenate([[0], *(c[2] for c in chunk)]).cumsum().astype(np.int64)) for chunk in chunks]
 
-    features = datasets.Features({"input_ids": datasets.Sequence(datasets.Value("int32")),
-                                  "word_start": datasets.Sequence(datasets.Value("int8"))})
-    ds = datasets.Dataset.from_dict({"text": texts})
-    key = Hasher.hash([ds._fingerprint, tokenizer, max_length, line_by_line])
-    ds = cached_map(ds, encode, os.path.join(cache_folder(cache_dir), f"mlm-tokens-{key}.arrow"), features,
-                    batched=True, batch_size=1000, remove_columns=["text"], desc="tokenise")
-    ids = ds.data.column("input_ids")
-    flat = np.concatenate([c.flatten().to_numpy() for c in ids.chunks]) if ids.num_chunks else np.zeros(0, np.int32)
-    starts = ds.data.column("word_start")
-    word_start = np.concatenate([c.flatten().to_numpy() for c in starts.chunks]).astype(bool) \
-        if starts.num_chunks else np.zeros(0, bool)
-    lengths = np.concatenate([np.diff(c.offsets.to_numpy()) for c in ids.chunks]) if ids.num_chunks else []
-    return flat, word_start, np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+
+def part_arrays(parts):
+    """``parts`` (training, validation) as the arrays they are kept as in the cache, by file name."""
+    return {f"{name}-{field}": getattr(part, field) for name, part in zip(PARTS, parts)
+            for field in ("ids", "word_start", "offsets")}
+
+
+def parts_of(arrays):
+    """The parts (training, validation) over ``arrays`` (``part_arrays``' names), or None where one is missing or
+    they are not parts: ids int32, word starts bool beside them, offsets int64 rising from 0 to their end."""
+    parts = []
+    for name in PARTS:
+        ids, word_start, offsets = (arrays.get(f"{name}-{field}") for field in ("ids", "word_start", "offsets"))
+        if ids is None or word_start is None or offsets is None or ids.dtype != np.int32 or ids.ndim != 1 or \
+                word_start.dtype != bool or word_start.shape != ids.shape or offsets.dtype != np.int64 or \
+                offsets.ndim != 1 or not len(offsets) or offsets[0] != 0 or offsets[-1] != len(ids) or \
+                (np.diff(offsets) < 0).any():
+            return None
+        parts.append(Part(ids, word_start, offsets))
+    return parts

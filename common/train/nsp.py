@@ -37,8 +37,8 @@ PAIRS = int.from_bytes(b"pairs", "little")  # the generator's stream tag: pairs,
 def tokenize_sentences(texts, tokenizer, cache_dir):
     """The sentences of ``texts`` tokenised without special tokens, as flat arrays: token ids (int32), word starts
     (bool), sentence offsets into the tokens ``[S + 1]`` and each text's sentence offsets ``[len(texts) + 1]``.
-    Split and tokenised with ``datasets.map`` into an Arrow cache file keyed by the texts and the tokenizer, as
-    ``masking.tokenize`` caches, so every process after the first (under ``main_process_first``) reads it."""
+    Split and tokenised with ``datasets.map`` into an Arrow cache file keyed by the texts and the tokenizer, so
+    every process after the first (under ``main_process_first``) reads it."""
     import datasets
     from datasets.fingerprint import Hasher
 

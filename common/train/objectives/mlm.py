@@ -16,6 +16,10 @@ example), so a resumed run and any number of processes see the same masks. Valid
 "val", example), so validation losses of different steps compare the same task; perplexity is exp of the
 token-weighted mean loss.
 
+The texts are read from docs.jsonl as every process of a node maps it (``shared_docs.SharedDocuments``); the first
+process tokenises them into a training and a validation part kept in the run's cache as .npy files, which every
+process then maps read-only (``shared_docs.shared_arrays``), so that a node holds one copy of the tokens.
+
 The model is ``common/models/masked_lm.py``'s ``MaskedLM`` (on a CPU at its ``masked_positions``: the vocabulary
 projection and, in a BERT, most of the last layer on the masked positions only); the blocks and the
 masking are ``common/train/masking.py``'s. RUN/model is the masked-LM model (encoder and head, ``save_pretrained``) with
@@ -38,21 +42,23 @@ vocabulary of ``--vocab-size`` learnt from the training texts (``common/train/ne
 
 import argparse
 import contextlib
+import itertools
 import os
 
 import numpy as np
 import torch
 
 from common import cli
-from common.data.docs_jsonl import Documents
 from common.data.retrieval import read_split_ids
+from common.data.shared_docs import SharedDocuments, shared_arrays, store_key
 from common.io import InputError
 from common.markdown import escape
 from common.models.card import Method
 from common.models.loading import load_pretrained, load_weights, st_config
 from common.train import losses, nsp
 from common.models.masked_lm import MaskedLM, check_nsp
-from common.train.masking import IGNORE, Part, mask_batch, tokenize
+from common.models.token_cache import cache_folder
+from common.train.masking import IGNORE, mask_batch, part_arrays, parts_of, tokenize
 from common.train.new_model import configuration, new_model
 from common.train.objectives.base import Objective
 
@@ -257,10 +263,10 @@ class MLMObjective(Objective):
         """A WordPiece vocabulary of ``--vocab-size`` learnt from the training split's texts."""
         from common.models.vocabulary import train_wordpiece
         args = self.args
-        texts = self._texts()
-        train = np.sort(self._split(len(texts))[0])
         with self.accelerator.main_process_first() if self.accelerator else contextlib.nullcontext():
-            tokenizer = train_wordpiece([texts[i] for i in train.tolist()], args.vocab_size, args.lowercase,
+            docs, which = self._documents()
+            train = which[np.sort(self._split(len(which))[0])]
+            tokenizer = train_wordpiece(list(_selected(docs.texts, train)), args.vocab_size, args.lowercase,
                                         model_max_length=length, cache_dir=self.cache_dir())
         self.say(f"new WordPiece vocabulary of {len(tokenizer)} entries learnt from {len(train)} texts")
         return tokenizer
@@ -271,32 +277,28 @@ class MLMObjective(Objective):
         n_val = int(round(self.args.validation_split * n))
         return order[n_val:], order[:n_val]
 
-    def _texts(self):
-        if getattr(self, "_all_texts", None) is not None:
-            return self._all_texts
+    def _documents(self):
+        """docs.jsonl mapped from the cache (``SharedDocuments``) and the ascending positions of the documents
+        ``--mlm-docs`` trains on."""
         args = self.args
-        docs = Documents(args.data)
-        which = np.arange(len(docs.ids))
-        if args.mlm_docs == "train":
-            path = os.path.join(args.data, "splits.json")
-            if not os.path.exists(path):
-                raise InputError(f"{path}: no such file (--mlm-docs train needs 02_build_graph.py retrieval's split)")
-            train = read_split_ids(path, "train")
-            which = np.array([i for i, d in enumerate(docs.ids) if d in train], dtype=np.int64)
-        self._all_texts = [docs.texts[i] for i in which.tolist()]
-        return self._all_texts
+        docs = SharedDocuments(args.data, cache_folder(self.cache_dir()), self.say)
+        if args.mlm_docs == "all":
+            return docs, np.arange(len(docs))
+        path = os.path.join(args.data, "splits.json")
+        if not os.path.exists(path):
+            raise InputError(f"{path}: no such file (--mlm-docs train needs 02_build_graph.py retrieval's split)")
+        found = docs.rows(read_split_ids(path, "train"))
+        return docs, np.unique(found[found >= 0])
 
     def load_data(self):
         args = self.args
-        texts = self._texts()
-        if not texts:
+        docs, which = self._documents()
+        if not len(which):
             raise InputError(f"{os.path.join(args.data, 'docs.jsonl')}: no abstracts to train on")
         if args.nsp:
-            parts = self._pairs(texts)
+            parts = self._pairs(list(_selected(docs.texts, which)))
         else:
-            ids, word_start, offsets = tokenize(texts, self.tokenizer, self.max_length, args.line_by_line,
-                                                self.cache_dir())
-            parts = [Part.of_texts(ids, word_start, offsets, np.sort(p)) for p in self._split(len(texts))]
+            parts = self._parts(docs, which)
             if not args.line_by_line:
                 parts = [p.blocks(self.max_length) for p in parts]
         self.parts = parts
@@ -307,6 +309,23 @@ class MLMObjective(Objective):
         if not len(self.train_rows):
             raise InputError(f"{os.path.join(args.data, 'docs.jsonl')}: " + (
                 "no sentences to pair" if args.nsp else f"too few tokens for one block of {self.max_length}"))
+
+    def _parts(self, docs, which):
+        """The training and validation parts of the texts at ``which``, tokenised by the first process into the
+        cache, under a key of all they are made from, and mapped read-only by every process (``shared_arrays``)."""
+        args = self.args
+        val = self._split(len(which))[1]
+        key = store_key(docs, self.tokenizer, "mlm", which, self.max_length, args.line_by_line, args.seed,
+                        args.validation_split)
+
+        def build():
+            part_of = np.zeros(len(which), dtype=np.int8)
+            part_of[val] = 1
+            return part_arrays(tokenize(_selected(docs.texts, which), part_of, self.tokenizer, self.max_length,
+                                        args.line_by_line))
+        found = shared_arrays(self.cache_dir(), f"mlm-parts-{key}", build, lambda arrays: parts_of(arrays) is not None,
+                              self.say)
+        return parts_of(found)
 
     def _pairs(self, texts):
         """``--nsp``: the training and validation parts as next-sentence pairs of their own documents."""
@@ -409,3 +428,11 @@ class MLMObjective(Objective):
         # the masked-LM weights (encoder and head) replace the bare encoder's: AutoModel and sentence-transformers
         # load the encoder from them and leave the head
         model.mlm.save_pretrained(directory)
+
+
+def _selected(column, which):
+    """The values of ``column`` (``SharedDocuments``' mapped column) at the ascending positions ``which``, read a
+    record batch at a time."""
+    keep = np.zeros(len(column), dtype=bool)
+    keep[which] = True
+    return itertools.compress(column, keep)
