@@ -136,9 +136,10 @@ def test_training_resumes_bit_identically_with_heads_and_running_covariances(tea
 
 
 def test_the_documents_and_their_tokens_are_made_once_in_the_runs_cache_and_a_resumed_run_maps_them(
-        teach, tiny_model, tiny_data, tmp_path, monkeypatch):
+        teach, tiny_model, tiny_data, tmp_path, monkeypatch, capsys):
     """What every process of a node maps (the first one makes it): docs.jsonl as one Arrow file and every document's
-    tokens, those of 04's TokenStore of the documents' inputs; a resumed run reads them, it tokenises nothing."""
+    tokens, those of 04's TokenStore of the documents' inputs, made under a progress bar; a resumed run reads them,
+    it tokenises nothing."""
     from transformers import AutoTokenizer
 
     from common.models.tokens import TokenStore
@@ -146,7 +147,10 @@ def test_the_documents_and_their_tokens_are_made_once_in_the_runs_cache_and_a_re
     main, out = distill(), tmp_path / "run"
     args = ["train", "--data", str(tiny_data), "--teachers", str(teach), "--model", str(tiny_model), "--out", str(out),
             *TRAIN, "--max-steps", "6"]
+    capsys.readouterr()
     main(args)
+    bar = capsys.readouterr().err
+    assert "tokenise: 100%" in bar and " 60/60 " in bar
     assert len(list((out / "cache").glob("docs-*.arrow"))) == 1
     [store] = (out / "cache").glob("tokens-*")
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_model))
@@ -159,6 +163,7 @@ def test_the_documents_and_their_tokens_are_made_once_in_the_runs_cache_and_a_re
         raise AssertionError("tokenised again")
     monkeypatch.setattr(objective, "TokenStore", tokenise)
     assert main(args)["steps"] == 6  # resumed from step 5
+    assert "tokenise" not in capsys.readouterr().err
 
 
 def test_teacher_files_that_do_not_match_docs_jsonl_are_refused_before_anything_is_written(

@@ -81,6 +81,13 @@ class SharedDocuments:
         return (document_text(self.titles[i], self.texts[i], sep_token) for i in which)
 
 
+def tokenising(texts, total):
+    """``texts`` read through a progress bar: the first process tokenises a whole dump's documents for the others,
+    minutes in which nothing else is printed."""
+    from tqdm import tqdm
+    return tqdm(texts, total=total, desc="tokenise", unit=" texts", mininterval=1.0)
+
+
 def _read_table(path):
     """The mapped table of the Arrow file ``path``, or None where it is missing or cannot be read as one of
     ``FIELDS``."""

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from common.data.docs_jsonl import read_documents
-from common.data.shared_docs import SharedDocuments, shared_store, store_key
+from common.data.shared_docs import SharedDocuments, shared_store, store_key, tokenising
 from common.distill import teachers
 from common import io
 from common.io import InputError
@@ -185,8 +185,8 @@ class DistillObjective(Objective):
         # docs.jsonl mapped, and every document tokenised, once a node by the first process; the others map both
         cache, sep = self.cache_dir(), self.tokenizer.sep_token or ""
         docs = SharedDocuments(self.args.data, cache, self.say)
-        self.store = shared_store(cache, store_key(docs, self.tokenizer, self.max_length, sep),
-                                  lambda: TokenStore(self.tokenizer, docs.inputs(sep), self.max_length))
+        self.store = shared_store(cache, store_key(docs, self.tokenizer, self.max_length, sep), lambda: TokenStore(
+            self.tokenizer, tokenising(docs.inputs(sep), len(docs)), self.max_length))
         self.train_rows = np.arange(len(docs))
         self.val_rows = np.zeros(0, dtype=np.int64)
         limit = self.args.max_structural_length

@@ -50,7 +50,7 @@ import torch
 
 from common import cli
 from common.data.retrieval import read_split_ids
-from common.data.shared_docs import SharedDocuments, shared_arrays, store_key
+from common.data.shared_docs import SharedDocuments, shared_arrays, store_key, tokenising
 from common.io import InputError
 from common.markdown import escape
 from common.models.card import Method
@@ -321,8 +321,8 @@ class MLMObjective(Objective):
         def build():
             part_of = np.zeros(len(which), dtype=np.int8)
             part_of[val] = 1
-            return part_arrays(tokenize(_selected(docs.texts, which), part_of, self.tokenizer, self.max_length,
-                                        args.line_by_line))
+            texts = tokenising(_selected(docs.texts, which), len(which))
+            return part_arrays(tokenize(texts, part_of, self.tokenizer, self.max_length, args.line_by_line))
         found = shared_arrays(self.cache_dir(), f"mlm-parts-{key}", build, lambda arrays: parts_of(arrays) is not None,
                               self.say)
         return parts_of(found)

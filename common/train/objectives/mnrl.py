@@ -25,7 +25,7 @@ import torch
 
 from common.extract.arxiv import text_key
 from common.data.retrieval import read_qrels, read_queries
-from common.data.shared_docs import SharedDocuments, shared_store, store_key
+from common.data.shared_docs import SharedDocuments, shared_store, store_key, tokenising
 from common import cli
 from common.io import InputError, read_jsonl
 from common.models.card import Method
@@ -125,7 +125,7 @@ class MNRLObjective(Objective):
         self.doc_ids = docs.ids
         # the document is its abstract alone: with titles as queries, title + text would hold the query
         self.docs = shared_store(cache, store_key(docs, self.tokenizer, self.max_length, "texts"),
-                                 lambda: TokenStore(self.tokenizer, docs.texts, self.max_length))
+                                 lambda: TokenStore(self.tokenizer, tokenising(docs.texts, len(docs)), self.max_length))
         self.queries = TokenStore(self.tokenizer, queries, args.query_max_length)
         self.val_queries = TokenStore(self.tokenizer, val_texts, args.query_max_length)
         # keys per pair: the paper, its abstract's text, its query's text

@@ -15,7 +15,7 @@ import torch
 
 from common import cli
 from common.data.docs_jsonl import read_triplets
-from common.data.shared_docs import SharedDocuments, shared_store, store_key
+from common.data.shared_docs import SharedDocuments, shared_store, store_key, tokenising
 from common.io import InputError
 from common.models.card import Method
 from common.models.tokens import TokenStore
@@ -64,9 +64,9 @@ class TripletObjective(Objective):
         position = np.full(len(docs), -1, dtype=np.int64)
         position[needed] = np.arange(len(needed))
         sep = self.tokenizer.sep_token or ""
-        self.store = shared_store(cache, store_key(docs, self.tokenizer, self.max_length, sep, needed),
-                                  lambda: TokenStore(self.tokenizer, docs.inputs(sep, needed.tolist()),
-                                                     self.max_length))
+        key = store_key(docs, self.tokenizer, self.max_length, sep, needed)
+        self.store = shared_store(cache, key, lambda: TokenStore(
+            self.tokenizer, tokenising(docs.inputs(sep, needed.tolist()), len(needed)), self.max_length))
         self.train_rows, self.val_rows = position[train], position[val]
 
     def row_tokens(self, rows):
