@@ -1,7 +1,9 @@
 """Peak memory of one node's training processes on a generated corpus of 1,000,000 documents: 03_train.py's triplet
-objective, a few steps of a tiny model, on 1 and on 4 CPU processes (torchrun), each side in a fresh --out.
+objective (or --objective mlm: the masked LM over every document), a few steps of a tiny model, on 1 and on 4 CPU
+processes (torchrun), each side in a fresh --out.
 
     nice python bench/node_memory.py                                   # this checkout, 1 and 4 processes
+    nice python bench/node_memory.py --objective mlm                   # the masked LM's
     git archive COMMIT | tar -x -C /tmp/before
     nice python bench/node_memory.py --code /tmp/before --label before # another checkout on the same corpus
 
@@ -30,8 +32,8 @@ from shared import OFFLINE, ROOT, build_model  # noqa: E402
 sys.path.insert(0, ROOT)
 from common import cli  # noqa: E402
 
-TRAIN = ["--objective", "triplet", "--max-length", "32", "--batch-size", "4", "--max-steps", "3", "--log-every", "1",
-         "--eval-every", "0", "--checkpoint-every", "0"]
+TRAIN = ["--max-length", "32", "--batch-size", "4", "--max-steps", "3", "--log-every", "1", "--eval-every", "0",
+         "--checkpoint-every", "0"]
 
 
 def corpus(work, docs, triplets):
@@ -101,18 +103,21 @@ def main(argv=None):
     parser.add_argument("--triplets", type=cli.number(int, cli.COUNT), default=20_000)
     parser.add_argument("--processes", type=cli.number(int, cli.COUNT), nargs="+", default=[1, 4],
                         help="the first is the one the others are compared with")
+    parser.add_argument("--objective", choices=("triplet", "mlm"), default="triplet")
     parser.add_argument("--poll", type=cli.number(float, cli.POSITIVE), default=0.2, help="seconds between samples")
     args = parser.parse_args(argv)
     os.makedirs(args.work, exist_ok=True)
     data, model = corpus(args.work, args.docs, args.triplets), build_model(args.work, "tiny")
     env = dict(os.environ, **OFFLINE, OMP_NUM_THREADS="1", PYTHONPATH=args.code)
+    print(f"03_train.py --objective {args.objective}, {args.docs:,} documents")
     print("| code | processes | peak PSS, summed | peak RSS, summed | × one process (PSS) | wall |")
     print("|---|---:|---:|---:|---:|---:|")
     one = None
     for n in args.processes:
         out = os.path.join(args.work, f"run-{n}")
         shutil.rmtree(out, ignore_errors=True)
-        script = [os.path.join(args.code, "03_train.py"), "--data", data, "--model", model, "--out", out, *TRAIN]
+        script = [os.path.join(args.code, "03_train.py"), "--data", data, "--model", model, "--out", out,
+                  "--objective", args.objective, *TRAIN]
         launch = [sys.executable] if n == 1 else [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node",
                                                    str(n), "--master_port", str(free_port())]
         seconds, peak_pss, peak_rss, status, tail = measured(launch + script, n, args.poll, env)
