@@ -236,8 +236,9 @@ def splits(data, work):
     _jsonl(work, "docs.jsonl", DOCS)
     _write(work, "splits.json", data)
     objective = MLMObjective.__new__(MLMObjective)
-    objective.args = SimpleNamespace(data=work, mlm_docs="train")
-    objective._texts()
+    objective.args = SimpleNamespace(data=work, mlm_docs="train", cache_dir=os.path.join(work, "cache"))
+    objective.say = print
+    objective._documents()
 
 
 def triplets(data, work):
