@@ -21,6 +21,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -80,7 +81,9 @@ def measured(cmd, processes, poll, env):
     """``(seconds, peak PSS sum, peak RSS sum, exit status, stderr's tail)`` of the training processes of ``cmd``:
     the command itself for one process, the launcher's children for several."""
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    # stderr to a file: a pipe nobody reads until the end fills with progress bars and stops the run writing them
+    stderr = tempfile.TemporaryFile()
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=stderr, env=env)
     root = psutil.Process(proc.pid)
     peak_pss = peak_rss = 0
     while proc.poll() is None:
@@ -91,7 +94,10 @@ def measured(cmd, processes, poll, env):
         except psutil.Error:
             pass
         time.sleep(poll)
-    return time.perf_counter() - start, peak_pss, peak_rss, proc.returncode, proc.stderr.read().decode()[-3000:]
+    seconds = time.perf_counter() - start
+    with stderr:
+        stderr.seek(max(0, stderr.seek(0, os.SEEK_END) - 3000))
+        return seconds, peak_pss, peak_rss, proc.returncode, stderr.read().decode(errors="replace")
 
 
 def main(argv=None):
