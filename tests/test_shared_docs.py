@@ -81,7 +81,7 @@ def test_a_shared_token_store_holds_the_tokens_of_its_build_made_once_and_mapped
 @pytest.mark.parametrize("damage", ["empty", "truncated", "missing", "refused"])
 def test_shared_arrays_are_made_once_and_made_again_with_a_note_where_a_file_cannot_be_read(damage, tmp_path):
     """Arrays made by the first call and mapped read-only by every call after it (an empty one too); one of their
-    files emptied, cut, removed, or holding what ``check`` refuses: made again, with a note."""
+    files emptied, cut, removed, or holding what the reader refuses: made again, with a note."""
     built, said = [], []
 
     def build():
@@ -89,7 +89,7 @@ def test_shared_arrays_are_made_once_and_made_again_with_a_note_where_a_file_can
         return {"a": np.arange(5, dtype=np.int32), "b": np.zeros(0, dtype=bool)}
 
     def check(arrays):
-        return sorted(arrays) == ["a", "b"] and arrays["a"].sum() == 10
+        return arrays if sorted(arrays) == ["a", "b"] and arrays["a"].sum() == 10 else None
     first, second = (shared_arrays(tmp_path, "x-key", build, check, said.append) for _ in range(2))
     assert built == [True] and said == []
     for arrays in (first, second):

@@ -142,28 +142,28 @@ def shared_store(cache_dir, key, build):
         made = build()
         return {"ids": np.asarray(made.ids, dtype=np.int32), "offsets": np.asarray(made.offsets, dtype=np.int64),
                 "pad": np.asarray([made.pad_id], dtype=np.int64)}
-    found = shared_arrays(cache_dir, f"tokens-{key}", arrays, _is_store)
-    return TokenStore.of_arrays(found["ids"], found["offsets"], int(found["pad"][0]))
+    def store(arrays):
+        ids, offsets, pad = arrays.get("ids"), arrays.get("offsets"), arrays.get("pad")
+        if ids is None or offsets is None or pad is None or ids.ndim != 1 or offsets.ndim != 1 or \
+                not len(offsets) or offsets[0] != 0 or offsets[-1] != len(ids) or pad.shape != (1,):
+            return None
+        return TokenStore.of_arrays(ids, offsets, int(pad[0]))
+    return shared_arrays(cache_dir, f"tokens-{key}", arrays, store)
 
 
-def _is_store(arrays):
-    ids, offsets, pad = arrays.get("ids"), arrays.get("offsets"), arrays.get("pad")
-    return ids is not None and offsets is not None and pad is not None and ids.ndim == 1 and offsets.ndim == 1 and \
-        len(offsets) > 0 and offsets[0] == 0 and offsets[-1] == len(ids) and pad.shape == (1,)
-
-
-def shared_arrays(cache_dir, name, build, check, say=None):
-    """Arrays kept as .npy files in the folder ``cache_dir/name`` (``name`` holding a digest of what they are made
-    from) and mapped read-only by every process that asks, as a dictionary of file name (without .npy) to array.
-    ``build()`` returns that dictionary where the folder is missing, one of its files cannot be read or ``check``
-    (called with the mapped arrays) refuses them; it is then written whole or not at all, once, by the first
-    process to ask (``main_process_first``), and read back. A folder that was there is made again with a note
-    (``say``); a file or link at its name is refused in one line."""
+def shared_arrays(cache_dir, name, build, read, say=None):
+    """What ``read`` makes of arrays kept as .npy files in the folder ``cache_dir/name`` (``name`` holding a digest of
+    what they are made from) and mapped read-only by every process that asks: ``read`` is given them as a
+    dictionary of file name (without .npy) to array and returns what they hold, or None where they are not that.
+    ``build()`` returns such a dictionary where the folder is missing, one of its files cannot be read or ``read``
+    refuses them; it is then written whole or not at all, once, by the first process to ask
+    (``main_process_first``), and read back. A folder that was there is made again with a note (``say``); a file or
+    link at its name is refused in one line."""
     folders.make_folder(cache_dir)
     folder = os.path.join(cache_dir, name)
     if os.path.islink(folder) or (os.path.lexists(folder) and not os.path.isdir(folder)):
         raise InputError(f"{folder}: not a folder of the cache (a file or a link); remove it")
-    found = _read_arrays(folder, check)
+    found = _read_arrays(folder, read)
     if found is None:
         if say is not None and os.path.lexists(folder):
             say(f"note: {folder} cannot be read; made again")
@@ -172,13 +172,13 @@ def shared_arrays(cache_dir, name, build, check, say=None):
             os.mkdir(staged)
             for file, array in made.items():
                 np.save(os.path.join(staged, f"{file}.npy"), array, allow_pickle=False)
-        found = _read_arrays(folder, check)
+        found = _read_arrays(folder, read)
     return found
 
 
-def _read_arrays(folder, check):
-    """The arrays of ``folder``'s .npy files mapped read-only, or None where it is missing, one of them cannot be
-    read, or ``check`` refuses them."""
+def _read_arrays(folder, read):
+    """What ``read`` makes of ``folder``'s .npy files mapped read-only, or None where it is missing, one of them
+    cannot be read, or ``read`` refuses them."""
     if not os.path.isdir(folder):
         return None
     try:
@@ -187,4 +187,4 @@ def _read_arrays(folder, check):
                  .view(np.ndarray) for file in os.listdir(folder) if file.endswith(".npy")}
     except (OSError, ValueError, EOFError):  # EOFError: an empty file
         return None
-    return found if check(found) else None
+    return read(found)

@@ -323,9 +323,7 @@ class MLMObjective(Objective):
             part_of[val] = 1
             texts = tokenising(_selected(docs.texts, which), len(which))
             return part_arrays(tokenize(texts, part_of, self.tokenizer, self.max_length, args.line_by_line))
-        found = shared_arrays(self.cache_dir(), f"mlm-parts-{key}", build, lambda arrays: parts_of(arrays) is not None,
-                              self.say)
-        return parts_of(found)
+        return shared_arrays(self.cache_dir(), f"mlm-parts-{key}", build, parts_of, self.say)
 
     def _pairs(self, texts):
         """``--nsp``: the training and validation parts as next-sentence pairs of their own documents."""
